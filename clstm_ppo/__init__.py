@@ -1,0 +1,3 @@
+"""clstm-ppo: distributed CLSTM-PPO for stock trading (Zou et al., arXiv 2212.02721)."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,75 @@
+"""`clstm-ppo` command line: one entry point dispatching to sub-command modules.
+
+    clstm-ppo train ...        the distributed trainer (same flags as train_distributed_clstm_ppo.py)
+    clstm-ppo backtest ...     backtest a checkpoint
+    clstm-ppo compare ...      several checkpoints on one period
+    clstm-ppo plot RUN_DIR     training curves to PNG
+    clstm-ppo data ...         generate | inspect | download market data
+    clstm-ppo doctor           environment checklist for (multi-)GPU training
+
+Every sub-command module exposes ``main(argv: list[str]) -> int``. Problems the user can fix are
+raised as `envs.errors.UserError` and printed here as one line with exit status 2; ``--debug``
+anywhere on the command line shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+
+from envs.errors import UserError
+
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "train": ("clstm_ppo.train_cli", "main", "train CLSTM-PPO (single process, multi-process CPU, or multi-GPU)"),
+    "backtest": ("clstm_ppo.backtest", "main", "backtest a saved checkpoint against buy-and-hold"),
+    "compare": ("clstm_ppo.backtest", "compare_main", "backtest several checkpoints on one period"),
+    "plot": ("clstm_ppo.plot", "main", "plot a run's training curves to PNG"),
+    "data": ("clstm_ppo.data_cli", "main", "generate, inspect or download market data"),
+    "doctor": ("clstm_ppo.doctor", "main", "check torch, CUDA, NCCL/gloo, ports, folders and keys"),
+}
+
+
+def run_guarded(entry: Callable[[list[str]], int], argv: Sequence[str]) -> int:
+    """Run ``entry(argv)``; turn user errors into one line on stderr and exit status 2."""
+    args = list(argv)
+    debug = "--debug" in args
+    if debug:
+        args.remove("--debug")
+    try:
+        return int(entry(args) or 0)
+    except UserError as err:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _usage() -> str:
+    lines = ["usage: clstm-ppo COMMAND [ARGS...] [--debug]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, _, help_) in COMMANDS.items()]
+    lines += ["", "`clstm-ppo COMMAND --help` explains each command's flags."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"error: unknown command {name!r}; choose one of {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module_name, function_name, _ = COMMANDS[name]
+    entry = getattr(importlib.import_module(module_name), function_name)
+    return run_guarded(entry, rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Market data, features and trading environments for clstm-ppo."""

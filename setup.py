@@ -1,0 +1,45 @@
+"""Packaging for clstm-ppo: `pip install -e .` (users) or `pip install -e .[dev]` (tests)."""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+README = Path(__file__).with_name("README.md")
+
+setup(
+    name="clstm-ppo",
+    version="0.1.0",
+    description="Distributed CLSTM-PPO stock-trading trainer (Zou et al., arXiv 2212.02721) with honest backtests",
+    long_description=README.read_text(encoding="utf-8") if README.exists() else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["clstm_ppo", "clstm_ppo.*", "envs", "envs.*"]),
+    py_modules=["train_distributed_clstm_ppo"],
+    include_package_data=True,
+    package_data={"envs": ["fixtures/*.csv"]},
+    install_requires=[
+        "torch>=2.2",
+        "gymnasium>=1.0",
+        "numpy>=1.24",
+        "pandas>=2.0",
+        "alpaca-py>=0.30",
+        "python-dotenv>=1.0",
+        "pyarrow>=14",
+        "matplotlib>=3.7",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        "dev": [
+            "pytest>=7.4",
+            "pytest-timeout>=2.2",
+            "ruff>=0.5",
+            "hypothesis>=6.90",
+            "ta>=0.11",
+            "empyrical-reloaded>=0.5.10",
+            "tensorboard>=2.14",
+        ],
+        "tensorboard": ["tensorboard>=2.14"],
+        "bench": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],
+    },
+    entry_points={"console_scripts": ["clstm-ppo=clstm_ppo.cli:main"]},
+)
