@@ -1,0 +1,202 @@
+"""Every training setting in one dataclass; the paper preset; JSON and CLI round trips.
+
+Each field carries its help text in ``metadata["help"]`` so the command line documents itself
+(CleanRL's ``Args`` idea). Derived values (rollout size, minibatches) are computed once by
+`TrainConfig.validate`, which also rejects inconsistent settings with one clear line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from envs.errors import UserError
+
+
+def _f(default: Any, help_: str, **kw: Any) -> Any:
+    return field(default=default, metadata={"help": help_, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """All settings of a training run (one worker's view; counts are per worker unless stated)."""
+
+    # --- run and output
+    run_name: str = _f("", "run folder name under --checkpoint_dir (default: <policy>-<timestamp>)")
+    checkpoint_dir: str = _f("checkpoints", "folder holding run folders (checkpoints, metrics.jsonl, config.json)")
+    seed: int = _f(1, "base seed; rank r, env i uses seed + r * num_envs + i")
+    resume: str = _f("", "resume from 'latest', 'best' or a checkpoint PATH (empty: fresh run)")
+    save_every: int = _f(0, "also keep episode_<n>.pt every this many finished episodes (0: only latest/best)")
+    log_every: int = _f(10, "log a line every this many finished episodes (all workers together)")
+    tensorboard: bool = _f(False, "write TensorBoard scalars to the run folder (needs the tensorboard package)")
+    progress: bool = _f(True, "show a progress bar when stdout is a terminal")
+    # --- distributed layout
+    num_gpus: int | None = _f(None, "GPUs to use: default all visible, -1 all, 0 CPU only")
+    num_workers: int = _f(1, "CPU worker processes when no GPU is used (gloo)")
+    backend: str = _f("auto", "process-group backend: auto (nccl on GPU, gloo on CPU), nccl or gloo")
+    master_port: int = _f(0, "rendezvous port (0: MASTER_PORT if set, else a free port chosen by the parent)")
+    # --- data
+    data: str = _f("synthetic", "synthetic[:k=v,...] | csv:PATH | parquet:PATH | alpaca")
+    tickers: str = _f("", "comma-separated tickers to use (default: all in the data)")
+    start: str = _f("", "first date of data to load (YYYY-MM-DD)")
+    end: str = _f("", "last date of data to load (YYYY-MM-DD)")
+    train_end: str = _f("", "last training day (default: 70%% of days)")
+    validation_end: str = _f("", "last validation day (default: 85%% of days; the rest is test)")
+    test_end: str = _f("", "last test day (default: the end of the data)")
+    gap_policy: str = _f("fail", "tickers with missing dates: fail | intersect | ffill", choices=("fail", "intersect", "ffill"))
+    # --- environment
+    window: int = _f(30, "days of history in each observation (T)")
+    hmax: int = _f(100, "maximum shares traded per stock per day")
+    initial_amount: float = _f(1_000_000.0, "starting cash in dollars")
+    buy_cost_pct: float = _f(1e-3, "buy cost as a fraction of traded value")
+    sell_cost_pct: float = _f(1e-3, "sell cost as a fraction of traded value")
+    reward_scaling: float = _f(1e-4, "reward = change of portfolio value in dollars x this")
+    episode_length: str = _f("252", "trading days per episode, or 'full' for the whole split")
+    use_turbulence: bool = _f(True, "liquidate and block buys when turbulence >= the 90th training percentile")
+    # --- model
+    policy: str = _f("clstm", "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)",
+                     choices=("clstm", "lstm", "mlp"))
+    stage1_hidden: int = _f(128, "stage-1 LSTM hidden size")
+    feature_dim: int = _f(128, "stage-1 output features")
+    stage2_hidden: int = _f(512, "stage-2 actor and critic LSTM hidden size (MLP width for --policy mlp)")
+    # --- PPO
+    num_episodes: int = _f(10_000, "stop after this many finished episodes, counted over all workers")
+    num_envs: int = _f(16, "parallel environments per worker")
+    n_steps: int = _f(128, "rollout length per environment per update")
+    epochs: int = _f(10, "PPO epochs per update")
+    batch_size: int = _f(512, "PPO minibatch per worker in env steps (whole env columns: a multiple of n_steps)")
+    learning_rate_clstm: float = _f(3e-4, "Adam learning rate of stage 1 (the window LSTM)")
+    learning_rate_actor_critic: float = _f(3e-4, "Adam learning rate of stage 2 and the heads")
+    scale_lr: bool = _f(False, "multiply both learning rates by the world size")
+    anneal_lr: bool = _f(False, "anneal learning rates linearly to 0 over the run")
+    gamma: float = _f(0.99, "discount factor")
+    gae_lambda: float = _f(0.95, "GAE lambda")
+    clip_coef: float = _f(0.2, "PPO clip range")
+    clip_value: float = _f(0.0, "value-function clip range (0: off)")
+    ent_coef: float = _f(0.01, "entropy bonus weight")
+    vf_coef: float = _f(0.5, "value loss weight")
+    max_grad_norm: float = _f(0.5, "global gradient-norm clip")
+    target_kl: float = _f(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
+    norm_adv: bool = _f(True, "normalise advantages with statistics over all workers' rollouts")
+    adam_eps: float = _f(1e-8, "Adam epsilon")
+    init_log_std: float = _f(-0.5, "initial log standard deviation of the Gaussian policy")
+    # --- speed
+    mixed_precision: str = _f("none", "autocast: none | bf16 | fp16 (fp16 uses a GradScaler; CUDA only)",
+                              choices=("none", "bf16", "fp16"))
+    gradient_accumulation_steps: int = _f(1, "split each minibatch into this many micro-batches (no_sync on all but the last)")
+    compile: bool = _f(False, "torch.compile the model")
+    tf32: bool = _f(True, "allow TF32 matmuls on Ampere+ GPUs")
+    env_device: str = _f("auto", "where the vector env lives: auto (the worker's device), cpu or cuda")
+    threads: int = _f(0, "torch threads per CPU worker (0: cores / workers)")
+    max_bad_updates: int = _f(5, "stop after this many consecutive updates with NaN/inf loss or gradients")
+    # --- misc
+    dry_run: bool = _f(False, "print the resolved config and world layout, then exit")
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def episode_days(self) -> int | None:
+        """Episode length in trading days; None means the whole split."""
+        return None if self.episode_length == "full" else int(self.episode_length)
+
+    @property
+    def rollout_steps(self) -> int:
+        """Env steps per worker per update: n_steps x num_envs."""
+        return self.n_steps * self.num_envs
+
+    @property
+    def envs_per_minibatch(self) -> int:
+        """Env columns in one minibatch."""
+        return self.batch_size // self.n_steps
+
+    @property
+    def num_minibatches(self) -> int:
+        return self.num_envs // self.envs_per_minibatch
+
+    @property
+    def ticker_list(self) -> list[str] | None:
+        names = [t.strip() for t in self.tickers.split(",") if t.strip()]
+        return names or None
+
+    def validate(self) -> TrainConfig:
+        """Reject inconsistent settings with one clear line; return self."""
+        if self.num_episodes <= 0:
+            raise UserError(f"--num_episodes must be positive, got {self.num_episodes}")
+        for name in ("num_envs", "n_steps", "epochs", "batch_size", "window", "hmax", "num_workers",
+                     "gradient_accumulation_steps", "stage1_hidden", "feature_dim", "stage2_hidden"):
+            if getattr(self, name) <= 0:
+                raise UserError(f"--{name} must be positive, got {getattr(self, name)}")
+        if self.batch_size % self.n_steps or self.rollout_steps % self.batch_size:
+            raise UserError(
+                f"--batch_size {self.batch_size} must be a multiple of --n_steps {self.n_steps} (minibatches are whole "
+                f"env columns) and divide the rollout of {self.rollout_steps} steps (--n_steps x --num_envs)"
+            )
+        if self.envs_per_minibatch % self.gradient_accumulation_steps:
+            raise UserError(
+                f"--gradient_accumulation_steps {self.gradient_accumulation_steps} must divide the "
+                f"{self.envs_per_minibatch} env columns of a minibatch"
+            )
+        if self.episode_length != "full":
+            try:
+                days = int(self.episode_length)
+            except ValueError:
+                raise UserError(f"--episode_length must be a number of days or 'full', got {self.episode_length!r}") from None
+            if days < 2:
+                raise UserError(f"--episode_length must be at least 2 days, got {days}")
+        if self.backend not in ("auto", "nccl", "gloo"):
+            raise UserError(f"--backend must be auto, nccl or gloo, got {self.backend!r}")
+        if self.env_device not in ("auto", "cpu", "cuda"):
+            raise UserError(f"--env_device must be auto, cpu or cuda, got {self.env_device!r}")
+        if not 0 <= self.master_port < 65536:
+            raise UserError(f"--master_port must be in 0..65535, got {self.master_port}")
+        for name in ("learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef"):
+            if not getattr(self, name) > 0:
+                raise UserError(f"--{name} must be positive, got {getattr(self, name)}")
+        if self.initial_amount <= 0:
+            raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
+        return self
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> TrainConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> TrainConfig:
+        path = Path(path)
+        try:
+            values = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UserError(f"config file not found: {path}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise UserError(f"config file {path} is not valid JSON: {err}") from None
+        if not isinstance(values, dict):
+            raise UserError(f"config file {path} must hold a JSON object of settings")
+        return cls.from_dict(values, source=str(path))
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Zou et al. 2022, Table 1 and the sweeps' winners (window 30, stage-2 LSTM 512, one layer);
+    # epochs/minibatch/GAE lambda are sb3-contrib RecurrentPPO's defaults, which the paper used.
+    "paper": dict(window=30, stage1_hidden=128, feature_dim=128, stage2_hidden=512, n_steps=128, epochs=10,
+                  batch_size=128, gamma=0.99, gae_lambda=0.95, clip_coef=0.2, vf_coef=0.5, ent_coef=0.01,
+                  max_grad_norm=0.5, learning_rate_clstm=3e-4, learning_rate_actor_critic=3e-4, adam_eps=1e-8,
+                  hmax=100, initial_amount=1_000_000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3,
+                  reward_scaling=1e-4, policy="clstm"),
+}
+
+
+def preset(name: str, **overrides: Any) -> TrainConfig:
+    """A config from a named preset with overrides, e.g. ``preset("paper", num_envs=8)``."""
+    if name not in PRESETS:
+        raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return TrainConfig(**{**PRESETS[name], **overrides})

@@ -1,0 +1,196 @@
+"""The CLSTM actor-critic (Zou et al. 2022) and its ablation variants, on one code path.
+
+Shapes: B environments, L consecutive trading days (L = 1 in a rollout step, n_steps in an update),
+T window days, F state numbers per day, N tickers.
+
+- ``clstm`` (the paper): stage 1 runs an LSTM(F -> stage1_hidden) over each observation's T-day
+  window and maps its last output through two tanh linear layers to ``feature_dim`` features.
+  Stage 2 runs separate actor and critic LSTMs (stage2_hidden, one layer) across days over those
+  features. A Gaussian head (state-independent learned log-std) gives actions, a linear head values.
+- ``lstm`` (RecurrentPPO in the paper's tables): no window LSTM; the current day's state (the last
+  window row) goes through the tanh layers, then the same stage 2.
+- ``mlp`` (PPO in the paper's tables): the current day's state through the tanh layers, then
+  two-layer tanh MLPs for actor and critic; no recurrent state.
+
+Recurrent state is a tuple ``(h_actor, c_actor, h_critic, c_critic)``, each ``[1, B, stage2_hidden]``
+(an empty tuple for ``mlp``). Episode starts reset the state to zeros before that day is processed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+from torch.distributions import Normal
+
+LSTMState = tuple[Tensor, ...]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What is needed to rebuild a policy; stored in checkpoints."""
+
+    policy: str  # clstm | lstm | mlp
+    num_features: int  # F, numbers per day's state
+    num_tickers: int  # N, action dimension
+    window: int  # T
+    stage1_hidden: int = 128
+    feature_dim: int = 128
+    stage2_hidden: int = 512
+    init_log_std: float = -0.5
+
+
+def _orthogonal(layer: nn.Module, gain: float = math.sqrt(2.0)) -> nn.Module:
+    for name, param in layer.named_parameters():
+        if "weight" in name:
+            nn.init.orthogonal_(param, gain)
+        elif "bias" in name:
+            nn.init.zeros_(param)
+    return layer
+
+
+def run_lstm(lstm: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], starts: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    """Run ``lstm`` over days with state resets at episode starts.
+
+    :param x: ``[L, B, D]`` inputs, day-major.
+    :param state: ``(h, c)`` each ``[1, B, H]``: the state before day 0 (not yet masked).
+    :param starts: ``[L, B]`` bool, True where an episode starts on that day (state zeroed first).
+    :return: outputs ``[L, B, H]`` and the state after day L-1.
+
+    The sequence is cut only at days where some env starts an episode, and each piece runs as one
+    fused LSTM call; a rollout step (L = 1) and an update over L days give identical numbers.
+    """
+    keep = (~starts).to(x.dtype).unsqueeze(-1)  # [L, B, 1]
+    cut_days = torch.nonzero(starts[1:].any(dim=1)).flatten().add(1).tolist() if x.shape[0] > 1 else []
+    bounds = [0, *cut_days, x.shape[0]]
+    h, c = state
+    outputs = []
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        h, c = h * keep[lo], c * keep[lo]
+        out, (h, c) = lstm(x[lo:hi], (h, c))
+        outputs.append(out)
+    return torch.cat(outputs, dim=0) if len(outputs) > 1 else outputs[0], (h, c)
+
+
+class ActorCritic(nn.Module):
+    """Recurrent Gaussian actor-critic over windowed market observations (see module docstring)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        if cfg.policy not in ("clstm", "lstm", "mlp"):
+            raise ValueError(f"unknown policy variant {cfg.policy!r}")
+        self.cfg = cfg
+        f_in = cfg.num_features
+        if cfg.policy == "clstm":
+            self.window_lstm = _orthogonal(nn.LSTM(f_in, cfg.stage1_hidden, batch_first=True), 1.0)
+            f_in = cfg.stage1_hidden
+        self.features = nn.Sequential(
+            _orthogonal(nn.Linear(f_in, cfg.feature_dim)), nn.Tanh(),
+            _orthogonal(nn.Linear(cfg.feature_dim, cfg.feature_dim)), nn.Tanh(),
+        )
+        hidden = cfg.stage2_hidden
+        if cfg.policy == "mlp":
+            self.actor_body = nn.Sequential(_orthogonal(nn.Linear(cfg.feature_dim, hidden)), nn.Tanh())
+            self.critic_body = nn.Sequential(_orthogonal(nn.Linear(cfg.feature_dim, hidden)), nn.Tanh())
+        else:
+            self.actor_lstm = _orthogonal(nn.LSTM(cfg.feature_dim, hidden), 1.0)
+            self.critic_lstm = _orthogonal(nn.LSTM(cfg.feature_dim, hidden), 1.0)
+        self.actor_mean = _orthogonal(nn.Linear(hidden, cfg.num_tickers), 0.01)
+        self.critic = _orthogonal(nn.Linear(hidden, 1), 1.0)
+        self.log_std = nn.Parameter(torch.full((cfg.num_tickers,), float(cfg.init_log_std)))
+
+    # ------------------------------------------------------------------ parameter groups
+    def stage1_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained at ``learning_rate_clstm``: the window LSTM and the feature layers."""
+        mods = [self.features] + ([self.window_lstm] if self.cfg.policy == "clstm" else [])
+        return [p for m in mods for p in m.parameters()]
+
+    def stage2_parameters(self) -> list[nn.Parameter]:
+        """Parameters trained at ``learning_rate_actor_critic``: everything not in stage 1."""
+        stage1 = {id(p) for p in self.stage1_parameters()}
+        return [p for p in self.parameters() if id(p) not in stage1]
+
+    # ------------------------------------------------------------------ state
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> LSTMState:
+        """Zero recurrent state for ``batch_size`` envs: 4 tensors ``[1, B, H]`` (empty for mlp)."""
+        if self.cfg.policy == "mlp":
+            return ()
+        zeros = torch.zeros(1, batch_size, self.cfg.stage2_hidden, device=device)
+        return (zeros, zeros.clone(), zeros.clone(), zeros.clone())
+
+    # ------------------------------------------------------------------ forward pieces
+    def encode(self, obs: Tensor) -> Tensor:
+        """Stage 1: ``obs [M, T, F]`` -> features ``[M, feature_dim]`` (M = any batch of windows)."""
+        if self.cfg.policy == "clstm":
+            out, _ = self.window_lstm(obs)
+            return self.features(out[:, -1])
+        return self.features(obs[:, -1])
+
+    def core(self, feats: Tensor, state: LSTMState, starts: Tensor) -> tuple[Tensor, Tensor, LSTMState]:
+        """Stage 2: features ``[L, B, D]`` -> actor and critic latents ``[L, B, H]`` and the new state."""
+        if self.cfg.policy == "mlp":
+            return self.actor_body(feats), self.critic_body(feats), ()
+        ha, ca, hc, cc = state
+        actor_out, (ha, ca) = run_lstm(self.actor_lstm, feats, (ha, ca), starts)
+        critic_out, (hc, cc) = run_lstm(self.critic_lstm, feats, (hc, cc), starts)
+        return actor_out, critic_out, (ha, ca, hc, cc)
+
+    def forward(
+        self, obs: Tensor, state: LSTMState, starts: Tensor, actions: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, LSTMState]:
+        """Evaluate L days of B envs.
+
+        :param obs: ``[L, B, T, F]`` float observations.
+        :param state: recurrent state before day 0 (see `initial_state`).
+        :param starts: ``[L, B]`` bool episode-start flags.
+        :param actions: ``[L, B, N]`` actions to score; None samples nothing and scores the mean.
+        :return: ``(log_prob [L, B], entropy [L, B], value [L, B], mean [L, B, N], new_state)``.
+        """
+        days, envs = obs.shape[:2]
+        feats = self.encode(obs.reshape(days * envs, *obs.shape[2:])).reshape(days, envs, -1)
+        actor_out, critic_out, state = self.core(feats, state, starts)
+        mean = self.actor_mean(actor_out)
+        value = self.critic(critic_out).squeeze(-1)
+        dist = Normal(mean.float(), self.log_std.float().exp().expand_as(mean))
+        scored = mean if actions is None else actions
+        log_prob = dist.log_prob(scored.float()).sum(-1)
+        entropy = dist.entropy().sum(-1)
+        return log_prob, entropy, value.float(), mean.float(), state
+
+    @torch.no_grad()
+    def act(
+        self, obs: Tensor, state: LSTMState, starts: Tensor, *, deterministic: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, LSTMState]:
+        """One rollout step for B envs.
+
+        :param obs: ``[B, T, F]``; :param starts: ``[B]`` bool.
+        :return: ``(action [B, N] unclipped, log_prob [B], value [B], new_state)``; the env clips
+            actions to [-1, 1]. ``deterministic`` returns the mean action.
+        """
+        log_prob, _, value, mean, state = self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))
+        if deterministic:
+            return mean[0], log_prob[0], value[0], state
+        std = self.log_std.float().exp()
+        noise = torch.randn(mean.shape[1:], device=mean.device, generator=generator, dtype=mean.dtype)
+        action = mean[0] + std * noise
+        log_prob = Normal(mean[0], std.expand_as(mean[0])).log_prob(action).sum(-1)
+        return action, log_prob, value[0], state
+
+    @torch.no_grad()
+    def value(self, obs: Tensor, state: LSTMState, starts: Tensor) -> Tensor:
+        """Value ``[B]`` of observations ``[B, T, F]`` from ``state`` (used to bootstrap)."""
+        return self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))[2][0]
+
+
+def unwrap(model: nn.Module) -> ActorCritic:
+    """The raw ActorCritic under DDP (``.module``) and torch.compile (``._orig_mod``) wrappers."""
+    while True:
+        if hasattr(model, "module"):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model  # type: ignore[return-value]

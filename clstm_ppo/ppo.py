@@ -1,0 +1,163 @@
+"""The PPO update over whole-sequence minibatches, data-parallel through DDP.
+
+A minibatch is a set of env columns: all S days of those envs, re-run from the recurrent state
+stored at the rollout's start with state resets at episode starts (CleanRL's recurrent PPO).
+The loss forward always goes through ``model`` as given -- the DDP wrapper when training on
+several workers -- so every backward all-reduces gradients.
+
+Collectives per update, identical on every rank: one all-reduce of advantage/return statistics,
+the DDP gradient all-reduces (one per minibatch; micro-batches before the last run under
+``no_sync``), one all-reduce of the approx KL per epoch (for the shared early-stop decision) and
+one all-reduce of the logged statistics. A NaN/inf gradient is seen alike on every rank because the
+gradients were all-reduced before the check, so skipping such a step needs no extra collective.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from clstm_ppo.config import TrainConfig
+from clstm_ppo.distributed import Comm
+from clstm_ppo.rollout import RolloutBuffer
+
+
+@dataclass
+class UpdateStats:
+    """Averages over the minibatches actually run, over all workers."""
+
+    policy_loss: float
+    value_loss: float
+    entropy: float
+    approx_kl: float
+    clip_fraction: float
+    explained_variance: float
+    grad_norm: float
+    epochs_run: int
+    skipped_steps: int  # optimizer steps skipped for NaN/inf gradients
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+def advantage_statistics(advantages: Tensor, returns: Tensor, values: Tensor, comm: Comm) -> tuple[float, float, float]:
+    """Global mean and std of advantages and the explained variance of values, over all workers.
+
+    :return: ``(adv_mean, adv_std, explained_variance)``.
+    """
+    err = returns - values
+    sums = torch.stack([
+        torch.tensor(float(advantages.numel()), device=advantages.device, dtype=torch.float64),
+        advantages.double().sum(), advantages.double().square().sum(),
+        returns.double().sum(), returns.double().square().sum(),
+        err.double().sum(), err.double().square().sum(),
+    ])
+    n, a1, a2, r1, r2, e1, e2 = comm.all_reduce_sum(sums).tolist()
+    adv_mean = a1 / n
+    adv_std = math.sqrt(max(a2 / n - adv_mean**2, 0.0) * n / max(n - 1, 1))
+    var_ret = r2 / n - (r1 / n) ** 2
+    var_err = e2 / n - (e1 / n) ** 2
+    explained = float("nan") if var_ret <= 1e-12 else 1.0 - var_err / var_ret
+    return adv_mean, adv_std, explained
+
+
+def ppo_loss(new_log_prob: Tensor, entropy: Tensor, new_value: Tensor, old_log_prob: Tensor, old_value: Tensor,
+             advantages: Tensor, returns: Tensor, cfg: TrainConfig) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clipped-surrogate PPO loss over any matching shapes (here ``[S, E]``); returns loss and parts."""
+    log_ratio = new_log_prob - old_log_prob
+    ratio = log_ratio.exp()
+    pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+    if cfg.clip_value > 0:
+        clipped = old_value + (new_value - old_value).clamp(-cfg.clip_value, cfg.clip_value)
+        v_loss = 0.5 * torch.max((new_value - returns).square(), (clipped - returns).square()).mean()
+    else:
+        v_loss = 0.5 * (new_value - returns).square().mean()
+    ent = entropy.mean()
+    loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance k3 estimator
+        clip_frac = ((ratio - 1).abs() > cfg.clip_coef).float().mean()
+    return loss, dict(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=ent.detach(),
+                      approx_kl=approx_kl, clip_fraction=clip_frac)
+
+
+def ppo_update(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    buf: RolloutBuffer,
+    advantages: Tensor,
+    returns: Tensor,
+    cfg: TrainConfig,
+    comm: Comm,
+    *,
+    generator: torch.Generator,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    scaler: torch.amp.GradScaler | None = None,
+) -> UpdateStats:
+    """Run ``cfg.epochs`` epochs of PPO over this worker's rollout ``buf``.
+
+    :param model: the ActorCritic, possibly wrapped by torch.compile and/or DDP.
+    :param advantages: ``[S, B]``; :param returns: ``[S, B]`` (from `compute_gae`).
+    :param generator: CPU generator that shuffles env columns (per worker).
+    """
+    num_envs = buf.obs.shape[1]
+    per_mb = cfg.envs_per_minibatch
+    per_micro = per_mb // cfg.gradient_accumulation_steps
+    adv_mean, adv_std, explained = advantage_statistics(advantages, returns, buf.values, comm)
+    if cfg.norm_adv:
+        advantages = (advantages - adv_mean) / (adv_std + 1e-8)
+    ddp = hasattr(model, "no_sync")
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    totals = torch.zeros(6, dtype=torch.float64, device=buf.obs.device)  # pg, v, ent, kl, clip, grad_norm
+    steps = skipped = epochs_run = 0
+    for _epoch in range(cfg.epochs):
+        epoch_kl = torch.zeros((), dtype=torch.float64, device=buf.obs.device)
+        order = torch.randperm(num_envs, generator=generator).to(buf.obs.device)
+        for mb_start in range(0, num_envs, per_mb):
+            columns = order[mb_start:mb_start + per_mb]
+            parts_sum = None
+            for micro_start in range(0, per_mb, per_micro):
+                cols = columns[micro_start:micro_start + per_micro]
+                last_micro = micro_start + per_micro >= per_mb
+                sync = contextlib.nullcontext() if (last_micro or not ddp) else model.no_sync()
+                with sync:
+                    with autocast():
+                        state = tuple(s[:, cols] for s in buf.initial_state)
+                        new_log_prob, entropy, new_value, _, _ = model(
+                            buf.obs[:, cols], state, buf.starts[:, cols], buf.actions[:, cols])
+                    loss, parts = ppo_loss(new_log_prob, entropy, new_value, buf.log_probs[:, cols],
+                                           buf.values[:, cols], advantages[:, cols], returns[:, cols], cfg)
+                    loss = loss / cfg.gradient_accumulation_steps
+                    (scaler.scale(loss) if scaler is not None else loss).backward()
+                parts_sum = parts if parts_sum is None else {k: parts_sum[k] + v for k, v in parts.items()}
+            if scaler is not None:
+                scaler.unscale_(optimizer)
+            grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            if scaler is not None:
+                scaler.step(optimizer)  # skips by itself on inf (dynamic loss scaling)
+                scaler.update()
+            elif torch.isfinite(grad_norm):
+                optimizer.step()
+            else:
+                skipped += 1
+            optimizer.zero_grad(set_to_none=True)
+            k = cfg.gradient_accumulation_steps
+            totals += torch.stack([parts_sum["policy_loss"] / k, parts_sum["value_loss"] / k, parts_sum["entropy"] / k,
+                                   parts_sum["approx_kl"] / k, parts_sum["clip_fraction"] / k,
+                                   grad_norm.detach().float()]).double()
+            epoch_kl += parts_sum["approx_kl"].double() / k
+            steps += 1
+        epochs_run += 1
+        if cfg.target_kl > 0:
+            mean_kl = comm.all_reduce_sum(epoch_kl / cfg.num_minibatches).item() / comm.world_size
+            if mean_kl > cfg.target_kl:
+                break
+    totals = comm.all_reduce_sum(totals / max(steps, 1)) / comm.world_size
+    pg, vl, ent, kl, cf, gn = totals.tolist()
+    return UpdateStats(policy_loss=pg, value_loss=vl, entropy=ent, approx_kl=kl, clip_fraction=cf,
+                       explained_variance=explained, grad_norm=gn, epochs_run=epochs_run, skipped_steps=skipped)
