@@ -1,0 +1,76 @@
+"""Run a policy through one split with the training env code: the day-by-day record a backtest reports.
+
+Used by the trainer (validation score for ``best.pt``) and by the backtest. The env is the same
+`StockTradingEnv` over the same step kernel as training; the policy carries its recurrent state
+from the split's first day to its last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from clstm_ppo.metrics import sharpe_ratio
+from clstm_ppo.model import ActorCritic, unwrap
+from envs.features import PreparedMarket
+from envs.kernel import EnvConfig
+from envs.trading_env import StockTradingEnv
+
+
+@dataclass
+class PolicyRun:
+    """One pass over a split. D = days in the split (the first is the starting day, before any trade)."""
+
+    dates: np.ndarray  # [D] datetime64[ns]
+    values: np.ndarray  # [D] float64, portfolio value in dollars at each day's close
+    cash: np.ndarray  # [D] float64, dollars
+    holdings: np.ndarray  # [D, N] float64, shares held after that day's trades
+    prices: np.ndarray  # [D, N] float64, close prices in dollars
+    costs: np.ndarray  # [D] float64, transaction costs paid that day in dollars
+    tickers: tuple[str, ...]
+
+    @property
+    def holdings_value(self) -> np.ndarray:
+        """[D] dollars held in stock at each day's close."""
+        return (self.holdings * self.prices).sum(axis=1)
+
+    @property
+    def sharpe(self) -> float:
+        return float(sharpe_ratio(self.values))
+
+
+def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str, config: EnvConfig, *,
+                    device: torch.device | str = "cpu", deterministic: bool = True,
+                    generator: torch.Generator | None = None) -> PolicyRun:
+    """Run ``model`` over the whole ``split`` once (deterministic = mean action) and record every day."""
+    policy: ActorCritic = unwrap(model)
+    env = StockTradingEnv(market=market, split=split, config=config)
+    obs, info = env.reset(seed=0)
+    state = policy.initial_state(1, device)
+    start = torch.ones(1, dtype=torch.bool, device=device)
+    record = [info]
+    was_training = policy.training
+    policy.eval()
+    try:
+        with torch.no_grad():
+            done = False
+            while not done:
+                obs_t = torch.as_tensor(obs, device=device).unsqueeze(0)
+                action, _, _, state = policy.act(obs_t, state, start, deterministic=deterministic, generator=generator)
+                start = torch.zeros_like(start)
+                obs, _, terminated, truncated, info = env.step(action[0].float().cpu().numpy())
+                record.append(info)
+                done = terminated or truncated
+    finally:
+        policy.train(was_training)
+    return PolicyRun(
+        dates=np.array([r["date"] for r in record], dtype="datetime64[ns]"),
+        values=np.array([r["portfolio_value"] for r in record], dtype=np.float64),
+        cash=np.array([r["cash"] for r in record], dtype=np.float64),
+        holdings=np.stack([np.asarray(r["holdings"], dtype=np.float64) for r in record]),
+        prices=np.stack([np.asarray(r["prices"], dtype=np.float64) for r in record]),
+        costs=np.array([r.get("costs", 0.0) for r in record], dtype=np.float64),
+        tickers=tuple(market.data.tickers),
+    )

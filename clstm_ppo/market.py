@@ -1,0 +1,45 @@
+"""From settings to the PreparedMarket an env runs on: load, split, fit features (or reuse fitted ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from clstm_ppo.config import TrainConfig
+from envs.data import MarketData, split_days
+from envs.errors import UserError
+from envs.features import PreparedMarket
+from envs.kernel import EnvConfig
+from envs.sources import load_market_data
+
+
+def load_data(cfg: TrainConfig, *, data: str | None = None, start: str | None = None, end: str | None = None) -> MarketData:
+    """Market data named by ``cfg.data`` (or an override), restricted to the configured tickers and dates."""
+    return load_market_data(
+        data or cfg.data, tickers=cfg.ticker_list, start=(start if start is not None else cfg.start) or None,
+        end=(end if end is not None else cfg.end) or None, seed=cfg.seed, gap_policy=cfg.gap_policy,
+    )
+
+
+def build_market(cfg: TrainConfig, data: MarketData | None = None) -> PreparedMarket:
+    """Load data, split it by date, fit normalisation and the turbulence threshold on the training split."""
+    data = data if data is not None else load_data(cfg)
+    splits = split_days(data, window=cfg.window, train_end=cfg.train_end or None,
+                        validation_end=cfg.validation_end or None, test_end=cfg.test_end or None)
+    return PreparedMarket.prepare(data, splits, window=cfg.window, use_turbulence=cfg.use_turbulence)
+
+
+def rebuild_market(data: MarketData, spec: dict[str, Any]) -> PreparedMarket:
+    """The market of a checkpoint: stored normalisation/threshold applied to (possibly new) data."""
+    return PreparedMarket.from_spec(data, spec)
+
+
+def env_config(cfg: TrainConfig, *, full_episodes: bool = False) -> EnvConfig:
+    """The env settings of a run; ``full_episodes`` runs each episode from the split's first day to its end."""
+    try:
+        return EnvConfig(
+            window=cfg.window, hmax=cfg.hmax, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
+            sell_cost_pct=cfg.sell_cost_pct, reward_scaling=cfg.reward_scaling,
+            episode_length=None if full_episodes else cfg.episode_days, random_start=not full_episodes,
+        )
+    except ValueError as err:
+        raise UserError(f"invalid environment settings: {err}") from None
