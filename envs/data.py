@@ -1,0 +1,672 @@
+"""Market data: D trading days x N tickers of daily OHLCV bars, aligned, validated, split by date.
+
+Input is FinRL's long format, one row per (date, ticker)::
+
+    date, tic, open, high, low, close, volume
+
+Column names are matched case-insensitively, surrounding spaces ignored, and these aliases are accepted:
+
+    tic     <- symbol, ticker, tic, asset, stock
+    date    <- date, timestamp, datetime, time, day
+    volume  <- volume, vol
+    adj_close <- adjusted, adj_close, adj close, adjclose, adjusted_close
+
+An adjusted-close column is IGNORED by default (bars are used as given, e.g. Alpaca's ``adjustment="all"``
+bars are already adjusted). ``use_adjusted=True`` rescales open/high/low/close of each row by
+``adj_close / close`` so that returns include dividends; volume is left as is.
+
+Close-only input (date, tic, close [, volume]) is accepted: open/high/low are filled from close, volume
+from 0 when absent, and ``close_only=True`` (indicators needing a true high/low range degrade; the features
+module warns). Bars whose open/high/low all equal close everywhere are also read back as close-only, which
+makes ``from_frame(d.to_frame())`` lossless for close-only data too.
+
+Validation raises :class:`envs.errors.UserError` with one line naming the problem and the first offending
+tickers/dates: missing columns, unparseable dates, non-numeric prices, NaN/inf/non-positive prices,
+negative or missing volume, high < low, duplicate (date, tic) rows, empty input, and tickers that do not
+cover the same dates (see ``gap_policy``). Unsorted input is sorted, not refused.
+
+Gap policy (tickers not all trading on the same dates):
+
+* ``"fail"`` (default): refuse, listing each ticker's missing dates.
+* ``"intersect"``: keep only the dates every ticker has.
+* ``"ffill"``: a missing bar becomes a flat bar at the previous close (open = high = low = close, volume 0),
+  for runs of at most ``max_ffill_days`` consecutive missing days; longer runs, or a ticker missing the
+  first date, are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from envs.errors import UserError
+
+COLUMNS: tuple[str, ...] = ("date", "tic", "open", "high", "low", "close", "volume")
+PRICE_COLUMNS: tuple[str, ...] = ("open", "high", "low", "close")
+GAP_POLICIES: tuple[str, ...] = ("fail", "intersect", "ffill")
+
+# canonical name <- accepted spellings (compared lower-cased and stripped)
+ALIASES: dict[str, tuple[str, ...]] = {
+    "date": ("date", "timestamp", "datetime", "time", "day"),
+    "tic": ("tic", "symbol", "ticker", "asset", "stock"),
+    "open": ("open",),
+    "high": ("high",),
+    "low": ("low",),
+    "close": ("close",),
+    "volume": ("volume", "vol"),
+    "adj_close": ("adj_close", "adjusted", "adj close", "adjclose", "adjusted_close", "adj_close_price"),
+}
+_NA_STRINGS = ["", "NA", "N/A", "#N/A", "NaN", "nan", "NAN", "null", "NULL", "None", "none", "-"]
+_SHOW = 5  # how many offending items an error message lists
+
+
+def _fmt_dates(values: Iterable[Any], limit: int = _SHOW) -> str:
+    items = [str(pd.Timestamp(v).date()) for v in values]
+    more = f", ... ({len(items)} in all)" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def _fmt_list(values: Sequence[Any], limit: int = _SHOW) -> str:
+    items = [str(v) for v in values]
+    more = f", ... ({len(items)} in all)" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
+
+
+def _rows(df: pd.DataFrame, mask: np.ndarray | pd.Series, limit: int = _SHOW) -> str:
+    """'AAPL 2020-01-03, MSFT 2020-01-06' for the first rows where mask is True."""
+    sub = df.loc[np.asarray(mask, dtype=bool)]
+    parts = []
+    for tic, date in zip(sub["tic"].to_numpy()[:limit], sub["date"].to_numpy()[:limit], strict=True):
+        try:
+            parts.append(f"{tic} {pd.Timestamp(date).date()}")
+        except (ValueError, TypeError):
+            parts.append(f"{tic} {date}")
+    more = f", ... ({len(sub)} rows in all)" if len(sub) > limit else ""
+    return ", ".join(parts) + more
+
+
+def _resolve_columns(columns: Sequence[Any]) -> dict[str, str]:
+    """Map each canonical column name to the input column that provides it."""
+    lowered: dict[str, list[str]] = {}
+    for col in columns:
+        lowered.setdefault(str(col).strip().lower(), []).append(col)
+    mapping: dict[str, str] = {}
+    for canonical, spellings in ALIASES.items():
+        found = [c for s in spellings for c in lowered.get(s, [])]
+        if len(found) > 1:
+            # an exact canonical name wins over an alias (e.g. "date" and "timestamp" both present)
+            exact = [c for c in found if str(c).strip().lower() == canonical]
+            if len(exact) != 1:
+                raise UserError(
+                    f"ambiguous columns for {canonical!r}: {', '.join(map(str, found))}; keep one of them"
+                )
+            found = exact
+        if found:
+            mapping[canonical] = found[0]
+    return mapping
+
+
+def _parse_dates(raw: pd.Series, tics: pd.Series) -> pd.Series:
+    """Dates as datetime64[ns], time of day dropped; UserError listing unparseable values."""
+    if isinstance(raw.dtype, pd.DatetimeTZDtype):
+        # keep each bar's local calendar date (Alpaca daily bars are stamped at midnight New York time)
+        parsed = raw.dt.tz_localize(None)
+    elif pd.api.types.is_datetime64_any_dtype(raw.dtype):
+        parsed = raw
+    else:
+        text = raw.astype("string").str.strip() if not pd.api.types.is_numeric_dtype(raw.dtype) else None
+        if text is None:
+            # 20200102 read as an integer: treat as text, never as nanoseconds since 1970
+            text = pd.Series(
+                [str(int(v)) if pd.notna(v) and float(v).is_integer() else str(v) for v in raw],
+                index=raw.index,
+                dtype="string",
+            )
+        try:
+            parsed = pd.to_datetime(text, errors="raise")
+        except (ValueError, TypeError, OverflowError):
+            parsed = pd.to_datetime(text, errors="coerce", format="mixed")
+        if isinstance(parsed.dtype, pd.DatetimeTZDtype):
+            parsed = parsed.dt.tz_localize(None)
+        bad = parsed.isna().to_numpy()
+        if bad.any():
+            shown = [f"{t} {v!r}" for t, v in zip(tics[bad][:_SHOW], raw[bad][:_SHOW], strict=True)]
+            more = f", ... ({int(bad.sum())} rows in all)" if bad.sum() > _SHOW else ""
+            raise UserError(f"unparseable dates in column 'date': {', '.join(shown)}{more}")
+    if parsed.isna().any():
+        raise UserError(f"missing dates in column 'date' ({int(parsed.isna().sum())} rows)")
+    return parsed.dt.normalize().astype("datetime64[ns]")
+
+
+def _parse_numbers(raw: pd.Series, name: str, frame: pd.DataFrame) -> np.ndarray:
+    """Column as float64; UserError naming non-numeric strings (NaN stays NaN, checked later)."""
+    if pd.api.types.is_bool_dtype(raw.dtype):
+        raise UserError(f"column {name!r} holds true/false values, not numbers")
+    if pd.api.types.is_numeric_dtype(raw.dtype):
+        return raw.to_numpy(dtype=np.float64, na_value=np.nan)
+    text = raw.astype("string").str.strip()
+    missing = text.isna() | text.isin(_NA_STRINGS)
+    values = text.to_numpy(dtype=object, na_value="nan")
+    values[missing.to_numpy()] = "nan"
+    try:
+        # numpy parses text like float(): correctly rounded, so CSV round trips are exact
+        return np.asarray(values.astype(str), dtype=np.float64)
+    except (ValueError, TypeError):
+        numbers = pd.to_numeric(text, errors="coerce")
+        bad = (numbers.isna() & ~missing).to_numpy()
+        shown = [f"{v!r} ({t} {d})" for v, t, d in zip(
+            raw[bad][:_SHOW], frame["tic"][bad][:_SHOW], frame["date"][bad][:_SHOW], strict=True)]
+        shown = [s.replace(" 00:00:00", "") for s in shown]
+        more = f", ... ({int(bad.sum())} rows in all)" if bad.sum() > _SHOW else ""
+        raise UserError(f"non-numeric values in column {name!r}: {', '.join(shown)}{more}") from None
+
+
+def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.DataFrame:
+    """Any accepted long frame -> canonical columns date, tic, open, high, low, close, volume [+ close_only].
+
+    Renames aliases, parses dates (datetime64[ns], normalised to midnight) and numbers, validates every row
+    (no gap check: that needs the whole panel, see :meth:`MarketData.from_frame`), and sorts by (date, tic).
+    The returned frame carries ``attrs["close_only"]`` and ``attrs["source_columns"]`` (canonical -> input name).
+
+    :param df: long frame, one row per (date, ticker); a (date, tic) index is accepted too.
+    :param use_adjusted: rescale OHLC by adj_close / close (see module docstring).
+    :raises UserError: on any invalid input.
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise UserError(f"expected a pandas DataFrame of bars, got {type(df).__name__}")
+    index_names = [n for n in df.index.names if n is not None]
+    if index_names and any(str(n).strip().lower() in ALIASES["date"] + ALIASES["tic"] for n in index_names):
+        df = df.reset_index()
+    if len(df.columns) == 0 or len(df) == 0:
+        raise UserError("no rows of market data (the input is empty)")
+    mapping = _resolve_columns(list(df.columns))
+    missing = [c for c in ("date", "tic", "close") if c not in mapping]
+    if missing:
+        raise UserError(
+            f"missing columns {', '.join(missing)}; have {', '.join(map(str, df.columns))}; "
+            "need date, tic, open, high, low, close, volume (or close-only: date, tic, close)"
+        )
+    ohl_present = [c for c in ("open", "high", "low") if c in mapping]
+    if ohl_present and len(ohl_present) < 3:
+        absent = [c for c in ("open", "high", "low") if c not in mapping]
+        raise UserError(
+            f"missing columns {', '.join(absent)} (have {', '.join(ohl_present)}); give all of open, high, low "
+            "or none of them (close-only)"
+        )
+    if use_adjusted and "adj_close" not in mapping:
+        raise UserError("use_adjusted=True but there is no adjusted-close column (adjusted / adj_close)")
+
+    tic_raw = df[mapping["tic"]]
+    if tic_raw.isna().any():
+        raise UserError(f"missing ticker symbols in column {mapping['tic']!r} ({int(tic_raw.isna().sum())} rows)")
+    tics = tic_raw.astype(str).str.strip()
+    if (tics == "").any():
+        raise UserError(f"empty ticker symbols in column {mapping['tic']!r} ({int((tics == '').sum())} rows)")
+    out = pd.DataFrame({"date": _parse_dates(df[mapping["date"]].reset_index(drop=True),
+                                             tics.reset_index(drop=True)),
+                        "tic": tics.reset_index(drop=True).to_numpy(dtype=object)})
+    out["tic"] = out["tic"].astype(str)
+    close_only = not ohl_present
+    for col in PRICE_COLUMNS:
+        src = mapping.get(col, mapping["close"])
+        out[col] = _parse_numbers(df[src].reset_index(drop=True), col, out)
+    if "volume" in mapping:
+        out["volume"] = _parse_numbers(df[mapping["volume"]].reset_index(drop=True), "volume", out)
+    else:
+        out["volume"] = 0.0
+    if use_adjusted:
+        adj = _parse_numbers(df[mapping["adj_close"]].reset_index(drop=True), "adj_close", out)
+        bad = ~np.isfinite(adj) | (adj <= 0)
+        if bad.any():
+            raise UserError(f"NaN, inf or non-positive adjusted close at {_rows(out, bad)}")
+        factor = adj / out["close"].to_numpy()
+        for col in PRICE_COLUMNS:
+            out[col] = out[col].to_numpy() * factor
+
+    for col in PRICE_COLUMNS:
+        values = out[col].to_numpy()
+        if np.isnan(values).any():
+            raise UserError(f"missing (NaN) {col} prices at {_rows(out, np.isnan(values))}")
+        if np.isinf(values).any():
+            raise UserError(f"infinite {col} prices at {_rows(out, np.isinf(values))}")
+        if (values <= 0).any():
+            raise UserError(f"non-positive {col} prices at {_rows(out, values <= 0)}")
+    vol = out["volume"].to_numpy()
+    if not np.isfinite(vol).all():
+        raise UserError(f"missing (NaN) or infinite volume at {_rows(out, ~np.isfinite(vol))}")
+    if (vol < 0).any():
+        raise UserError(f"negative volume at {_rows(out, vol < 0)}")
+    high, low = out["high"].to_numpy(), out["low"].to_numpy()
+    if (high < low).any():
+        raise UserError(f"high below low at {_rows(out, high < low)}")
+
+    out = out.sort_values(["date", "tic"], kind="mergesort").reset_index(drop=True)
+    dup = out.duplicated(["date", "tic"], keep=False).to_numpy()
+    if dup.any():
+        first = out.loc[dup].drop_duplicates(["date", "tic"])
+        hint = " (intraday bars? MarketData holds one bar per ticker per day)" if len(first) > 0 else ""
+        raise UserError(f"duplicate (date, tic) rows: {_rows(first, np.ones(len(first), bool))}{hint}")
+    if not close_only:
+        # bars written by to_frame() from close-only data come back close-only
+        o, c = out["open"].to_numpy(), out["close"].to_numpy()
+        close_only = bool(np.array_equal(o, c) and np.array_equal(high, c) and np.array_equal(low, c))
+    out.attrs["close_only"] = close_only
+    out.attrs["source_columns"] = {k: str(v) for k, v in mapping.items()}
+    return out
+
+
+def coverage_gaps(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per ticker, the dates (datetime64[ns]) present for some ticker but missing for it; only gappy tickers.
+
+    :param frame: a frame from :func:`standardize_frame`.
+    """
+    all_dates = np.unique(frame["date"].to_numpy())
+    gaps: dict[str, np.ndarray] = {}
+    for tic, dates in frame.groupby("tic", sort=True)["date"]:
+        missing = np.setdiff1d(all_dates, dates.to_numpy(), assume_unique=True)
+        if len(missing):
+            gaps[str(tic)] = missing
+    return gaps
+
+
+def _describe_gaps(gaps: dict[str, np.ndarray], num_dates: int) -> str:
+    parts = [f"{tic} misses {len(m)} of {num_dates} dates ({_fmt_dates(m, 3)})" for tic, m in gaps.items()]
+    return "; ".join(parts[:_SHOW]) + (f"; ... ({len(parts)} tickers in all)" if len(parts) > _SHOW else "")
+
+
+def _pivot(frame: pd.DataFrame, col: str, dates: pd.DatetimeIndex, tickers: list[str]) -> np.ndarray:
+    wide = frame.pivot(index="date", columns="tic", values=col)
+    return wide.reindex(index=dates, columns=tickers).to_numpy(dtype=np.float64)
+
+
+@dataclass(frozen=True, eq=False)
+class MarketData:
+    """D trading days x N tickers, aligned. Prices in dollars, volume in shares.
+
+    Treat as immutable: methods return new objects and never write into the arrays.
+    Compare two with :meth:`equals` (``==`` is identity, the fields are arrays).
+    """
+
+    dates: np.ndarray  # [D] datetime64[ns], strictly increasing
+    tickers: tuple[str, ...]  # [N]
+    open: np.ndarray  # [D, N] float64, dollars
+    high: np.ndarray  # [D, N] float64, dollars
+    low: np.ndarray  # [D, N] float64, dollars
+    close: np.ndarray  # [D, N] float64, dollars
+    volume: np.ndarray  # [D, N] float64, shares
+    close_only: bool = False  # True when open/high/low were filled from close
+
+    def __post_init__(self) -> None:
+        dates = np.asarray(self.dates).astype("datetime64[ns]")
+        object.__setattr__(self, "dates", dates)
+        object.__setattr__(self, "tickers", tuple(str(t) for t in self.tickers))
+        shape = (len(dates), len(self.tickers))
+        for name in ("open", "high", "low", "close", "volume"):
+            arr = np.asarray(getattr(self, name), dtype=np.float64)
+            if arr.shape != shape:
+                raise ValueError(f"MarketData.{name} has shape {arr.shape}, expected {shape} (days, tickers)")
+            object.__setattr__(self, name, arr)
+        if len(dates) > 1 and not (np.diff(dates.astype(np.int64)) > 0).all():
+            raise ValueError("MarketData.dates must be strictly increasing")
+        if len(set(self.tickers)) != len(self.tickers):
+            raise ValueError("MarketData.tickers must be unique")
+
+    @property
+    def num_days(self) -> int:
+        """D, the number of trading days."""
+        return int(self.dates.shape[0])
+
+    @property
+    def num_tickers(self) -> int:
+        """N, the number of tickers."""
+        return len(self.tickers)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_frame(
+        cls,
+        df: pd.DataFrame,
+        *,
+        gap_policy: str = "fail",
+        max_ffill_days: int = 5,
+        use_adjusted: bool = False,
+    ) -> MarketData:
+        """Long frame (FinRL format or an accepted alias) -> aligned MarketData.
+
+        :param df: rows of (date, tic, open, high, low, close, volume); aliases per the module docstring.
+        :param gap_policy: "fail" | "intersect" | "ffill" for tickers that miss some dates.
+        :param max_ffill_days: longest run of consecutive missing days "ffill" fills per ticker.
+        :param use_adjusted: rescale OHLC by the adjusted-close column.
+        :raises UserError: invalid rows, gaps under "fail", or nothing left after "intersect".
+        """
+        if gap_policy not in GAP_POLICIES:
+            raise UserError(f"unknown gap_policy {gap_policy!r}; choose one of {', '.join(GAP_POLICIES)}")
+        if isinstance(max_ffill_days, bool) or not isinstance(max_ffill_days, int | np.integer) or max_ffill_days < 0:
+            raise UserError(f"max_ffill_days must be a whole number >= 0, got {max_ffill_days!r}")
+        frame = standardize_frame(df, use_adjusted=use_adjusted)
+        close_only = bool(frame.attrs["close_only"])
+        tickers = sorted(frame["tic"].unique().tolist())
+        all_dates = pd.DatetimeIndex(np.unique(frame["date"].to_numpy()))
+        gaps = coverage_gaps(frame)
+        if gaps and gap_policy == "fail":
+            raise UserError(
+                f"tickers do not cover the same dates: {_describe_gaps(gaps, len(all_dates))}; "
+                "use gap_policy 'intersect' (keep common dates) or 'ffill' (fill short gaps)"
+            )
+        dates = all_dates
+        if gaps and gap_policy == "intersect":
+            counts = frame.groupby("date")["tic"].size()
+            dates = pd.DatetimeIndex(counts.index[counts.to_numpy() == len(tickers)])
+            if len(dates) == 0:
+                raise UserError(f"the {len(tickers)} tickers share no common date; gap_policy 'intersect' leaves nothing")
+        arrays = {c: _pivot(frame, c, dates, tickers) for c in ("open", "high", "low", "close", "volume")}
+        if gaps and gap_policy == "ffill":
+            arrays = _forward_fill(arrays, dates, tickers, max_ffill_days)
+        return cls(dates=dates.to_numpy(dtype="datetime64[ns]"), tickers=tuple(tickers), close_only=close_only,
+                   **arrays)
+
+    @classmethod
+    def from_csv(cls, path: str | Path, **kw: Any) -> MarketData:
+        """Read a long-format CSV (see :meth:`from_frame` for ``kw``)."""
+        return cls.from_frame(read_frame(path, kind="csv"), **kw)
+
+    @classmethod
+    def from_parquet(cls, path: str | Path, **kw: Any) -> MarketData:
+        """Read a long-format Parquet file (see :meth:`from_frame` for ``kw``)."""
+        return cls.from_frame(read_frame(path, kind="parquet"), **kw)
+
+    @classmethod
+    def from_path(cls, path: str | Path, **kw: Any) -> MarketData:
+        """CSV or Parquet by extension (.csv, .csv.gz, .parquet, .pq)."""
+        return cls.from_frame(read_frame(path), **kw)
+
+    # ------------------------------------------------------------------ export and views
+    def to_frame(self) -> pd.DataFrame:
+        """Long format: date, tic, open, high, low, close, volume, sorted by (date, tic); D*N rows."""
+        d, n = self.num_days, self.num_tickers
+        return pd.DataFrame({
+            "date": np.repeat(self.dates, n),
+            "tic": np.tile(np.asarray(self.tickers, dtype=object), d),
+            "open": self.open.reshape(-1),
+            "high": self.high.reshape(-1),
+            "low": self.low.reshape(-1),
+            "close": self.close.reshape(-1),
+            "volume": self.volume.reshape(-1),
+        })
+
+    def to_path(self, path: str | Path) -> Path:
+        """Write :meth:`to_frame` as CSV or Parquet by extension; creates parent folders. Returns the path."""
+        path = Path(path)
+        kind = _kind_of(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame = self.to_frame()
+        if kind == "csv":
+            frame.assign(date=frame["date"].dt.strftime("%Y-%m-%d")).to_csv(path, index=False)
+        else:
+            frame.to_parquet(path, index=False)
+        return path
+
+    def slice_days(self, start: int, stop: int) -> MarketData:
+        """Days [start, stop) as a new MarketData (copies)."""
+        if not (0 <= start < stop <= self.num_days):
+            raise UserError(f"day range [{start}, {stop}) is empty or outside 0..{self.num_days}")
+        sl = slice(start, stop)
+        return MarketData(dates=self.dates[sl].copy(), tickers=self.tickers, open=self.open[sl].copy(),
+                          high=self.high[sl].copy(), low=self.low[sl].copy(), close=self.close[sl].copy(),
+                          volume=self.volume[sl].copy(), close_only=self.close_only)
+
+    def select_tickers(self, tickers: Iterable[str]) -> MarketData:
+        """The given tickers, in the given order; UserError naming any unknown or repeated ticker."""
+        wanted = [str(t).strip() for t in tickers]
+        if not wanted:
+            raise UserError("no tickers selected")
+        index = {t: i for i, t in enumerate(self.tickers)}
+        unknown = [t for t in wanted if t not in index]
+        if unknown:
+            raise UserError(f"unknown tickers {_fmt_list(unknown)}; the data has {_fmt_list(self.tickers, 10)}")
+        repeated = sorted({t for t in wanted if wanted.count(t) > 1})
+        if repeated:
+            raise UserError(f"tickers selected more than once: {', '.join(repeated)}")
+        cols = [index[t] for t in wanted]
+        return MarketData(dates=self.dates.copy(), tickers=tuple(wanted), open=self.open[:, cols],
+                          high=self.high[:, cols], low=self.low[:, cols], close=self.close[:, cols],
+                          volume=self.volume[:, cols], close_only=self.close_only)
+
+    def select_dates(self, start: str | None = None, end: str | None = None) -> MarketData:
+        """Days with start <= date <= end (either bound optional); UserError when none remain."""
+        lo = _parse_date(start, "start") if start is not None else None
+        hi = _parse_date(end, "end") if end is not None else None
+        if lo is not None and hi is not None and lo > hi:
+            raise UserError(f"start {lo.date()} is after end {hi.date()}")
+        keep = np.ones(self.num_days, dtype=bool)
+        if lo is not None:
+            keep &= self.dates >= lo.to_datetime64()
+        if hi is not None:
+            keep &= self.dates <= hi.to_datetime64()
+        if not keep.any():
+            raise UserError(f"no trading days between {start or 'the start'} and {end or 'the end'}; "
+                            f"the data covers {self.date_str(0)} .. {self.date_str(-1)}")
+        idx = np.flatnonzero(keep)
+        return self.slice_days(int(idx[0]), int(idx[-1]) + 1)
+
+    def date_str(self, day: int) -> str:
+        """ISO date (YYYY-MM-DD) of day index ``day``."""
+        return str(self.dates[day].astype("datetime64[D]"))
+
+    def equals(self, other: MarketData) -> bool:
+        """Exact equality of dates, tickers, all five arrays (bit for bit) and the close_only flag."""
+        return (
+            isinstance(other, MarketData)
+            and self.tickers == other.tickers
+            and self.close_only == other.close_only
+            and np.array_equal(self.dates, other.dates)
+            and all(np.array_equal(getattr(self, c), getattr(other, c))
+                    for c in ("open", "high", "low", "close", "volume"))
+        )
+
+
+def _forward_fill(arrays: dict[str, np.ndarray], dates: pd.DatetimeIndex, tickers: list[str],
+                  max_days: int) -> dict[str, np.ndarray]:
+    """Fill missing bars with flat bars at the last close; refuse leading gaps and runs > max_days."""
+    close = arrays["close"]
+    missing = np.isnan(close)
+    problems = []
+    for j, tic in enumerate(tickers):
+        col = missing[:, j]
+        if not col.any():
+            continue
+        if col[0]:
+            first = int(np.argmin(col))
+            problems.append(f"{tic} has no bar before {dates[first].date()} to fill from")
+            continue
+        # lengths of runs of consecutive missing days
+        edges = np.diff(np.concatenate(([0], col.astype(np.int8), [0])))
+        starts, stops = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        long = [(s, e) for s, e in zip(starts, stops, strict=True) if e - s > max_days]
+        if long:
+            s, e = long[0]
+            problems.append(f"{tic} misses {e - s} days in a row from {dates[s].date()} (max_ffill_days={max_days})")
+    if problems:
+        raise UserError(f"cannot forward-fill: {'; '.join(problems[:_SHOW])}; use gap_policy 'intersect'")
+    filled_close = pd.DataFrame(close).ffill().to_numpy()
+    out = {}
+    for name in ("open", "high", "low", "close"):
+        out[name] = np.where(missing, filled_close, arrays[name])
+    out["volume"] = np.where(missing, 0.0, arrays["volume"])
+    return out
+
+
+def _parse_date(value: Any, what: str) -> pd.Timestamp:
+    try:
+        ts = pd.Timestamp(value)
+    except (ValueError, TypeError):
+        raise UserError(f"{what} date {value!r} is not a date (use YYYY-MM-DD)") from None
+    if ts is pd.NaT or pd.isna(ts):
+        raise UserError(f"{what} date {value!r} is not a date (use YYYY-MM-DD)")
+    if ts.tzinfo is not None:
+        ts = ts.tz_localize(None)
+    return ts.normalize()
+
+
+def _kind_of(path: Path) -> str:
+    name = path.name.lower()
+    if name.endswith((".csv", ".csv.gz", ".csv.zip", ".csv.bz2", ".csv.xz")):
+        return "csv"
+    if name.endswith((".parquet", ".pq")):
+        return "parquet"
+    raise UserError(f"cannot tell the format of {path}: use a .csv or .parquet file name")
+
+
+def read_frame(path: str | Path, kind: str | None = None) -> pd.DataFrame:
+    """Raw long frame from a CSV or Parquet file, ticker symbols kept as text (e.g. "NA", "TRUE").
+
+    :param kind: "csv" | "parquet"; by extension when None.
+    :raises UserError: missing, empty or unreadable file.
+    """
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise UserError(f"data file not found: {path}")
+    if path.is_dir():
+        raise UserError(f"data path is a folder, not a file: {path}")
+    kind = kind or _kind_of(path)
+    if kind == "parquet":
+        try:
+            return pd.read_parquet(path)
+        except Exception as err:  # pyarrow raises many types for a corrupt file
+            raise UserError(f"cannot read Parquet file {path}: {str(err).splitlines()[0][:200]}") from None
+    try:
+        header = pd.read_csv(path, nrows=0)
+    except pd.errors.EmptyDataError:
+        raise UserError(f"data file is empty: {path}") from None
+    except (UnicodeDecodeError, pd.errors.ParserError) as err:
+        raise UserError(f"cannot read CSV file {path}: {str(err).splitlines()[0][:200]}") from None
+    tic_cols = [c for c in header.columns if str(c).strip().lower() in ALIASES["tic"]]
+    na_values = {c: _NA_STRINGS for c in header.columns if c not in tic_cols}
+    try:
+        return pd.read_csv(path, dtype={c: str for c in tic_cols}, keep_default_na=False, na_values=na_values,
+                           float_precision="round_trip")
+    except (UnicodeDecodeError, pd.errors.ParserError, ValueError) as err:
+        raise UserError(f"cannot read CSV file {path}: {str(err).splitlines()[0][:200]}") from None
+
+
+# ---------------------------------------------------------------------- splits
+@dataclass(frozen=True)
+class DayRange:
+    """Half-open range of day indices [start, stop) into MarketData; lookback days precede start."""
+
+    start: int
+    stop: int
+
+    @property
+    def num_days(self) -> int:
+        """Trading days in the range."""
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Train / validation / test day ranges, in this order, never overlapping."""
+
+    train: DayRange
+    validation: DayRange | None
+    test: DayRange | None
+
+    def as_dict(self) -> dict[str, DayRange | None]:
+        """{"train": ..., "validation": ..., "test": ...}"""
+        return {"train": self.train, "validation": self.validation, "test": self.test}
+
+
+MIN_SPLIT_DAYS = 2
+
+
+def require_days(data: MarketData, window: int, min_days: int = MIN_SPLIT_DAYS) -> None:
+    """UserError unless data has the window's lookback (window - 1 days) plus ``min_days`` trading days."""
+    if isinstance(window, bool) or not isinstance(window, int | np.integer) or window < 1:
+        raise UserError(f"window must be a whole number >= 1, got {window!r}")
+    need = window - 1 + min_days
+    if data.num_days < need:
+        raise UserError(
+            f"too few trading days: the data has {data.num_days}, a window of {window} needs at least {need} "
+            f"({window - 1} lookback + {min_days})"
+        )
+
+
+def split_days(
+    data: MarketData,
+    *,
+    window: int,
+    train_end: str | None = None,
+    validation_end: str | None = None,
+    test_end: str | None = None,
+    fractions: tuple[float, float, float] | None = None,
+) -> Splits:
+    """Split the days into train / validation / test.
+
+    By dates: a split ends at and includes its date (a non-trading date means the last trading day before
+    it); the next split starts the trading day after. ``train_end`` is required in date mode; validation
+    exists only when ``validation_end`` is given; test runs to ``test_end``, or to the last day when
+    ``test_end`` is None (and is None if no day remains).
+
+    By fractions (default (0.7, 0.15, 0.15) when no dates): of the usable days [window-1, D); a zero
+    fraction gives None for validation/test; fractions summing to less than 1 leave the last days unused.
+
+    Train starts at day index window-1, so its first window has its lookback. Validation/test windows look
+    back into the previous split's days; no split ever contains a day after its stop.
+
+    :raises UserError: too few days, a split under 2 days, dates out of range or out of order,
+        or dates and fractions together.
+    """
+    require_days(data, window)
+    first = window - 1
+    d = data.num_days
+    dates_given = any(v is not None for v in (train_end, validation_end, test_end))
+    if dates_given and fractions is not None:
+        raise UserError("give split dates or split fractions, not both")
+    if dates_given:
+        if train_end is None:
+            raise UserError("train_end is required when splitting by dates")
+        names = ("train_end", "validation_end", "test_end")
+        given = [(n, v) for n, v in zip(names, (train_end, validation_end, test_end), strict=True) if v is not None]
+        stops = []
+        for name, value in given:
+            ts = _parse_date(value, name)
+            lo, hi = pd.Timestamp(data.dates[first]), pd.Timestamp(data.dates[-1])
+            if ts < lo or ts > hi:
+                raise UserError(f"{name} {ts.date()} is outside the usable dates {lo.date()} .. {hi.date()} "
+                                f"(the first {first} days are the window's lookback)")
+            stops.append(int(np.searchsorted(data.dates, ts.to_datetime64(), side="right")))
+        for (n1, v1), (n2, v2), s1, s2 in zip(given, given[1:], stops, stops[1:], strict=False):
+            if s2 <= s1:
+                raise UserError(f"{n2} {v2} must be after {n1} {v1} (by at least one trading day)")
+        bounds = dict(zip([n for n, _ in given], stops, strict=True))
+        train = DayRange(first, bounds["train_end"])
+        validation = DayRange(train.stop, bounds["validation_end"]) if "validation_end" in bounds else None
+        prev = validation.stop if validation else train.stop
+        test_stop = bounds.get("test_end", d)
+        test = DayRange(prev, test_stop) if test_stop > prev else None
+    else:
+        fr = (0.7, 0.15, 0.15) if fractions is None else tuple(float(f) for f in fractions)
+        if len(fr) != 3 or any(not np.isfinite(f) or f < 0 for f in fr) or fr[0] <= 0:
+            raise UserError(f"split fractions must be three numbers >= 0 with train > 0, got {fractions!r}")
+        total = sum(fr)
+        if total > 1 + 1e-9:
+            raise UserError(f"split fractions add up to {total:g}, more than 1")
+        usable = d - first
+        cum = np.cumsum(fr)
+        b = [first + int(round(c * usable)) for c in cum]
+        if abs(total - 1) <= 1e-9:
+            b[2] = d
+        train = DayRange(first, b[0])
+        validation = DayRange(b[0], b[1]) if fr[1] > 0 else None
+        test = DayRange(b[1], b[2]) if fr[2] > 0 else None
+    splits = Splits(train, validation, test)
+    for name, r in splits.as_dict().items():
+        if r is not None and r.num_days < MIN_SPLIT_DAYS:
+            raise UserError(f"the {name} split has {r.num_days} trading day(s), needs at least {MIN_SPLIT_DAYS} "
+                            f"({data.num_days} days in the data, window {window})")
+    return splits
