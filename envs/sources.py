@@ -1,0 +1,158 @@
+"""One entry point from a data-source string to validated :class:`MarketData`.
+
+Sources::
+
+    synthetic                         generate_market() with default options and ``seed``
+    synthetic:k=v,k=v                 options: tickers (count), days, start, signal (strength in [0, 1)),
+                                      signal_kind (momentum | lead_lag), seed (overrides the seed argument)
+    csv:PATH | parquet:PATH           a long-format file (see envs.data); a bare PATH ending in
+                                      .csv / .parquet / .pq works too
+    alpaca                            envs.alpaca.fetch_bars(tickers, start, end, **alpaca_kwargs)
+
+Filters apply to every source: ``tickers`` (names; UserError naming unknown ones), ``start`` / ``end``
+(inclusive ISO dates). For files the filters apply before alignment, so gaps in tickers or dates you did
+not ask for do not matter. For synthetic data they apply after generation (use the ``start`` option to
+move the generated calendar).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from envs.data import MarketData, _parse_date, read_frame, standardize_frame
+from envs.errors import UserError
+from envs.synthetic import generate_market
+
+SCHEMES: tuple[str, ...] = ("synthetic", "csv", "parquet", "alpaca")
+# option name -> (generate_market argument, parser)
+SYNTHETIC_OPTIONS: dict[str, tuple[str, type]] = {
+    "tickers": ("num_tickers", int),
+    "days": ("num_days", int),
+    "start": ("start", str),
+    "signal": ("signal_strength", float),
+    "signal_kind": ("signal", str),
+    "seed": ("seed", int),
+}
+
+
+def parse_synthetic_options(text: str) -> dict[str, Any]:
+    """"tickers=10,days=1000,signal=0.5" -> generate_market keyword arguments; UserError on bad options."""
+    kwargs: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep or not value:
+            raise UserError(f"synthetic option {item!r} must look like key=value")
+        if key not in SYNTHETIC_OPTIONS:
+            raise UserError(f"unknown synthetic option {key!r}; accepted: {', '.join(SYNTHETIC_OPTIONS)}")
+        name, kind = SYNTHETIC_OPTIONS[key]
+        try:
+            kwargs[name] = kind(value)
+        except ValueError:
+            raise UserError(f"synthetic option {key}={value!r} is not a valid {kind.__name__}") from None
+    return kwargs
+
+
+def _filter_frame(frame: pd.DataFrame, tickers: list[str] | None, start: str | None,
+                  end: str | None, what: str) -> pd.DataFrame:
+    """Keep the given tickers and dates of a standardised long frame, before alignment."""
+    attrs = dict(frame.attrs)
+    if tickers is not None:
+        wanted = [str(t).strip() for t in tickers]
+        have = sorted(frame["tic"].unique().tolist())
+        unknown = [t for t in wanted if t not in set(have)]
+        if unknown:
+            shown = ", ".join(have[:10]) + (f", ... ({len(have)} in all)" if len(have) > 10 else "")
+            raise UserError(f"unknown tickers {', '.join(unknown)} in {what}; it has {shown}")
+        frame = frame[frame["tic"].isin(wanted)]
+    lo = _parse_date(start, "start") if start is not None else None
+    hi = _parse_date(end, "end") if end is not None else None
+    if lo is not None and hi is not None and lo > hi:
+        raise UserError(f"start {lo.date()} is after end {hi.date()}")
+    dates = frame["date"].to_numpy()
+    keep = np.ones(len(frame), dtype=bool)
+    if lo is not None:
+        keep &= dates >= lo.to_datetime64()
+    if hi is not None:
+        keep &= dates <= hi.to_datetime64()
+    if not keep.any():
+        first, last = (str(pd.Timestamp(x).date()) for x in (dates.min(), dates.max()))
+        raise UserError(f"no rows of {what} between {start or 'the start'} and {end or 'the end'}; "
+                        f"it covers {first} .. {last}")
+    frame = frame.loc[keep].reset_index(drop=True)
+    frame.attrs.update(attrs)
+    return frame
+
+
+def load_market_data(
+    source: str,
+    *,
+    tickers: list[str] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    seed: int = 0,
+    gap_policy: str = "fail",
+    **alpaca_kwargs: Any,
+) -> MarketData:
+    """Load and validate market data from a source string (see the module docstring).
+
+    :param source: "synthetic[:k=v,...]" | "csv:PATH" | "parquet:PATH" | "alpaca" | a .csv/.parquet path.
+    :param tickers: keep only these tickers (in this order); UserError naming unknown ones.
+    :param start: first date kept (inclusive, YYYY-MM-DD); for alpaca, the first date fetched.
+    :param end: last date kept (inclusive); for alpaca, the last date fetched.
+    :param seed: seed of the synthetic generator (a ``seed=`` option in the source wins).
+    :param gap_policy: "fail" | "intersect" | "ffill" for tickers missing some dates (files and alpaca).
+    :param alpaca_kwargs: passed to envs.alpaca.fetch_bars (timeframe, adjustment, feed, cache_dir, ...).
+    :returns: MarketData, tickers sorted by name unless ``tickers`` gives an order.
+    """
+    if not isinstance(source, str) or not source.strip():
+        raise UserError(f"empty data source; use one of {', '.join(_forms())}")
+    source = source.strip()
+    scheme, sep, rest = source.partition(":")
+    scheme = scheme.strip().lower()
+    if alpaca_kwargs and scheme != "alpaca":
+        raise UserError(f"options {', '.join(sorted(alpaca_kwargs))} only apply to the alpaca source, not {source!r}")
+
+    if scheme == "synthetic":
+        kwargs = {"seed": seed, **parse_synthetic_options(rest)}
+        data = generate_market(**kwargs)
+        if start is not None or end is not None:
+            data = data.select_dates(start, end)
+        if tickers is not None:
+            data = data.select_tickers(tickers)
+        return data
+
+    if scheme == "alpaca":
+        if sep and rest.strip():
+            raise UserError("the alpaca source takes no options after 'alpaca:'; pass them as flags")
+        if not tickers:
+            raise UserError("the alpaca source needs tickers (e.g. --tickers AAPL,MSFT)")
+        if start is None or end is None:
+            raise UserError("the alpaca source needs a start and an end date (YYYY-MM-DD)")
+        from envs.alpaca import fetch_bars  # lazy: alpaca-py is slow to import and needs keys
+
+        frame = fetch_bars(list(tickers), start, end, **alpaca_kwargs)
+        frame = _filter_frame(standardize_frame(frame), tickers, start, end, "the Alpaca bars")
+        data = MarketData.from_frame(frame, gap_policy=gap_policy)
+        return data.select_tickers(tickers)
+
+    if scheme in ("csv", "parquet") and sep:
+        path, kind = Path(rest.strip()), scheme
+        if not rest.strip():
+            raise UserError(f"{scheme}: needs a path, e.g. {scheme}:data/prices.{scheme}")
+    elif source.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):
+        path, kind = Path(source), None
+    else:
+        raise UserError(f"unknown data source {source!r}; use one of {', '.join(_forms())}")
+    frame = standardize_frame(read_frame(path, kind=kind))
+    frame = _filter_frame(frame, tickers, start, end, str(path))
+    data = MarketData.from_frame(frame, gap_policy=gap_policy)
+    return data.select_tickers(tickers) if tickers is not None else data
+
+
+def _forms() -> list[str]:
+    return ["synthetic", "synthetic:k=v,...", "csv:PATH", "parquet:PATH", "alpaca"]
