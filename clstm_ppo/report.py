@@ -84,6 +84,52 @@ class BacktestResult:
     index_values: Any | None = None
     baseline_trades: Any | None = None
 
+    @classmethod
+    def from_run(
+        cls,
+        run: Any,
+        *,
+        initial_amount: float,
+        buy_cost_pct: float,
+        sell_cost_pct: float,
+        metadata: Mapping[str, Any] | None = None,
+        index_values: Any | None = None,
+    ) -> BacktestResult:
+        """Build a result from a day-by-day policy record (`clstm_ppo.evaluate.PolicyRun`'s fields).
+
+        ``run`` needs ``dates [D]``, ``values [D]``, ``cash [D]``, ``holdings [D, N]`` (shares after that
+        day's trades), ``prices [D, N]`` (that day's close, the price those trades executed at) and
+        ``tickers [N]``; ``costs [D]`` (dollars per day) when present is checked against the trades table,
+        so a record whose trades executed at another day's prices fails loudly instead of mis-reporting.
+        The baseline buys equal-weight at ``prices[0]`` with ``buy_cost_pct`` and starts at ``initial_amount``.
+        """
+        prices = np.asarray(run.prices, dtype=np.float64)
+        holdings = np.asarray(run.holdings, dtype=np.float64)
+        trades = M.trades_from_holdings(
+            run.dates, run.tickers, holdings, prices, buy_cost_pct=buy_cost_pct, sell_cost_pct=sell_cost_pct
+        )
+        recorded = getattr(run, "costs", None)
+        if recorded is not None:
+            want, got = float(np.sum(recorded)), M.total_costs(trades)
+            if not math.isclose(want, got, rel_tol=1e-6, abs_tol=1e-6):
+                raise ValueError(
+                    f"trades rebuilt from holdings cost ${got:,.2f} but the run recorded ${want:,.2f}: "
+                    "holdings and execution prices are misaligned"
+                )
+        return cls(
+            dates=run.dates,
+            values=np.asarray(run.values, dtype=np.float64),
+            cash=np.asarray(run.cash, dtype=np.float64),
+            holdings_value=np.sum(holdings * prices, axis=1),
+            baseline_values=M.buy_and_hold_values(prices, initial_amount, buy_cost_pct),
+            trades=trades,
+            metadata=dict(metadata or {}),
+            index_values=index_values,
+            baseline_trades=M.buy_and_hold_trades(
+                run.dates, run.tickers, prices, initial_amount, buy_cost_pct
+            ),
+        )
+
     def __post_init__(self) -> None:
         d = len(_iso_dates(self.dates))
         for name in ("values", "cash", "holdings_value", "baseline_values", "index_values"):

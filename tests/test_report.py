@@ -177,3 +177,38 @@ def test_plot_comparison_many_curves(tmp_path):
     curves = {f"seed{i}": 1e6 * np.exp(np.linspace(0, 0.01 * i, 40)) for i in range(6)}
     path = R.plot_comparison(dates, curves, tmp_path / "deep" / "c.png", title="six")
     assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_from_run_rebuilds_trades_and_checks_costs(tmp_path):
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(3)
+    days = 15
+    prices = 20.0 * np.exp(np.cumsum(rng.normal(0, 0.02, (days, 2)), axis=0))
+    holdings = np.zeros((days, 2))
+    holdings[1:5] = [10, 0]
+    holdings[5:] = [4, 7]
+    delta = np.diff(np.vstack([np.zeros((1, 2)), holdings]), axis=0)
+    costs = np.abs(delta * prices).sum(axis=1) * 1e-3  # same 0.1 % both sides
+    cash = 1000.0 - np.cumsum((delta * prices).sum(axis=1) + costs)
+    run = SimpleNamespace(
+        dates=pd.bdate_range("2022-03-01", periods=days).to_numpy(),
+        values=cash + (holdings * prices).sum(axis=1),
+        cash=cash,
+        holdings=holdings,
+        prices=prices,
+        costs=costs,
+        tickers=("X", "Y"),
+    )
+    result = R.BacktestResult.from_run(run, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
+    assert list(result.trades["side"]) == ["buy", "sell", "buy"]
+    assert list(result.trades["date"]) == list(run.dates[[1, 5, 5]])
+    assert result.baseline_values[0] == 1000.0
+    np.testing.assert_allclose(result.cash + result.holdings_value, result.values)
+    rep = R.write_report(result, tmp_path)
+    assert rep.metrics["policy"]["num_trades"] == 3
+    assert rep.metrics["policy"]["total_costs"] == pytest.approx(costs.sum())
+    # trades recorded one day late (priced at the next close): the cost check catches it
+    late = SimpleNamespace(**{**vars(run), "prices": np.roll(prices, 1, axis=0)})
+    with pytest.raises(ValueError, match="misaligned"):
+        R.BacktestResult.from_run(late, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
