@@ -63,6 +63,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 _NA_STRINGS = ["", "NA", "N/A", "#N/A", "NaN", "nan", "NAN", "null", "NULL", "None", "none", "-"]
 _SHOW = 5  # how many offending items an error message lists
+# pandas < 3 parses CSV floats with a fast, not always correctly rounded parser unless asked;
+# pandas 3 rounds correctly by default and deprecates the argument
+_ROUND_TRIP: dict[str, str] = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
 
 
 def _fmt_dates(values: Iterable[Any], limit: int = _SHOW) -> str:
@@ -549,7 +552,7 @@ def read_frame(path: str | Path, kind: str | None = None) -> pd.DataFrame:
     na_values = {c: _NA_STRINGS for c in header.columns if c not in tic_cols}
     try:
         return pd.read_csv(path, dtype={c: str for c in tic_cols}, keep_default_na=False, na_values=na_values,
-                           float_precision="round_trip")
+                           **_ROUND_TRIP)
     except (UnicodeDecodeError, pd.errors.ParserError, ValueError) as err:
         raise UserError(f"cannot read CSV file {path}: {str(err).splitlines()[0][:200]}") from None
 
