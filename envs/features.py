@@ -1,0 +1,457 @@
+"""Technical indicators, the turbulence index and normalisation statistics (fit on the training split only).
+
+Everything here is causal: the value at day t is computed from days 0..t only, so an agent
+acting at day t's close never sees the future. Arrays are ``[D, N]`` (days x tickers) float64;
+every computation is vectorised over tickers (the only Python loops run over time, for the
+recursive averages, or over chunks of days for the turbulence covariances).
+
+Indicator set and conventions (the paper's four, as FinRL computes them with stockstats:
+``macd``, ``rsi_30``, ``cci_30``, ``dx_30``; our names in ``INDICATORS`` are the contract's):
+
+``macd``  EMA(close, 12) - EMA(close, 26), EMAs recursive with alpha = 2 / (span + 1) and seeded
+          with the first close (pandas ``ewm(span, adjust=False)``; identical to ``ta.trend.MACD``
+          wherever ta is defined). stockstats uses ``adjust=True``; the two differ only in the first
+          weeks, by a factor that decays like (1 - alpha)^t.
+``rsi``   RSI over 30 days with Wilder's smoothing (alpha = 1/30, ``adjust=False``), seeded with a
+          zero change on day 0: 100 * U / (U + D) of the smoothed up/down moves; identical to
+          ``ta.momentum.RSIIndicator(window=30)`` where ta is defined, except that a ticker that has
+          not moved at all reads 50 (ta says 100).
+``cci``   CCI over 30 days: (TP - SMA30(TP)) / (0.015 * mean absolute deviation30(TP)) with
+          TP = (high + low + close) / 3; identical to ``ta.trend.CCIIndicator(window=30)`` from day 29
+          on. Before that the window is the days available so far (stockstats' ``min_periods=1``);
+          0 where the deviation is 0.
+``adx``   DX over 30 days (stockstats ``dx_30``, what FinRL feeds the paper's "ADX" slot):
+          100 * |+DI - -DI| / (+DI + -DI) with +DI = 100 * W(+DM) / W(TR), -DI likewise, W Wilder's
+          smoothing (alpha = 1/30, ``adjust=False``, seeded with day 0), TR_0 = high_0 - low_0; 0 where
+          undefined. Not compared with ``ta``'s ADX, whose loop seeds from a 30-day sum and leaves the
+          last value at 0; the tests check it against an independent per-ticker loop instead.
+
+When the data only has closes (``MarketData.close_only``), high = low = close and CCI/ADX are
+computed from closes; ``compute_indicators`` warns once.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from envs.data import DayRange, MarketData, Splits
+from envs.errors import UserError
+
+INDICATORS: tuple[str, ...] = ("macd", "rsi", "cci", "adx")
+"""Indicator names in their state order (FinRL/stockstats: macd, rsi_30, cci_30, dx_30)."""
+
+INDICATOR_WINDOW = 30
+"""Window of RSI, CCI and DX in trading days (FinRL's ``_30`` indicators)."""
+
+TURBULENCE_LOOKBACK = 252
+"""Trading days of history behind each day's turbulence (FinRL's one year)."""
+
+TURBULENCE_QUANTILE = 0.90
+"""Turbulence threshold = this quantile of the training split's turbulence (paper, FinRL)."""
+
+HOLDINGS_SCALE = 1000.0
+"""Shares are divided by this in the observation: 1.0 = 1,000 shares (10 full-size orders at hmax = 100)."""
+
+SPEC_FORMAT = 1
+
+
+# --------------------------------------------------------------------------------------------
+# indicators
+
+
+def _ewm(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Recursive exponential averages y_t = a x_t + (1 - a) y_{t-1}, y_0 = x_0 (pandas adjust=False).
+
+    :param x: [D, ..., S] float64, S series along the last axis
+    :param alpha: [S] smoothing factor per series
+    :return: [D, ..., S] float64
+    """
+    out = np.empty_like(x)
+    out[0] = x[0]
+    keep = 1.0 - alpha
+    for t in range(1, x.shape[0]):  # loop over time only; each step is vectorised over tickers/series
+        np.multiply(out[t - 1], keep, out=out[t])
+        out[t] += alpha * x[t]
+    return out
+
+
+def _rolling_mean_and_mad(x: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Trailing mean and mean absolute deviation over `window` days (fewer in the first days).
+
+    :param x: [D, N] float64
+    :return: ([D, N], [D, N]) float64
+    """
+    D = x.shape[0]
+    mean = np.empty_like(x)
+    mad = np.empty_like(x)
+    for t in range(min(window - 1, D)):  # warm-up: expanding window over the days so far
+        w = x[: t + 1]
+        m = w.mean(axis=0)
+        mean[t] = m
+        mad[t] = np.abs(w - m).mean(axis=0)
+    if D >= window:
+        w = np.lib.stride_tricks.sliding_window_view(x, window, axis=0)  # [D - window + 1, N, window]
+        m = w.mean(axis=-1)
+        mean[window - 1 :] = m
+        mad[window - 1 :] = np.abs(w - m[..., None]).mean(axis=-1)
+    return mean, mad
+
+
+def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = INDICATORS) -> np.ndarray:
+    """Technical indicators for every day and ticker (conventions in the module docstring).
+
+    :param data: the market, D days x N tickers
+    :param names: a subset of ``INDICATORS``, in the order wanted
+    :return: [D, N, K] float64, K = len(names); causal (day t uses days 0..t)
+    """
+    names = tuple(names)
+    unknown = [n for n in names if n not in INDICATORS]
+    if unknown:
+        raise UserError(f"unknown indicator(s) {unknown}; available: {list(INDICATORS)}")
+    if data.close_only and ({"cci", "adx"} & set(names)):
+        warnings.warn(
+            "market data has closes only: CCI and ADX use the close for high and low",
+            UserWarning,
+            stacklevel=2,
+        )
+    close = np.asarray(data.close, dtype=np.float64)
+    high = close if data.close_only else np.asarray(data.high, dtype=np.float64)
+    low = close if data.close_only else np.asarray(data.low, dtype=np.float64)
+    D, N = close.shape
+    w = INDICATOR_WINDOW
+    out = np.zeros((D, N, len(names)))
+
+    # Every recursive average the chosen indicators need goes through one time loop.
+    series: list[np.ndarray] = []
+    alphas: list[float] = []
+    prev_close = np.concatenate([close[:1], close[:-1]])  # day 0 has no change: use its own close
+    if "macd" in names:
+        series += [close, close]
+        alphas += [2.0 / (12 + 1), 2.0 / (26 + 1)]
+    if "rsi" in names:
+        change = close - prev_close
+        series += [np.maximum(change, 0.0), np.maximum(-change, 0.0)]
+        alphas += [1.0 / w, 1.0 / w]
+    if "adx" in names:
+        up = np.zeros_like(high)
+        down = np.zeros_like(low)
+        up[1:] = high[1:] - high[:-1]
+        down[1:] = low[:-1] - low[1:]
+        plus_dm = np.where((up > down) & (up > 0), up, 0.0)
+        minus_dm = np.where((down > up) & (down > 0), down, 0.0)
+        tr = np.maximum(high - low, np.maximum(np.abs(high - prev_close), np.abs(low - prev_close)))
+        tr[0] = high[0] - low[0]
+        series += [plus_dm, minus_dm, tr]
+        alphas += [1.0 / w] * 3
+    smooth = _ewm(np.stack(series, axis=-1), np.asarray(alphas)) if series else None
+
+    s = 0
+    results: dict[str, np.ndarray] = {}
+    if "macd" in names:
+        results["macd"] = smooth[..., s] - smooth[..., s + 1]
+        s += 2
+    if "rsi" in names:
+        up_avg, down_avg = smooth[..., s], smooth[..., s + 1]
+        total = up_avg + down_avg
+        with np.errstate(invalid="ignore", divide="ignore"):
+            results["rsi"] = np.where(total > 0, 100.0 * up_avg / total, 50.0)
+        s += 2
+    if "adx" in names:
+        pdm, mdm, atr = smooth[..., s], smooth[..., s + 1], smooth[..., s + 2]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pdi = np.where(atr > 0, 100.0 * pdm / atr, 0.0)
+            mdi = np.where(atr > 0, 100.0 * mdm / atr, 0.0)
+            di_sum = pdi + mdi
+            results["adx"] = np.where(di_sum > 0, 100.0 * np.abs(pdi - mdi) / di_sum, 0.0)
+        s += 3
+    if "cci" in names:
+        tp = (high + low + close) / 3.0
+        tp_mean, tp_mad = _rolling_mean_and_mad(tp, w)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            results["cci"] = np.where(tp_mad > 0, (tp - tp_mean) / (0.015 * tp_mad), 0.0)
+    for k, name in enumerate(names):
+        out[:, :, k] = results[name]
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# turbulence
+
+
+def turbulence_index(close: np.ndarray, lookback: int = TURBULENCE_LOOKBACK, chunk: int = 256) -> np.ndarray:
+    """Mahalanobis distance of each day's returns from the trailing `lookback` days (Kritzman & Li).
+
+    turbulence_t = (r_t - mu)' pinv(S) (r_t - mu), r_t = close_t / close_{t-1} - 1 per ticker,
+    mu and S (sample covariance, ddof = 1) from r_{t-lookback} .. r_{t-1}: the days *before* t.
+    The first lookback + 1 days (no full history of returns) are 0. Unlike FinRL we do not also
+    zero the first two positive values after the warm-up.
+
+    :param close: [D, N] float64 dollars
+    :param lookback: trading days of history
+    :param chunk: days per batched covariance/pinv (bounds memory at chunk x lookback x N)
+    :return: [D] float64, >= 0
+    """
+    close = np.asarray(close, dtype=np.float64)
+    D, N = close.shape
+    out = np.zeros(D)
+    if D <= lookback + 1:
+        return out
+    r = close[1:] / close[:-1] - 1.0  # r[i] is day i+1's return
+    windows = np.lib.stride_tricks.sliding_window_view(r, lookback, axis=0)  # [D-lookback, N, L]
+    # Day t = j + lookback + 1 uses history windows[j] = r[j : j + lookback] and today's r[j + lookback].
+    num = D - lookback - 1
+    for j0 in range(0, num, chunk):
+        j1 = min(j0 + chunk, num)
+        hist = windows[j0:j1]
+        mu = hist.mean(axis=-1)
+        centred = hist - mu[..., None]
+        cov = centred @ centred.transpose(0, 2, 1) / (lookback - 1)  # [c, N, N]
+        dev = r[j0 + lookback : j1 + lookback] - mu
+        inv = np.linalg.pinv(cov)
+        out[j0 + lookback + 1 : j1 + lookback + 1] = np.einsum("cn,cnm,cm->c", dev, inv, dev)
+    return np.maximum(out, 0.0)  # pinv rounding can leave -1e-17 where the distance is 0
+
+
+# --------------------------------------------------------------------------------------------
+# normalisation
+
+
+def _safe_std(x: np.ndarray, axis: int) -> np.ndarray:
+    std = x.std(axis=axis)
+    return np.where(std > 1e-12, std, 1.0)  # a constant series is centred, not blown up
+
+
+@dataclass(frozen=True, eq=False)
+class Normalization:
+    """Per-ticker z-score statistics, fitted on the training split's days only.
+
+    Observation scaling: close -> (close - close_mean) / close_std; indicator k of ticker i ->
+    (value - indicator_mean[k, i]) / indicator_std[k, i]; cash -> cash / initial_amount (the env's
+    config); shares -> shares / holdings_scale.
+    """
+
+    close_mean: np.ndarray  # [N] dollars
+    close_std: np.ndarray  # [N] dollars
+    indicator_mean: np.ndarray  # [K, N]
+    indicator_std: np.ndarray  # [K, N]
+    holdings_scale: float = HOLDINGS_SCALE  # shares
+    fit_start: int = 0  # day indices [fit_start, fit_stop) the statistics came from
+    fit_stop: int = 0
+
+    @classmethod
+    def fit(cls, close: np.ndarray, indicators: np.ndarray, days: DayRange) -> Normalization:
+        """Statistics from ``days`` only. close: [D, N] float64; indicators: [D, N, K] float64."""
+        c = close[days.start : days.stop]
+        ind = indicators[days.start : days.stop].transpose(2, 0, 1)  # [K, days, N]
+        return cls(
+            close_mean=c.mean(axis=0),
+            close_std=_safe_std(c, axis=0),
+            indicator_mean=ind.mean(axis=1),
+            indicator_std=_safe_std(ind, axis=1),
+            fit_start=int(days.start),
+            fit_stop=int(days.stop),
+        )
+
+    def market_rows(self, close: np.ndarray, indicators: np.ndarray) -> np.ndarray:
+        """Normalised market part of each day's state.
+
+        :param close: [D, N] float64; indicators: [D, N, K] float64
+        :return: [D, N + K*N] float64: N closes, then each indicator for all N tickers (FinRL's order)
+        """
+        c = (close - self.close_mean) / self.close_std
+        ind = (indicators.transpose(0, 2, 1) - self.indicator_mean) / self.indicator_std  # [D, K, N]
+        return np.concatenate([c, ind.reshape(ind.shape[0], -1)], axis=1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able (lists of floats)."""
+        return {
+            "close_mean": self.close_mean.tolist(),
+            "close_std": self.close_std.tolist(),
+            "indicator_mean": self.indicator_mean.tolist(),
+            "indicator_std": self.indicator_std.tolist(),
+            "holdings_scale": float(self.holdings_scale),
+            "fit_start": self.fit_start,
+            "fit_stop": self.fit_stop,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Normalization:
+        k_n = np.asarray(d["indicator_mean"], dtype=np.float64)
+        n = len(d["close_mean"])
+        return cls(
+            close_mean=np.asarray(d["close_mean"], dtype=np.float64),
+            close_std=np.asarray(d["close_std"], dtype=np.float64),
+            indicator_mean=k_n.reshape(-1, n),
+            indicator_std=np.asarray(d["indicator_std"], dtype=np.float64).reshape(-1, n),
+            holdings_scale=float(d.get("holdings_scale", HOLDINGS_SCALE)),
+            fit_start=int(d.get("fit_start", 0)),
+            fit_stop=int(d.get("fit_stop", 0)),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# prepared market
+
+
+def _iso(day: np.datetime64) -> str:
+    return str(np.datetime_as_string(np.datetime64(day, "D"), unit="D"))
+
+
+def _range_to_dates(data: MarketData, r: DayRange | None) -> dict[str, str] | None:
+    if r is None:
+        return None
+    return {"start": _iso(data.dates[r.start]), "end": _iso(data.dates[r.stop - 1])}
+
+
+def _dates_to_range(data: MarketData, d: dict[str, str] | None) -> DayRange | None:
+    """Day indices of the data inside [start, end] (inclusive dates); None when fewer than 2 days."""
+    if d is None:
+        return None
+    dates = np.asarray(data.dates).astype("datetime64[D]")
+    start = int(np.searchsorted(dates, np.datetime64(d["start"], "D"), side="left"))
+    stop = int(np.searchsorted(dates, np.datetime64(d["end"], "D"), side="right"))
+    if stop - start < 2:
+        return None
+    return DayRange(start, stop)
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedMarket:
+    """Everything an env needs. Arrays over the FULL data; splits index into them."""
+
+    data: MarketData
+    indicators: np.ndarray  # [D, N, K] float64 raw
+    indicator_names: tuple[str, ...]
+    turbulence: np.ndarray  # [D] float64
+    turbulence_threshold: float  # 90th percentile of training-split turbulence (inf when disabled)
+    normalization: Normalization
+    splits: Splits
+    window: int
+    turbulence_lookback: int = TURBULENCE_LOOKBACK
+
+    @classmethod
+    def prepare(
+        cls,
+        data: MarketData,
+        splits: Splits,
+        *,
+        window: int = 30,
+        indicator_names: tuple[str, ...] | list[str] = INDICATORS,
+        use_turbulence: bool = True,
+        turbulence_lookback: int = TURBULENCE_LOOKBACK,
+    ) -> PreparedMarket:
+        """Indicators and turbulence over all days; normalisation and threshold from the train split only."""
+        if window < 1:
+            raise UserError(f"window must be >= 1, got {window}")
+        indicator_names = tuple(indicator_names)
+        indicators = compute_indicators(data, indicator_names)
+        turbulence = turbulence_index(data.close, turbulence_lookback)
+        train = splits.train
+        threshold = float("inf")
+        if use_turbulence:
+            defined = turbulence[max(train.start, turbulence_lookback + 1) : train.stop]
+            if defined.size == 0:
+                warnings.warn(
+                    f"training split has no day with {turbulence_lookback} days of return history: "
+                    "turbulence stop disabled",
+                    UserWarning,
+                    stacklevel=2,
+                )
+            else:
+                threshold = float(np.quantile(defined, TURBULENCE_QUANTILE))
+        return cls(
+            data=data,
+            indicators=indicators,
+            indicator_names=indicator_names,
+            turbulence=turbulence,
+            turbulence_threshold=threshold,
+            normalization=Normalization.fit(np.asarray(data.close, dtype=np.float64), indicators, train),
+            splits=splits,
+            window=int(window),
+            turbulence_lookback=int(turbulence_lookback),
+        )
+
+    @property
+    def num_tickers(self) -> int:
+        return len(self.data.tickers)
+
+    @property
+    def num_features(self) -> int:
+        """F = 1 + N + N + K*N (cash, closes, holdings, indicators)."""
+        n = self.num_tickers
+        return 1 + 2 * n + len(self.indicator_names) * n
+
+    def split_range(self, split: str | DayRange) -> DayRange:
+        """The DayRange for "train" | "validation" | "test" (or a DayRange, returned as is)."""
+        if isinstance(split, DayRange):
+            r = split
+        else:
+            ranges = self.splits.as_dict()
+            if split not in ranges:
+                raise UserError(f"unknown split {split!r}; expected one of {sorted(ranges)}")
+            r = ranges[split]
+            if r is None:
+                raise UserError(f"split {split!r} is empty for this market")
+        if not (0 <= r.start and r.stop <= self.data.num_days and r.stop - r.start >= 2):
+            raise UserError(
+                f"split {split!r} = days [{r.start}, {r.stop}) needs >= 2 days within 0..{self.data.num_days}"
+            )
+        return r
+
+    def to_spec(self) -> dict[str, Any]:
+        """JSON-able description that lets ``from_spec`` rebuild this market's features from data."""
+        thr = self.turbulence_threshold
+        return {
+            "format": SPEC_FORMAT,
+            "tickers": list(self.data.tickers),
+            "indicator_names": list(self.indicator_names),
+            "normalization": self.normalization.to_dict(),
+            "turbulence_threshold": None if not np.isfinite(thr) else float(thr),  # JSON has no inf
+            "turbulence_lookback": self.turbulence_lookback,
+            "window": self.window,
+            "splits": {name: _range_to_dates(self.data, r) for name, r in self.splits.as_dict().items()},
+        }
+
+    @classmethod
+    def from_spec(cls, data: MarketData, spec: dict[str, Any], *, splits: Splits | None = None) -> PreparedMarket:
+        """Rebuild from a stored spec, reusing its normalisation and threshold (no refit on new data).
+
+        Indicators and turbulence are recomputed from ``data`` (they are causal, so longer data
+        gives the same values on shared days once warm). Splits come from the spec's dates mapped
+        onto ``data`` unless ``splits`` is given; a split with fewer than 2 days in the data becomes
+        None (the train split then falls back to the whole data, only used for indexing).
+        """
+        if spec.get("format") != SPEC_FORMAT:
+            raise UserError(f"unsupported market spec format {spec.get('format')!r} (expected {SPEC_FORMAT})")
+        want = list(spec["tickers"])
+        have = list(data.tickers)
+        if want != have:
+            missing = [t for t in want if t not in have]
+            extra = [t for t in have if t not in want]
+            if missing or extra:
+                raise UserError(
+                    f"data tickers differ from the checkpoint's: missing {missing}, unexpected {extra}"
+                )
+            data = data.select_tickers(want)  # same set, different order: use the spec's order
+        names = tuple(spec["indicator_names"])
+        lookback = int(spec.get("turbulence_lookback", TURBULENCE_LOOKBACK))
+        if splits is None:
+            ranges = {name: _dates_to_range(data, d) for name, d in spec["splits"].items()}
+            train = ranges.get("train") or DayRange(0, data.num_days)
+            splits = Splits(train=train, validation=ranges.get("validation"), test=ranges.get("test"))
+        thr = spec.get("turbulence_threshold")
+        return cls(
+            data=data,
+            indicators=compute_indicators(data, names),
+            indicator_names=names,
+            turbulence=turbulence_index(data.close, lookback),
+            turbulence_threshold=float("inf") if thr is None else float(thr),
+            normalization=Normalization.from_dict(spec["normalization"]),
+            splits=splits,
+            window=int(spec["window"]),
+            turbulence_lookback=lookback,
+        )

@@ -1,0 +1,125 @@
+"""The one step function of the trading environments: a batch of B portfolios trades at one day's close.
+
+``trade_step`` is the only place the trading math lives; ``VectorStockTradingEnv`` calls it for B
+episodes at once and ``StockTradingEnv`` is that env with B = 1. Money and shares are float64 on
+whatever device the inputs live on (CPU or CUDA); no Python loop over envs or stocks.
+
+Order execution at day t's close price p (FinRL conventions, pro-rata buy cap instead of FinRL's
+largest-buy-first loop):
+
+1. ``orders = trunc(clip(action, -1, 1) * hmax)``: whole shares, toward zero.
+2. Sells first: ``sell = min(-orders, held)`` where orders < 0 (never more than held: no shorting).
+   Cash receives ``sell * p * (1 - sell_cost_pct)``.
+3. Buys: ``want = orders`` where orders > 0, costing ``want * p * (1 + buy_cost_pct)``. If one env's
+   total exceeds its cash after the sells, every buy of that env is scaled by the same factor
+   ``f = cash / total * (1 - 1e-12)`` and floored: ``buy = floor(want * f)``.
+4. Turbulent day (turbulence >= threshold): sell every share held and buy nothing.
+
+Why cash never goes negative: floor(want_i * f) <= want_i * f, so the spend is at most
+f * total = cash * (1 - 1e-12) < cash. The 1e-12 margin absorbs the float64 rounding of the
+division and the sums (a few ulps, ~1e-16 relative each), so the strict inequality holds in
+floating point too. When the total fits (total <= cash) nothing is scaled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+_CAP_MARGIN = 1e-12  # relative safety margin of the pro-rata buy cap (see module docstring)
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """Trading-environment settings (paper / FinRL defaults)."""
+
+    window: int = 30
+    """days of history in one observation (T)"""
+    hmax: int = 100
+    """most shares bought or sold per stock per day (action 1.0 = hmax shares)"""
+    initial_amount: float = 1_000_000.0
+    """starting cash in dollars"""
+    buy_cost_pct: float = 1e-3
+    """transaction cost of a buy, fraction of the traded value"""
+    sell_cost_pct: float = 1e-3
+    """transaction cost of a sell, fraction of the traded value"""
+    reward_scaling: float = 1e-4
+    """reward = change of portfolio value in dollars x this"""
+    episode_length: int | None = 252
+    """trading days (steps) per episode; None = run from the split's first day to its end"""
+    random_start: bool = True
+    """False: every episode starts at the split's first day"""
+
+    def __post_init__(self) -> None:
+        from envs.errors import UserError
+
+        if self.window < 1:
+            raise UserError(f"window must be >= 1, got {self.window}")
+        if self.hmax < 1:
+            raise UserError(f"hmax must be >= 1, got {self.hmax}")
+        if not self.initial_amount > 0:
+            raise UserError(f"initial_amount must be > 0, got {self.initial_amount}")
+        if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
+            raise UserError("buy_cost_pct and sell_cost_pct must be in [0, 1)")
+        if self.episode_length is not None and self.episode_length < 1:
+            raise UserError(f"episode_length must be >= 1 or None, got {self.episode_length}")
+
+
+class StepStats(NamedTuple):
+    """What one trade step did, per env."""
+
+    costs: Tensor  # [B] float64 dollars, buy + sell transaction costs
+    shares_traded: Tensor  # [B, N] float64 shares, + bought / - sold
+    num_trades: Tensor  # [B] int64, stocks whose holding changed
+
+
+def trade_step(
+    cash: Tensor,
+    shares: Tensor,
+    actions: Tensor,
+    prices: Tensor,
+    turbulent: Tensor,
+    cfg: EnvConfig,
+) -> tuple[Tensor, Tensor, StepStats]:
+    """Execute one day's orders for B portfolios at the given close prices.
+
+    :param cash: [B] float64 dollars, >= 0
+    :param shares: [B, N] float64 whole shares, >= 0
+    :param actions: [B, N] any float dtype; clipped to [-1, 1], x hmax, truncated toward zero
+    :param prices: [B, N] float64 dollars, > 0: the close of the day traded at
+    :param turbulent: [B] bool: liquidate everything, no buys
+    :param cfg: costs and hmax
+    :return: (new_cash [B] float64, new_shares [B, N] float64, StepStats)
+    """
+    orders = torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * cfg.hmax)
+    turb = turbulent.unsqueeze(1)
+    sell = torch.where(turb, shares, torch.minimum((-orders).clamp_min(0.0), shares))
+    want = torch.where(turb, 0.0, orders.clamp_min(0.0))
+
+    sell_value = (sell * prices).sum(1)
+    sell_costs = sell_value * cfg.sell_cost_pct
+    cash_after_sells = cash + (sell_value - sell_costs)
+
+    unit_cost = prices * (1.0 + cfg.buy_cost_pct)  # dollars per share bought, cost included
+    total = (want * unit_cost).sum(1)
+    # Pro-rata cap: one factor per env, < 1 only when the wanted buys do not fit the cash.
+    over = total > cash_after_sells
+    factor = torch.where(over, cash_after_sells / total.clamp_min(1e-300) * (1.0 - _CAP_MARGIN), 1.0)
+    buy = torch.where(over.unsqueeze(1), torch.floor(want * factor.unsqueeze(1)), want)
+
+    # Spend with the same expression as `total`, so an uncapped env pays exactly total <= cash.
+    spend = (buy * unit_cost).sum(1)
+    new_cash = cash_after_sells - spend
+    costs = sell_costs + (spend - (buy * prices).sum(1))
+    traded = buy - sell
+    new_shares = shares + traded
+    num_trades = (traded != 0).sum(1)
+    return new_cash, new_shares, StepStats(costs, traded, num_trades)
+
+
+def portfolio_value(cash: Tensor, shares: Tensor, prices: Tensor) -> Tensor:
+    """cash + shares . prices: [B] float64 dollars from [B], [B, N], [B, N]."""
+    return cash + (shares * prices).sum(1)

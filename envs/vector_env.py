@@ -1,0 +1,364 @@
+"""VectorStockTradingEnv: B trading episodes in lockstep as torch tensors on one device.
+
+Each step is a fixed number of batched tensor operations, whatever B and N are: no Python loop over
+envs or stocks. The trading math is ``envs.kernel.trade_step`` (shared with ``StockTradingEnv``).
+
+Timing (FinRL's): the observation at day t holds closes and indicators up to day t only. The action
+trades at day t's close (turbulence of day t decides a liquidation); the env then moves to day t+1
+and the reward is ``(value_{t+1} - value_t) * reward_scaling`` with value = cash + shares x close:
+the costs of the trades plus the market move of the new holdings from t's close to t+1's. Day
+t+1's prices reach the agent only through that reward and the next observation.
+
+Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (oldest first):
+  [0]                    cash / initial_amount, cash held when that day's observation was made
+  [1 : 1+N]              (close - mean) / std per ticker (training-split statistics)
+  [1+N : 1+2N]           shares held / Normalization.holdings_scale (1,000)
+  [1+2N : 1+2N+K*N]      indicator k of ticker i at 1+2N+k*N+i, z-scored with training statistics
+Rows before the episode's first day show that day's market history with the starting portfolio
+(cash 1.0, no shares); market days before the data's first day repeat day 0.
+
+Speed: market rows are precomputed once ([D, F] float32 with zeros in the portfolio columns). The
+window lives in a "mirror" ring buffer [B, 2T, F]: each step writes the new day's row at slot q and
+q + T, so the last T rows are always the contiguous slice [q+1, q+T+1) and the returned observation
+is a single copy of it. Episode ends are known on the host from the start days (no device sync).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import gymnasium
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+from torch import Tensor
+
+from envs.data import DayRange
+from envs.errors import UserError
+from envs.features import PreparedMarket
+from envs.kernel import EnvConfig, portfolio_value, trade_step
+
+__all__ = ["VectorStockTradingEnv", "EnvConfig", "EPISODE_KEYS"]
+
+EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs")
+TRADING_DAYS_PER_YEAR = 252
+
+
+class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
+    """B stock-trading episodes on one device, same-step auto-reset.
+
+    Action space: Box(-1, 1, (B, N), float32). Per stock, the fraction of ``hmax`` shares to buy
+    (> 0) or sell (< 0); clipped to [-1, 1], truncated toward zero to whole shares.
+
+    Observation space: Box(-f32max, f32max, (B, T, F), float32); the layout is in the module docstring.
+    Returned as torch tensors on ``device``.
+
+    Reward: [B] float32, (value_{t+1} - value_t) x reward_scaling, value = cash + shares x close.
+
+    Starting state: cash = initial_amount, no shares, on a day drawn uniformly (seeded
+    ``torch.Generator``) from the split's days that leave a full ``episode_length`` before the split's
+    last day (the split's first day when the split is shorter, ``random_start`` is False, or
+    ``episode_length`` is None).
+
+    Episode end: terminated when the split's last day is reached (no later day to trade into);
+    truncated after ``episode_length`` steps. A finished env is reset in the same step: its returned
+    observation already belongs to the new episode; ``info["final_obs"]`` holds the observation it
+    finished on (where ``info["_final_obs"]``; it is the returned obs itself on steps where no env
+    finished). ``info["episode"]`` ([B] tensors, valid where ``info["_episode"]``) summarises the
+    finished episodes: reward, final_value ($), return, trades (non-zero share changes), sharpe
+    (mean / std (ddof 1) of daily simple returns x sqrt(252); 0 with < 2 days or no variance),
+    max_drawdown (fraction of the running peak, >= 0), length (days), costs ($). Other info keys
+    describe the step just taken (before any reset): portfolio_value, cash [B] ($), day [B] (index of
+    the day the portfolio was valued at), costs [B] ($), num_trades [B].
+
+    Arguments: market (PreparedMarket), split ("train" | "validation" | "test" or a DayRange),
+    num_envs (B), config (EnvConfig), device, seed (of the start-day generator).
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+
+    def __init__(
+        self,
+        market: PreparedMarket,
+        *,
+        split: str | DayRange = "train",
+        num_envs: int = 1,
+        config: EnvConfig = EnvConfig(),  # noqa: B008 - frozen dataclass, safe as a default
+        device: str | torch.device = "cpu",
+        seed: int = 0,
+        _autoreset: bool = True,
+    ) -> None:
+        if num_envs < 1:
+            raise UserError(f"num_envs must be >= 1, got {num_envs}")
+        self.market = market
+        self.config = config
+        self.split_name = split if isinstance(split, str) else "custom"
+        self.split = market.split_range(split)
+        self.num_envs = int(num_envs)
+        self.num_tickers = market.num_tickers
+        self.num_features = market.num_features
+        self.window = int(config.window)
+        self.device = torch.device(device)
+        self.render_mode = None
+        self._autoreset = _autoreset
+
+        N, T, F = self.num_tickers, self.window, self.num_features
+        # Finite bounds (any finite float32): gymnasium's checker rejects infinite ones.
+        big = float(np.finfo(np.float32).max)
+        self.single_observation_space = gymnasium.spaces.Box(-big, big, (T, F), np.float32)
+        self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (N,), np.float32)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+
+        # Market tensors over all days (the split only bounds which days an episode visits).
+        dev = self.device
+        data = market.data
+        self._close = torch.as_tensor(np.asarray(data.close, dtype=np.float64), device=dev)  # [D, N]
+        turbulent = np.asarray(market.turbulence) >= market.turbulence_threshold
+        self._turbulent = torch.as_tensor(turbulent, device=dev)  # [D] bool
+        norm = market.normalization
+        mrows = np.zeros((data.num_days, F), dtype=np.float32)
+        rows = norm.market_rows(np.asarray(data.close, dtype=np.float64), market.indicators)  # [D, N + K*N]
+        mrows[:, 1 : 1 + N] = rows[:, :N]
+        mrows[:, 1 + 2 * N :] = rows[:, N:]
+        self._mrows = torch.as_tensor(mrows, device=dev)  # [D, F] float32, portfolio columns zero
+        self._cash_scale = 1.0 / float(config.initial_amount)
+        self._hold_scale = 1.0 / float(norm.holdings_scale)
+        self._hold_cols = slice(1 + N, 1 + 2 * N)
+        self._offsets = torch.arange(-T + 1, 1, device=dev)  # [T] day offsets of a window
+
+        self._gen = torch.Generator().manual_seed(int(seed))  # CPU: same starts on every device
+        self._buf = torch.zeros((self.num_envs, 2 * T, F), dtype=torch.float32, device=dev)
+        self._q = T - 1
+        self._needs_reset = np.zeros(self.num_envs, dtype=bool)
+        self._started = False
+        self._reset_all(None)
+
+    # ---------------------------------------------------------------- episode starts
+    def _sample_starts(self, n: int) -> np.ndarray:
+        """[n] int64 start days: uniform over starts that leave a full episode, else the split's first day."""
+        lo, stop = self.split.start, self.split.stop
+        length = self.config.episode_length
+        if not self.config.random_start or length is None or stop - 1 - length <= lo:
+            return np.full(n, lo, dtype=np.int64)
+        hi = stop - 1 - length  # latest start whose episode_length steps all fit in the split
+        return torch.randint(lo, hi + 1, (n,), generator=self._gen).numpy().astype(np.int64)
+
+    def _window_rows(self, starts: Tensor) -> Tensor:
+        """[n, T, F] float32 observation of fresh portfolios at days `starts` ([n] int64 on device)."""
+        days = (starts.unsqueeze(1) + self._offsets).clamp_min(0)
+        w = self._mrows.index_select(0, days.reshape(-1)).view(starts.shape[0], self.window, -1)
+        w[:, :, 0] = 1.0  # cash / initial_amount of the starting portfolio
+        return w  # holdings columns are already 0 in the market rows
+
+    def _place_windows(self, idx: Tensor, windows: Tensor) -> None:
+        """Write ordered windows [n, T, F] into the ring rows of envs `idx` for ring position self._q."""
+        T = self.window
+        perm = (torch.arange(T, device=self.device) - self._q - 1) % T  # slot k holds window row perm[k]
+        ring = windows.index_select(1, perm)
+        self._buf[idx, :T] = ring
+        self._buf[idx, T:] = ring
+
+    def _fresh_state(self, n: int) -> dict[str, Tensor]:
+        dev, f64 = self.device, torch.float64
+        init = float(self.config.initial_amount)
+        return {
+            "cash": torch.full((n,), init, dtype=f64, device=dev),
+            "shares": torch.zeros((n, self.num_tickers), dtype=f64, device=dev),
+            "value": torch.full((n,), init, dtype=f64, device=dev),
+            "peak": torch.full((n,), init, dtype=f64, device=dev),
+            "ep_reward": torch.zeros(n, dtype=f64, device=dev),
+            "ep_costs": torch.zeros(n, dtype=f64, device=dev),
+            "ep_trades": torch.zeros(n, dtype=torch.int64, device=dev),
+            "sum_r": torch.zeros(n, dtype=f64, device=dev),
+            "sum_r2": torch.zeros(n, dtype=f64, device=dev),
+            "max_dd": torch.zeros(n, dtype=f64, device=dev),
+        }
+
+    def _reset_all(self, starts: np.ndarray | None) -> Tensor:
+        B = self.num_envs
+        starts = self._sample_starts(B) if starts is None else starts
+        self._start_np = starts.copy()
+        self._day_np = starts.copy()
+        self._day = torch.as_tensor(starts, device=self.device)
+        self._s = self._fresh_state(B)
+        self._q = self.window - 1
+        self._place_windows(torch.arange(B, device=self.device), self._window_rows(self._day))
+        self._needs_reset[:] = False
+        return self._buf[:, self._q + 1 : self._q + 1 + self.window].clone(memory_format=torch.contiguous_format)
+
+    def _check_starts(self, start_day: Any) -> np.ndarray:
+        starts = np.broadcast_to(np.asarray(start_day, dtype=np.int64), (self.num_envs,)).copy()
+        lo, hi = self.split.start, self.split.stop - 2
+        if (starts < lo).any() or (starts > hi).any():
+            raise UserError(f"start_day must be within days [{lo}, {hi}] of the split, got {start_day}")
+        return starts
+
+    # ---------------------------------------------------------------- gymnasium API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Tensor, dict]:
+        """Start B new episodes. seed: reseeds the start-day generator; options: {"start_day": int | [B]}.
+
+        :return: (obs [B, T, F] float32 on device, info {"portfolio_value", "cash", "day"})
+        """
+        if seed is not None:
+            self._gen.manual_seed(int(seed))
+        starts = None
+        if options and options.get("start_day") is not None:
+            starts = self._check_starts(options["start_day"])
+        obs = self._reset_all(starts)
+        self._started = True
+        s = self._s
+        return obs, {"portfolio_value": s["value"].clone(), "cash": s["cash"].clone(), "day": self._day.clone()}
+
+    def step(self, actions: Tensor | np.ndarray) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
+        """Trade at each env's current close, move one day on, auto-reset finished envs.
+
+        :param actions: [B, N] float in [-1, 1] (clipped), tensor on any device or numpy
+        :return: obs [B, T, F] float32, reward [B] float32, terminated [B] bool, truncated [B] bool, info
+        """
+        if self._needs_reset.any():
+            raise RuntimeError("episode finished: call reset() before step()")
+        B, N, T = self.num_envs, self.num_tickers, self.window
+        actions = torch.as_tensor(actions, device=self.device)
+        if actions.shape != (B, N):
+            raise ValueError(f"actions must have shape {(B, N)}, got {tuple(actions.shape)}")
+        s, cfg = self._s, self.config
+
+        day = self._day
+        prices = self._close.index_select(0, day)
+        cash, shares, stats = trade_step(
+            s["cash"], s["shares"], actions, prices, self._turbulent.index_select(0, day), cfg
+        )
+        day = day + 1
+        value = portfolio_value(cash, shares, self._close.index_select(0, day))
+        reward64 = (value - s["value"]) * cfg.reward_scaling
+
+        # Episode statistics, O(B): running sums of daily simple returns, running peak.
+        ret = value / s["value"] - 1.0
+        peak = torch.maximum(s["peak"], value)
+        s["sum_r"] += ret
+        s["sum_r2"] += ret * ret
+        s["max_dd"] = torch.maximum(s["max_dd"], 1.0 - value / peak)
+        s["ep_reward"] += reward64
+        s["ep_costs"] += stats.costs
+        s["ep_trades"] += stats.num_trades
+        s.update(cash=cash, shares=shares, value=value, peak=peak)
+
+        # New day's row into the ring; the window is then the contiguous rows [q+1, q+T+1).
+        q = (self._q + 1) % T
+        self._q = q
+        row = self._mrows.index_select(0, day)
+        row[:, 0] = cash * self._cash_scale
+        row[:, self._hold_cols] = shares * self._hold_scale
+        self._buf[:, q] = row
+        self._buf[:, q + T] = row
+        obs = self._buf[:, q + 1 : q + 1 + T].clone(memory_format=torch.contiguous_format)
+
+        # Episode ends are decided on the host from the start days: no device synchronisation.
+        self._day_np += 1
+        length_np = self._day_np - self._start_np
+        term_np = self._day_np >= self.split.stop - 1
+        trunc_np = np.zeros(B, dtype=bool)
+        if cfg.episode_length is not None:
+            trunc_np = (length_np >= cfg.episode_length) & ~term_np
+        done_np = term_np | trunc_np
+        terminated = torch.from_numpy(term_np).to(self.device)
+        truncated = torch.from_numpy(trunc_np).to(self.device)
+        done = torch.from_numpy(done_np).to(self.device)
+        self._day = day
+
+        info: dict[str, Any] = {
+            "portfolio_value": value,
+            "cash": cash,
+            "day": day,
+            "costs": stats.costs,
+            "num_trades": stats.num_trades,
+            "shares_traded": stats.shares_traded,
+            "final_obs": obs,
+            "_final_obs": done,
+        }
+        if done_np.any():
+            info["episode"] = self._episode_summary(torch.from_numpy(length_np).to(self.device))
+            info["_episode"] = done
+            if self._autoreset:
+                obs = self._autoreset_envs(done_np, obs)
+            else:
+                self._needs_reset |= done_np
+        return obs, reward64.to(torch.float32), terminated, truncated, info
+
+    # ---------------------------------------------------------------- internals
+    def _episode_summary(self, length: Tensor) -> dict[str, Tensor]:
+        """[B] tensors describing each env's episode so far (valid where it just finished)."""
+        s = self._s
+        n = length.to(torch.float64)
+        mean = s["sum_r"] / n
+        var = (s["sum_r2"] - s["sum_r"] * mean) / (n - 1.0).clamp_min(1.0)
+        std = var.clamp_min(0.0).sqrt()
+        ok = (n >= 2) & (std > 1e-12)
+        sharpe = torch.where(ok, mean / std.clamp_min(1e-12), 0.0) * math.sqrt(TRADING_DAYS_PER_YEAR)
+        init = float(self.config.initial_amount)
+        return {
+            "reward": s["ep_reward"].clone(),
+            "final_value": s["value"].clone(),
+            "return": s["value"] / init - 1.0,
+            "trades": s["ep_trades"].clone(),
+            "sharpe": sharpe,
+            "max_drawdown": s["max_dd"].clone(),
+            "length": length,
+            "costs": s["ep_costs"].clone(),
+        }
+
+    def _autoreset_envs(self, done_np: np.ndarray, obs: Tensor) -> Tensor:
+        """Reset the finished envs in place; return the observation with their new first windows."""
+        idx_np = np.flatnonzero(done_np)
+        n = idx_np.size
+        starts_np = self._sample_starts(n)
+        self._start_np[idx_np] = starts_np
+        self._day_np[idx_np] = starts_np
+        idx = torch.from_numpy(idx_np).to(self.device)
+        starts = torch.from_numpy(starts_np).to(self.device)
+        # Out of place, so tensors already handed out in info keep the finished episodes' values.
+        self._day = self._day.index_copy(0, idx, starts)
+        fresh = self._fresh_state(n)
+        self._s = {k: v.index_copy(0, idx, fresh[k]) for k, v in self._s.items()}
+        windows = self._window_rows(starts)
+        self._place_windows(idx, windows)
+        obs = obs.clone()  # the pre-reset obs stays in info["final_obs"]
+        obs[idx] = windows
+        return obs
+
+    # ---------------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue these episodes bitwise (tensors on CPU, numpy arrays)."""
+        return {
+            **{f"s_{k}": v.cpu() for k, v in self._s.items()},
+            "buf": self._buf.cpu(),
+            "q": torch.tensor(self._q),
+            "day": self._day.cpu(),
+            "start_np": torch.from_numpy(self._start_np.copy()),
+            "day_np": torch.from_numpy(self._day_np.copy()),
+            "needs_reset": torch.from_numpy(self._needs_reset.copy()),
+            "gen": self._gen.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from ``state_dict`` (same num_envs, tickers and window)."""
+        if tuple(state["buf"].shape) != tuple(self._buf.shape):
+            raise UserError(
+                f"env state has shape {tuple(state['buf'].shape)}, this env {tuple(self._buf.shape)}"
+            )
+        dev = self.device
+        self._s = {k[2:]: v.to(dev) for k, v in state.items() if k.startswith("s_")}
+        self._buf = state["buf"].to(dev).clone()
+        self._q = int(state["q"])
+        self._day = state["day"].to(dev)
+        self._start_np = state["start_np"].numpy().copy()
+        self._day_np = state["day_np"].numpy().copy()
+        self._needs_reset = state["needs_reset"].numpy().copy()
+        self._gen.set_state(state["gen"])
+        self._started = True
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Nothing to release: the env holds only tensors."""
