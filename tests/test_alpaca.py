@@ -318,3 +318,34 @@ def test_malformed_response(env: Path, server: AlpacaTestServer, mode: str) -> N
 def test_wrong_path_is_a_clear_http_error(env: Path, server: AlpacaTestServer) -> None:
     with pytest.raises(UserError, match="HTTP 404 .*endpoint not found"):
         fetch(server, env, data_url=server.url + "/somewhere")
+
+
+# ------------------------------------------------------------------------------------ contracts
+
+
+def test_env_example_lists_every_variable_read() -> None:
+    import envs.alpaca as alpaca
+
+    text = (Path(__file__).resolve().parents[1] / ".env.example").read_text()
+    names = (*alpaca.KEY_VARS, *alpaca.SECRET_VARS, alpaca.URL_VAR, alpaca.RETRIES_VAR, alpaca.RETRY_WAIT_VAR,
+             "MASTER_ADDR", "MASTER_PORT")
+    for name in names:
+        assert name in text, name
+
+
+def test_env_example_copied_as_is_means_no_keys(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ALPACA_API_KEY")
+    monkeypatch.delenv("ALPACA_SECRET_KEY")
+    (env / ".env").write_text((Path(__file__).resolve().parents[1] / ".env.example").read_text())
+    with pytest.raises(UserError, match="Alpaca API keys not found"):
+        fetch_bars(["AAPL"], START, END, cache_dir=env / "cache")
+
+
+def test_alpaca_source_builds_market_data(env: Path, server: AlpacaTestServer) -> None:
+    from envs.sources import load_market_data
+
+    data = load_market_data("alpaca", tickers=TICKERS, start=START, end=END, cache_dir=env / "cache",
+                            data_url=server.url)
+    want = expected_frame(server.state.bars, TICKERS, START, END)
+    assert data.tickers == tuple(TICKERS) and data.num_days == 29
+    assert data.close[:, 1].tolist() == want.loc[want["tic"] == "MSFT", "close"].tolist()
