@@ -97,16 +97,26 @@ class BacktestResult:
     ) -> BacktestResult:
         """Build a result from a day-by-day policy record (`clstm_ppo.evaluate.PolicyRun`'s fields).
 
-        ``run`` needs ``dates [D]``, ``values [D]``, ``cash [D]``, ``holdings [D, N]`` (shares after that
-        day's trades), ``prices [D, N]`` (that day's close, the price those trades executed at) and
-        ``tickers [N]``; ``costs [D]`` (dollars per day) when present is checked against the trades table,
-        so a record whose trades executed at another day's prices fails loudly instead of mis-reporting.
-        The baseline buys equal-weight at ``prices[0]`` with ``buy_cost_pct`` and starts at ``initial_amount``.
+        ``run`` needs ``dates [D]``, ``values [D]``, ``cash [D]``, ``holdings [D, N]`` (shares held at
+        row i's close), ``prices [D, N]`` (row i's close) and ``tickers [N]``, recorded the env's way:
+        row 0 is the starting day before any trade, and the shares that changed from row i-1 to row i
+        were traded at row i-1's close (the env trades at today's close, then moves one day on). So the
+        trades table is dated and priced at row i-1. ``costs [D]`` (dollars, row i holding the costs of
+        that trade), when present, is checked against the rebuilt table, so a record that breaks this
+        convention fails loudly instead of mis-reporting. The baseline buys equal-weight at
+        ``prices[0]`` with ``buy_cost_pct`` and starts at ``initial_amount``, like the policy.
         """
+        dates = np.asarray(run.dates)
         prices = np.asarray(run.prices, dtype=np.float64)
         holdings = np.asarray(run.holdings, dtype=np.float64)
         trades = M.trades_from_holdings(
-            run.dates, run.tickers, holdings, prices, buy_cost_pct=buy_cost_pct, sell_cost_pct=sell_cost_pct
+            dates[:-1],
+            run.tickers,
+            holdings[1:],
+            prices[:-1],
+            buy_cost_pct=buy_cost_pct,
+            sell_cost_pct=sell_cost_pct,
+            initial_holdings=holdings[0],
         )
         recorded = getattr(run, "costs", None)
         if recorded is not None:

@@ -182,15 +182,17 @@ def test_plot_comparison_many_curves(tmp_path):
 def test_from_run_rebuilds_trades_and_checks_costs(tmp_path):
     from types import SimpleNamespace
 
+    # the env's record: row i holds the shares traded at row i-1's close, and that trade's costs
     rng = np.random.default_rng(3)
     days = 15
     prices = 20.0 * np.exp(np.cumsum(rng.normal(0, 0.02, (days, 2)), axis=0))
     holdings = np.zeros((days, 2))
-    holdings[1:5] = [10, 0]
-    holdings[5:] = [4, 7]
-    delta = np.diff(np.vstack([np.zeros((1, 2)), holdings]), axis=0)
-    costs = np.abs(delta * prices).sum(axis=1) * 1e-3  # same 0.1 % both sides
-    cash = 1000.0 - np.cumsum((delta * prices).sum(axis=1) + costs)
+    holdings[2:6] = [10, 0]  # bought at row 1's close
+    holdings[6:] = [4, 7]  # X sold, Y bought at row 5's close
+    delta = np.diff(holdings, axis=0)  # [D-1]: trade at row i's close, i = 0..D-2
+    trade_costs = np.abs(delta * prices[:-1]).sum(axis=1) * 1e-3
+    costs = np.r_[0.0, trade_costs]
+    cash = 1000.0 - np.cumsum(np.r_[0.0, (delta * prices[:-1]).sum(axis=1) + trade_costs])
     run = SimpleNamespace(
         dates=pd.bdate_range("2022-03-01", periods=days).to_numpy(),
         values=cash + (holdings * prices).sum(axis=1),
@@ -203,12 +205,13 @@ def test_from_run_rebuilds_trades_and_checks_costs(tmp_path):
     result = R.BacktestResult.from_run(run, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
     assert list(result.trades["side"]) == ["buy", "sell", "buy"]
     assert list(result.trades["date"]) == list(run.dates[[1, 5, 5]])
+    np.testing.assert_allclose(result.trades["price"], prices[[1, 5, 5], [0, 0, 1]])
     assert result.baseline_values[0] == 1000.0
     np.testing.assert_allclose(result.cash + result.holdings_value, result.values)
     rep = R.write_report(result, tmp_path)
     assert rep.metrics["policy"]["num_trades"] == 3
     assert rep.metrics["policy"]["total_costs"] == pytest.approx(costs.sum())
-    # trades recorded one day late (priced at the next close): the cost check catches it
-    late = SimpleNamespace(**{**vars(run), "prices": np.roll(prices, 1, axis=0)})
+    # a record priced the other way (trade at the same row's close): the cost check catches it
+    shifted = SimpleNamespace(**{**vars(run), "prices": np.roll(prices, -1, axis=0)})
     with pytest.raises(ValueError, match="misaligned"):
-        R.BacktestResult.from_run(late, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
+        R.BacktestResult.from_run(shifted, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
