@@ -28,8 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--start", required=True, help="first calendar day, New York time (YYYY-MM-DD)")
     parser.add_argument("--end", required=True, help="last calendar day, included (YYYY-MM-DD)")
     parser.add_argument("--timeframe", default="1Day", help="bar length: 1Day, 1Hour, 15Min, 1Week, ...")
-    parser.add_argument("--adjustment", default="all", choices=ADJUSTMENTS, help="corporate-action adjustment")
-    parser.add_argument("--feed", default="iex", choices=FEEDS, help="iex (free) or sip (paid, all exchanges)")
+    parser.add_argument("--adjustment", default="all", choices=ADJUSTMENTS,
+                        help="corporate-action adjustment (default all)")
+    parser.add_argument("--feed", default="iex", choices=FEEDS,
+                        help="iex (free plan, default) or sip (all US exchanges; paid for recent data)")
     parser.add_argument("--cache_dir", default="data_cache/alpaca", help="folder of cached Parquet files")
     parser.add_argument("--refresh", action="store_true", help="download again even when cached")
     parser.add_argument("--data_url", default=None, help="data endpoint override (else ALPACA_DATA_URL)")

@@ -14,7 +14,8 @@ Cache: one Parquet file per request, named by a hash of (sorted tickers, start, 
 adjustment, feed) -- not of keys or URL. A hit makes no request and needs no keys. Files are written to a
 temporary file in the same folder and `os.replace`d into place, so a crash never leaves a half-written
 file under the real name; a cache file that still cannot be read back (truncated, edited, wrong columns
-or tickers) is treated as missing: it is downloaded again and replaced, with a note on stderr.
+or tickers) is treated as missing: it is downloaded again and replaced, with a note on stderr. A range
+that has not ended yet (end date today or later) is not cached, since its last bars are still to come.
 
 Dates: ``start``/``end`` are calendar dates in the exchange's time zone (America/New_York), both
 inclusive. Daily (and weekly/monthly) bars are dated by their trading day, tz-naive at midnight; intraday
@@ -219,7 +220,13 @@ def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
 
 
 def cache_path(
-    cache_dir: str | Path, tickers: Sequence[str], start: str, end: str, timeframe: str, adjustment: str, feed: str
+    cache_dir: str | Path,
+    tickers: Sequence[str],
+    start: str,
+    end: str,
+    timeframe: str,
+    adjustment: str,
+    feed: str,
 ) -> Path:
     """Where the bars for this request live: ``<cache_dir>/bars_<timeframe>_<feed>_<adj>_<hash>.parquet``.
 
@@ -335,7 +342,8 @@ def _api_error_message(err: Exception, url: str, retries: int) -> str:
     where = redact_url(url)
     if status in (401, 403) and "subscription" not in detail.lower():
         return (f"Alpaca rejected the API keys (HTTP {status} from {where}); check ALPACA_API_KEY/"
-                f"ALPACA_SECRET_KEY (or APCA_API_KEY_ID/APCA_API_SECRET_KEY) and that they are market-data keys")
+                "ALPACA_SECRET_KEY (or APCA_API_KEY_ID/APCA_API_SECRET_KEY) and that they are "
+                "market-data keys")
     if status == 429:
         return (f"Alpaca rate limit (HTTP 429) still hit after {retries} retries from {where}; wait a minute "
                 f"and run again (downloads already cached are reused)")
@@ -382,7 +390,8 @@ def _download(
         raise UserError(message) from None
     except requests.exceptions.JSONDecodeError:
         raise UserError(
-            f"malformed response from the Alpaca data API at {redact_url(url)} (not JSON); is the data URL right?"
+            f"malformed response from the Alpaca data API at {redact_url(url)} (not JSON); "
+            "is the data URL right?"
         ) from None
     except requests.exceptions.ConnectionError:
         raise UserError(
@@ -392,7 +401,9 @@ def _download(
     except requests.exceptions.Timeout:
         raise UserError(f"the Alpaca data API at {redact_url(url)} timed out; try again later") from None
     except requests.exceptions.RequestException as err:
-        raise UserError(f"request to the Alpaca data API at {redact_url(url)} failed: {type(err).__name__}") from None
+        raise UserError(
+            f"request to the Alpaca data API at {redact_url(url)} failed: {type(err).__name__}"
+        ) from None
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         # JSON decode errors, alpaca-py's "does not match any known keys", and our own shape checks.
         raise UserError(
@@ -458,5 +469,10 @@ def fetch_bars(
     if missing:
         raise UserError(f"Alpaca returned no bars for {', '.join(missing)} {span}: unknown ticker, "
                         "or not trading in that range")
-    _write_cache(path, frame)
+    if window[1] < pd.Timestamp.now(tz="UTC"):
+        _write_cache(path, frame)
+    else:
+        # The range is not over: today's bar is still forming and later bars will come, so a cache
+        # file would freeze an incomplete answer under a name that says "complete".
+        print(f"note: range ends {end}, not yet over; bars not cached", file=sys.stderr)
     return frame

@@ -10,7 +10,8 @@ Like the real API: keys in the APCA-API-KEY-ID / APCA-API-SECRET-KEY headers (mi
 -> 403); ``limit`` caps the bars of one page across all symbols, ordered by symbol then time; the page
 token is opaque; symbols without bars are simply absent. Knobs for tests: ``page_size`` (a server-side
 cap below alpaca-py's 10,000 so small data spans pages), ``fail_429`` (answer 429 that many times
-first), ``mode`` ("ok", "not_json", "no_bars_key", "bars_list", "bad_bar"). Every request is recorded.
+first), ``mode`` ("ok", "not_json", "no_bars_key", "bars_list", "bad_bar",
+"sip_recent": the free plan's 403 for recent SIP data). Every request is recorded.
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(403, {"message": "forbidden"})
         if throttle:
             return self._send(429, {"message": "too many requests."})
+        if state.mode == "sip_recent":
+            return self._send(403, {"message": "subscription does not permit querying recent SIP data"})
         if state.mode == "not_json":
             return self._send(200, "<html>proxy error</html>", raw=True)
         if state.mode == "no_bars_key":
@@ -155,7 +158,9 @@ class AlpacaTestServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.state = state
         # A short poll interval so shutdown() (which waits for the loop to notice) is quick.
-        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
 
     @property
     def url(self) -> str:

@@ -1,4 +1,4 @@
-"""envs.alpaca against a real local HTTP server speaking Alpaca's protocol, through the real alpaca-py client."""
+"""envs.alpaca against a local HTTP server speaking Alpaca's protocol, through the real alpaca-py client."""
 
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server():
-    state = ServerState(key=KEY, secret=SECRET, bars=daily_bars(TICKERS, "2023-12-01", "2024-03-29"), page_size=7)
+    bars = daily_bars(TICKERS, "2023-12-01", "2024-03-29")
+    state = ServerState(key=KEY, secret=SECRET, bars=bars, page_size=7)
     with AlpacaTestServer(state) as srv:
         yield srv
 
@@ -104,7 +105,7 @@ def test_feed_adjustment_timeframe_are_sent(env: Path, server: AlpacaTestServer)
     assert len(got) == 26 and set(got["tic"]) == {"AAPL"}
 
 
-def test_summer_and_winter_midnights_map_to_the_same_calendar_day(env: Path, server: AlpacaTestServer) -> None:
+def test_summer_and_winter_midnights_map_to_calendar_days(env: Path, server: AlpacaTestServer) -> None:
     server.state.bars = daily_bars(["AAPL"], "2024-03-08", "2024-03-12")  # DST starts 2024-03-10
     got = fetch(server, env, tickers=["AAPL"], start="2024-03-08", end="2024-03-12")
     assert [d.strftime("%Y-%m-%d") for d in got["date"]] == ["2024-03-08", "2024-03-11", "2024-03-12"]
@@ -240,7 +241,8 @@ def test_environment_wins_over_dotenv(env: Path, server: AlpacaTestServer) -> No
     assert len(fetch(server, env)) > 0
 
 
-def test_apca_variables_are_accepted(env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apca_variables_are_accepted(env: Path, server: AlpacaTestServer,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ALPACA_API_KEY")
     monkeypatch.delenv("ALPACA_SECRET_KEY")
     monkeypatch.setenv("APCA_API_KEY_ID", KEY)
@@ -248,7 +250,8 @@ def test_apca_variables_are_accepted(env: Path, server: AlpacaTestServer, monkey
     assert len(fetch(server, env)) > 0
 
 
-def test_data_url_from_environment(env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_data_url_from_environment(env: Path, server: AlpacaTestServer,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALPACA_DATA_URL", server.url)
     fetch_bars(["AAPL"], START, END, cache_dir=env / "cache")
     assert len(server.bar_requests()) > 0
@@ -257,7 +260,8 @@ def test_data_url_from_environment(env: Path, server: AlpacaTestServer, monkeypa
 # ------------------------------------------------------------------------------------ errors
 
 
-@pytest.mark.parametrize(("key", "secret", "status"), [("wrong", "wrong", "403"), (KEY, "bad" + SECRET, "403")],
+@pytest.mark.parametrize(("key", "secret", "status"),
+                         [("wrong", "wrong", "403"), (KEY, "bad" + SECRET, "403")],
                          ids=["both-wrong", "secret-wrong"])
 def test_bad_keys(env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch,
                   key: str, secret: str, status: str) -> None:
@@ -349,3 +353,21 @@ def test_alpaca_source_builds_market_data(env: Path, server: AlpacaTestServer) -
     want = expected_frame(server.state.bars, TICKERS, START, END)
     assert data.tickers == tuple(TICKERS) and data.num_days == 29
     assert data.close[:, 1].tolist() == want.loc[want["tic"] == "MSFT", "close"].tolist()
+
+
+def test_subscription_403_is_not_blamed_on_keys(env: Path, server: AlpacaTestServer) -> None:
+    server.state.mode = "sip_recent"
+    with pytest.raises(UserError, match="HTTP 403.*subscription does not permit.*--feed iex") as info:
+        fetch(server, env, feed="sip")
+    assert "API keys" not in str(info.value)
+
+
+def test_range_not_over_is_not_cached(env: Path, server: AlpacaTestServer,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    got = fetch(server, env, start="2024-03-25", end="2999-12-31")
+    assert got["date"].max() == pd.Timestamp("2024-03-29")
+    assert "not cached" in capsys.readouterr().err
+    n = len(server.bar_requests())
+    fetch(server, env, start="2024-03-25", end="2999-12-31")
+    assert len(server.bar_requests()) == 2 * n
+    assert not list((env / "cache").glob("*.parquet")) if (env / "cache").exists() else True

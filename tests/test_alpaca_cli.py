@@ -28,7 +28,8 @@ TICKERS = ["AAPL", "MSFT"]
 
 @pytest.fixture
 def server():
-    state = ServerState(key=KEY, secret=SECRET, bars=daily_bars(TICKERS, "2023-12-01", "2024-03-29"), page_size=10)
+    bars = daily_bars(TICKERS, "2023-12-01", "2024-03-29")
+    state = ServerState(key=KEY, secret=SECRET, bars=bars, page_size=10)
     with AlpacaTestServer(state) as srv:
         yield srv
 
@@ -63,7 +64,8 @@ def test_download_end_to_end_never_writes_or_prints_keys(tmp_path: Path, server:
     proc = run_cli(tmp_path, download_args(server.url, "--out", "out/bars.csv", "--debug"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines() == [
-        "44 bars for 2 tickers, 22 dates 2024-01-02..2024-01-31 (1Day, all, iex), cache cache; wrote out/bars.csv"
+        "44 bars for 2 tickers, 22 dates 2024-01-02..2024-01-31 (1Day, all, iex), cache cache; "
+        "wrote out/bars.csv"
     ]
     frame = pd.read_csv(tmp_path / "out" / "bars.csv", parse_dates=["date"])
     assert list(frame.columns) == ["date", "tic", "open", "high", "low", "close", "volume"]
@@ -90,7 +92,8 @@ def test_missing_keys(tmp_path: Path, server: AlpacaTestServer) -> None:
 
 
 def test_bad_keys(tmp_path: Path, server: AlpacaTestServer) -> None:
-    proc = run_cli(tmp_path, download_args(server.url), APCA_API_KEY_ID="PKWRONGKEY", APCA_API_SECRET_KEY="wrongsecret")
+    proc = run_cli(tmp_path, download_args(server.url),
+                   APCA_API_KEY_ID="PKWRONGKEY", APCA_API_SECRET_KEY="wrongsecret")
     assert_one_error_line(proc, "rejected the API keys", "HTTP 403")
     assert "PKWRONGKEY" not in proc.stderr and "wrongsecret" not in proc.stderr
 
@@ -107,7 +110,8 @@ def test_connection_refused(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = run_cli(tmp_path, download_args(f"http://127.0.0.1:{port}"), ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET)
+    proc = run_cli(tmp_path, download_args(f"http://127.0.0.1:{port}"),
+                   ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET)
     assert_one_error_line(proc, "cannot connect", f"127.0.0.1:{port}")
 
 
