@@ -215,3 +215,42 @@ def test_from_run_rebuilds_trades_and_checks_costs(tmp_path):
     shifted = SimpleNamespace(**{**vars(run), "prices": np.roll(prices, -1, axis=0)})
     with pytest.raises(ValueError, match="misaligned"):
         R.BacktestResult.from_run(shifted, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
+
+
+def test_from_run_on_the_real_env_record(tmp_path):
+    """The env's own day-by-day record (random actions) goes through from_run: trades and costs agree."""
+    from types import SimpleNamespace
+
+    from envs.data import split_days
+    from envs.features import PreparedMarket
+    from envs.kernel import EnvConfig
+    from envs.synthetic import generate_market
+    from envs.trading_env import StockTradingEnv
+
+    data = generate_market(num_tickers=4, num_days=300, seed=5)
+    market = PreparedMarket.prepare(data, split_days(data, window=10), window=10, use_turbulence=False)
+    cfg = EnvConfig(window=10, episode_length=None, random_start=False)
+    env = StockTradingEnv(market=market, split="test", config=cfg)
+    _, info = env.reset(seed=0)
+    record, done, rng = [info], False, np.random.default_rng(0)
+    while not done:
+        _, _, terminated, truncated, info = env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+        record.append(info)
+        done = terminated or truncated
+    run = SimpleNamespace(
+        dates=np.array([r["date"] for r in record], dtype="datetime64[ns]"),
+        values=np.array([r["portfolio_value"] for r in record]),
+        cash=np.array([r["cash"] for r in record]),
+        holdings=np.stack([r["holdings"] for r in record]),
+        prices=np.stack([r["prices"] for r in record]),
+        costs=np.array([r.get("costs", 0.0) for r in record]),
+        tickers=tuple(data.tickers),
+    )
+    result = R.BacktestResult.from_run(
+        run, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct, sell_cost_pct=cfg.sell_cost_pct
+    )
+    assert len(result.trades["side"]) == sum(r.get("num_trades", 0) for r in record) > 0
+    np.testing.assert_allclose(result.cash + result.holdings_value, result.values, rtol=1e-12)
+    rep = R.write_report(result, tmp_path)
+    assert rep.metrics["policy"]["total_costs"] == pytest.approx(run.costs.sum(), rel=1e-9)
+    assert rep.metrics["policy"]["initial_value"] == cfg.initial_amount
