@@ -1,0 +1,166 @@
+"""`clstm-ppo data generate | inspect`: in-process for output, and the real CLI in a subprocess for errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from clstm_ppo.data_cli import main
+from envs.data import MarketData
+from envs.errors import UserError
+from envs.synthetic import generate_market
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "data", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_generate_csv_is_deterministic_and_loads(tmp_path, capsys):
+    a, b, c = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "c.csv"
+    flags = ["--tickers", "4", "--days", "60", "--signal", "0.5", "--signal_kind", "lead_lag", "--start", "2020-01-01"]
+    assert main(["generate", "--out", str(a), "--seed", "5", *flags]) == 0
+    assert "wrote 240 rows (4 tickers x 60 days, 2020-01-01 .. 2020-03-24" in capsys.readouterr().out
+    assert main(["generate", "--out", str(b), "--seed", "5", *flags]) == 0
+    assert main(["generate", "--out", str(c), "--seed", "6", *flags]) == 0
+    assert a.read_bytes() == b.read_bytes() != c.read_bytes()
+    expected = generate_market(num_tickers=4, num_days=60, seed=5, signal_strength=0.5, signal="lead_lag",
+                               start="2020-01-01")
+    assert MarketData.from_csv(a).equals(expected)
+
+
+def test_generate_parquet_into_new_folder(tmp_path):
+    out = tmp_path / "new" / "dir" / "m.parquet"
+    assert main(["generate", "--out", str(out), "--tickers", "3", "--days", "20"]) == 0
+    assert MarketData.from_parquet(out).equals(generate_market(num_tickers=3, num_days=20))
+
+
+def test_generate_bad_flags_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="cannot tell the format"):
+        main(["generate", "--out", str(tmp_path / "m.xlsx"), "--days", "5"])
+    with pytest.raises(UserError, match=r"signal strength must be in \[0, 1\)"):
+        main(["generate", "--out", str(tmp_path / "m.csv"), "--signal", "2"])
+    with pytest.raises(UserError, match="invalid int value"):
+        main(["generate", "--out", str(tmp_path / "m.csv"), "--days", "many"])
+    with pytest.raises(UserError, match="the following arguments are required: --out"):
+        main(["generate"])
+
+
+def test_inspect_fixture_summary(capsys):
+    assert main(["inspect", str(FIXTURE)]) == 0
+    out = capsys.readouterr().out
+    assert "rows: 16194   tickers: 6   dates: 2013-01-02 .. 2023-09-21 (2699 trading days)" in out
+    assert "symbol->tic" in out and "(ignored: adjusted)" in out
+    assert "gaps: none" in out
+    lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
+    header = lines["ticker"]
+    nvda = dict(zip(header, lines["NVDA"], strict=True))
+    raw = pd.read_csv(FIXTURE)
+    close = raw[raw.symbol == "NVDA"].sort_values("date")["close"].to_numpy()
+    ret = close[1:] / close[:-1] - 1
+    assert nvda["days"] == "2699" and nvda["missing"] == "0"
+    assert float(nvda["mean_ret%"]) == pytest.approx(100 * ret.mean(), abs=1e-3)
+    assert float(nvda["vol%"]) == pytest.approx(100 * ret.std(), abs=1e-2)
+    assert float(nvda["min_price"]) == pytest.approx(close.min(), abs=0.01)
+    assert float(nvda["max_price"]) == pytest.approx(close.max(), abs=0.01)
+
+
+def test_inspect_reports_gaps_and_policies(tmp_path, capsys):
+    frame = pd.read_csv(FIXTURE)
+    frame = frame[~((frame.symbol == "NFLX") & frame.date.isin(["2020-03-02", "2020-03-03"]))]
+    path = tmp_path / "gappy.csv"
+    frame.to_csv(path, index=False)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "gaps: 1 of 6 tickers miss some of the 2699 dates" in out
+    assert "NFLX: 2 missing (2020-03-02, 2020-03-03)" in out
+    assert "refuses this file" in out
+    assert main(["inspect", str(path), "--gap_policy", "intersect"]) == 0
+    assert "gap_policy intersect: loads 2697 days x 6 tickers" in capsys.readouterr().out
+    assert main(["inspect", str(path), "--gap_policy", "ffill"]) == 0
+    assert "gap_policy ffill: loads 2699 days x 6 tickers" in capsys.readouterr().out
+
+
+def test_help_exits_zero():
+    with pytest.raises(SystemExit) as info:
+        main(["inspect", "--help"])
+    assert info.value.code == 0
+
+
+# ---------------------------------------------------------------------- the real CLI on bad files
+GOOD = "date,tic,open,high,low,close,volume\n" + "".join(
+    f"2021-03-0{d},{t},10,11,9,10.5,100\n" for d in range(1, 6) for t in ("AAA", "BBB"))
+
+
+def _replace_line(text: str, line_no: int, new: str) -> str:
+    lines = text.splitlines()
+    lines[line_no] = new
+    return "\n".join(lines) + "\n"
+
+
+BAD_FILES: dict[str, tuple[str, str, list[str]]] = {
+    # name: (file text, expected message fragment, extra flags)
+    "empty.csv": ("", "data file is empty", []),
+    "header_only.csv": ("date,tic,open,high,low,close,volume\n", "no rows of market data", []),
+    "no_close.csv": ("date,tic,open\n2021-03-01,AAA,1\n", "missing columns close", []),
+    "bad_date.csv": (_replace_line(GOOD, 3, "2021-13-45,BBB,10,11,9,10.5,100"),
+                     "unparseable dates in column 'date': BBB '2021-13-45'", []),
+    "dup.csv": (GOOD + "2021-03-01,AAA,10,11,9,10.5,100\n", "duplicate (date, tic) rows: AAA 2021-03-01", []),
+    "nan.csv": (_replace_line(GOOD, 4, "2021-03-02,BBB,10,11,9,,100"),
+                "missing (NaN) close prices at BBB 2021-03-02", []),
+    "inf.csv": (_replace_line(GOOD, 4, "2021-03-02,BBB,10,inf,9,10,100"),
+                "infinite high prices at BBB 2021-03-02", []),
+    "zero.csv": (_replace_line(GOOD, 5, "2021-03-03,AAA,0,11,9,10,100"),
+                 "non-positive open prices at AAA 2021-03-03", []),
+    "high_low.csv": (_replace_line(GOOD, 5, "2021-03-03,AAA,10,9,11,10,100"), "high below low at AAA 2021-03-03", []),
+    "text_price.csv": (_replace_line(GOOD, 6, "2021-03-03,BBB,10,11,9,$10.5,100"),
+                       "non-numeric values in column 'close': '$10.5' (BBB 2021-03-03)", []),
+    "gaps.csv": ("\n".join(GOOD.splitlines()[:-1]) + "\n",
+                 "tickers do not cover the same dates: BBB misses 1 of 5 dates (2021-03-05)", ["--gap_policy", "fail"]),
+    "gaps_ffill.csv": (GOOD.replace("2021-03-02,BBB,10,11,9,10.5,100\n", "").replace(
+        "2021-03-03,BBB,10,11,9,10.5,100\n", ""),
+        "cannot forward-fill: BBB misses 2 days in a row from 2021-03-02 (max_ffill_days=1)",
+        ["--gap_policy", "ffill", "--max_ffill_days", "1"]),
+    "prices.txt": (GOOD, "cannot tell the format of", []),
+}
+
+
+def test_real_cli_rejects_bad_files_with_one_line_and_exit_2(tmp_path):
+    cases = []
+    for name, (text, expected, flags) in BAD_FILES.items():
+        path = tmp_path / name
+        path.write_text(text)
+        cases.append((str(path), expected, flags))
+    cases.append((str(tmp_path / "missing.csv"), f"data file not found: {tmp_path / 'missing.csv'}", []))
+    # two at a time: each subprocess spends most of its time importing pandas
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda c: run_cli("inspect", c[0], *c[2]), cases))
+    for (path, expected, _), proc in zip(cases, results, strict=True):
+        assert proc.returncode == 2, (path, proc.returncode, proc.stdout, proc.stderr)
+        stderr = proc.stderr.strip().splitlines()
+        assert len(stderr) == 1, (path, proc.stderr)
+        assert stderr[0].startswith("error: ") and expected in stderr[0], (path, stderr[0])
+        assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_real_cli_generate_then_inspect(tmp_path):
+    out = tmp_path / "syn.parquet"
+    gen = run_cli("generate", "--out", str(out), "--tickers", "3", "--days", "30", "--seed", "2")
+    assert gen.returncode == 0, gen.stderr
+    ins = run_cli("inspect", str(out))
+    assert ins.returncode == 0, ins.stderr
+    assert "tickers: 3" in ins.stdout and "(30 trading days)" in ins.stdout and "SYN02" in ins.stdout
+    bad = run_cli("generate", "--out", str(out), "--days", "0")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: num_days must be a whole number >= 2")
+    assert np.isfinite(MarketData.from_parquet(out).close).all()

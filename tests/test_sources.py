@@ -1,0 +1,114 @@
+"""load_market_data: synthetic options, CSV/Parquet files, filters, and the errors users will hit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from envs.data import MarketData
+from envs.errors import UserError
+from envs.sources import load_market_data, parse_synthetic_options
+from envs.synthetic import generate_market
+
+FIXTURE = Path(__file__).resolve().parents[1] / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
+
+
+def error_of(fn, *args, **kw) -> str:
+    with pytest.raises(UserError) as info:
+        fn(*args, **kw)
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_synthetic_default_uses_seed_argument():
+    data = load_market_data("synthetic", seed=4)
+    assert data.equals(generate_market(seed=4))
+
+
+def test_synthetic_options_are_passed_to_the_generator():
+    data = load_market_data("synthetic:tickers=10,days=1000,signal=0.5,signal_kind=momentum,seed=3", seed=99)
+    assert data.equals(generate_market(num_tickers=10, num_days=1000, signal_strength=0.5, signal="momentum", seed=3))
+    assert parse_synthetic_options(" start=2020-01-01 , signal_kind=lead_lag ") == {
+        "start": "2020-01-01", "signal": "lead_lag"}
+
+
+@pytest.mark.parametrize("source,expected", [
+    ("synthetic:ticker=3", "unknown synthetic option 'ticker'; accepted: tickers, days, start, signal"),
+    ("synthetic:tickers=three", "synthetic option tickers='three' is not a valid int"),
+    ("synthetic:tickers", "must look like key=value"),
+    ("synthetic:signal=1.5", "signal strength must be in [0, 1)"),
+    ("synthetic:signal_kind=noise", "unknown synthetic signal 'noise'"),
+])
+def test_bad_synthetic_options(source, expected):
+    assert expected in error_of(load_market_data, source)
+
+
+def test_synthetic_filters():
+    data = load_market_data("synthetic:tickers=5,days=50", tickers=["SYN03", "SYN01"], start="2014-01-06",
+                            end="2014-01-10")
+    assert data.tickers == ("SYN03", "SYN01")
+    assert [data.date_str(i) for i in range(data.num_days)] == [f"2014-01-{d:02d}" for d in range(6, 11)]
+    assert "unknown tickers SYN09" in error_of(load_market_data, "synthetic:tickers=5,days=50", tickers=["SYN09"])
+
+
+def test_csv_scheme_bare_path_and_parquet_agree(tmp_path):
+    frame = pd.read_csv(FIXTURE)
+    pq = tmp_path / "stocks.parquet"
+    frame.to_parquet(pq, index=False)
+    by_scheme = load_market_data(f"csv:{FIXTURE}")
+    assert by_scheme.num_tickers == 6
+    assert load_market_data(str(FIXTURE)).equals(by_scheme)
+    assert load_market_data(f"parquet:{pq}").equals(by_scheme)
+    assert load_market_data(str(pq)).equals(by_scheme)
+
+
+def test_file_ticker_and_date_filters():
+    data = load_market_data(f"csv:{FIXTURE}", tickers=["NVDA", "AAPL"], start="2020-01-01", end="2020-12-31")
+    assert data.tickers == ("NVDA", "AAPL")
+    assert data.date_str(0) == "2020-01-02" and data.date_str(-1) == "2020-12-31"
+    assert data.num_days == 253
+    full = MarketData.from_csv(FIXTURE)
+    i0 = int(np.searchsorted(full.dates, np.datetime64("2020-01-02")))
+    np.testing.assert_array_equal(data.close[:, 1], full.close[i0:i0 + 253, 0])
+
+
+def test_filters_apply_before_gap_check(tmp_path):
+    frame = pd.read_csv(FIXTURE)
+    # META starts late: without a filter the file has gaps
+    frame = frame[~((frame.symbol == "META") & (frame.date < "2015-01-01"))]
+    path = tmp_path / "late_meta.csv"
+    frame.to_csv(path, index=False)
+    assert "tickers do not cover the same dates: META misses" in error_of(load_market_data, f"csv:{path}")
+    assert load_market_data(f"csv:{path}", tickers=["AAPL", "GOOG"]).num_days == 2699
+    assert load_market_data(f"csv:{path}", start="2015-01-01").num_tickers == 6
+    assert load_market_data(f"csv:{path}", gap_policy="intersect").date_str(0) == "2015-01-02"
+
+
+@pytest.mark.parametrize("source,kwargs,expected", [
+    ("yahoo:AAPL", {}, "unknown data source 'yahoo:AAPL'; use one of synthetic, synthetic:k=v,..., csv:PATH, "
+                       "parquet:PATH, alpaca"),
+    ("", {}, "empty data source"),
+    ("csv:/no/such/file.csv", {}, "data file not found: /no/such/file.csv"),
+    ("parquet:/no/such/file.parquet", {}, "data file not found: /no/such/file.parquet"),
+    ("csv:", {}, "csv: needs a path"),
+    (f"csv:{FIXTURE}", {"tickers": ["AAPL", "TSLA", "IBM"]}, "unknown tickers TSLA, IBM in"),
+    (f"csv:{FIXTURE}", {"start": "2030-01-01"}, "no rows of"),
+    (f"csv:{FIXTURE}", {"start": "2021-01-01", "end": "2020-01-01"}, "start 2021-01-01 is after end 2020-01-01"),
+    (f"csv:{FIXTURE}", {"end": "last tuesday"}, "end date 'last tuesday' is not a date"),
+    (f"csv:{FIXTURE}", {"feed": "sip"}, "only apply to the alpaca source"),
+    ("alpaca", {}, "the alpaca source needs tickers"),
+    ("alpaca", {"tickers": ["AAPL"]}, "needs a start and an end date"),
+    ("alpaca:feed=sip", {"tickers": ["AAPL"]}, "takes no options"),
+])
+def test_source_errors(source, kwargs, expected):
+    assert expected in error_of(load_market_data, source, **kwargs)
+
+
+def test_parquet_scheme_on_a_csv_file_is_a_user_error(tmp_path):
+    assert "cannot read Parquet file" in error_of(load_market_data, f"parquet:{FIXTURE}")
+    folder = tmp_path / "dir.csv"
+    folder.mkdir()
+    assert "is a folder" in error_of(load_market_data, f"csv:{folder}")
