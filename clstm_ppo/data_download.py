@@ -23,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clstm-ppo data download",
         description="Download daily (or intraday) stock bars from Alpaca into the local cache.",
+        epilog="Keys: ALPACA_API_KEY and ALPACA_SECRET_KEY (or APCA_API_KEY_ID and APCA_API_SECRET_KEY) "
+        "from the environment or ./.env; see .env.example. A cached request needs no keys or network.",
     )
     parser.add_argument("--tickers", required=True, help="comma-separated symbols, e.g. AAPL,MSFT")
     parser.add_argument("--start", required=True, help="first calendar day, New York time (YYYY-MM-DD)")

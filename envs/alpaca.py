@@ -4,8 +4,8 @@
 `next_page_token` itself, so multi-page, multi-symbol answers arrive whole) and returns FinRL's long
 format: one row per (date, tic) with open/high/low/close in dollars and volume in shares.
 
-Keys come from the environment or a `.env` file found from the working directory upward (variables
-already in the environment win): ``ALPACA_API_KEY`` / ``ALPACA_SECRET_KEY``, or alpaca's own
+Keys come from the environment or a `.env` file in the working directory (variables already in the
+environment win): ``ALPACA_API_KEY`` / ``ALPACA_SECRET_KEY``, or alpaca's own
 ``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``. ``ALPACA_DATA_URL`` (or ``data_url=``) points the client
 at another endpoint (a proxy, a test server). Keys are sent only as request headers: they never appear
 in messages, logs, cache files or cache names.
@@ -80,15 +80,17 @@ class Credentials:
 
 
 def read_settings(names: Iterable[str]) -> dict[str, str]:
-    """Values of ``names`` from the environment, else from the nearest `.env` (cwd upward); empty = unset.
+    """Values of ``names`` from the environment, else from ``./.env``; empty counts as unset.
 
     The `.env` file is read, not loaded into ``os.environ``: same precedence as
-    ``load_dotenv(override=False)``, without handing the keys to every child process.
+    ``load_dotenv(override=False)``, without handing the keys to every child process. Only the working
+    directory is searched (as `clstm-ppo doctor` does), so an unrelated `.env` in a parent folder is
+    never picked up.
     """
-    from dotenv import dotenv_values, find_dotenv
+    from dotenv import dotenv_values
 
-    path = find_dotenv(usecwd=True)
-    file_values = dotenv_values(path) if path else {}
+    path = Path(".env")
+    file_values = dotenv_values(path) if path.is_file() else {}
     out: dict[str, str] = {}
     for name in names:
         value = os.environ.get(name) or file_values.get(name) or ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -227,13 +228,13 @@ def test_keys_from_dotenv_file(env: Path, server: AlpacaTestServer, monkeypatch:
     monkeypatch.delenv("ALPACA_API_KEY")
     monkeypatch.delenv("ALPACA_SECRET_KEY")
     (env / ".env").write_text(f"# test\nALPACA_API_KEY={KEY}\nALPACA_SECRET_KEY='{SECRET}'\n")
+    assert len(fetch(server, env)) > 0
+    assert "ALPACA_API_KEY" not in os.environ  # read, not exported to child processes
     sub = env / "sub"
     sub.mkdir()
-    monkeypatch.chdir(sub)  # found from a sub-folder too
-    assert len(fetch(server, env)) > 0
-    import os
-
-    assert "ALPACA_API_KEY" not in os.environ  # read, not exported to child processes
+    monkeypatch.chdir(sub)  # only the working directory's .env counts
+    with pytest.raises(UserError, match="keys not found"):
+        fetch(server, env, refresh=True)
 
 
 def test_environment_wins_over_dotenv(env: Path, server: AlpacaTestServer) -> None:

@@ -34,13 +34,14 @@ def server():
         yield srv
 
 
-def run_cli(cwd: Path, args: list[str], **env_vars: str) -> subprocess.CompletedProcess[str]:
+def run_cli(cwd: Path, args: list[str], module: tuple[str, ...] = ("clstm_ppo.data_download",),
+            **env_vars: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ALPACA_", "APCA_"))}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["ALPACA_RETRY_WAIT_SECONDS"] = "0.01"
     env.update(env_vars)
     return subprocess.run(
-        [sys.executable, "-m", "clstm_ppo.data_download", *args],
+        [sys.executable, "-m", *module, *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
     )
 
@@ -115,7 +116,8 @@ def test_connection_refused(tmp_path: Path) -> None:
     assert_one_error_line(proc, "cannot connect", f"127.0.0.1:{port}")
 
 
-def test_unknown_ticker_via_env_url(tmp_path: Path, server: AlpacaTestServer) -> None:
+def test_unknown_ticker_through_clstm_ppo_data_download(tmp_path: Path, server: AlpacaTestServer) -> None:
     args = ["--tickers", "AAPL,NOPE", "--start", "2024-01-02", "--end", "2024-01-31"]
-    proc = run_cli(tmp_path, args, ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET, ALPACA_DATA_URL=server.url)
+    proc = run_cli(tmp_path, args, module=("clstm_ppo.cli", "data", "download"),
+                   ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET, ALPACA_DATA_URL=server.url)
     assert_one_error_line(proc, "no bars for NOPE")
