@@ -118,7 +118,8 @@ def summarize(frame: pd.DataFrame) -> str:
         f"rows: {len(frame)}   tickers: {frame['tic'].nunique()}   dates: {pd.Timestamp(all_dates[0]).date()} .. "
         f"{pd.Timestamp(all_dates[-1]).date()} ({len(all_dates)} trading days)",
         f"bars: {'close only (open/high/low filled from close)' if frame.attrs.get('close_only') else 'OHLCV'}"
-        f"   columns: {used}" + (f"   (ignored: {cols['adj_close']})" if "adj_close" in cols else ""),
+        f"   columns: {used}" + (f"   ({'OHLC rescaled by' if frame.attrs.get('adjusted') else 'ignored:'} "
+                                f"{cols['adj_close']})" if "adj_close" in cols else ""),
         "",
         _table(rows, ["ticker", "first", "last", "days", "missing", "mean_ret%", "vol%", "ann_vol%",
                       "min_price", "max_price"]),

@@ -114,8 +114,11 @@ def _resolve_columns(columns: Sequence[Any]) -> dict[str, str]:
     return mapping
 
 
-def _parse_dates(raw: pd.Series, tics: pd.Series) -> pd.Series:
-    """Dates as datetime64[ns], time of day dropped; UserError listing unparseable values."""
+def _parse_dates(raw: pd.Series, tics: pd.Series) -> tuple[pd.Series, bool]:
+    """(dates as datetime64[ns] with the time of day dropped, whether any had a time of day).
+
+    :raises UserError: listing the first unparseable values.
+    """
     if isinstance(raw.dtype, pd.DatetimeTZDtype):
         # keep each bar's local calendar date (Alpaca daily bars are stamped at midnight New York time)
         parsed = raw.dt.tz_localize(None)
@@ -143,7 +146,8 @@ def _parse_dates(raw: pd.Series, tics: pd.Series) -> pd.Series:
             raise UserError(f"unparseable dates in column 'date': {', '.join(shown)}{more}")
     if parsed.isna().any():
         raise UserError(f"missing dates in column 'date' ({int(parsed.isna().sum())} rows)")
-    return parsed.dt.normalize().astype("datetime64[ns]")
+    day = parsed.dt.normalize()
+    return day.astype("datetime64[ns]"), bool((parsed != day).any())
 
 
 def _parse_numbers(raw: pd.Series, name: str, frame: pd.DataFrame) -> np.ndarray:
@@ -174,7 +178,8 @@ def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.Dat
 
     Renames aliases, parses dates (datetime64[ns], normalised to midnight) and numbers, validates every row
     (no gap check: that needs the whole panel, see :meth:`MarketData.from_frame`), and sorts by (date, tic).
-    The returned frame carries ``attrs["close_only"]`` and ``attrs["source_columns"]`` (canonical -> input name).
+    The returned frame carries ``attrs["close_only"]``, ``attrs["adjusted"]`` (OHLC rescaled by adj_close)
+    and ``attrs["source_columns"]`` (canonical -> input name).
 
     :param df: long frame, one row per (date, ticker); a (date, tic) index is accepted too.
     :param use_adjusted: rescale OHLC by adj_close / close (see module docstring).
@@ -210,9 +215,8 @@ def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.Dat
     tics = tic_raw.astype(str).str.strip()
     if (tics == "").any():
         raise UserError(f"empty ticker symbols in column {mapping['tic']!r} ({int((tics == '').sum())} rows)")
-    out = pd.DataFrame({"date": _parse_dates(df[mapping["date"]].reset_index(drop=True),
-                                             tics.reset_index(drop=True)),
-                        "tic": tics.reset_index(drop=True).to_numpy(dtype=object)})
+    dates, had_times = _parse_dates(df[mapping["date"]].reset_index(drop=True), tics.reset_index(drop=True))
+    out = pd.DataFrame({"date": dates, "tic": tics.reset_index(drop=True).to_numpy(dtype=object)})
     out["tic"] = out["tic"].astype(str)
     close_only = not ohl_present
     for col in PRICE_COLUMNS:
@@ -252,7 +256,7 @@ def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.Dat
     dup = out.duplicated(["date", "tic"], keep=False).to_numpy()
     if dup.any():
         first = out.loc[dup].drop_duplicates(["date", "tic"])
-        hint = " (intraday bars? MarketData holds one bar per ticker per day)" if len(first) > 0 else ""
+        hint = " (intraday bars? MarketData holds one bar per ticker per day)" if had_times else ""
         raise UserError(f"duplicate (date, tic) rows: {_rows(first, np.ones(len(first), bool))}{hint}")
     if not close_only:
         # bars written by to_frame() from close-only data come back close-only
@@ -260,6 +264,7 @@ def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.Dat
         close_only = bool(np.array_equal(o, c) and np.array_equal(high, c) and np.array_equal(low, c))
     out.attrs["close_only"] = close_only
     out.attrs["source_columns"] = {k: str(v) for k, v in mapping.items()}
+    out.attrs["adjusted"] = bool(use_adjusted)
     return out
 
 

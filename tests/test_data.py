@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from envs.data import DayRange, MarketData, Splits, require_days, split_days, standardize_frame
+from envs.data import _ROUND_TRIP, DayRange, MarketData, Splits, require_days, split_days, standardize_frame
 from envs.errors import UserError
 
 FIXTURE = Path(__file__).resolve().parents[1] / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
+# the reference read must parse floats exactly like the loader does (pandas 2 defaults to a faster parser)
 
 
 def make_frame(tickers=("AAA", "BBB", "CCC"), days=12, seed=0) -> pd.DataFrame:
@@ -47,7 +48,7 @@ def test_fixture_loads_six_tickers_aligned():
     assert data.dates.dtype == np.dtype("datetime64[ns]")
     assert data.date_str(0) == "2013-01-02" and data.date_str(-1) == "2023-09-21"
     assert not data.close_only
-    raw = pd.read_csv(FIXTURE)
+    raw = pd.read_csv(FIXTURE, **_ROUND_TRIP)
     aapl = raw[raw.symbol == "AAPL"].sort_values("date")
     # the adjusted column is ignored by default: close is used as given
     np.testing.assert_array_equal(data.close[:, 0], aapl["close"].to_numpy())
@@ -56,7 +57,7 @@ def test_fixture_loads_six_tickers_aligned():
 
 def test_fixture_use_adjusted_rescales_ohlc_by_adjusted_over_close():
     data = MarketData.from_csv(FIXTURE, use_adjusted=True)
-    raw = pd.read_csv(FIXTURE)
+    raw = pd.read_csv(FIXTURE, **_ROUND_TRIP)
     aapl = raw[raw.symbol == "AAPL"].sort_values("date")
     np.testing.assert_allclose(data.close[:, 0], aapl["adjusted"].to_numpy(), rtol=1e-12)
     factor = aapl["adjusted"].to_numpy() / aapl["close"].to_numpy()
@@ -199,6 +200,7 @@ def test_intraday_duplicates_hint_at_one_bar_per_day():
     df = make_frame(days=3)
     later = df.assign(date=df["date"] + pd.Timedelta(hours=13))
     assert "one bar per ticker per day" in error_of(MarketData.from_frame, pd.concat([df, later]))
+    assert "one bar per ticker per day" not in error_of(MarketData.from_frame, pd.concat([df, df.iloc[:1]]))
 
 
 def test_unknown_gap_policy_is_refused():

@@ -76,6 +76,15 @@ def test_inspect_fixture_summary(capsys):
     assert float(nvda["max_price"]) == pytest.approx(close.max(), abs=0.01)
 
 
+def test_inspect_use_adjusted(capsys):
+    assert main(["inspect", str(FIXTURE), "--use_adjusted"]) == 0
+    out = capsys.readouterr().out
+    assert "(OHLC rescaled by adjusted)" in out
+    nvda = next(line.split() for line in out.splitlines() if line.startswith("NVDA"))
+    raw = pd.read_csv(FIXTURE)
+    assert float(nvda[-2]) == pytest.approx(raw[raw.symbol == "NVDA"]["adjusted"].min(), abs=0.01)
+
+
 def test_inspect_reports_gaps_and_policies(tmp_path, capsys):
     frame = pd.read_csv(FIXTURE)
     frame = frame[~((frame.symbol == "NFLX") & frame.date.isin(["2020-03-02", "2020-03-03"]))]

@@ -8,12 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from envs.data import MarketData
+from envs.data import _ROUND_TRIP, MarketData
 from envs.errors import UserError
 from envs.sources import load_market_data, parse_synthetic_options
 from envs.synthetic import generate_market
 
 FIXTURE = Path(__file__).resolve().parents[1] / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
+# the reference read must parse floats exactly like the loader does (pandas 2 defaults to a faster parser)
 
 
 def error_of(fn, *args, **kw) -> str:
@@ -55,7 +56,7 @@ def test_synthetic_filters():
 
 
 def test_csv_scheme_bare_path_and_parquet_agree(tmp_path):
-    frame = pd.read_csv(FIXTURE)
+    frame = pd.read_csv(FIXTURE, **_ROUND_TRIP)
     pq = tmp_path / "stocks.parquet"
     frame.to_parquet(pq, index=False)
     by_scheme = load_market_data(f"csv:{FIXTURE}")
@@ -76,7 +77,7 @@ def test_file_ticker_and_date_filters():
 
 
 def test_filters_apply_before_gap_check(tmp_path):
-    frame = pd.read_csv(FIXTURE)
+    frame = pd.read_csv(FIXTURE, **_ROUND_TRIP)
     # META starts late: without a filter the file has gaps
     frame = frame[~((frame.symbol == "META") & (frame.date < "2015-01-01"))]
     path = tmp_path / "late_meta.csv"
