@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envs.data import _ROUND_TRIP, DayRange, MarketData, Splits, require_days, split_days, standardize_frame
 from envs.errors import UserError
@@ -371,3 +373,22 @@ def test_fixture_splits_by_date():
     assert data.date_str(splits.validation.start) == "2020-01-02"
     assert data.date_str(splits.test.start) == "2021-01-04"
     assert splits.test.stop == data.num_days
+
+
+@settings(max_examples=200, deadline=None)
+@given(days=st.integers(2, 120), window=st.integers(1, 40),
+       fr=st.tuples(st.floats(0.01, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0)))
+def test_fraction_splits_property(days, window, fr):
+    """Any fractions/days/window: either a clean UserError or ordered, adjacent, in-range splits >= 2 days."""
+    data = _PROPERTY_DATA.slice_days(0, days)
+    try:
+        splits = split_days(data, window=window, fractions=fr)
+    except UserError:
+        return
+    assert sum(fr) <= 1 + 1e-9 and days >= window + 1
+    _check_partition(splits, data, window)
+    last = [r for r in splits.as_dict().values() if r is not None][-1]
+    assert last.stop <= days
+
+
+_PROPERTY_DATA = MarketData.from_frame(make_frame(tickers=("AAA",), days=120))
