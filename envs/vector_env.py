@@ -333,10 +333,11 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue these episodes bitwise (tensors on CPU, numpy arrays)."""
         return {
-            **{f"s_{k}": v.cpu() for k, v in self._s.items()},
-            "buf": self._buf.cpu(),
+            # copies: on the CPU .cpu() would alias tensors that later steps update in place
+            **{f"s_{k}": v.to("cpu", copy=True) for k, v in self._s.items()},
+            "buf": self._buf.to("cpu", copy=True),
             "q": torch.tensor(self._q),
-            "day": self._day.cpu(),
+            "day": self._day.to("cpu", copy=True),
             "start_np": torch.from_numpy(self._start_np.copy()),
             "day_np": torch.from_numpy(self._day_np.copy()),
             "needs_reset": torch.from_numpy(self._needs_reset.copy()),
@@ -350,10 +351,10 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
                 f"env state has shape {tuple(state['buf'].shape)}, this env {tuple(self._buf.shape)}"
             )
         dev = self.device
-        self._s = {k[2:]: v.to(dev) for k, v in state.items() if k.startswith("s_")}
+        self._s = {k[2:]: v.to(dev, copy=True) for k, v in state.items() if k.startswith("s_")}
         self._buf = state["buf"].to(dev).clone()
         self._q = int(state["q"])
-        self._day = state["day"].to(dev)
+        self._day = state["day"].to(dev, copy=True)
         self._start_np = state["start_np"].numpy().copy()
         self._day_np = state["day_np"].numpy().copy()
         self._needs_reset = state["needs_reset"].numpy().copy()
