@@ -154,12 +154,15 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         return w  # holdings columns are already 0 in the market rows
 
     def _place_windows(self, idx: Tensor, windows: Tensor) -> None:
-        """Write ordered windows [n, T, F] into the ring rows of envs `idx` for ring position self._q."""
-        T = self.window
-        perm = (torch.arange(T, device=self.device) - self._q - 1) % T  # slot k holds window row perm[k]
-        ring = windows.index_select(1, perm)
-        self._buf[idx, :T] = ring
-        self._buf[idx, T:] = ring
+        """Write ordered windows [n, T, F] into the ring rows of envs `idx` for ring position self._q.
+
+        Rows [q+1, q+1+T) are the window itself; the rows outside it are the mirror copies of the
+        slots they share (row r and r + T hold the same slot), so later steps see a consistent ring.
+        """
+        T, q = self.window, self._q
+        self._buf[idx, q + 1 : q + 1 + T] = windows
+        self._buf[idx, : q + 1] = windows[:, T - q - 1 :]
+        self._buf[idx, q + 1 + T :] = windows[:, : T - q - 1]
 
     def _fresh_state(self, n: int) -> dict[str, Tensor]:
         dev, f64 = self.device, torch.float64
@@ -187,7 +190,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._q = self.window - 1
         self._place_windows(torch.arange(B, device=self.device), self._window_rows(self._day))
         self._needs_reset[:] = False
-        return self._buf[:, self._q + 1 : self._q + 1 + self.window].clone(memory_format=torch.contiguous_format)
+        return self._current_obs()
 
     def _check_starts(self, start_day: Any) -> np.ndarray:
         starts = np.broadcast_to(np.asarray(start_day, dtype=np.int64), (self.num_envs,)).copy()
@@ -254,7 +257,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         row[:, self._hold_cols] = shares * self._hold_scale
         self._buf[:, q] = row
         self._buf[:, q + T] = row
-        obs = self._buf[:, q + 1 : q + 1 + T].clone(memory_format=torch.contiguous_format)
+        obs = self._current_obs()
 
         # Episode ends are decided on the host from the start days: no device synchronisation.
         self._day_np += 1
@@ -283,7 +286,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             info["episode"] = self._episode_summary(torch.from_numpy(length_np).to(self.device))
             info["_episode"] = done
             if self._autoreset:
-                obs = self._autoreset_envs(done_np, obs)
+                obs = self._autoreset_envs(done_np)
             else:
                 self._needs_reset |= done_np
         return obs, reward64.to(torch.float32), terminated, truncated, info
@@ -310,7 +313,12 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "costs": s["ep_costs"].clone(),
         }
 
-    def _autoreset_envs(self, done_np: np.ndarray, obs: Tensor) -> Tensor:
+    def _current_obs(self) -> Tensor:
+        """[B, T, F] float32: a copy of the ring's window rows [q+1, q+1+T)."""
+        q, T = self._q, self.window
+        return self._buf[:, q + 1 : q + 1 + T].clone(memory_format=torch.contiguous_format)
+
+    def _autoreset_envs(self, done_np: np.ndarray) -> Tensor:
         """Reset the finished envs in place; return the observation with their new first windows."""
         idx_np = np.flatnonzero(done_np)
         n = idx_np.size
@@ -323,11 +331,9 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._day = self._day.index_copy(0, idx, starts)
         fresh = self._fresh_state(n)
         self._s = {k: v.index_copy(0, idx, fresh[k]) for k, v in self._s.items()}
-        windows = self._window_rows(starts)
-        self._place_windows(idx, windows)
-        obs = obs.clone()  # the pre-reset obs stays in info["final_obs"]
-        obs[idx] = windows
-        return obs
+        self._place_windows(idx, self._window_rows(starts))
+        # A new tensor: the pre-reset obs stays untouched in info["final_obs"].
+        return self._current_obs()
 
     # ---------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:

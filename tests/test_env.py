@@ -39,7 +39,8 @@ def _actions(steps: int, b: int, n: int = N, seed: int = 0) -> list[torch.Tensor
 
 
 def test_gym_env_and_vector_env_agree_step_by_step(market: PreparedMarket) -> None:
-    cfg = EnvConfig(window=WINDOW, episode_length=20)
+    # 13 days per episode with a 10-day window: auto-resets land on varying ring positions.
+    cfg = EnvConfig(window=WINDOW, episode_length=13)
     venv = VectorStockTradingEnv(market, num_envs=1, config=cfg, seed=3)
     env = StockTradingEnv(market, config=cfg, seed=3)
     vobs, _ = venv.reset(seed=11)
@@ -58,7 +59,7 @@ def test_gym_env_and_vector_env_agree_step_by_step(market: PreparedMarket) -> No
             assert info["episode"] == {k: v[0].item() for k, v in vinfo["episode"].items()}
             obs, _ = env.reset()  # same generator draws -> same new start day as the auto-reset
         np.testing.assert_array_equal(vobs[0].numpy(), obs)
-    assert episodes == 3
+    assert episodes == 5
 
 
 def test_hand_worked_two_stocks_three_days() -> None:
