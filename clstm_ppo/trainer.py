@@ -117,7 +117,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ rollout
     def collect_rollout(self) -> torch.Tensor:
-        """Fill ``self.buf`` with n_steps days of every env; return finished episodes' rows ``[k, 8]`` float64."""
+        """Fill ``self.buf`` with n_steps days of every env.
+
+        :return: finished episodes' rows ``[k, 9]`` float64: the EPISODE_FIELDS, then this worker's rank.
+        """
         cfg, buf, policy = self.cfg, self.buf, self.model
         buf.initial_state = tuple(s.clone() for s in self.state)
         rows = []
@@ -146,9 +149,10 @@ class Trainer:
                     ep = info["episode"]
                     rows.append(torch.stack([ep[k][mask].double().cpu() for k in EPISODE_FIELDS], dim=1))
                 self.next_obs, self.next_start = obs, done
-        if rows:
-            return torch.cat(rows)
-        return torch.zeros((0, len(EPISODE_FIELDS)), dtype=torch.float64)
+        if not rows:
+            return torch.zeros((0, len(EPISODE_FIELDS) + 1), dtype=torch.float64)
+        local = torch.cat(rows)
+        return torch.cat([local, torch.full((local.shape[0], 1), float(self.comm.rank), dtype=torch.float64)], dim=1)
 
     # ------------------------------------------------------------------ loop
     def train(self) -> dict[str, Any]:
@@ -196,6 +200,7 @@ class Trainer:
                                     f"gradients; the last good checkpoint is kept in {self.run_dir}")
                 if stop_flag.item() > 0:
                     raise StopRequested()
+            self.verify_replicas()
         except StopRequested:
             if comm.master:
                 self._log("[Rank 0] stop requested: checkpoint saved, exiting")
@@ -204,6 +209,20 @@ class Trainer:
                 progress.close()
             self._close_outputs()
         return dict(self.counters)
+
+    def verify_replicas(self) -> None:
+        """Check that every rank holds the same weights (what DDP promises); raise if not."""
+        if not self.comm.distributed:
+            return
+        with torch.no_grad():
+            flat = torch.cat([p.detach().double().flatten() for p in self.model.parameters()])
+            probe = torch.stack([flat.sum(), flat.square().sum(), (flat * torch.arange(flat.numel(), device=flat.device)).sum()])
+        probes = self.comm.all_gather_rows(probe.cpu().unsqueeze(0))  # [world, 3]
+        n = self.comm.world_size
+        if not bool((probes == probes[0]).all()):
+            raise RuntimeError("replicas diverged: ranks hold different weights after training")
+        if self.comm.master:
+            self._log(f"[Rank 0] replicas in sync: {n} ranks hold identical weights")
 
     def env_episode_days(self) -> float:
         days = self.cfg.episode_days or self.market.splits.train.num_days
@@ -256,8 +275,8 @@ class Trainer:
         lines = []
         for i, row in enumerate(rows.tolist()):
             episode = first_episode + i + 1
-            record = {"kind": "episode", "episode": episode, "global_step": c["global_step"],
-                      **dict(zip(EPISODE_FIELDS, row, strict=True)), "time": now}
+            record = {"kind": "episode", "episode": episode, "global_step": c["global_step"], "rank": int(row[-1]),
+                      **dict(zip(EPISODE_FIELDS, row[:-1], strict=True)), "time": now}
             record["length"] = int(record["length"])
             lines.append(json.dumps(record))
             self.recent_returns = (self.recent_returns + [record["return"]])[-100:]

@@ -1,0 +1,134 @@
+"""The trainer end to end with real processes: spawn (2 gloo ranks), torchrun, two-node torchrun, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from clstm_ppo.checkpoint import load_checkpoint
+from clstm_ppo.distributed import find_free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
+
+# 4 tickers, 5-day windows, tiny networks: seconds per run. Episodes of 16 days with n_steps 16 end
+# exactly at update boundaries, so 4 envs finish 4 episodes per update per worker.
+TINY = ["--data", "synthetic:tickers=4,days=400", "--window", "5", "--num_envs", "4", "--n_steps", "16",
+        "--batch_size", "32", "--epochs", "2", "--episode_length", "16", "--stage1_hidden", "8",
+        "--feature_dim", "8", "--stage2_hidden", "16", "--num_gpus", "0", "--log_every", "1", "--no-progress",
+        "--threads", "1"]
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def train(tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
+    cmd = [*(launcher or [sys.executable]), SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["kind"] == "episode"], [r for r in rows if r["kind"] == "update"]
+
+
+def files_under(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.mark.slow
+def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
+    result = train(tmp_path, "--num_workers", "2", "--num_episodes", "16", "--run_name", "two")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "world size 2" in out and "backend gloo" in out
+    assert "replicas in sync: 2 ranks hold identical weights" in out
+    assert "[Rank 1]" not in out + result.stderr  # other ranks print nothing but errors
+    assert "Episode 16/16" in out and "steps/s" in out
+    run_dir = tmp_path / "ck" / "two"
+    episodes, updates = read_metrics(run_dir)
+    assert len(episodes) == 16 and len(updates) == 2  # 2 ranks x 4 envs x 2 updates
+    assert {e["rank"] for e in episodes} == {0, 1}  # metrics of both ranks reached rank 0
+    assert [e["episode"] for e in episodes] == list(range(1, 17))
+    assert all(e["length"] == 16 and e["final_value"] > 0 for e in episodes)
+    # only rank 0's files, and nothing outside the run folder (cwd is tmp_path)
+    assert files_under(tmp_path) == {f"ck/two/{name}" for name in ("latest.pt", "best.pt", "config.json", "metrics.jsonl")}
+    ckpt = load_checkpoint(run_dir / "latest.pt")
+    assert ckpt.counters["episodes"] == 16 and ckpt.counters["update"] == 2
+    assert len(ckpt.worker_states) == 2
+    assert not any(k.startswith(("module.", "_orig_mod.")) for k in ckpt.model_state)
+
+
+@pytest.mark.slow
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
+    straight = train(tmp_path, "--num_episodes", "16", "--run_name", "straight")
+    assert straight.returncode == 0, straight.stderr
+    first = train(tmp_path, "--num_episodes", "8", "--run_name", "split")
+    assert first.returncode == 0, first.stderr
+    second = train(tmp_path, "--num_episodes", "16", "--run_name", "split", "--resume", "latest")
+    assert second.returncode == 0, second.stderr
+    a = load_checkpoint(tmp_path / "ck" / "straight" / "latest.pt")
+    b = load_checkpoint(tmp_path / "ck" / "split" / "latest.pt")
+    assert a.counters["update"] == b.counters["update"] == 4
+    for key, value in a.model_state.items():
+        assert torch.equal(value, b.model_state[key]), key
+    episodes_a, _ = read_metrics(tmp_path / "ck" / "straight")
+    episodes_b, _ = read_metrics(tmp_path / "ck" / "split")
+    assert [e["final_value"] for e in episodes_a] == [e["final_value"] for e in episodes_b]
+
+
+@pytest.mark.slow
+def test_torchrun_launch_runs_the_same_worker(tmp_path):
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_port", str(find_free_port())]
+    result = train(tmp_path, "--num_episodes", "8", "--run_name", "tr", launcher=launcher)
+    assert result.returncode == 0, result.stderr
+    assert "world size 2" in result.stdout and "(torchrun)" not in result.stderr
+    episodes, _ = read_metrics(tmp_path / "ck" / "tr")
+    assert {e["rank"] for e in episodes} == {0, 1}
+
+
+@pytest.mark.slow
+def test_two_node_torchrun_on_one_machine(tmp_path):
+    port = find_free_port()
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
+               "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+               "--rdzv_id", "clstm-test", SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"),
+               "--num_episodes", "8", "--run_name", "multinode"]
+        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
+    combined = outputs[0][0] + outputs[1][0]
+    assert "world size 2" in combined and "replicas in sync" in combined
+    episodes, _ = read_metrics(tmp_path / "ck" / "multinode")
+    assert {e["rank"] for e in episodes} == {0, 1}
+
+
+@pytest.mark.slow
+def test_ranks_finishing_different_episode_counts_stop_together(tmp_path):
+    # Whole-split episodes from random start days: each rank finishes episodes at its own pace.
+    result = train(tmp_path, "--num_workers", "2", "--num_episodes", "3", "--episode_length", "full",
+                   "--run_name", "uneven", timeout=180)
+    assert result.returncode == 0, result.stderr
+    episodes, _ = read_metrics(tmp_path / "ck" / "uneven")
+    assert len(episodes) >= 3
+
+
+def test_dry_run_prints_config_and_layout(tmp_path):
+    result = train(tmp_path, "--num_workers", "2", "--dry_run", "--num_episodes", "5")
+    assert result.returncode == 0, result.stderr
+    assert '"num_episodes": 5' in result.stdout and "world size 2" in result.stdout
+    assert not (tmp_path / "ck").exists()
