@@ -46,6 +46,13 @@ class TrainConfig:
     train_end: str = _f("", "last training day (default: 70%% of days)")
     validation_end: str = _f("", "last validation day (default: 85%% of days; the rest is test)")
     test_end: str = _f("", "last test day (default: the end of the data)")
+    alpaca_feed: str = _f("iex", "Alpaca feed: iex (free plan) or sip", choices=("iex", "sip"))
+    alpaca_adjustment: str = _f("all", "Alpaca price adjustment: raw | split | dividend | all",
+                                choices=("raw", "split", "dividend", "all"))
+    alpaca_timeframe: str = _f("1Day", "Alpaca bar timeframe (1Day; intraday e.g. 1Hour, 15Min)")
+    data_url: str = _f("", "Alpaca data endpoint override, e.g. a proxy (default: ALPACA_DATA_URL or Alpaca's)")
+    data_cache_dir: str = _f("data_cache/alpaca", "where downloaded Alpaca bars are cached")
+    refresh_data: bool = _f(False, "download Alpaca bars again even when cached")
     gap_policy: str = _f("fail", "tickers with missing dates: fail | intersect | ffill", choices=("fail", "intersect", "ffill"))
     # --- environment
     window: int = _f(30, "days of history in each observation (T)")

@@ -14,9 +14,15 @@ from envs.sources import load_market_data
 
 def load_data(cfg: TrainConfig, *, data: str | None = None, start: str | None = None, end: str | None = None) -> MarketData:
     """Market data named by ``cfg.data`` (or an override), restricted to the configured tickers and dates."""
+    source = data or cfg.data
+    alpaca_kwargs = dict(
+        timeframe=cfg.alpaca_timeframe, adjustment=cfg.alpaca_adjustment, feed=cfg.alpaca_feed,
+        cache_dir=cfg.data_cache_dir, refresh=cfg.refresh_data, data_url=cfg.data_url or None,
+    ) if source == "alpaca" else {}
     return load_market_data(
-        data or cfg.data, tickers=cfg.ticker_list, start=(start if start is not None else cfg.start) or None,
+        source, tickers=cfg.ticker_list, start=(start if start is not None else cfg.start) or None,
         end=(end if end is not None else cfg.end) or None, seed=cfg.seed, gap_policy=cfg.gap_policy,
+        **alpaca_kwargs,
     )
 
 
