@@ -14,6 +14,7 @@ import torch
 
 from clstm_ppo.metrics import sharpe_ratio
 from clstm_ppo.model import ActorCritic, unwrap
+from envs.data import DayRange
 from envs.features import PreparedMarket
 from envs.kernel import EnvConfig
 from envs.trading_env import StockTradingEnv
@@ -26,9 +27,12 @@ class PolicyRun:
     dates: np.ndarray  # [D] datetime64[ns]
     values: np.ndarray  # [D] float64, portfolio value in dollars at each day's close
     cash: np.ndarray  # [D] float64, dollars
-    holdings: np.ndarray  # [D, N] float64, shares held after that day's trades
+    # [D, N] float64, shares held at row i's close. The env trades at a day's close and then moves one
+    # day on, so the shares that changed from row i-1 to row i were traded at row i-1's close (row 0:
+    # the starting portfolio, before any trade).
+    holdings: np.ndarray
     prices: np.ndarray  # [D, N] float64, close prices in dollars
-    costs: np.ndarray  # [D] float64, transaction costs paid that day in dollars
+    costs: np.ndarray  # [D] float64, dollars: row i holds the costs of the trade made at row i-1's close
     tickers: tuple[str, ...]
 
     @property
@@ -41,10 +45,16 @@ class PolicyRun:
         return float(sharpe_ratio(self.values))
 
 
-def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str, config: EnvConfig, *,
+def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str | DayRange, config: EnvConfig, *,
                     device: torch.device | str = "cpu", deterministic: bool = True,
                     generator: torch.Generator | None = None) -> PolicyRun:
-    """Run ``model`` over the whole ``split`` once (deterministic = mean action) and record every day."""
+    """Run ``model`` over the whole ``split`` once (deterministic = mean action) and record every day.
+
+    :param split: "train" | "validation" | "test", or a `DayRange` of day indices into ``market.data``
+        (a custom period; its first observation looks back ``window - 1`` days before ``split.start``).
+    :param config: env settings; use ``episode_length=None, random_start=False`` to cover the whole split.
+    :param generator: noise source for ``deterministic=False`` (on ``device``), so sampled runs are seeded.
+    """
     policy: ActorCritic = unwrap(model)
     env = StockTradingEnv(market=market, split=split, config=config)
     obs, info = env.reset(seed=0)

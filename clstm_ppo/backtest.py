@@ -1,0 +1,535 @@
+"""Backtest saved checkpoints: `clstm-ppo backtest` (one checkpoint) and `clstm-ppo compare` (several).
+
+    clstm-ppo backtest --checkpoint checkpoints/run/best.pt [--split test|validation|train]
+                       [--start YYYY-MM-DD] [--end YYYY-MM-DD] [--data SRC] [--out DIR]
+                       [--stochastic --episodes K] [--seed S] [--index FILE] [--risk_free R] [--device cpu|cuda]
+    clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...]
+
+How a backtest is put together (the same code paths as training, so nothing is re-implemented):
+
+1. The checkpoint's config names the data (``data``, ``tickers``, ``start``, ``end``); ``--data`` swaps
+   the source. Its market spec supplies the normalisation statistics and turbulence threshold fitted on
+   the training split (`clstm_ppo.market.rebuild_market`): nothing is refitted on backtest data.
+   The data must hold exactly the checkpoint's tickers (extra tickers are dropped only when the run
+   itself selected tickers with ``--tickers``), otherwise one `UserError` names the difference.
+2. The period is the checkpoint's test split (``--split`` picks another), mapped onto the data by date;
+   ``--start``/``--end`` give a custom period instead, whose first observation looks back
+   ``window - 1`` trading days before ``--start`` -- those days must be in the data.
+3. The policy is rebuilt from the stored model config and weights and run through the period by
+   `clstm_ppo.evaluate.evaluate_policy` (the training env, recurrent state carried day to day):
+   the mean action by default, or ``--episodes K`` sampled runs with ``--stochastic`` (seeded).
+4. `clstm_ppo.report` turns the day-by-day record into report.json, equity.csv, trades.csv and
+   equity.png, with equal-weight buy-and-hold (same costs, same capital) as the baseline.
+
+With ``--stochastic`` the report files describe the episode with the median cumulative return, and
+report.json gains a ``"stochastic"`` section: the seed, every episode's metrics and the mean / std /
+min / max of each metric over the episodes; equity_episodes.csv holds every episode's value series.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from clstm_ppo import metrics as M
+from clstm_ppo.checkpoint import Checkpoint, load_checkpoint
+from clstm_ppo.config import TrainConfig
+from clstm_ppo.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.market import env_config, rebuild_market
+from clstm_ppo.model import ActorCritic, ModelConfig
+from clstm_ppo.report import BacktestResult, _jsonable, write_comparison, write_report
+from envs.data import DayRange, MarketData
+from envs.errors import UserError
+from envs.features import PreparedMarket
+from envs.sources import load_market_data
+
+SPLITS = ("test", "validation", "train")
+# Metrics whose spread over sampled episodes is summarised (and printed) for --stochastic.
+EPISODE_METRICS: tuple[str, ...] = (
+    "cumulative_return", "annual_return", "sharpe", "sortino", "max_drawdown", "final_value", "num_trades",
+    "total_costs",
+)
+
+
+# ------------------------------------------------------------------------------------------- loading
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A checkpoint with its config parsed; see `open_checkpoint`."""
+
+    checkpoint: Checkpoint
+    cfg: TrainConfig
+
+    @property
+    def path(self) -> Path:
+        return self.checkpoint.path
+
+    @property
+    def tickers(self) -> list[str]:
+        return [str(t) for t in self.checkpoint.market_spec["tickers"]]
+
+    @property
+    def window(self) -> int:
+        return int(self.checkpoint.market_spec["window"])
+
+
+def open_checkpoint(path: str | Path) -> LoadedCheckpoint:
+    """Load ``path`` and parse its config and market spec enough to trust them; UserError otherwise."""
+    ckpt = load_checkpoint(path, map_location="cpu")
+    if not isinstance(ckpt.config, dict) or not isinstance(ckpt.market_spec, dict):
+        raise UserError(f"{ckpt.path} is not a clstm-ppo checkpoint (config or market spec is not a mapping)")
+    cfg = TrainConfig.from_dict(ckpt.config, source=f"checkpoint {ckpt.path}")
+    spec = ckpt.market_spec
+    if not isinstance(spec.get("tickers"), list) or not isinstance(spec.get("window"), int):
+        raise UserError(f"{ckpt.path}: its market spec has no ticker list or window (not a clstm-ppo checkpoint?)")
+    return LoadedCheckpoint(checkpoint=ckpt, cfg=cfg)
+
+
+def _is_alpaca(source: str) -> bool:
+    return source.split(":", 1)[0].strip().lower() == "alpaca"
+
+
+def load_backtest_data(ck: LoadedCheckpoint, *, data: str | None = None, start: str | None = None,
+                       end: str | None = None) -> MarketData:
+    """The market data to backtest ``ck`` on: its own source (or ``data``), its tickers checked.
+
+    The checkpoint's first date is kept so indicators and turbulence warm up exactly as in training;
+    ``end`` (the period's last day) replaces the checkpoint's. With ``data`` (another source) the
+    checkpoint's dates do not apply: the whole source is read up to ``end``. Alpaca needs explicit
+    dates, so a ``start`` before the checkpoint's first date is fetched with room for the lookback.
+    """
+    cfg = ck.cfg
+    source = data or cfg.data
+    alpaca = _is_alpaca(source)
+    load_start: str | None = None if data and not alpaca else (cfg.start or None)
+    if start and (load_start is None or pd.Timestamp(start) < pd.Timestamp(load_start)):
+        # Trading days are ~5/7 of calendar days; the margin covers holidays. Non-Alpaca sources read all.
+        margin = dt.timedelta(days=int(ck.window * 1.6) + 14)
+        load_start = (pd.Timestamp(start) - margin).strftime("%Y-%m-%d") if alpaca else None
+    load_end = end or (None if data and not alpaca else (cfg.end or None))
+    tickers = ck.tickers if alpaca else None
+    market_data = load_market_data(source, tickers=tickers, start=load_start, end=load_end, seed=cfg.seed,
+                                   gap_policy=cfg.gap_policy)
+    return match_tickers(market_data, ck.tickers, selected=bool(cfg.ticker_list), what=str(ck.path),
+                         source=source)
+
+
+def match_tickers(data: MarketData, want: list[str], *, selected: bool, what: str, source: str) -> MarketData:
+    """``data`` restricted to ``want`` in its order; UserError naming missing (and unexpected) tickers.
+
+    :param selected: the run picked ``want`` out of a larger universe (``--tickers``), so other
+        tickers in the data are expected and dropped; otherwise they mean a different universe.
+    """
+    have = [str(t) for t in data.tickers]
+    missing = [t for t in want if t not in have]
+    extra = [t for t in have if t not in want]
+    if missing or (extra and not selected):
+        parts = []
+        if missing:
+            parts.append(f"missing {_names(missing)}")
+        if extra and not selected:
+            parts.append(f"unexpected {_names(extra)}")
+        raise UserError(
+            f"data {source!r} does not hold the tickers {what} was trained on: {'; '.join(parts)} "
+            f"(it trades {len(want)}: {_names(want)})"
+        )
+    return data if have == want else data.select_tickers(want)
+
+
+def _names(names: list[str], limit: int = 8) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
+
+
+def build_policy(ck: LoadedCheckpoint, market: PreparedMarket, device: torch.device) -> ActorCritic:
+    """The checkpoint's ActorCritic, weights loaded, in eval mode on ``device``; UserError on any mismatch."""
+    path = ck.path
+    try:
+        model_cfg = ModelConfig(**ck.checkpoint.model_config)
+    except TypeError as err:
+        raise UserError(f"{path}: its model config does not fit this version ({err})") from None
+    want = {"num_features": market.num_features, "num_tickers": market.num_tickers, "window": market.window}
+    wrong = {k: (getattr(model_cfg, k), v) for k, v in want.items() if getattr(model_cfg, k) != v}
+    if wrong:
+        what = ", ".join(f"{k} {a} (market gives {b})" for k, (a, b) in wrong.items())
+        raise UserError(f"{path}: the stored model does not fit its market spec: {what}")
+    try:
+        model = ActorCritic(model_cfg)
+        model.load_state_dict(ck.checkpoint.model_state, strict=True)
+    except (RuntimeError, ValueError, KeyError, TypeError) as err:
+        first = str(err).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[:3])[:300]
+        raise UserError(f"{path}: stored weights do not match its model config ({model_cfg.policy}): {detail}") from None
+    return model.to(device).eval()
+
+
+def rebuild(ck: LoadedCheckpoint, data: MarketData) -> PreparedMarket:
+    """``ck``'s market (stored normalisation and threshold) over ``data``; UserError for a bad spec."""
+    try:
+        return rebuild_market(data, ck.checkpoint.market_spec)
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserError(f"{ck.path}: its market spec is incomplete or invalid ({type(err).__name__}: {err})") from None
+
+
+# -------------------------------------------------------------------------------------------- period
+
+
+@dataclass(frozen=True)
+class Period:
+    """The days a backtest covers: ``days`` indexes the market data; ``label`` names output folders."""
+
+    days: DayRange
+    label: str  # "test" | "validation" | "train" | "YYYY-MM-DD_YYYY-MM-DD"
+    source: str  # how it was chosen, for the report: "test split" or "--start/--end"
+
+
+def _iso(day: Any) -> str:
+    return str(np.datetime_as_string(np.datetime64(day, "D"), unit="D"))
+
+
+def resolve_period(market: PreparedMarket, *, split: str = "test", start: str | None = None,
+                   end: str | None = None, spec_splits: dict[str, Any] | None = None) -> Period:
+    """The backtest period on ``market``: the ``split`` (by the checkpoint's dates) or ``[start, end]``.
+
+    A custom period runs from the first trading day on/after ``start`` (default: the first day with a
+    full lookback) to the last on/before ``end`` (default: the data's last day); it needs ``window - 1``
+    earlier days in the data for its first observation and at least 2 days (one trade and its result).
+    """
+    data = market.data
+    dates = np.asarray(data.dates).astype("datetime64[D]")
+    lookback = market.window - 1
+    if start is None and end is None:
+        r = market.splits.as_dict().get(split)
+        stored = (spec_splits or {}).get(split)
+        if r is None:
+            when = f" ({stored['start']} .. {stored['end']})" if isinstance(stored, dict) else ""
+            raise UserError(
+                f"the data has fewer than 2 days of the checkpoint's {split} split{when} "
+                f"({_iso(dates[0])} .. {_iso(dates[-1])} loaded); pass --start/--end for another period"
+            )
+        return Period(days=r, label=split, source=f"{split} split")
+    lo = int(np.searchsorted(dates, _date(start, "--start"), side="left")) if start else lookback
+    hi = int(np.searchsorted(dates, _date(end, "--end"), side="right")) if end else len(dates)
+    if start and lo < lookback:
+        first_ok = _iso(dates[lookback]) if lookback < len(dates) else "none"
+        raise UserError(
+            f"--start {start}: the window needs {lookback} trading days of lookback before the first day "
+            f"and the data has {lo} (it begins {_iso(dates[0])}); the earliest --start is {first_ok}"
+        )
+    if hi - lo < 2:
+        raise UserError(
+            f"the period {start or 'start'} .. {end or 'end'} has {max(hi - lo, 0)} trading day(s) in the data "
+            f"({_iso(dates[0])} .. {_iso(dates[-1])}); a backtest needs at least 2"
+        )
+    days = DayRange(lo, hi)
+    return Period(days=days, label=f"{_iso(dates[lo])}_{_iso(dates[hi - 1])}", source="--start/--end")
+
+
+def _date(text: str, flag: str) -> np.datetime64:
+    try:
+        return np.datetime64(pd.Timestamp(text).date(), "D")
+    except (ValueError, TypeError):
+        raise UserError(f"{flag} {text!r} is not a date (YYYY-MM-DD)") from None
+
+
+# ----------------------------------------------------------------------------------------------- runs
+
+
+def pick_device(name: str) -> torch.device:
+    if name not in ("cpu", "cuda"):
+        raise UserError(f"--device must be cpu or cuda, got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
+    return torch.device(name)
+
+
+def run_policy(ck: LoadedCheckpoint, model: ActorCritic, market: PreparedMarket, period: Period,
+               device: torch.device, *, deterministic: bool = True,
+               generator: torch.Generator | None = None) -> PolicyRun:
+    """One pass of the policy over ``period`` with the run's env settings (full period, fixed start)."""
+    return evaluate_policy(model, market, period.days, env_config(ck.cfg, full_episodes=True), device=device,
+                           deterministic=deterministic, generator=generator)
+
+
+def result_of(ck: LoadedCheckpoint, run: PolicyRun, *, metadata: dict[str, Any],
+              index_values: np.ndarray | None = None) -> BacktestResult:
+    cfg = ck.cfg
+    return BacktestResult.from_run(run, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
+                                   sell_cost_pct=cfg.sell_cost_pct, metadata=metadata, index_values=index_values)
+
+
+def read_index(path: str | Path, dates: np.ndarray) -> np.ndarray:
+    """``[D] float64`` index levels on ``dates`` from a CSV with columns date, value.
+
+    A trading day missing from the file takes the latest earlier level (holidays differ between
+    markets); a period day before the file's first date is an error, as is a non-positive level.
+    """
+    path = Path(path)
+    try:
+        frame = pd.read_csv(path)
+    except FileNotFoundError:
+        raise UserError(f"--index: file not found: {path}") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise UserError(f"--index {path}: not a readable CSV ({str(err).strip().splitlines()[0]})") from None
+    cols = {str(c).strip().lower(): c for c in frame.columns}
+    if "date" not in cols or "value" not in cols:
+        raise UserError(f"--index {path}: needs columns date,value; it has {', '.join(map(str, frame.columns))}")
+    try:
+        when = pd.to_datetime(frame[cols["date"]]).dt.normalize()
+        level = pd.to_numeric(frame[cols["value"]]).astype("float64")
+    except (ValueError, TypeError) as err:
+        raise UserError(f"--index {path}: unreadable date or value ({err})") from None
+    series = pd.Series(level.to_numpy(), index=pd.DatetimeIndex(when)).sort_index()
+    series = series[~series.index.duplicated(keep="last")]
+    want = pd.DatetimeIndex(pd.to_datetime(np.asarray(dates))).normalize()
+    aligned = series.reindex(series.index.union(want)).ffill().reindex(want)
+    if aligned.isna().any():
+        raise UserError(f"--index {path}: no level on or before {want[aligned.isna().to_numpy()][0].date()}")
+    values = aligned.to_numpy(dtype=np.float64)
+    if not (np.isfinite(values) & (values > 0)).all():
+        raise UserError(f"--index {path}: levels must be finite and positive")
+    return values
+
+
+def _episode_summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    out = {}
+    for key in EPISODE_METRICS:
+        x = np.array([r[key] for r in rows], dtype=np.float64)
+        out[key] = {"mean": float(x.mean()), "std": float(x.std(ddof=1)) if len(x) > 1 else 0.0,
+                    "min": float(x.min()), "max": float(x.max())}
+    return out
+
+
+def distribution_table(summary: dict[str, dict[str, float]]) -> str:
+    """Console table of `_episode_summary`: one row per metric, columns mean / std / min / max."""
+    from clstm_ppo.report import _ROWS, _fmt
+
+    header = ["metric", "mean", "std", "min", "max"]
+    rows = []
+    for key, stats in summary.items():
+        label, kind = _ROWS.get(key, (key, "float"))
+        rows.append([label, *[_fmt(stats[s], kind) for s in header[1:]]])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["  ".join([r[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]])
+             for r in [header, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+
+def _common_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default=None, help="report folder (default: next to the checkpoint)")
+    parser.add_argument("--data", default=None,
+                        help="data source instead of the checkpoint's (synthetic[:k=v] | csv:PATH | parquet:PATH | alpaca)")
+    parser.add_argument("--split", default="test", choices=SPLITS, help="the checkpoint's split to backtest")
+    parser.add_argument("--start", default=None, help="custom period: first day (YYYY-MM-DD); overrides --split")
+    parser.add_argument("--end", default=None, help="custom period: last day (YYYY-MM-DD); overrides --split")
+    parser.add_argument("--risk_free", type=float, default=0.0, help="annual risk-free rate for Sharpe/Sortino")
+    parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+
+
+def _setup_threads(threads: int) -> None:
+    if threads < 0:
+        raise UserError(f"--threads must be >= 0, got {threads}")
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def _metadata(ck: LoadedCheckpoint, market: PreparedMarket, period: Period, source: str) -> dict[str, Any]:
+    counters = ck.checkpoint.counters if isinstance(ck.checkpoint.counters, dict) else {}
+    return {
+        "checkpoint": str(ck.path),
+        "run_name": getattr(ck.cfg, "run_name", None),
+        "policy": ck.checkpoint.model_config.get("policy"),
+        "data": source,
+        "period_source": period.source,
+        "tickers": list(market.data.tickers),
+        "window": market.window,
+        "turbulence_threshold": market.turbulence_threshold,
+        "initial_amount": ck.cfg.initial_amount,
+        "buy_cost_pct": ck.cfg.buy_cost_pct,
+        "sell_cost_pct": ck.cfg.sell_cost_pct,
+        "hmax": ck.cfg.hmax,
+        "trained": {k: counters.get(k) for k in ("episodes", "global_step", "update") if k in counters},
+    }
+
+
+def main(argv: list[str]) -> int:
+    """`clstm-ppo backtest`: one checkpoint over one period -> report folder + console table."""
+    parser = argparse.ArgumentParser(prog="clstm-ppo backtest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="checkpoint file (.pt), e.g. checkpoints/run/best.pt")
+    _common_flags(parser)
+    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean action")
+    parser.add_argument("--episodes", type=int, default=1, help="with --stochastic: sampled episodes to run")
+    parser.add_argument("--seed", type=int, default=0, help="with --stochastic: seed of the action noise")
+    parser.add_argument("--index", default=None, help="CSV (date,value) of a market index to plot and score too")
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.episodes > 1 and not args.stochastic:
+        raise UserError("--episodes > 1 needs --stochastic (the deterministic policy gives the same run every time)")
+    _setup_threads(args.threads)
+    device = pick_device(args.device)
+
+    ck = open_checkpoint(args.checkpoint)
+    data = load_backtest_data(ck, data=args.data, start=args.start, end=args.end)
+    market = rebuild(ck, data)
+    period = resolve_period(market, split=args.split, start=args.start, end=args.end,
+                            spec_splits=ck.checkpoint.market_spec.get("splits"))
+    model = build_policy(ck, market, device)
+    source = args.data or ck.cfg.data
+    metadata = _metadata(ck, market, period, source)
+    dates = np.asarray(market.data.dates)[period.days.start : period.days.stop]
+    index_values = read_index(args.index, dates) if args.index else None
+
+    out = Path(args.out) if args.out else ck.path.parent / f"backtest-{ck.path.stem}-{period.label}"
+    stochastic: dict[str, Any] | None = None
+    if not args.stochastic:
+        metadata["mode"] = "deterministic (mean action)"
+        run = run_policy(ck, model, market, period, device)
+    else:
+        generator = torch.Generator(device=device).manual_seed(args.seed)
+        runs = [run_policy(ck, model, market, period, device, deterministic=False, generator=generator)
+                for _ in range(args.episodes)]
+        rows = []
+        for k, r in enumerate(runs):
+            res = result_of(ck, r, metadata={})
+            trades = pd.DataFrame(res.trades)
+            rows.append({"episode": k + 1, **M.summarize(r.values, trades=trades)})
+        # The median episode by cumulative return stands for the distribution in the report files.
+        order = np.argsort([row["cumulative_return"] for row in rows], kind="stable")
+        median = int(order[(len(order) - 1) // 2])
+        run = runs[median]
+        metadata["mode"] = f"stochastic: {args.episodes} sampled episode(s), seed {args.seed}"
+        metadata["episode_shown"] = median + 1
+        stochastic = {"episodes": args.episodes, "seed": args.seed, "episode_shown": median + 1,
+                      "summary": _episode_summary(rows), "runs": rows}
+
+    result = result_of(ck, run, metadata=metadata, index_values=index_values)
+    report = write_report(result, out, risk_free=args.risk_free)
+    if stochastic is not None:
+        path = report.paths["report"]
+        payload = json.loads(path.read_text(encoding="utf-8"))
+        payload["stochastic"] = _jsonable(stochastic)
+        payload["files"]["episodes"] = "equity_episodes.csv"
+        path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+        frame = pd.DataFrame({"date": pd.to_datetime(dates).strftime("%Y-%m-%d")})
+        for k, r in enumerate(runs):
+            frame[f"episode_{k + 1}"] = r.values
+        frame.to_csv(out / "equity_episodes.csv", index=False)
+
+    d0, d1 = _iso(dates[0]), _iso(dates[-1])
+    print(f"backtest {ck.path} | {period.source} {d0} .. {d1} ({len(dates)} days) | {len(market.data.tickers)} "
+          f"tickers | {metadata['mode']}")
+    if stochastic is not None:
+        print(f"\nover {args.episodes} sampled episodes:")
+        print(distribution_table(stochastic["summary"]))
+        print(f"\nepisode {median + 1} (median cumulative return) vs buy-and-hold:")
+    print(report.table)
+    print(f"\nreport: {out}  (report.json, equity.csv, trades.csv, equity.png"
+          f"{', equity_episodes.csv' if stochastic is not None else ''})")
+    return 0
+
+
+def _labels(paths: list[Path], given: str | None) -> list[str]:
+    if given:
+        labels = [s.strip() for s in given.split(",")]
+        if len(labels) != len(paths) or not all(labels):
+            raise UserError(f"--labels needs {len(paths)} non-empty comma-separated names, got {given!r}")
+    else:
+        labels = [f"{p.parent.name}/{p.stem}" if p.parent.name else p.stem for p in paths]
+    if "buy-and-hold" in labels:
+        raise UserError("'buy-and-hold' is the baseline's label; choose another")
+    seen: dict[str, int] = {}
+    unique = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        unique.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
+    return unique
+
+
+def compare_main(argv: list[str]) -> int:
+    """`clstm-ppo compare`: several checkpoints, deterministic, on one period -> one table and one PNG."""
+    parser = argparse.ArgumentParser(prog="clstm-ppo compare",
+                                     description="backtest several checkpoints (same tickers) on one period")
+    parser.add_argument("checkpoints", nargs="+", help="checkpoint files; the first one's data and split are used")
+    parser.add_argument("--labels", default=None, help="comma-separated names, one per checkpoint")
+    _common_flags(parser)
+    args = parser.parse_args(argv)
+    _setup_threads(args.threads)
+    device = pick_device(args.device)
+
+    cks = [open_checkpoint(p) for p in args.checkpoints]
+    labels = _labels([c.path for c in cks], args.labels)
+    first = cks[0]
+    for ck in cks[1:]:
+        if ck.tickers != first.tickers:
+            missing = [t for t in first.tickers if t not in ck.tickers]
+            extra = [t for t in ck.tickers if t not in first.tickers]
+            what = "; ".join(p for p in (f"missing {_names(missing)}" if missing else "",
+                                         f"extra {_names(extra)}" if extra else "") if p) or "same names, other order"
+            raise UserError(f"{ck.path} trades other tickers than {first.path}: {what}; compare needs one universe")
+        if ck.cfg.initial_amount != first.cfg.initial_amount:
+            raise UserError(f"{ck.path} starts with ${ck.cfg.initial_amount:,.0f}, {first.path} with "
+                            f"${first.cfg.initial_amount:,.0f}; compare needs the same capital")
+    # Longest lookback of all checkpoints, so every policy's first observation is real data.
+    widest = max(cks, key=lambda c: c.window)
+    data = load_backtest_data(first, data=args.data, start=args.start, end=args.end)
+    market0 = rebuild(first, data)
+    period = resolve_period(rebuild(widest, data) if widest is not first else market0, split=args.split,
+                            start=args.start, end=args.end, spec_splits=first.checkpoint.market_spec.get("splits"))
+    if args.start is None and args.end is None:  # the first checkpoint's split dates, for everyone
+        period = dataclasses.replace(period, days=market0.splits.as_dict()[args.split] or period.days)
+        if period.days.start < widest.window - 1:
+            raise UserError(f"{widest.path} needs {widest.window - 1} lookback days before the period; "
+                            "pass a later --start")
+
+    curves: dict[str, np.ndarray] = {}
+    trades: dict[str, Any] = {}
+    baseline = None
+    runs_meta = []
+    for ck, label in zip(cks, labels, strict=True):
+        market = market0 if ck is first else rebuild(ck, data)
+        model = build_policy(ck, market, device)
+        run = run_policy(ck, model, market, period, device)
+        res = result_of(ck, run, metadata={})
+        curves[label], trades[label] = res.values, res.trades
+        if baseline is None:
+            baseline = res
+        runs_meta.append({"label": label, "checkpoint": str(ck.path), "policy": ck.checkpoint.model_config.get("policy"),
+                          "buy_cost_pct": ck.cfg.buy_cost_pct, "sell_cost_pct": ck.cfg.sell_cost_pct})
+    assert baseline is not None
+    curves["buy-and-hold"], trades["buy-and-hold"] = baseline.baseline_values, baseline.baseline_trades
+    dates = np.asarray(data.dates)[period.days.start : period.days.stop]
+    d0, d1 = _iso(dates[0]), _iso(dates[-1])
+    out = Path(args.out) if args.out else first.path.parent / f"compare-{period.label}"
+    metadata = {"checkpoints": runs_meta, "data": args.data or first.cfg.data, "period_source": period.source,
+                "tickers": first.tickers, "mode": "deterministic (mean action)",
+                "baseline": f"equal-weight buy-and-hold with {labels[0]}'s costs"}
+    report = write_comparison(dates, curves, out, trades=trades, metadata=metadata, risk_free=args.risk_free,
+                              title=f"{len(cks)} checkpoint(s) vs buy-and-hold: {d0} .. {d1}")
+    print(f"compare {len(cks)} checkpoint(s) | {period.source} {d0} .. {d1} ({len(dates)} days) | "
+          f"{len(first.tickers)} tickers | deterministic")
+    print(report.table)
+    print(f"\nreport: {out}  (compare.json, compare.csv, compare.png)")
+    return 0
+
+
+if __name__ == "__main__":
+    from clstm_ppo.cli import run_guarded
+
+    sys.exit(run_guarded(main, sys.argv[1:]))
