@@ -1,0 +1,300 @@
+"""Backtest and compare end to end: tiny real checkpoints -> `clstm-ppo backtest` / `compare` -> files.
+
+Two tiny checkpoints are trained once per module by the real train script (4 tickers and 3 tickers).
+``--hmax 5000`` makes the barely trained policy's small mean actions whole shares, so the
+deterministic backtest really trades. CLI runs go through real subprocesses where the process
+boundary matters (exit status, one stderr line, ``python -m``); the rest call `clstm_ppo.cli.main`
+in-process, which is the same guarded entry point without the interpreter start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from clstm_ppo import cli
+from clstm_ppo import metrics as M
+from clstm_ppo.checkpoint import load_checkpoint
+from envs.synthetic import generate_market
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
+TINY = ["--window", "5", "--num_envs", "4", "--n_steps", "16", "--batch_size", "32", "--epochs", "2",
+        "--episode_length", "16", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
+        "--num_gpus", "0", "--num_episodes", "8", "--no-progress", "--threads", "1", "--hmax", "5000"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """{"a": run a (4 tickers), "b": run b (3 tickers)} run folders with latest.pt and best.pt."""
+    root = tmp_path_factory.mktemp("bt")
+    runs = {"a": "synthetic:tickers=4,days=400", "b": "synthetic:tickers=3,days=400"}
+    procs = {
+        name: subprocess.Popen([sys.executable, SCRIPT, "--data", data, *TINY, "--checkpoint_dir", str(root / "ck"),
+                                "--run_name", name], cwd=root, env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+        for name, data in runs.items()
+    }
+    for name, proc in procs.items():
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+        assert (root / "ck" / name / "latest.pt").is_file(), out
+    return {name: root / "ck" / name for name in runs}
+
+
+@pytest.fixture
+def one_thread():
+    """In-process runs: one torch thread (tiny LSTMs are much slower with contention), restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120)
+
+
+def in_process(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def assert_report_consistent(out: Path) -> dict:
+    """report.json's metrics are exactly what metrics.summarize gives on equity.csv and trades.csv."""
+    report = json.loads((out / "report.json").read_text())
+    equity = pd.read_csv(out / "equity.csv")
+    trades = pd.read_csv(out / "trades.csv")
+    policy = M.summarize(equity["value"].to_numpy(), trades=trades)
+    for key, want in policy.items():
+        got = report["metrics"]["policy"][key]
+        if np.isnan(want):
+            assert got is None, key
+        else:
+            assert got == pytest.approx(want, rel=1e-9, abs=1e-9), key
+    baseline = M.summarize(equity["baseline_value"].to_numpy())
+    for key in ("cumulative_return", "sharpe", "max_drawdown", "final_value"):
+        assert report["metrics"]["baseline"][key] == pytest.approx(baseline[key], rel=1e-9, abs=1e-12), key
+    assert np.allclose(equity["cash"] + equity["holdings_value"], equity["value"], rtol=1e-9)
+    assert report["period"]["start"] == equity["date"].iloc[0]
+    assert report["period"]["end"] == equity["date"].iloc[-1]
+    assert report["period"]["num_days"] == len(equity)
+    return report
+
+
+# ------------------------------------------------------------------------------------ backtest
+
+
+def test_backtest_cli_end_to_end_and_deterministic(ckpts: dict[str, Path], tmp_path: Path) -> None:
+    ck = ckpts["a"] / "latest.pt"
+    first = run_cli("-m", "clstm_ppo.backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "one"),
+                    "--threads", "1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "Cumulative return (CR)" in first.stdout and "baseline" in first.stdout
+    for name in ("report.json", "equity.csv", "trades.csv", "equity.png"):
+        assert (tmp_path / "one" / name).stat().st_size > 0, name
+    report = assert_report_consistent(tmp_path / "one")
+
+    # Default period: the checkpoint's test split, by its stored dates; capital as trained.
+    spec = load_checkpoint(ck).market_spec
+    assert report["period"]["start"] == spec["splits"]["test"]["start"]
+    assert report["period"]["end"] == spec["splits"]["test"]["end"]
+    equity = pd.read_csv(tmp_path / "one" / "equity.csv")
+    assert equity["value"].iloc[0] == 1_000_000.0 and equity["baseline_value"].iloc[0] == 1_000_000.0
+    assert report["metrics"]["policy"]["num_trades"] > 0  # the policy really trades (hmax 5000)
+    assert report["metrics"]["baseline"]["num_trades"] == 4  # one equal-weight buy per ticker
+    assert report["metadata"]["tickers"] == spec["tickers"]
+
+    # Same checkpoint again through the console entry point: byte-identical outputs.
+    second = run_cli("-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "two"),
+                     "--threads", "1", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    for name in ("equity.csv", "trades.csv"):
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
+
+
+def test_default_out_folder_next_to_checkpoint(ckpts, capsys, one_thread) -> None:
+    code, out, err = in_process(capsys, "backtest", "--checkpoint", str(ckpts["a"] / "best.pt"), "--split",
+                                "validation")
+    assert code == 0, err
+    folder = ckpts["a"] / "backtest-best-validation"
+    assert (folder / "report.json").is_file() and str(folder) in out
+    report = assert_report_consistent(folder)
+    spec = load_checkpoint(ckpts["a"] / "best.pt").market_spec
+    assert report["period"]["start"] == spec["splits"]["validation"]["start"]
+
+
+def test_custom_period_uses_lookback_and_exact_dates(ckpts, tmp_path, capsys, one_thread) -> None:
+    ck = ckpts["a"] / "latest.pt"
+    dates = pd.DatetimeIndex(generate_market(num_tickers=4, num_days=400, seed=1).dates)
+    start, end = dates[40], dates[100]
+    # A weekend/holiday-free start and an end given between trading days both resolve to trading days.
+    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "c"),
+                              "--start", start.strftime("%Y-%m-%d"),
+                              "--end", (end + pd.Timedelta(hours=12)).strftime("%Y-%m-%d"))
+    assert code == 0, err
+    report = assert_report_consistent(tmp_path / "c")
+    assert report["period"] == {"start": start.strftime("%Y-%m-%d"), "end": end.strftime("%Y-%m-%d"), "num_days": 61}
+    assert report["metadata"]["period_source"] == "--start/--end"
+
+    # The window (5 days) needs 4 earlier trading days in the data: day index 4 is the earliest start.
+    code, out, err = in_process(capsys, "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "d"),
+                                "--start", dates[2].strftime("%Y-%m-%d"))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("error: --start")
+    assert f"earliest --start is {dates[4].strftime('%Y-%m-%d')}" in err
+    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "e"),
+                              "--start", dates[4].strftime("%Y-%m-%d"), "--end", dates[20].strftime("%Y-%m-%d"))
+    assert code == 0, err
+
+
+def test_stochastic_episodes_are_seeded_and_reported(ckpts, tmp_path, capsys, one_thread) -> None:
+    ck = str(ckpts["a"] / "latest.pt")
+    args = ("backtest", "--checkpoint", ck, "--stochastic", "--episodes", "3", "--seed", "7")
+    code, out, err = in_process(capsys, *args, "--out", str(tmp_path / "s1"))
+    assert code == 0, err
+    assert "over 3 sampled episodes" in out and "median cumulative return" in out
+    report = assert_report_consistent(tmp_path / "s1")
+    sto = report["stochastic"]
+    assert [r["episode"] for r in sto["runs"]] == [1, 2, 3] and sto["seed"] == 7
+    crs = [r["cumulative_return"] for r in sto["runs"]]
+    assert len(set(crs)) == 3  # sampled actions: three different paths
+    assert sto["summary"]["cumulative_return"]["mean"] == pytest.approx(np.mean(crs))
+    assert sto["summary"]["cumulative_return"]["std"] == pytest.approx(np.std(crs, ddof=1))
+    assert sto["summary"]["max_drawdown"]["max"] == max(r["max_drawdown"] for r in sto["runs"])
+    assert sorted(crs)[1] == report["metrics"]["policy"]["cumulative_return"]  # the median episode is shown
+    episodes = pd.read_csv(tmp_path / "s1" / "equity_episodes.csv")
+    assert list(episodes.columns) == ["date", "episode_1", "episode_2", "episode_3"]
+    for k, row in enumerate(sto["runs"]):
+        assert episodes[f"episode_{k + 1}"].iloc[-1] == pytest.approx(row["final_value"])
+
+    code, _, err = in_process(capsys, *args, "--out", str(tmp_path / "s2"))
+    assert code == 0, err
+    assert (tmp_path / "s1" / "equity_episodes.csv").read_bytes() == (tmp_path / "s2" / "equity_episodes.csv").read_bytes()
+
+    code, _, err = in_process(capsys, "backtest", "--checkpoint", ck, "--episodes", "3")
+    assert code == 2 and "needs --stochastic" in err
+
+
+def test_index_csv_is_aligned_scored_and_written(ckpts, tmp_path, capsys, one_thread) -> None:
+    dates = pd.DatetimeIndex(generate_market(num_tickers=4, num_days=400, seed=1).dates)
+    levels = pd.DataFrame({"date": dates.strftime("%Y-%m-%d"), "value": np.linspace(100.0, 140.0, len(dates))})
+    levels = levels.drop(index=[300, 301])  # days missing from the index take the last earlier level
+    levels.to_csv(tmp_path / "index.csv", index=False)
+    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), "--out",
+                              str(tmp_path / "i"), "--index", str(tmp_path / "index.csv"), "--risk_free", "0.02")
+    assert code == 0, err
+    report = json.loads((tmp_path / "i" / "report.json").read_text())
+    equity = pd.read_csv(tmp_path / "i" / "equity.csv")
+    assert "index" in report["metrics"] and report["risk_free"] == 0.02
+    got = equity.set_index("date")["index_value"]
+    lookup = levels.set_index("date")["value"]
+    for day, value in got.items():
+        want = lookup.get(day, lookup[lookup.index < day].iloc[-1])
+        assert value == pytest.approx(want)
+    assert report["metrics"]["index"]["sharpe"] == pytest.approx(M.sharpe_ratio(got.to_numpy(), 0.02))
+
+
+# ------------------------------------------------------------------------------- refused inputs
+
+
+def test_other_universe_is_refused_naming_the_difference(ckpts, tmp_path, capsys, one_thread) -> None:
+    # Checkpoint of 4 tickers on data of 3: one line naming the missing ticker (real subprocess).
+    proc = run_cli("-m", "clstm_ppo.backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), "--data",
+                   "synthetic:tickers=3,days=400", "--out", str(tmp_path / "x"), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith("error: ") and "missing SYN03" in proc.stderr
+    assert not (tmp_path / "x").exists()
+
+    # A CSV of other names: missing and unexpected tickers both named.
+    frame = generate_market(num_tickers=3, num_days=60, seed=3).to_frame()
+    frame["tic"] = frame["tic"].astype(str).str.replace("SYN", "ZZZ")
+    frame.to_csv(tmp_path / "other.csv", index=False)
+    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ckpts["b"] / "latest.pt"), "--data",
+                              f"csv:{tmp_path / 'other.csv'}")
+    assert code == 2 and err.count("\n") == 1
+    assert "missing SYN00, SYN01, SYN02" in err and "unexpected ZZZ00, ZZZ01, ZZZ02" in err
+
+    # compare across universes: refused before any backtest runs.
+    code, _, err = in_process(capsys, "compare", str(ckpts["a"] / "latest.pt"), str(ckpts["b"] / "latest.pt"),
+                              "--out", str(tmp_path / "cmp"))
+    assert code == 2 and err.count("\n") == 1 and "missing SYN03" in err
+    assert not (tmp_path / "cmp").exists()
+
+
+def _corrupt_files(ckpts: dict[str, Path], folder: Path) -> dict[str, Path]:
+    raw = (ckpts["a"] / "latest.pt").read_bytes()
+    files = {"truncated": folder / "truncated.pt", "random": folder / "random.pt", "plain_dict": folder / "plain.pt",
+             "wrong_sizes": folder / "sizes.pt"}
+    files["truncated"].write_bytes(raw[: len(raw) // 2])
+    files["random"].write_bytes(np.random.default_rng(0).bytes(4096))
+    torch.save({"weights": torch.zeros(3), "step": 5}, files["plain_dict"])
+    payload = torch.load(ckpts["a"] / "latest.pt", weights_only=True)
+    payload["model_config"]["stage2_hidden"] = 32  # the stored weights are for 16
+    torch.save(payload, files["wrong_sizes"])
+    return files
+
+
+def test_corrupt_checkpoints_give_one_error_line(ckpts, tmp_path, capsys, one_thread) -> None:
+    files = _corrupt_files(ckpts, tmp_path)
+    proc = run_cli("-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(files["truncated"]), cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert proc.stderr.startswith(f"error: {files['truncated']} is not a readable clstm-ppo checkpoint")
+
+    expect = {"random": "is not a readable clstm-ppo checkpoint", "plain_dict": "is not a clstm-ppo checkpoint",
+              "wrong_sizes": "stored weights do not match its model config"}
+    for name, phrase in expect.items():
+        code, out, err = in_process(capsys, "backtest", "--checkpoint", str(files[name]), "--out",
+                                    str(tmp_path / name))
+        assert code == 2 and out == "", name
+        assert err.count("\n") == 1 and err.startswith(f"error: {files[name]}") and phrase in err, err
+    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(tmp_path / "nope.pt"))
+    assert code == 2 and err == f"error: checkpoint not found: {tmp_path / 'nope.pt'}\n"
+
+
+# ------------------------------------------------------------------------------------- compare
+
+
+def test_compare_two_checkpoints_writes_table_and_png(ckpts, tmp_path, capsys, one_thread) -> None:
+    a_latest, a_best = ckpts["a"] / "latest.pt", ckpts["a"] / "best.pt"
+    code, out, err = in_process(capsys, "compare", str(a_latest), str(a_best), "--labels", "last,best",
+                                "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if line.startswith("metric"))
+    assert header.split() == ["metric", "last", "best", "buy-and-hold"]
+    for name in ("compare.json", "compare.csv", "compare.png"):
+        assert (tmp_path / "cmp" / name).stat().st_size > 0
+    table = pd.read_csv(tmp_path / "cmp" / "compare.csv")
+    assert list(table.columns) == ["date", "last", "best", "buy-and-hold"]
+
+    # Each column is the same run a single backtest gives on that period.
+    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(a_best), "--out", str(tmp_path / "single"))
+    assert code == 0, err
+    single = pd.read_csv(tmp_path / "single" / "equity.csv")
+    assert list(table["date"]) == list(single["date"])
+    assert np.array_equal(table["best"].to_numpy(), single["value"].to_numpy())
+    assert np.array_equal(table["buy-and-hold"].to_numpy(), single["baseline_value"].to_numpy())
+    report = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert set(report["metrics"]) == {"last", "best", "buy-and-hold"}
+    assert report["metrics"]["best"]["num_trades"] == pytest.approx(len(pd.read_csv(tmp_path / "single" / "trades.csv")))
+
+    code, _, err = in_process(capsys, "compare", str(a_latest), str(a_best), "--labels", "only-one")
+    assert code == 2 and "--labels needs 2" in err
