@@ -272,7 +272,7 @@ def main() -> None:
     print(f"| StockTradingEnv (gymnasium, numpy out) | cpu | 30 | 1 | {gym_rate:,.0f} | {gym_rate / finrl_rate:,.0f} |")
     for device in devices:
         for window in (30, 1):
-            for b in (1, 64, 256, 1024):
+            for b in (1, 64, 256, 1024) + ((4096, 16384) if device == "cuda" else ()):
                 rate = bench_vector(market, device, window, b, seconds)
                 print(f"| VectorStockTradingEnv | {device} | {window} | {b} | {rate:,.0f} | {rate / finrl_rate:,.0f} |",
                       flush=True)

@@ -186,6 +186,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._start_np = starts.copy()
         self._day_np = starts.copy()
         self._day = torch.as_tensor(starts, device=self.device)
+        self._start = self._day.clone()
         self._s = self._fresh_state(B)
         self._q = self.window - 1
         self._place_windows(torch.arange(B, device=self.device), self._window_rows(self._day))
@@ -267,9 +268,14 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         if cfg.episode_length is not None:
             trunc_np = (length_np >= cfg.episode_length) & ~term_np
         done_np = term_np | trunc_np
-        terminated = torch.from_numpy(term_np).to(self.device)
-        truncated = torch.from_numpy(trunc_np).to(self.device)
-        done = torch.from_numpy(done_np).to(self.device)
+        # The same flags computed on the device: a host-to-device copy of pageable memory would
+        # synchronise the CUDA stream every step.
+        terminated = day >= self.split.stop - 1
+        if cfg.episode_length is not None:
+            truncated = (day - self._start >= cfg.episode_length).logical_and_(~terminated)
+        else:
+            truncated = torch.zeros_like(terminated)
+        done = terminated | truncated
         self._day = day
 
         info: dict[str, Any] = {
@@ -283,7 +289,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "_final_obs": done,
         }
         if done_np.any():
-            info["episode"] = self._episode_summary(torch.from_numpy(length_np).to(self.device))
+            info["episode"] = self._episode_summary(day - self._start)
             info["_episode"] = done
             if self._autoreset:
                 obs = self._autoreset_envs(done_np)
@@ -329,6 +335,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         starts = torch.from_numpy(starts_np).to(self.device)
         # Out of place, so tensors already handed out in info keep the finished episodes' values.
         self._day = self._day.index_copy(0, idx, starts)
+        self._start = self._start.index_copy(0, idx, starts)
         fresh = self._fresh_state(n)
         self._s = {k: v.index_copy(0, idx, fresh[k]) for k, v in self._s.items()}
         self._place_windows(idx, self._window_rows(starts))
@@ -344,6 +351,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "buf": self._buf.to("cpu", copy=True),
             "q": torch.tensor(self._q),
             "day": self._day.to("cpu", copy=True),
+            "start": self._start.to("cpu", copy=True),
             "start_np": torch.from_numpy(self._start_np.copy()),
             "day_np": torch.from_numpy(self._day_np.copy()),
             "needs_reset": torch.from_numpy(self._needs_reset.copy()),
@@ -361,6 +369,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._buf = state["buf"].to(dev).clone()
         self._q = int(state["q"])
         self._day = state["day"].to(dev, copy=True)
+        self._start = state["start"].to(dev, copy=True)
         self._start_np = state["start_np"].numpy().copy()
         self._day_np = state["day_np"].numpy().copy()
         self._needs_reset = state["needs_reset"].numpy().copy()
