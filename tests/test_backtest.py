@@ -143,14 +143,17 @@ def test_default_out_folder_next_to_checkpoint(ckpts, capsys, one_thread) -> Non
 def test_custom_period_uses_lookback_and_exact_dates(ckpts, tmp_path, capsys, one_thread) -> None:
     ck = ckpts["a"] / "latest.pt"
     dates = pd.DatetimeIndex(generate_market(num_tickers=4, num_days=400, seed=1).dates)
-    start, end = dates[40], dates[100]
-    # A weekend/holiday-free start and an end given between trading days both resolve to trading days.
+    # Dates between trading days (a weekend) resolve to the next trading day (start) / the last one (end).
+    gaps = [i for i in range(40, 120) if dates[i + 1] - dates[i] > pd.Timedelta(days=1)]
+    lo, hi = gaps[0] + 1, gaps[-1]
+    start, end = dates[lo - 1] + pd.Timedelta(days=1), dates[hi] + pd.Timedelta(days=1)
+    assert start not in dates and end not in dates
     code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "c"),
-                              "--start", start.strftime("%Y-%m-%d"),
-                              "--end", (end + pd.Timedelta(hours=12)).strftime("%Y-%m-%d"))
+                              "--start", start.strftime("%Y-%m-%d"), "--end", end.strftime("%Y-%m-%d"))
     assert code == 0, err
     report = assert_report_consistent(tmp_path / "c")
-    assert report["period"] == {"start": start.strftime("%Y-%m-%d"), "end": end.strftime("%Y-%m-%d"), "num_days": 61}
+    assert report["period"] == {"start": dates[lo].strftime("%Y-%m-%d"), "end": dates[hi].strftime("%Y-%m-%d"),
+                                "num_days": hi - lo + 1}
     assert report["metadata"]["period_source"] == "--start/--end"
 
     # The window (5 days) needs 4 earlier trading days in the data: day index 4 is the earliest start.
