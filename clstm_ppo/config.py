@@ -30,6 +30,8 @@ class TrainConfig:
     seed: int = _f(1, "base seed; rank r, env i uses seed + r * num_envs + i")
     resume: str = _f("", "resume from 'latest', 'best' or a checkpoint PATH (empty: fresh run)")
     save_every: int = _f(0, "also keep episode_<n>.pt every this many finished episodes (0: only latest/best)")
+    checkpoint_every: int = _f(10, "write latest.pt every this many updates (and always at the end or on a stop)")
+    eval_every: int = _f(10, "score the deterministic policy on the validation split every this many updates (best.pt)")
     log_every: int = _f(10, "log a line every this many finished episodes (all workers together)")
     tensorboard: bool = _f(False, "write TensorBoard scalars to the run folder (needs the tensorboard package)")
     progress: bool = _f(True, "show a progress bar when stdout is a terminal")
@@ -131,7 +133,7 @@ class TrainConfig:
         """Reject inconsistent settings with one clear line; return self."""
         if self.num_episodes <= 0:
             raise UserError(f"--num_episodes must be positive, got {self.num_episodes}")
-        for name in ("num_envs", "n_steps", "epochs", "batch_size", "window", "hmax", "num_workers",
+        for name in ("checkpoint_every", "eval_every", "num_envs", "n_steps", "epochs", "batch_size", "window", "hmax", "num_workers",
                      "gradient_accumulation_steps", "stage1_hidden", "feature_dim", "stage2_hidden"):
             if getattr(self, name) <= 0:
                 raise UserError(f"--{name} must be positive, got {getattr(self, name)}")

@@ -322,19 +322,27 @@ class Trainer:
         return state
 
     def _maybe_checkpoint(self, rows: torch.Tensor, *, stopping: bool) -> None:
-        """Save latest (and best/periodic) on rank 0; all ranks take part in gathering worker states."""
+        """Save latest (and best/periodic) on rank 0; every rank takes part in gathering worker states.
+
+        The decision uses only values identical on all ranks (global counters, the all-reduced stop flag),
+        so the gather below is issued by every rank or by none.
+        """
         cfg, c = self.cfg, self.counters
-        finished = c["episodes"] >= cfg.num_episodes
-        crossed_period = cfg.save_every > 0 and (c["episodes"] // cfg.save_every) > ((c["episodes"] - rows.shape[0]) // cfg.save_every)
-        if not (rows.shape[0] > 0 or finished or stopping or c["bad_updates"] > 0):
-            return
         if c["bad_updates"] > 0:
             return  # keep the last good checkpoint
+        finished = c["episodes"] >= cfg.num_episodes
+        crossed_period = cfg.save_every > 0 and (c["episodes"] // cfg.save_every) > ((c["episodes"] - rows.shape[0]) // cfg.save_every)
+        evaluate = c["update"] % cfg.eval_every == 0 or finished
+        due = c["update"] % cfg.checkpoint_every == 0 or finished or stopping or crossed_period
+        if not (due or evaluate):
+            return
+        score = self._score() if evaluate and self.comm.master else None
+        is_best = self.comm.broadcast_object(score is not None and score > c["best_score"])
+        if not (due or is_best):
+            return
         worker_states = self.comm.gather_objects(self._worker_state())
         if not self.comm.master:
             return
-        score = self._score(rows)
-        is_best = score is not None and score > c["best_score"]
         if is_best:
             c["best_score"] = score
         payload = self.checkpoint_payload(worker_states)
@@ -344,16 +352,16 @@ class Trainer:
         if crossed_period:
             save_checkpoint(self.run_dir / f"episode_{c['episodes']}.pt", payload)
 
-    def _score(self, rows: torch.Tensor) -> float | None:
+    def _score(self) -> float | None:
         """Validation Sharpe of the deterministic policy when a validation split exists, else the mean
-        return of the last 100 training episodes."""
+        return of the last 100 training episodes (None before any episode finished)."""
         if self.market.splits.validation is not None:
             run = evaluate_policy(self.model, self.market, "validation", env_config(self.cfg, full_episodes=True),
                                   device=self.device)
             return run.sharpe
-        if rows.shape[0] == 0:
+        if not self.recent_returns:
             return None
-        return float(sum(self.recent_returns) / max(len(self.recent_returns), 1))
+        return float(sum(self.recent_returns) / len(self.recent_returns))
 
     def checkpoint_payload(self, worker_states: list[dict[str, Any]] | None) -> dict[str, Any]:
         model = unwrap(self.model)
