@@ -80,6 +80,18 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     return path
 
 
+def remove_stale_temp_files(folder: str | Path) -> list[Path]:
+    """Delete temporary files that `save_checkpoint` left when its process was killed mid-write.
+
+    Call only when no other process writes checkpoints to ``folder`` (before training starts).
+    """
+    folder = Path(folder)
+    stale = [p for p in folder.glob(".*.pt.*.tmp") if p.is_file()] if folder.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
     """Load and check a checkpoint; every problem is a `UserError` naming the file."""
     path = Path(path)

@@ -15,6 +15,7 @@ anywhere on the command line shows the traceback instead.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ def run_guarded(entry: Callable[[list[str]], int], argv: Sequence[str]) -> int:
     debug = "--debug" in args
     if debug:
         args.remove("--debug")
+        os.environ["CLSTM_PPO_DEBUG"] = "1"  # spawned training workers print their tracebacks too
     try:
         return int(entry(args) or 0)
     except UserError as err:
@@ -47,6 +49,15 @@ def run_guarded(entry: Callable[[list[str]], int], argv: Sequence[str]) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # a bug, not the user's fault: still one line, the traceback on request
+        if debug:
+            traceback.print_exc()
+            print(f"error: unexpected {type(err).__name__}: {err}", file=sys.stderr)
+        else:
+            text = str(err).strip().splitlines()
+            print(f"error: unexpected {type(err).__name__}{': ' + text[0][:300] if text else ''} "
+                  f"(--debug shows the traceback)", file=sys.stderr)
+        return 1
 
 
 def _usage() -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 import types
@@ -19,8 +20,9 @@ from typing import Any, Union, get_args, get_origin
 
 import torch
 
+from clstm_ppo.checkpoint import remove_stale_temp_files
 from clstm_ppo.config import PRESETS, TrainConfig
-from clstm_ppo.distributed import Comm, WorldLayout, launch, resolve_layout
+from clstm_ppo.distributed import Comm, StoppedBySignal, WorldLayout, launch, resolve_layout
 from clstm_ppo.market import build_market
 from envs.errors import UserError
 from envs.features import PreparedMarket
@@ -113,6 +115,11 @@ def _worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldL
     trainer = Trainer(cfg, market, comm, run_dir)
     start = time.perf_counter()
     counters = trainer.train()
+    if counters["episodes"] < cfg.num_episodes:  # only a SIGINT/SIGTERM ends train() early without raising
+        if comm.master:
+            print(f"[Rank 0] stopped after {counters['episodes']} episodes (update {counters['update']}); "
+                  f"continue with: --run_name {run_dir.name} --resume latest", flush=True)
+        raise StoppedBySignal(trainer.stop_signal or signal.SIGTERM)
     if comm.master:
         seconds = time.perf_counter() - start
         print(f"[Rank 0] done: {counters['episodes']} episodes, {counters['global_step']:,} env steps in "
@@ -130,6 +137,7 @@ def main(argv: list[str]) -> int:
         return 0
     market = build_market(cfg)
     check_writable(run_dir)
+    remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
     return launch(layout, _worker, (cfg, market, run_dir, layout))
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -40,6 +41,7 @@ from envs.errors import UserError
 from envs.features import PreparedMarket
 from envs.vector_env import VectorStockTradingEnv
 
+FAULT_INJECT_ENV = "CLSTM_PPO_FAULT_INJECT"
 EPISODE_FIELDS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs")
 
 
@@ -69,6 +71,30 @@ def build_optimizer(cfg: TrainConfig, model: ActorCritic, world_size: int) -> to
         {"params": model.stage1_parameters(), "lr": cfg.learning_rate_clstm * scale, "name": "clstm"},
         {"params": model.stage2_parameters(), "lr": cfg.learning_rate_actor_critic * scale, "name": "actor_critic"},
     ], eps=cfg.adam_eps)
+
+
+def parse_fault_spec(text: str) -> dict[str, Any] | None:
+    """Testing hook: ``CLSTM_PPO_FAULT_INJECT="rank=1,update=2[,kind=raise|kill|nan][,count=K]"``.
+
+    At update ``update`` (1-based, counted like the checkpoint's counters) rank ``rank`` raises a
+    RuntimeError (``raise``, the default), kills itself with SIGKILL (``kill``), or turns its rollout
+    rewards into NaN for ``count`` updates (``nan``; default: every update from then on), which makes
+    the loss and the all-reduced gradients NaN on every rank. Only the fault tests set it.
+    """
+    if not text.strip():
+        return None
+    spec: dict[str, Any] = {"rank": 0, "update": 1, "kind": "raise", "count": 1 << 30}
+    try:
+        for part in text.split(","):
+            key, value = (x.strip() for x in part.split("=", 1))
+            if key not in spec:
+                raise ValueError(key)
+            spec[key] = value if key == "kind" else int(value)
+    except ValueError:
+        raise UserError(f"{FAULT_INJECT_ENV}={text!r}: expected rank=R,update=U[,kind=raise|kill|nan][,count=K]") from None
+    if spec["kind"] not in ("raise", "kill", "nan"):
+        raise UserError(f"{FAULT_INJECT_ENV}: kind must be raise, kill or nan, got {spec['kind']!r}")
+    return spec
 
 
 class StopRequested(Exception):
@@ -114,6 +140,7 @@ class Trainer:
         self.metrics_file = None
         self.tb = None
         self.stop_signal: int | None = None
+        self.fault = parse_fault_spec(os.environ.get(FAULT_INJECT_ENV, ""))
 
     # ------------------------------------------------------------------ rollout
     def collect_rollout(self) -> torch.Tensor:
@@ -174,6 +201,8 @@ class Trainer:
                         group["lr"] = base * frac
                 t0 = time.perf_counter()
                 rows = self.collect_rollout()
+                if self.fault is not None:
+                    self._inject_fault()
                 with torch.no_grad(), self.autocast():
                     last_value = self.model.value(self.next_obs, self.state, self.next_start).float()
                 advantages, returns = compute_gae(self.buf.rewards, self.buf.values, self.buf.dones, last_value,
@@ -196,8 +225,12 @@ class Trainer:
                     self._record(all_rows, stats.as_dict(), sps, t1 - t0, t2 - t1, progress)
                 self._maybe_checkpoint(all_rows, stopping=stop_flag.item() > 0)
                 if self.counters["bad_updates"] >= cfg.max_bad_updates:
+                    latest = self.run_dir / "latest.pt"
+                    kept = (f"the last good checkpoint is kept: {latest}" if latest.is_file()
+                            else "no checkpoint had been written yet")
                     raise UserError(f"stopped: {self.counters['bad_updates']} updates in a row had NaN/inf loss or "
-                                    f"gradients; the last good checkpoint is kept in {self.run_dir}")
+                                    f"gradients (their optimizer steps were skipped); {kept}; try a lower "
+                                    f"learning rate or --max_grad_norm")
                 if stop_flag.item() > 0:
                     raise StopRequested()
             self.verify_replicas()
@@ -410,9 +443,26 @@ class Trainer:
 
     # ------------------------------------------------------------------ signals
     def _install_signal_handlers(self) -> None:
+        """First SIGINT/SIGTERM: finish the update, save, stop (all ranks agree through the stop flag).
+        A second one quits at once (KeyboardInterrupt; an interrupted checkpoint write leaves the old file).
+        A signal already ignored stays ignored: spawned workers leave Ctrl-C to their parent, which forwards it."""
         def request_stop(signum: int, _frame: Any) -> None:
+            if self.stop_signal is not None:
+                raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
             self.stop_signal = signum
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(ValueError):  # not the main thread (e.g. in tests)
-                signal.signal(sig, request_stop)
+                if signal.getsignal(sig) is not signal.SIG_IGN:
+                    signal.signal(sig, request_stop)
+
+    def _inject_fault(self) -> None:
+        """The `parse_fault_spec` testing hook, run after the rollout of each update."""
+        spec, update = self.fault, self.counters["update"] + 1
+        if spec is None or spec["rank"] != self.comm.rank or not spec["update"] <= update < spec["update"] + spec["count"]:
+            return
+        if spec["kind"] == "raise":
+            raise RuntimeError(f"injected fault ({FAULT_INJECT_ENV}) on rank {self.comm.rank} at update {update}")
+        if spec["kind"] == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.buf.rewards.fill_(float("nan"))
