@@ -51,20 +51,33 @@ def _orthogonal(layer: nn.Module, gain: float = math.sqrt(2.0)) -> nn.Module:
     return layer
 
 
-def run_lstm(lstm: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], starts: Tensor) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+def cut_days(starts: Tensor) -> list[int]:
+    """Days ``d >= 1`` of ``starts [L, B]`` where some env starts an episode (where `run_lstm` cuts).
+
+    On a GPU tensor this synchronises the stream; `ppo_update` passes host copies instead.
+    """
+    if starts.shape[0] <= 1:
+        return []
+    return torch.nonzero(starts[1:].any(dim=1)).flatten().add(1).tolist()
+
+
+def run_lstm(lstm: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], starts: Tensor,
+             cuts: list[int] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """Run ``lstm`` over days with state resets at episode starts.
 
     :param x: ``[L, B, D]`` inputs, day-major.
     :param state: ``(h, c)`` each ``[1, B, H]``: the state before day 0 (not yet masked).
     :param starts: ``[L, B]`` bool, True where an episode starts on that day (state zeroed first).
+    :param cuts: ``cut_days(starts)`` when the caller already has it (computed from a host copy, so
+        no device synchronisation here); None computes it from ``starts``.
     :return: outputs ``[L, B, H]`` and the state after day L-1.
 
     The sequence is cut only at days where some env starts an episode, and each piece runs as one
     fused LSTM call; a rollout step (L = 1) and an update over L days give identical numbers.
     """
     keep = (~starts).to(x.dtype).unsqueeze(-1)  # [L, B, 1]
-    cut_days = torch.nonzero(starts[1:].any(dim=1)).flatten().add(1).tolist() if x.shape[0] > 1 else []
-    bounds = [0, *cut_days, x.shape[0]]
+    cut_days_ = cut_days(starts) if cuts is None else cuts
+    bounds = [0, *cut_days_, x.shape[0]]
     h, c = state
     outputs = []
     for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
@@ -128,17 +141,24 @@ class ActorCritic(nn.Module):
             return self.features(out[:, -1])
         return self.features(obs[:, -1])
 
-    def core(self, feats: Tensor, state: LSTMState, starts: Tensor) -> tuple[Tensor, Tensor, LSTMState]:
-        """Stage 2: features ``[L, B, D]`` -> actor and critic latents ``[L, B, H]`` and the new state."""
+    def core(self, feats: Tensor, state: LSTMState, starts: Tensor,
+             host_starts: Tensor | None = None) -> tuple[Tensor, Tensor, LSTMState]:
+        """Stage 2: features ``[L, B, D]`` -> actor and critic latents ``[L, B, H]`` and the new state.
+
+        ``host_starts``: optional CPU copy of ``starts`` (where to cut the sequence, found without
+        a device synchronisation).
+        """
         if self.cfg.policy == "mlp":
             return self.actor_body(feats), self.critic_body(feats), ()
         ha, ca, hc, cc = state
-        actor_out, (ha, ca) = run_lstm(self.actor_lstm, feats, (ha, ca), starts)
-        critic_out, (hc, cc) = run_lstm(self.critic_lstm, feats, (hc, cc), starts)
+        cuts = cut_days(starts if host_starts is None else host_starts)  # once for both LSTMs
+        actor_out, (ha, ca) = run_lstm(self.actor_lstm, feats, (ha, ca), starts, cuts)
+        critic_out, (hc, cc) = run_lstm(self.critic_lstm, feats, (hc, cc), starts, cuts)
         return actor_out, critic_out, (ha, ca, hc, cc)
 
     def forward(
-        self, obs: Tensor, state: LSTMState, starts: Tensor, actions: Tensor | None = None
+        self, obs: Tensor, state: LSTMState, starts: Tensor, actions: Tensor | None = None,
+        host_starts: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, LSTMState]:
         """Evaluate L days of B envs.
 
@@ -146,11 +166,12 @@ class ActorCritic(nn.Module):
         :param state: recurrent state before day 0 (see `initial_state`).
         :param starts: ``[L, B]`` bool episode-start flags.
         :param actions: ``[L, B, N]`` actions to score; None samples nothing and scores the mean.
+        :param host_starts: optional CPU copy of ``starts`` (no device sync to find episode cuts).
         :return: ``(log_prob [L, B], entropy [L, B], value [L, B], mean [L, B, N], new_state)``.
         """
         days, envs = obs.shape[:2]
         feats = self.encode(obs.reshape(days * envs, *obs.shape[2:])).reshape(days, envs, -1)
-        actor_out, critic_out, state = self.core(feats, state, starts)
+        actor_out, critic_out, state = self.core(feats, state, starts, host_starts)
         mean = self.actor_mean(actor_out)
         value = self.critic(critic_out).squeeze(-1)
         dist = Normal(mean.float(), self.log_std.float().exp().expand_as(mean))

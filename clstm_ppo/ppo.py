@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -43,6 +45,32 @@ class UpdateStats:
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)
+
+
+class PhaseTimer:
+    """Wall seconds per named phase, summed over calls (benchmarks; training passes none).
+
+    On CUDA the stream is synchronised around each phase so the time lands where the work runs;
+    that costs throughput, so only benchmarks that report the split use it.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.cuda = torch.device(device).type == "cuda"
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        if self.cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        yield
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.seconds[name] += time.perf_counter() - t0
+
+
+def _no_timer(_name: str) -> contextlib.AbstractContextManager:
+    return contextlib.nullcontext()
 
 
 def advantage_statistics(advantages: Tensor, returns: Tensor, values: Tensor, comm: Comm) -> tuple[float, float, float]:
@@ -98,13 +126,17 @@ def ppo_update(
     generator: torch.Generator,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     scaler: torch.amp.GradScaler | None = None,
+    timer: PhaseTimer | None = None,
 ) -> UpdateStats:
     """Run ``cfg.epochs`` epochs of PPO over this worker's rollout ``buf``.
 
     :param model: the ActorCritic, possibly wrapped by torch.compile and/or DDP.
     :param advantages: ``[S, B]``; :param returns: ``[S, B]`` (from `compute_gae`).
     :param generator: CPU generator that shuffles env columns (per worker).
+    :param timer: optional `PhaseTimer` summing forward (with the loss), backward (with DDP's
+        overlapped gradient all-reduce) and optimizer (clip, step, zero_grad) seconds.
     """
+    phase = timer if timer is not None else _no_timer
     num_envs = buf.obs.shape[1]
     per_mb = cfg.envs_per_minibatch
     per_micro = per_mb // cfg.gradient_accumulation_steps
@@ -113,39 +145,47 @@ def ppo_update(
         advantages = (advantages - adv_mean) / (adv_std + 1e-8)
     ddp = hasattr(model, "no_sync")
     params = [p for group in optimizer.param_groups for p in group["params"]]
+    host_starts = buf.starts.cpu()  # one sync per update; minibatches find their LSTM cuts on the host
     totals = torch.zeros(6, dtype=torch.float64, device=buf.obs.device)  # pg, v, ent, kl, clip, grad_norm
     steps = skipped = epochs_run = 0
     for _epoch in range(cfg.epochs):
         epoch_kl = torch.zeros((), dtype=torch.float64, device=buf.obs.device)
-        order = torch.randperm(num_envs, generator=generator).to(buf.obs.device)
+        host_order = torch.randperm(num_envs, generator=generator)
+        order = host_order.to(buf.obs.device)
         for mb_start in range(0, num_envs, per_mb):
             columns = order[mb_start:mb_start + per_mb]
+            host_columns = host_order[mb_start:mb_start + per_mb]
             parts_sum = None
             for micro_start in range(0, per_mb, per_micro):
                 cols = columns[micro_start:micro_start + per_micro]
+                host_cols = host_columns[micro_start:micro_start + per_micro]
                 last_micro = micro_start + per_micro >= per_mb
                 sync = contextlib.nullcontext() if (last_micro or not ddp) else model.no_sync()
                 with sync:
-                    with autocast():
-                        state = tuple(s[:, cols] for s in buf.initial_state)
-                        new_log_prob, entropy, new_value, _, _ = model(
-                            buf.obs[:, cols], state, buf.starts[:, cols], buf.actions[:, cols])
-                    loss, parts = ppo_loss(new_log_prob, entropy, new_value, buf.log_probs[:, cols],
-                                           buf.values[:, cols], advantages[:, cols], returns[:, cols], cfg)
-                    loss = loss / cfg.gradient_accumulation_steps
-                    (scaler.scale(loss) if scaler is not None else loss).backward()
+                    with phase("forward"):
+                        with autocast():
+                            state = tuple(s[:, cols] for s in buf.initial_state)
+                            new_log_prob, entropy, new_value, _, _ = model(
+                                buf.obs[:, cols], state, buf.starts[:, cols], buf.actions[:, cols],
+                                host_starts=host_starts[:, host_cols])
+                        loss, parts = ppo_loss(new_log_prob, entropy, new_value, buf.log_probs[:, cols],
+                                               buf.values[:, cols], advantages[:, cols], returns[:, cols], cfg)
+                        loss = loss / cfg.gradient_accumulation_steps
+                    with phase("backward"):
+                        (scaler.scale(loss) if scaler is not None else loss).backward()
                 parts_sum = parts if parts_sum is None else {k: parts_sum[k] + v for k, v in parts.items()}
-            if scaler is not None:
-                scaler.unscale_(optimizer)
-            grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            if scaler is not None:
-                scaler.step(optimizer)  # skips by itself on inf (dynamic loss scaling)
-                scaler.update()
-            elif torch.isfinite(grad_norm):
-                optimizer.step()
-            else:
-                skipped += 1
-            optimizer.zero_grad(set_to_none=True)
+            with phase("optimizer"):
+                if scaler is not None:
+                    scaler.unscale_(optimizer)
+                grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                if scaler is not None:
+                    scaler.step(optimizer)  # skips by itself on inf (dynamic loss scaling)
+                    scaler.update()
+                elif torch.isfinite(grad_norm):
+                    optimizer.step()
+                else:
+                    skipped += 1
+                optimizer.zero_grad(set_to_none=True)
             k = cfg.gradient_accumulation_steps
             totals += torch.stack([parts_sum["policy_loss"] / k, parts_sum["value_loss"] / k, parts_sum["entropy"] / k,
                                    parts_sum["approx_kl"] / k, parts_sum["clip_fraction"] / k,

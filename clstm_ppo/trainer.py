@@ -150,7 +150,7 @@ class Trainer:
         """
         cfg, buf, policy = self.cfg, self.buf, self.model
         buf.initial_state = tuple(s.clone() for s in self.state)
-        rows = []
+        ep_masks, ep_fields = [], []  # finished episodes stay on the device until the rollout ends
         with torch.no_grad(), self.autocast():
             for step in range(cfg.n_steps):
                 buf.obs[step] = self.next_obs
@@ -160,25 +160,31 @@ class Trainer:
                 obs, reward, terminated, truncated, info = self.env.step(action.to(self.env.device))
                 obs, reward = obs.to(self.device), reward.to(self.device)
                 terminated, truncated = terminated.to(self.device), truncated.to(self.device)
-                if truncated.any():  # time-limit cut: bootstrap from the final observation's value
-                    final_obs = info["final_obs"].to(self.device)
-                    no_start = torch.zeros_like(truncated)
-                    final_value = policy.value(final_obs, self.state, no_start)
-                    reward = reward + cfg.gamma * final_value.float() * truncated
+                # The env decides episode ends on the host and sets "_episode" only on steps where some
+                # env finished, so other steps need no device sync here.
+                if "_episode" in info:
+                    # Time-limit cut: bootstrap from the final observation's value, evaluated for the
+                    # truncated envs only (a second forward over all B envs would double this step).
+                    cut = torch.nonzero(truncated).flatten()
+                    if cut.numel():
+                        final_obs = info["final_obs"].to(self.device).index_select(0, cut)
+                        cut_state = tuple(s.index_select(1, cut) for s in self.state)
+                        no_start = torch.zeros(cut.numel(), dtype=torch.bool, device=self.device)
+                        final_value = policy.value(final_obs, cut_state, no_start)
+                        reward = reward.index_add(0, cut, cfg.gamma * final_value.float())
+                    ep = info["episode"]
+                    ep_masks.append(info["_episode"].to(self.device))
+                    ep_fields.append(torch.stack([ep[k].to(self.device, torch.float64) for k in EPISODE_FIELDS], dim=1))
                 buf.actions[step] = action
                 buf.log_probs[step] = log_prob
                 buf.values[step] = value
                 buf.rewards[step] = reward
                 done = terminated | truncated
                 buf.dones[step] = done
-                if "_episode" in info and bool(info["_episode"].any()):
-                    mask = info["_episode"]
-                    ep = info["episode"]
-                    rows.append(torch.stack([ep[k][mask].double().cpu() for k in EPISODE_FIELDS], dim=1))
                 self.next_obs, self.next_start = obs, done
-        if not rows:
+        if not ep_masks:
             return torch.zeros((0, len(EPISODE_FIELDS) + 1), dtype=torch.float64)
-        local = torch.cat(rows)
+        local = torch.cat(ep_fields)[torch.cat(ep_masks)].cpu()  # step-major, env order within a step
         return torch.cat([local, torch.full((local.shape[0], 1), float(self.comm.rank), dtype=torch.float64)], dim=1)
 
     # ------------------------------------------------------------------ loop
