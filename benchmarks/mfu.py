@@ -1,0 +1,147 @@
+"""Model FLOPs utilisation (MFU) of training: model FLOPs per env step x measured env steps/s, as a
+fraction of the machine's dense matmul rate measured in the same run.
+
+    python benchmarks/mfu.py --device cpu --threads 1
+    python benchmarks/mfu.py --device cpu --threads 2 --policies clstm
+    python benchmarks/mfu.py --device cuda --num_envs 1024 --minibatches 4 --mixed_precision bf16
+
+FLOPs (matmul FLOPs from the layer sizes, 2 per multiply-add; gate nonlinearities, the loss and Adam are
+not counted): an LSTM step costs 2 * 4H * (I + H), a Linear 2 * I * O. Forward per env step:
+  clstm: T * LSTM(F -> H1) + Linear(H1, D) + Linear(D, D) + 2 * LSTM(D -> H2) + Linear(H2, N) + Linear(H2, 1)
+  lstm:  Linear(F, D) + Linear(D, D) + 2 * LSTM(D -> H2) + heads
+  mlp:   Linear(F, D) + Linear(D, D) + 2 * Linear(D, H2) + heads
+Training per env step = 1 forward in the rollout + epochs x (forward + backward ~ 2 forwards) = (1 + 3 x epochs)
+forwards (the truncation bootstrap's extra forwards are not counted: they only make MFU lower).
+
+Peak: the median rate of square matmuls (fp32 on CPU with the same torch threads; bf16 on CUDA, which
+is what --mixed_precision bf16 runs the model in; TF32 and fp32 rates printed too). Throughput comes from
+benchmarks/train_throughput.py's measurement (1 worker, fresh process, paper preset).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.train_throughput import machine_name, spawn_config  # noqa: E402
+from clstm_ppo.config import preset  # noqa: E402
+
+
+def lstm_flops(inp: int, hidden: int) -> int:
+    return 2 * 4 * hidden * (inp + hidden)
+
+
+def linear_flops(inp: int, out: int) -> int:
+    return 2 * inp * out
+
+
+def forward_flops(policy: str, F: int, N: int, T: int, H1: int, D: int, H2: int) -> int:
+    """Matmul FLOPs of one forward for one env step (see the module docstring)."""
+    heads = linear_flops(H2, N) + linear_flops(H2, 1)
+    if policy == "clstm":
+        return T * lstm_flops(F, H1) + linear_flops(H1, D) + linear_flops(D, D) + 2 * lstm_flops(D, H2) + heads
+    features = linear_flops(F, D) + linear_flops(D, D)
+    if policy == "lstm":
+        return features + 2 * lstm_flops(D, H2) + heads
+    return features + 2 * linear_flops(D, H2) + heads
+
+
+def matmul_rate(device: str, dtype: torch.dtype, n: int, seconds: float = 2.0) -> float:
+    """Median FLOP/s of ``n x n`` @ ``n x n`` in ``dtype`` on ``device``."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(3):
+        a @ b
+    sync()
+    t0 = time.perf_counter()
+    a @ b
+    sync()
+    per = max(time.perf_counter() - t0, 1e-6)
+    reps = max(3, min(200, int(seconds / 5 / per)))
+    rates = []
+    for _ in range(5):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            a @ b
+        sync()
+        rates.append(2 * n**3 * reps / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (CPU; pass it explicitly)")
+    p.add_argument("--policies", default="clstm,lstm,mlp")
+    p.add_argument("--num_envs", type=int, default=0, help="envs (default 8 on CPU, 1024 on GPU)")
+    p.add_argument("--minibatches", type=int, default=0, help="as in train_throughput.py (0: the paper's 128 steps)")
+    p.add_argument("--mixed_precision", default="none", choices=("none", "bf16", "fp16"))
+    p.add_argument("--updates", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA GPU is visible", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    envs = args.num_envs or (8 if args.device == "cpu" else 1024)
+    print(f"machine: {machine_name(args.device)}", flush=True)
+    if args.device == "cpu":
+        peaks = {"fp32": max(matmul_rate("cpu", torch.float32, n) for n in (512, 1024, 2048))}
+        peak_name = "fp32"
+    else:
+        peaks = {"bf16": matmul_rate("cuda", torch.bfloat16, 8192)}
+        torch.backends.cuda.matmul.allow_tf32 = True
+        peaks["tf32"] = matmul_rate("cuda", torch.float32, 8192)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        peaks["fp32"] = matmul_rate("cuda", torch.float32, 8192)
+        peak_name = "bf16"
+    peak = peaks[peak_name]
+    print("measured dense matmul: " + ", ".join(f"{k} {v / 1e12:.3f} TFLOP/s" for k, v in peaks.items()), flush=True)
+    cfg = preset("paper")
+    F, N, T = 181, 30, cfg.window
+    rows = []
+    for policy in args.policies.split(","):
+        fwd = forward_flops(policy, F, N, T, cfg.stage1_hidden, cfg.feature_dim, cfg.stage2_hidden)
+        per_step = fwd * (1 + 3 * cfg.epochs)
+        opts = dict(device=args.device, policy=policy, num_envs=envs, world=1, threads=args.threads,
+                    mixed_precision=args.mixed_precision, compile=False, updates=args.updates,
+                    minibatches=args.minibatches)
+        r = spawn_config(opts, 900)
+        if r is None:
+            continue
+        sps = r["steps_per_second"]
+        steps = r["env_steps_per_update"]
+        upd = r["rank0"]["update"]
+        upd_mfu = fwd * 3 * cfg.epochs * steps / upd / peak
+        rows.append((policy, fwd, per_step, sps, per_step * sps, per_step * sps / peak, upd_mfu))
+        print(f"  {policy}: {sps:,.1f} env steps/s", flush=True)
+    print()
+    print(f"MFU, paper preset ({envs} envs, {args.mixed_precision}), peak = measured {peak_name} matmul "
+          f"{peak / 1e12:.3f} TFLOP/s; machine: {machine_name(args.device)}"
+          + (f", {args.threads} thread(s)" if args.device == "cpu" else ""))
+    print()
+    print("| policy | fwd MFLOP/env step | train MFLOP/env step (1+3x10 fwd) | env steps/s | achieved GFLOP/s | "
+          "MFU whole loop | MFU update only |")
+    print("|---|---|---|---|---|---|---|")
+    for policy, fwd, per_step, sps, achieved, mfu, upd_mfu in rows:
+        print(f"| {policy} | {fwd / 1e6:.2f} | {per_step / 1e6:.1f} | {sps:,.1f} | {achieved / 1e9:,.1f} | "
+              f"{mfu:.1%} | {upd_mfu:.1%} |")
+    print()
+    for policy, _fwd, per_step, sps, achieved, mfu, _ in rows:
+        print(f"- {policy}: {per_step / 1e6:.1f} MFLOP x {sps:,.1f} steps/s = {achieved / 1e9:.2f} GFLOP/s; "
+              f"/ {peak / 1e9:,.1f} GFLOP/s = {mfu:.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
