@@ -64,6 +64,8 @@ class TrainConfig:
     sell_cost_pct: float = _f(1e-3, "sell cost as a fraction of traded value")
     reward_scaling: float = _f(1e-4, "reward = change of portfolio value in dollars x this")
     episode_length: str = _f("252", "trading days per episode, or 'full' for the whole split")
+    price_features: str = _f("return", "price column of the state: return (daily log return, MACD / close: "
+                             "stationary) or level (the close itself, as in the paper)", choices=("return", "level"))
     use_turbulence: bool = _f(True, "liquidate and block buys when turbulence >= the 90th training percentile")
     # --- model
     policy: str = _f("clstm", "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)",
@@ -200,7 +202,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                   batch_size=128, gamma=0.99, gae_lambda=0.95, clip_coef=0.2, vf_coef=0.5, ent_coef=0.01,
                   max_grad_norm=0.5, learning_rate_clstm=3e-4, learning_rate_actor_critic=3e-4, adam_eps=1e-8,
                   hmax=100, initial_amount=1_000_000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3,
-                  reward_scaling=1e-4, policy="clstm"),
+                  reward_scaling=1e-4, policy="clstm", price_features="level"),
 }
 
 

@@ -31,7 +31,8 @@ def build_market(cfg: TrainConfig, data: MarketData | None = None) -> PreparedMa
     data = data if data is not None else load_data(cfg)
     splits = split_days(data, window=cfg.window, train_end=cfg.train_end or None,
                         validation_end=cfg.validation_end or None, test_end=cfg.test_end or None)
-    return PreparedMarket.prepare(data, splits, window=cfg.window, use_turbulence=cfg.use_turbulence)
+    return PreparedMarket.prepare(data, splits, window=cfg.window, use_turbulence=cfg.use_turbulence,
+                                  price_mode=cfg.price_features)
 
 
 def rebuild_market(data: MarketData, spec: dict[str, Any]) -> PreparedMarket:

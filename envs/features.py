@@ -225,28 +225,62 @@ def _safe_std(x: np.ndarray, axis: int) -> np.ndarray:
     return np.where(std > 1e-12, std, 1.0)  # a constant series is centred, not blown up
 
 
+PRICE_MODES = ("level", "return")
+PRICE_RELATIVE_INDICATORS = ("macd",)  # in dollars: divided by the close in "return" mode
+
+
+def price_features(close: np.ndarray, indicators: np.ndarray, mode: str,
+                   relative: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+    """The raw (not yet z-scored) price column and indicators of each day's state.
+
+    :param close: [D, N] float64 dollars; :param indicators: [D, N, K] float64.
+    :param mode: "level": the close itself (the paper's and FinRL's state); "return": the day's log
+        return ``log(close[t] / close[t-1])`` (0 on day 0), which stays in the training range out of
+        sample where price levels drift away from it.
+    :param relative: indicator indices (e.g. MACD, in dollars) divided by the close in "return" mode.
+    :return: ``(price [D, N], indicators [D, N, K])``; causal (day t uses days <= t).
+    """
+    if mode == "level":
+        return close, indicators
+    if mode != "return":
+        raise UserError(f"unknown price feature mode {mode!r}; choose one of {', '.join(PRICE_MODES)}")
+    log_close = np.log(close)
+    price = np.zeros_like(close)
+    price[1:] = log_close[1:] - log_close[:-1]
+    if relative:
+        indicators = indicators.copy()
+        for k in relative:
+            indicators[:, :, k] = indicators[:, :, k] / close
+    return price, indicators
+
+
 @dataclass(frozen=True, eq=False)
 class Normalization:
     """Per-ticker z-score statistics, fitted on the training split's days only.
 
-    Observation scaling: close -> (close - close_mean) / close_std; indicator k of ticker i ->
-    (value - indicator_mean[k, i]) / indicator_std[k, i]; cash -> cash / initial_amount (the env's
-    config); shares -> shares / holdings_scale.
+    Observation scaling: price feature (the close in "level" mode, its daily log return in "return"
+    mode; see `price_features`) -> (value - close_mean) / close_std; indicator k of ticker i (MACD
+    divided by the close in "return" mode) -> (value - indicator_mean[k, i]) / indicator_std[k, i];
+    cash -> cash / initial_amount (the env's config); shares -> shares / holdings_scale.
     """
 
-    close_mean: np.ndarray  # [N] dollars
-    close_std: np.ndarray  # [N] dollars
+    close_mean: np.ndarray  # [N] mean of the price feature (dollars in "level" mode)
+    close_std: np.ndarray  # [N]
     indicator_mean: np.ndarray  # [K, N]
     indicator_std: np.ndarray  # [K, N]
     holdings_scale: float = HOLDINGS_SCALE  # shares
     fit_start: int = 0  # day indices [fit_start, fit_stop) the statistics came from
     fit_stop: int = 0
+    price_mode: str = "level"
+    price_relative: tuple[int, ...] = ()
 
     @classmethod
-    def fit(cls, close: np.ndarray, indicators: np.ndarray, days: DayRange) -> Normalization:
+    def fit(cls, close: np.ndarray, indicators: np.ndarray, days: DayRange, *, price_mode: str = "level",
+            price_relative: tuple[int, ...] = ()) -> Normalization:
         """Statistics from ``days`` only. close: [D, N] float64; indicators: [D, N, K] float64."""
-        c = close[days.start : days.stop]
-        ind = indicators[days.start : days.stop].transpose(2, 0, 1)  # [K, days, N]
+        price, ind_all = price_features(close, indicators, price_mode, price_relative)
+        c = price[days.start : days.stop]
+        ind = ind_all[days.start : days.stop].transpose(2, 0, 1)  # [K, days, N]
         return cls(
             close_mean=c.mean(axis=0),
             close_std=_safe_std(c, axis=0),
@@ -254,15 +288,18 @@ class Normalization:
             indicator_std=_safe_std(ind, axis=1),
             fit_start=int(days.start),
             fit_stop=int(days.stop),
+            price_mode=price_mode,
+            price_relative=tuple(int(k) for k in price_relative),
         )
 
     def market_rows(self, close: np.ndarray, indicators: np.ndarray) -> np.ndarray:
         """Normalised market part of each day's state.
 
         :param close: [D, N] float64; indicators: [D, N, K] float64
-        :return: [D, N + K*N] float64: N closes, then each indicator for all N tickers (FinRL's order)
+        :return: [D, N + K*N] float64: N price features, then each indicator for all N tickers (FinRL's order)
         """
-        c = (close - self.close_mean) / self.close_std
+        price, indicators = price_features(close, indicators, self.price_mode, self.price_relative)
+        c = (price - self.close_mean) / self.close_std
         ind = (indicators.transpose(0, 2, 1) - self.indicator_mean) / self.indicator_std  # [D, K, N]
         return np.concatenate([c, ind.reshape(ind.shape[0], -1)], axis=1)
 
@@ -276,6 +313,8 @@ class Normalization:
             "holdings_scale": float(self.holdings_scale),
             "fit_start": self.fit_start,
             "fit_stop": self.fit_stop,
+            "price_mode": self.price_mode,
+            "price_relative": list(self.price_relative),
         }
 
     @classmethod
@@ -290,6 +329,8 @@ class Normalization:
             holdings_scale=float(d.get("holdings_scale", HOLDINGS_SCALE)),
             fit_start=int(d.get("fit_start", 0)),
             fit_stop=int(d.get("fit_stop", 0)),
+            price_mode=str(d.get("price_mode", "level")),
+            price_relative=tuple(int(k) for k in d.get("price_relative", ())),
         )
 
 
@@ -343,8 +384,13 @@ class PreparedMarket:
         indicator_names: tuple[str, ...] | list[str] = INDICATORS,
         use_turbulence: bool = True,
         turbulence_lookback: int = TURBULENCE_LOOKBACK,
+        price_mode: str = "level",
     ) -> PreparedMarket:
-        """Indicators and turbulence over all days; normalisation and threshold from the train split only."""
+        """Indicators and turbulence over all days; normalisation and threshold from the train split only.
+
+        ``price_mode`` picks the price column of the state: "level" (the close, as in the paper) or
+        "return" (daily log return, with MACD divided by the close): see `price_features`.
+        """
         if window < 1:
             raise UserError(f"window must be >= 1, got {window}")
         indicator_names = tuple(indicator_names)
@@ -369,7 +415,10 @@ class PreparedMarket:
             indicator_names=indicator_names,
             turbulence=turbulence,
             turbulence_threshold=threshold,
-            normalization=Normalization.fit(np.asarray(data.close, dtype=np.float64), indicators, train),
+            normalization=Normalization.fit(
+                np.asarray(data.close, dtype=np.float64), indicators, train, price_mode=price_mode,
+                price_relative=tuple(i for i, n in enumerate(indicator_names) if n in PRICE_RELATIVE_INDICATORS),
+            ),
             splits=splits,
             window=int(window),
             turbulence_lookback=int(turbulence_lookback),

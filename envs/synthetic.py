@@ -25,17 +25,18 @@ daily vol sigma_i ~ U(1.0%, 2.0%) and zm, zs, ze independent standard normals. P
 therefore about 0.2-0.4 inside the market and higher inside a sector.
 
 Planted signal of strength ``s`` in [0, 1) (``s = 0``: none). It adds a component ``x`` to ``base`` whose
-variance is ``share = 0.06 * s`` of the ticker's calm-regime (v = 1) return variance ``q_i``:
+variance is ``share = 0.5 * s`` of the ticker's calm-regime (v = 1) return variance ``q_i``:
 
 * ``"momentum"``: ``x[t, i] = m[t-1, i]`` where ``m`` is a per-ticker AR(1) latent trend,
   ``m[t] = 0.9 m[t-1] + sqrt(1 - 0.9^2) * sqrt(share * q_i) * eta[t]`` (half-life about 6.6 days).
   Past 5-20 day returns reveal ``m``, so next-day returns are autocorrelated with past returns
-  (lag-k autocorrelation about ``share * 0.9^k``). At s = 0.5 a causal rule (long-short on the past
-  10-day return) has an annualised Sharpe around 4 on held-out days, and long-only holding the better
-  half beats equal-weight buy-and-hold by about 20% a year; at s = 0 both are noise around 0.
+  (lag-k autocorrelation about ``share * 0.9^k``). The trend is persistent, so a strong momentum
+  signal also makes prices wander far (a ticker can end at 100x its start over 10 years).
 * ``"lead_lag"``: ticker i's idiosyncratic shock of day t-1 moves ticker i+1 on day t:
   ``x[t, i+1] = c_i * sigma_i * ze[t-1, i]`` with ``c_i`` scaled so the term's variance is ``share * q_{i+1}``
-  (ticker 0 has no leader, the last ticker leads none).
+  (ticker 0 has no leader, the last ticker leads none). A one-day effect, so prices stay in range.
+  With 5 tickers at s = 0.9 the causal rule "hold ticker i+1 after ticker i rose" earns a test-split
+  Sharpe of 0.6 to 4.3 over seeds 1-4, against 0.2 to 1.4 lower for equal-weight buy-and-hold.
 
 Bars -- ``close[t] = close[t-1] * exp(r[t])`` from a start price ~ exp(U(log 20, log 200)) dollars. The open
 gaps from the previous close, ``open[t] = close[t-1] * exp(g[t])`` with ``g ~ N(0, (0.3 * daily vol)^2)``;
@@ -61,7 +62,7 @@ REGIME_DRIFT_ANNUAL = np.array([0.15, -0.20, -0.05])
 REGIME_VOL_MULT = np.array([0.8, 1.2, 2.2])
 MARKET_VOL = 0.010  # daily
 SECTOR_VOL = 0.007  # daily
-SIGNAL_SHARE_AT_FULL = 0.06  # share of return variance carried by the signal at strength 1
+SIGNAL_SHARE_AT_FULL = 0.5  # share of return variance carried by the signal at strength 1 (0.1: subtle, 0.5: strong)
 MOMENTUM_PHI = 0.90
 TRADING_DAYS = 252
 

@@ -11,7 +11,8 @@ t+1's prices reach the agent only through that reward and the next observation.
 
 Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (oldest first):
   [0]                    cash / initial_amount, cash held when that day's observation was made
-  [1 : 1+N]              (close - mean) / std per ticker (training-split statistics)
+  [1 : 1+N]              price feature per ticker, z-scored with training statistics: the close ("level")
+                         or its daily log return ("return"); see envs.features.price_features
   [1+N : 1+2N]           shares held / Normalization.holdings_scale (1,000)
   [1+2N : 1+2N+K*N]      indicator k of ticker i at 1+2N+k*N+i, z-scored with training statistics
 Rows before the episode's first day show that day's market history with the starting portfolio
