@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import torch
 from envs.errors import UserError
 
 FORMAT_VERSION = 1
+ZIP_MAGIC = b"PK\x03\x04"  # torch.save's archive format since torch 1.6
 REQUIRED_KEYS = ("format_version", "config", "model_config", "market_spec", "model_state", "counters")
 
 
@@ -98,10 +98,21 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
     try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError as err:
+        raise UserError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
+    if head != ZIP_MAGIC:  # torch.save writes a zip archive; anything else is some other file
+        raise UserError(f"{path} is not a clstm-ppo checkpoint (not a file written by torch.save)")
+    try:
         raw = torch.load(path, map_location=map_location, weights_only=True)
-    except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, ValueError, OSError) as err:
+    except Exception as err:  # torch.load fails in many ways on a damaged archive (RuntimeError, OSError, ...)
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise UserError(f"{path} is not a readable clstm-ppo checkpoint (truncated or corrupt?): {reason[:200]}") from None
+        if isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
+            raise UserError(f"{path} is not a clstm-ppo checkpoint: it holds Python objects other than tensors "
+                            f"and plain data, which are not loaded for safety (weights_only)") from None
+        raise UserError(f"{path} is not a readable clstm-ppo checkpoint (truncated or corrupt, "
+                        f"{path.stat().st_size:,} bytes): {reason[:160]}") from None
     if not isinstance(raw, dict) or not all(k in raw for k in REQUIRED_KEYS):
         raise UserError(f"{path} is not a clstm-ppo checkpoint (missing {', '.join(k for k in REQUIRED_KEYS if not isinstance(raw, dict) or k not in raw)})")
     if raw["format_version"] != FORMAT_VERSION:

@@ -16,16 +16,17 @@ import time
 import types
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Union, get_args, get_origin
 
-import torch
-
-from clstm_ppo.checkpoint import remove_stale_temp_files
 from clstm_ppo.config import PRESETS, TrainConfig
-from clstm_ppo.distributed import Comm, StoppedBySignal, WorldLayout, launch, resolve_layout
-from clstm_ppo.market import build_market
 from envs.errors import UserError
-from envs.features import PreparedMarket
+
+if TYPE_CHECKING:
+    from clstm_ppo.distributed import Comm, WorldLayout
+    from envs.features import PreparedMarket
+
+# torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
+# answers in a fraction of a second instead of after torch's ~2 s import.
 
 
 class _Parser(argparse.ArgumentParser):
@@ -105,7 +106,38 @@ def check_writable(folder: Path) -> None:
         raise UserError(f"cannot write to the run folder {folder}: {err.strerror or err}") from None
 
 
+MODEL_FIELDS = ("policy", "window", "stage1_hidden", "feature_dim", "stage2_hidden", "init_log_std")
+
+
+def _names(tickers: list[str], most: int = 6) -> str:
+    return ", ".join(tickers[:most]) + (f", ... ({len(tickers)} in all)" if len(tickers) > most else "")
+
+
+def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Path:
+    """Fail in the parent, before any worker starts, when ``--resume`` cannot continue this run.
+
+    :return: the checkpoint file (the trainer loads it again on every rank).
+    """
+    from clstm_ppo.checkpoint import load_checkpoint, resolve_resume
+
+    path = resolve_resume(cfg.resume, run_dir)
+    ckpt = load_checkpoint(path)
+    theirs, ours = [str(t) for t in ckpt.market_spec.get("tickers", [])], [str(t) for t in market.data.tickers]
+    if theirs != ours:
+        raise UserError(f"--resume {path}: it was trained on {len(theirs)} tickers ({_names(theirs)}) but this run's "
+                        f"data has {len(ours)} ({_names(ours)}); use the same --data/--tickers, or start a new run")
+    diff = [f"--{k} {ckpt.config.get(k)} (now {getattr(cfg, k)})" for k in MODEL_FIELDS
+            if k in ckpt.config and ckpt.config[k] != getattr(cfg, k)]
+    if diff:
+        raise UserError(f"--resume {path}: it was trained with {', '.join(diff)}; give the same model settings, "
+                        f"or start a new run")
+    return path
+
+
 def _worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldLayout]) -> None:
+    import torch
+
+    from clstm_ppo.distributed import StoppedBySignal
     from clstm_ppo.trainer import Trainer
 
     cfg, market, run_dir, layout = payload
@@ -128,6 +160,10 @@ def _worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldL
 
 def main(argv: list[str]) -> int:
     cfg = parse_config(argv)
+    from clstm_ppo.checkpoint import remove_stale_temp_files
+    from clstm_ppo.distributed import launch, resolve_layout
+    from clstm_ppo.market import build_market
+
     layout = resolve_layout(cfg.num_gpus, cfg.num_workers, cfg.backend, cfg.master_port)
     run_dir = resolve_run_dir(cfg)
     if cfg.dry_run:
@@ -137,6 +173,8 @@ def main(argv: list[str]) -> int:
         return 0
     market = build_market(cfg)
     check_writable(run_dir)
+    if cfg.resume:
+        check_resume(cfg, market, run_dir)
     remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
     return launch(layout, _worker, (cfg, market, run_dir, layout))
 

@@ -1,0 +1,170 @@
+"""Bad input through the real command line: each case is a subprocess that must fail with status != 0,
+exactly one ``error:`` line on stderr naming the problem, and no traceback.
+
+The cases run two at a time (the box has 2 cores); the files they need are written once per module.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from envs.synthetic import generate_market
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
+TINY = ["--window", "5", "--num_envs", "2", "--n_steps", "8", "--batch_size", "16", "--epochs", "1",
+        "--episode_length", "8", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
+        "--num_gpus", "0", "--no-progress", "--threads", "1", "--num_episodes", "2"]
+SYN = ["--data", "synthetic:tickers=3,days=200"]
+SECRET_ENV = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    command: str  # "train" (the train script), "cli" (clstm-ppo ...)
+    args: tuple[str, ...]  # "{d}" is replaced by the folder of prepared files
+    expect: str  # must appear in the error line (case-insensitive)
+
+
+CASES = [
+    # --- market data files
+    Case("empty csv", "train", ("--data", "csv:{d}/empty.csv", *TINY), "empty"),
+    Case("header only", "cli", ("data", "inspect", "{d}/header_only.csv"), "no rows"),
+    Case("wrong column names", "train", ("--data", "csv:{d}/wrong_columns.csv", *TINY), "column"),
+    Case("ragged csv rows", "cli", ("data", "inspect", "{d}/ragged.csv"), "ragged.csv"),
+    Case("binary garbage as csv", "cli", ("data", "inspect", "{d}/garbage.csv"), "garbage.csv"),
+    Case("nan prices", "train", ("--data", "csv:{d}/nan_prices.csv", *TINY), "nan"),
+    Case("text in a price column", "train", ("--data", "csv:{d}/text_price.csv", *TINY), "close"),
+    Case("negative prices", "cli", ("data", "inspect", "{d}/negative.csv"), "positive"),
+    Case("duplicate rows", "train", ("--data", "csv:{d}/duplicates.csv", *TINY), "duplicate"),
+    Case("ticker with gaps", "train", ("--data", "csv:{d}/gaps.csv", *TINY), "gap"),
+    Case("bad date format", "cli", ("data", "inspect", "{d}/bad_dates.csv"), "date"),
+    Case("missing data file", "train", ("--data", "csv:{d}/nope.csv", *TINY), "nope.csv"),
+    Case("unknown --data scheme", "train", ("--data", "ftp://example.com/prices", *TINY), "ftp"),
+    Case("unknown synthetic option", "train", ("--data", "synthetic:colour=red", *TINY), "colour"),
+    Case("unknown --tickers", "train", (*SYN, "--tickers", "NOPE", *TINY), "NOPE"),
+    Case("bad --train_end date", "train", (*SYN, "--train_end", "not-a-date", *TINY), "not-a-date"),
+    Case("missing alpaca keys", "train", ("--data", "alpaca", "--tickers", "AAPL", "--start", "2020-01-01",
+                                          "--end", "2020-06-30", *TINY), "ALPACA_API_KEY"),
+    # --- flags and config
+    Case("zero --num_episodes", "train", (*SYN, *TINY, "--num_episodes", "0"), "--num_episodes"),
+    Case("negative --num_episodes", "train", (*SYN, *TINY, "--num_episodes", "-5"), "--num_episodes"),
+    Case("--num_gpus above what exists", "train", (*SYN, *TINY, "--num_gpus", "1"), "--num_gpus 1"),
+    Case("--batch_size not dividing the rollout", "train", (*SYN, *TINY, "--batch_size", "24"), "--batch_size 24"),
+    Case("zero --window", "train", (*SYN, *TINY, "--window", "0"), "--window"),
+    Case("--episode_length not a number", "train", (*SYN, *TINY, "--episode_length", "long"), "--episode_length"),
+    Case("a float flag given text", "train", (*SYN, *TINY, "--learning_rate_clstm", "fast"), "learning_rate_clstm"),
+    Case("unknown flag", "train", (*SYN, *TINY, "--nope", "1"), "--nope"),
+    Case("bad --config json", "train", ("--config", "{d}/bad.json", *SYN, *TINY), "bad.json"),
+    Case("--config with an unknown key", "train", ("--config", "{d}/unknown_key.json", *SYN, *TINY), "learning_rat"),
+    Case("missing --config file", "train", ("--config", "{d}/none.json", *SYN, *TINY), "none.json"),
+    Case("unknown sub-command", "cli", ("trian",), "trian"),
+    # --- checkpoints and run folders
+    Case("--resume latest with no run", "train", (*SYN, *TINY, "--checkpoint_dir", "{d}/empty_ck", "--resume", "latest"),
+         "no run"),
+    Case("--resume missing path", "train", (*SYN, *TINY, "--resume", "{d}/missing.pt"), "missing.pt"),
+    Case("--resume another universe", "train", ("--data", "synthetic:tickers=5,days=200", *TINY, "--checkpoint_dir",
+                                                "{d}/ck2", "--resume", "{d}/ck/good/latest.pt"), "trained on 3 tickers"),
+    Case("--resume another model size", "train", (*SYN, *TINY, "--stage2_hidden", "32", "--checkpoint_dir", "{d}/ck2",
+                                                  "--resume", "{d}/ck/good/latest.pt"), "--stage2_hidden 16 (now 32)"),
+    Case("--resume truncated checkpoint", "train", (*SYN, *TINY, "--checkpoint_dir", "{d}/ck2", "--resume",
+                                                    "{d}/truncated.pt"), "truncated.pt"),
+    Case("backtest another universe", "cli", ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--data",
+                                              "synthetic:tickers=5,days=200", "--out", "{d}/bt"), "ticker"),
+    Case("backtest truncated checkpoint", "cli", ("backtest", "--checkpoint", "{d}/truncated.pt", "--out", "{d}/bt"),
+         "truncated.pt"),
+    Case("backtest file that is not a checkpoint", "cli", ("backtest", "--checkpoint", "{d}/not_a_checkpoint.pt",
+                                                           "--out", "{d}/bt"), "not_a_checkpoint.pt is not a clstm-ppo checkpoint"),
+    Case("backtest torch file of another kind", "cli", ("backtest", "--checkpoint", "{d}/other_torch.pt",
+                                                        "--out", "{d}/bt"), "other_torch.pt"),
+    Case("backtest missing checkpoint", "cli", ("backtest", "--checkpoint", "{d}/missing.pt"), "missing.pt"),
+    Case("backtest bad --start date", "cli", ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--start",
+                                              "someday", "--out", "{d}/bt"), "someday"),
+    Case("checkpoint folder under a regular file", "train", (*SYN, *TINY, "--checkpoint_dir", "{d}/a_file/ck"),
+         "a_file"),
+    Case("backtest --out under a regular file", "cli", ("backtest", "--checkpoint", "{d}/ck/good/latest.pt",
+                                                        "--out", "{d}/a_file/report"), "a_file"),
+]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV and not k.startswith("CLSTM_PPO_")}
+    return {**env, "PYTHONUNBUFFERED": "1"}
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("bad_inputs")
+    frame = generate_market(num_tickers=2, num_days=120, seed=3).to_frame()
+    good = frame.to_csv(index=False)
+    lines = good.splitlines()
+    _write(d / "empty.csv", "")
+    _write(d / "header_only.csv", lines[0] + "\n")
+    _write(d / "wrong_columns.csv", good.replace("date,tic,", "day,symbol_name,", 1))
+    _write(d / "ragged.csv", "\n".join(lines[:5] + ['2015-01-01,"SYN00,1,2', "1,2,3,4,5,6,7,8,9,10"] + lines[5:]))
+    (d / "garbage.csv").write_bytes(bytes(range(256)) * 40)
+    nan = frame.copy()
+    nan.loc[10:12, "close"] = float("nan")
+    _write(d / "nan_prices.csv", nan.to_csv(index=False))
+    text = frame.astype({"close": object})
+    text.loc[7, "close"] = "abc"
+    _write(d / "text_price.csv", text.to_csv(index=False))
+    negative = frame.copy()
+    negative.loc[20, ["open", "high", "low", "close"]] = -5.0
+    _write(d / "negative.csv", negative.to_csv(index=False))
+    _write(d / "duplicates.csv", "\n".join(lines + lines[1:4]) + "\n")
+    gaps = frame[~((frame["tic"] == "SYN01") & frame.index.isin(range(40, 60)))]
+    _write(d / "gaps.csv", gaps.to_csv(index=False))
+    dates = frame.copy()
+    dates["date"] = dates["date"].dt.strftime("%Y-%m-%d").astype(object)
+    dates.loc[15, "date"] = "2015-13-45"
+    _write(d / "bad_dates.csv", dates.to_csv(index=False))
+    _write(d / "bad.json", '{"num_envs": 4,,}')
+    _write(d / "unknown_key.json", '{"learning_rat": 0.1}')
+    _write(d / "not_a_checkpoint.pt", "hello, I am text\n")
+    torch.save({"weights": torch.zeros(3)}, d / "other_torch.pt")
+    _write(d / "a_file", "a regular file where a folder should be\n")
+    (d / "empty_ck").mkdir()
+    # one real checkpoint (3 tickers, tiny model) for the universe / size / truncation cases
+    result = subprocess.run([sys.executable, SCRIPT, *SYN, *TINY, "--checkpoint_dir", str(d / "ck"), "--run_name",
+                             "good"], cwd=d, env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    blob = (d / "ck" / "good" / "latest.pt").read_bytes()
+    (d / "truncated.pt").write_bytes(blob[: len(blob) // 2])
+    return d
+
+
+def _run(case: Case, d: Path) -> subprocess.CompletedProcess:
+    args = [a.replace("{d}", str(d)) for a in case.args]
+    cmd = [sys.executable, SCRIPT, *args] if case.command == "train" else [sys.executable, "-m", "clstm_ppo.cli", *args]
+    cwd = d / "cwd"
+    cwd.mkdir(exist_ok=True)  # no .env here: the Alpaca case must see no keys
+    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_bad_inputs_fail_with_one_clear_line(files):
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda c: _run(c, files), CASES))
+    problems = []
+    for case, result in zip(CASES, results, strict=True):
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        ok = (result.returncode != 0 and "Traceback" not in result.stderr + result.stdout and len(errors) == 1
+              and case.expect.lower() in errors[0].lower())
+        if not ok:
+            problems.append(f"{case.name}: exit {result.returncode}, stderr:\n{result.stderr[-1500:]}")
+    assert len(CASES) >= 20
+    assert not problems, "\n\n".join(problems)
