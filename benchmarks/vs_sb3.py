@@ -4,7 +4,7 @@ extractor), same env code, same data, same machine, same run.
     pip install stable-baselines3 sb3-contrib          # or: pip install -e .[bench]
     python benchmarks/vs_sb3.py --threads 1
     python benchmarks/vs_sb3.py --threads 2 --sb3_steps 2048 --our_envs 16 --our_updates 2
-    python benchmarks/vs_sb3.py --device cuda --our_envs 1024 --our_minibatches 4   # ours on the GPU, sb3 as the paper ran it
+    python benchmarks/vs_sb3.py --threads 1 --device cuda --sb3_device cuda --our_envs 1024 --our_minibatches 4
 
 Both sides (the paper's Table 1): window T = 30, stage-1 LSTM 181 -> 128 over the window, last output
 through Linear(128,128)+tanh twice -> 128 features; separate actor and critic LSTMs of 512 (one layer);
@@ -18,7 +18,7 @@ registered ``envs/StockTrading-v0`` class, built with the same PreparedMarket; s
 warm-up learn. Ours: the Trainer's loop body on the VectorStockTradingEnv (``--our_envs`` envs in
 lockstep; with the paper's minibatch of 128 env steps that is the same 10 gradient steps per 128 env
 steps as sb3), timed over ``--our_updates`` updates after a 1-epoch warm-up. Both on the CPU with
-``--threads`` torch threads unless ``--device cuda`` (ours only; sb3 stays on the CPU as in the paper).
+``--threads`` torch threads unless ``--device cuda`` (ours) / ``--sb3_device cuda`` (sb3's networks).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def make_extractor_class() -> type:
     return CLSTMExtractor
 
 
-def bench_sb3(market, cfg, n_envs: int, steps: int) -> tuple[float, float]:
+def bench_sb3(market, cfg, n_envs: int, steps: int, device: str = "cpu") -> tuple[float, float]:
     """(env steps/s, seconds) of RecurrentPPO.learn(steps) after a warm-up."""
     from sb3_contrib import RecurrentPPO
     from stable_baselines3.common.monitor import Monitor
@@ -85,7 +85,7 @@ def bench_sb3(market, cfg, n_envs: int, steps: int) -> tuple[float, float]:
                            features_extractor_kwargs=dict(lstm_hidden=cfg.stage1_hidden, features_dim=cfg.feature_dim),
                            lstm_hidden_size=cfg.stage2_hidden, n_lstm_layers=1, shared_lstm=False,
                            enable_critic_lstm=True, net_arch=[], optimizer_kwargs=dict(eps=cfg.adam_eps)),
-        device="cpu", seed=0, verbose=0,
+        device=device, seed=0, verbose=0,
     )
     model.learn(total_timesteps=cfg.n_steps * n_envs)  # warm-up: one rollout + one update
     t0 = time.perf_counter()
@@ -129,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, required=True, help="torch threads for both (pass it explicitly)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where OUR trainer runs")
+    p.add_argument("--sb3_device", choices=("cpu", "cuda"), default="cpu", help="where sb3's networks run")
     p.add_argument("--sb3_envs", type=int, default=1)
     p.add_argument("--sb3_steps", type=int, default=2048)
     p.add_argument("--our_envs", type=int, default=16)
@@ -159,9 +160,9 @@ def main(argv: list[str] | None = None) -> int:
              ours_sps)]
     if not args.skip_sb3:
         sb3_cfg = preset("paper", num_envs=args.sb3_envs, progress=False, num_episodes=10**9)
-        sb3_sps, sb3_s = bench_sb3(market, sb3_cfg, args.sb3_envs, args.sb3_steps)
+        sb3_sps, sb3_s = bench_sb3(market, sb3_cfg, args.sb3_envs, args.sb3_steps, args.sb3_device)
         print(f"  sb3: {args.sb3_steps:,} env steps in {sb3_s:.1f} s", flush=True)
-        rows.append(("sb3-contrib RecurrentPPO + CLSTM extractor", f"DummyVecEnv(StockTradingEnv) x {args.sb3_envs}, cpu",
+        rows.append(("sb3-contrib RecurrentPPO + CLSTM extractor", f"DummyVecEnv(StockTradingEnv) x {args.sb3_envs}, {args.sb3_device}",
                      args.sb3_steps, sb3_s, sb3_sps))
     print()
     print(f"Paper preset training throughput, {args.threads} torch thread(s); machine: {machine_name('cpu')}")

@@ -148,6 +148,8 @@ def ppo_update(
     host_starts = buf.starts.cpu()  # one sync per update; minibatches find their LSTM cuts on the host
     totals = torch.zeros(6, dtype=torch.float64, device=buf.obs.device)  # pg, v, ent, kl, clip, grad_norm
     steps = skipped = epochs_run = 0
+    fused = all(group.get("fused") for group in optimizer.param_groups) and isinstance(optimizer, torch.optim.Adam)
+    skipped_t = torch.zeros((), device=buf.obs.device)  # fused path: skipped steps counted on the device
     for _epoch in range(cfg.epochs):
         epoch_kl = torch.zeros((), dtype=torch.float64, device=buf.obs.device)
         host_order = torch.randperm(num_envs, generator=generator)
@@ -181,6 +183,14 @@ def ppo_update(
                 if scaler is not None:
                     scaler.step(optimizer)  # skips by itself on inf (dynamic loss scaling)
                     scaler.update()
+                elif fused:
+                    # The fused kernel skips the step (and undoes its step count) where found_inf is 1:
+                    # no host sync per minibatch, which on a GPU would stall the launch queue.
+                    found_inf = (~torch.isfinite(grad_norm)).float()
+                    optimizer.found_inf = found_inf
+                    optimizer.step()
+                    del optimizer.found_inf
+                    skipped_t += found_inf
                 elif torch.isfinite(grad_norm):
                     optimizer.step()
                 else:
@@ -200,4 +210,5 @@ def ppo_update(
     totals = comm.all_reduce_sum(totals / max(steps, 1)) / comm.world_size
     pg, vl, ent, kl, cf, gn = totals.tolist()
     return UpdateStats(policy_loss=pg, value_loss=vl, entropy=ent, approx_kl=kl, clip_fraction=cf,
-                       explained_variance=explained, grad_norm=gn, epochs_run=epochs_run, skipped_steps=skipped)
+                       explained_variance=explained, grad_norm=gn, epochs_run=epochs_run,
+                       skipped_steps=skipped + int(skipped_t.item()))
