@@ -103,7 +103,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except OSError as err:
         raise UserError(f"cannot read checkpoint {path}: {err.strerror or err}") from None
     if head != ZIP_MAGIC:  # torch.save writes a zip archive; anything else is some other file
-        raise UserError(f"{path} is not a clstm-ppo checkpoint (not a file written by torch.save)")
+        raise UserError(f"{path} is not a readable clstm-ppo checkpoint (not a file written by torch.save)")
     try:
         raw = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch.load fails in many ways on a damaged archive (RuntimeError, OSError, ...)

@@ -83,7 +83,7 @@ CASES = [
     Case("backtest truncated checkpoint", "cli", ("backtest", "--checkpoint", "{d}/truncated.pt", "--out", "{d}/bt"),
          "truncated.pt"),
     Case("backtest file that is not a checkpoint", "cli", ("backtest", "--checkpoint", "{d}/not_a_checkpoint.pt",
-                                                           "--out", "{d}/bt"), "not_a_checkpoint.pt is not a clstm-ppo checkpoint"),
+                                                           "--out", "{d}/bt"), "not_a_checkpoint.pt is not a readable clstm-ppo checkpoint"),
     Case("backtest torch file of another kind", "cli", ("backtest", "--checkpoint", "{d}/other_torch.pt",
                                                         "--out", "{d}/bt"), "other_torch.pt"),
     Case("backtest missing checkpoint", "cli", ("backtest", "--checkpoint", "{d}/missing.pt"), "missing.pt"),
