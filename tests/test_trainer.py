@@ -132,3 +132,23 @@ def test_dry_run_prints_config_and_layout(tmp_path):
     assert result.returncode == 0, result.stderr
     assert '"num_episodes": 5' in result.stdout and "world size 2" in result.stdout
     assert not (tmp_path / "ck").exists()
+
+
+@pytest.mark.slow
+def test_same_seed_and_config_give_identical_parameters(tmp_path):
+    runs = [train(tmp_path, "--num_episodes", "8", "--run_name", name) for name in ("a", "b")]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    a, b = (load_checkpoint(tmp_path / "ck" / name / "latest.pt") for name in ("a", "b"))
+    assert a.counters["update"] == 2
+    assert all(torch.equal(v, b.model_state[k]) for k, v in a.model_state.items())
+    other = train(tmp_path, "--num_episodes", "8", "--run_name", "c", "--seed", "7")
+    assert other.returncode == 0, other.stderr
+    c = load_checkpoint(tmp_path / "ck" / "c" / "latest.pt")
+    assert any(not torch.equal(v, c.model_state[k]) for k, v in a.model_state.items())
+
+
+@pytest.mark.slow
+def test_tensorboard_writes_event_files(tmp_path):
+    result = train(tmp_path, "--num_episodes", "4", "--run_name", "tb", "--tensorboard", "--policy", "mlp")
+    assert result.returncode == 0, result.stderr
+    assert list((tmp_path / "ck" / "tb" / "tensorboard").glob("events.out.tfevents.*"))
