@@ -52,3 +52,10 @@ def test_rollout_and_update_agree_on_gpu():
     log_prob, _, value, _, _ = model(obs, state, starts, actions)
     torch.testing.assert_close(log_prob.cpu(), buf.log_probs, rtol=1e-3, atol=1e-3)
     torch.testing.assert_close(value.cpu(), buf.values, rtol=1e-3, atol=1e-3)
+
+
+def test_compiled_model_trains_on_gpu(tmp_path):
+    result = run(tmp_path, "--num_episodes", "8", "--compile", "--mixed_precision", "bf16", "--run_name", "compiled")
+    assert result.returncode == 0, result.stderr
+    ckpt = load_checkpoint(tmp_path / "ck" / "compiled" / "latest.pt")
+    assert not any(k.startswith("_orig_mod.") for k in ckpt.model_state)
