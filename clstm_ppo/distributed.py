@@ -236,6 +236,9 @@ def _run_worker(layout: WorldLayout, rank: int, local_rank: int, fn: WorkerFn, p
     try:
         comm = init_worker(layout, rank, local_rank)
         fn(comm, payload)
+        # Leave together: under multi-node torchrun the store lives in one node's agent, and a rank
+        # tearing down while its peer is still mid-collective aborts the peer.
+        comm.barrier()
         return 0
     except StoppedBySignal as stop:
         return 128 + stop.signum
@@ -411,8 +414,13 @@ def launch(layout: WorldLayout, fn: WorkerFn, payload: Any) -> int:
     failed rank and no worker outlives the job (see `_spawn_and_supervise`).
     """
     if layout.torchrun:
-        return _run_worker(layout, int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), fn, payload,
+        code = _run_worker(layout, int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), fn, payload,
                            _print_direct)
+        # As in spawned workers: skip interpreter teardown, where gloo's threads can abort the process
+        # ("terminate called without an active exception") after a multi-node torchrun finished cleanly.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     if layout.world_size == 1:
         collected: list[WorkerReport] = []
         code = _run_worker(layout, 0, 0, fn, payload, collected.append)
