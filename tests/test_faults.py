@@ -173,7 +173,7 @@ def test_exception_in_a_rank_ends_the_job_with_its_error_once(tmp_path, rank):
 
 @pytest.mark.slow
 def test_debug_shows_the_failing_ranks_traceback(tmp_path):
-    job = Job(tmp_path, "--num_episodes", "1000", "--run_name", "dbg", "--debug", **{FAULT: "rank=1,update=1"})
+    job = Job(tmp_path, "--num_episodes", "1000", "--run_name", "dbg", "--debug", **{FAULT: "rank=1,update=3"})
     job.wait_for("world size 2")
     assert job.finish(timeout=60) == 1
     assert "Traceback" in job.stderr and "_inject_fault" in job.stderr
