@@ -207,3 +207,42 @@ def test_paper_preset_has_the_papers_settings():
         0.99, 128, 0.5, 0.01, 0.2, 0.5)
     assert cfg.learning_rate_clstm == cfg.learning_rate_actor_critic == 3e-4 and cfg.adam_eps == 1e-8
     cfg.validate()
+
+
+def gae_reference_with_truncation(rewards, values, terminated, truncated, final_values, last_value, gamma, lam):
+    """Plain loop: a truncated step bootstraps from V(final obs); a terminated one from nothing; the
+    advantage chain is cut after either (the next step belongs to a new episode)."""
+    steps, envs = rewards.shape
+    adv = np.zeros((steps, envs))
+    for b in range(envs):
+        running = 0.0
+        for s in reversed(range(steps)):
+            if terminated[s, b]:
+                delta, running = rewards[s, b] - values[s, b], 0.0
+            elif truncated[s, b]:
+                delta, running = rewards[s, b] + gamma * final_values[s, b] - values[s, b], 0.0
+            else:
+                next_v = last_value[b] if s == steps - 1 else values[s + 1, b]
+                delta = rewards[s, b] + gamma * next_v - values[s, b]
+            running = delta + gamma * lam * running
+            adv[s, b] = running
+    return adv
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gae_bootstraps_on_truncation_not_on_termination(seed):
+    """The trainer folds gamma * V(final obs) into a truncated step's reward, then runs compute_gae with
+    done = terminated | truncated: that must equal GAE with explicit truncation handling."""
+    rng = np.random.default_rng(seed)
+    steps, envs, gamma, lam = 15, 6, 0.97, 0.9
+    rewards, values = rng.normal(size=(steps, envs)), rng.normal(size=(steps, envs))
+    ends = rng.random((steps, envs)) < 0.25
+    truncated = ends & (rng.random((steps, envs)) < 0.5)
+    terminated = ends & ~truncated
+    final_values, last = rng.normal(size=(steps, envs)), rng.normal(size=envs)
+    folded = rewards + gamma * final_values * truncated
+    adv, _ = compute_gae(torch.tensor(folded), torch.tensor(values), torch.tensor(terminated | truncated),
+                         torch.tensor(last), gamma, lam)
+    expected = gae_reference_with_truncation(rewards, values, terminated, truncated, final_values, last, gamma, lam)
+    np.testing.assert_allclose(adv.numpy(), expected, rtol=1e-10, atol=1e-10)
+    assert truncated.any() and terminated.any()
