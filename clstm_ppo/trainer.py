@@ -327,7 +327,7 @@ class Trainer:
                 for key in ("reward", "final_value", "return", "sharpe", "max_drawdown", "trades"):
                     self.tb.add_scalar(f"episode/{key}", record[key], episode)
             log_every = max(1, self.cfg.log_every)
-            if episode % log_every == 0 or episode == self.cfg.num_episodes:
+            if (episode % log_every == 0 and episode <= self.cfg.num_episodes) or episode == self.cfg.num_episodes:
                 message = (f"[Rank 0] Episode {episode}/{self.cfg.num_episodes} | reward {record['reward']:.2f} | "
                            f"trades {record['trades']:.0f} | value ${record['final_value']:,.2f} | "
                            f"return {record['return']:+.2%} | sharpe {record['sharpe']:.2f} | {sps:,.0f} steps/s")
