@@ -16,15 +16,14 @@ the previous checkpoint intact.
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from envs.atomic import atomic_write
 from envs.errors import UserError
 
 FORMAT_VERSION = 1
@@ -64,19 +63,9 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     if missing:
         raise ValueError(f"checkpoint payload lacks {missing}")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        atomic_write(path, lambda handle: torch.save(payload, handle))
     except OSError as err:
-        raise UserError(f"cannot write checkpoints to {path.parent}: {err.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save(payload, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+        raise UserError(f"cannot write checkpoint {path}: {err.strerror or err}") from None
     return path
 
 

@@ -29,7 +29,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
+from envs.atomic import atomic_write
 from envs.errors import UserError
 
 COLUMNS = ("date", "tic", "open", "high", "low", "close", "volume")
@@ -264,17 +264,7 @@ def _read_cache(path: Path, tickers: Sequence[str]) -> pd.DataFrame | None:
 
 def _write_cache(path: Path, frame: pd.DataFrame) -> None:
     """Write atomically: a temp file in the same folder, flushed, then renamed over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            frame.to_parquet(handle, index=False)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
 
 
 # --------------------------------------------------------------------------------------------- download

@@ -212,7 +212,7 @@ def test_signal_to_the_parent_saves_a_checkpoint_and_stops_every_process(tmp_pat
 @pytest.mark.slow
 def test_a_second_signal_forces_the_exit(tmp_path):
     job = Job(tmp_path, "--num_episodes", "100000", "--run_name", "twice")
-    job.wait_for("Episode 8/")
+    job.wait_for("Episode 16/")  # update 2 logged: update 1's checkpoint is surely on disk
     job.proc.send_signal(signal.SIGINT)
     while "SIGINT: finishing" not in job.stderr:  # two signals at once would reach Python as one
         time.sleep(0.01)
