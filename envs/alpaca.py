@@ -310,15 +310,33 @@ def _frame_from_raw(raw: Any, daily: bool) -> pd.DataFrame:
     return _tidy(frame)
 
 
+MAX_RETRY_WAIT_S = 60.0
+
+
 def _make_client(creds: Credentials, url: str, retries: int, wait: float) -> Any:
     from alpaca.data.historical.stock import StockHistoricalDataClient
 
-    client = StockHistoricalDataClient(creds.key, creds.secret, raw_data=True, url_override=url)
-    # StockHistoricalDataClient (0.44) does not forward RESTClient's retry_attempts/retry_wait_seconds,
-    # and RESTClient treats 0 as "use the default", so set the fields it reads: on 429/504 it waits
-    # `wait` seconds and retries the same page, up to `retries` times, then raises APIError.
+    class BackoffClient(StockHistoricalDataClient):
+        """alpaca-py retries a page answered 429/504 after sleeping ``self._retry_wait``, up to
+        ``self._retry`` times. Here each read of that wait doubles it (wait, 2 x wait, 4 x wait, ...,
+        at most MAX_RETRY_WAIT_S): exponential backoff over the download, bounded by ``retries``."""
+
+        _waits_taken = 0
+
+        @property
+        def _retry_wait(self) -> float:
+            seconds = min(wait * 2**self._waits_taken, MAX_RETRY_WAIT_S)
+            self._waits_taken += 1
+            return seconds
+
+        @_retry_wait.setter
+        def _retry_wait(self, _value: float) -> None:  # RESTClient.__init__ sets its default; ours wins
+            pass
+
+    client = BackoffClient(creds.key, creds.secret, raw_data=True, url_override=url)
+    # StockHistoricalDataClient (0.44) does not forward RESTClient's retry_attempts, and RESTClient
+    # treats 0 as "use the default", so set the field it reads.
     client._retry = retries
-    client._retry_wait = wait
     return client
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -105,7 +106,8 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("APCA-API-KEY-ID")
         secret = self.headers.get("APCA-API-SECRET-KEY")
         with state.lock:
-            state.requests.append({"path": parts.path, "params": params, "key": key, "secret": secret})
+            state.requests.append({"path": parts.path, "params": params, "key": key, "secret": secret,
+                                   "time": time.monotonic()})
             throttle = state.fail_429 > 0
             if throttle:
                 state.fail_429 -= 1

@@ -293,6 +293,14 @@ def test_rate_limit_retried_then_served(env: Path, server: AlpacaTestServer) -> 
     assert len(server.bar_requests()) == 13 + 2
 
 
+def test_rate_limit_waits_grow_exponentially(env: Path, server: AlpacaTestServer) -> None:
+    server.state.fail_429 = 3
+    fetch(server, env, max_retries=3, retry_wait_seconds=0.05)
+    times = [r["time"] for r in server.bar_requests()[:4]]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    assert gaps[0] >= 0.05 and gaps[1] >= 0.10 and gaps[2] >= 0.20, gaps
+
+
 def test_rate_limit_exhausted(env: Path, server: AlpacaTestServer) -> None:
     server.state.fail_429 = 100
     with pytest.raises(UserError, match=r"rate limit \(HTTP 429\) still hit after 2 retries"):
