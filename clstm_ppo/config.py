@@ -66,6 +66,9 @@ class TrainConfig:
     episode_length: str = _f("252", "trading days per episode, or 'full' for the whole split")
     price_features: str = _f("return", "price column of the state: return (daily log return, MACD / close: "
                              "stationary) or level (the close itself, as in the paper)", choices=("return", "level"))
+    portfolio_features: str = _f("shares", "cash and holdings in the state: shares (cash / initial amount and "
+                                 "shares / 1,000, as in the paper) or weights (fractions of the portfolio value)",
+                                 choices=("shares", "weights"))
     use_turbulence: bool = _f(True, "liquidate and block buys when turbulence >= the 90th training percentile")
     # --- model
     policy: str = _f("clstm", "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)",
@@ -202,7 +205,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                   batch_size=128, gamma=0.99, gae_lambda=0.95, clip_coef=0.2, vf_coef=0.5, ent_coef=0.01,
                   max_grad_norm=0.5, learning_rate_clstm=3e-4, learning_rate_actor_critic=3e-4, adam_eps=1e-8,
                   hmax=100, initial_amount=1_000_000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3,
-                  reward_scaling=1e-4, policy="clstm", price_features="level"),
+                  reward_scaling=1e-4, policy="clstm", price_features="level",
+                  portfolio_features="shares"),
 }
 
 

@@ -47,6 +47,7 @@ def env_config(cfg: TrainConfig, *, full_episodes: bool = False) -> EnvConfig:
             window=cfg.window, hmax=cfg.hmax, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
             sell_cost_pct=cfg.sell_cost_pct, reward_scaling=cfg.reward_scaling,
             episode_length=None if full_episodes else cfg.episode_days, random_start=not full_episodes,
+            portfolio_features=cfg.portfolio_features,
         )
     except ValueError as err:
         raise UserError(f"invalid environment settings: {err}") from None

@@ -52,6 +52,10 @@ class EnvConfig:
     """trading days (steps) per episode; None = run from the split's first day to its end"""
     random_start: bool = True
     """False: every episode starts at the split's first day"""
+    portfolio_features: str = "shares"
+    """how cash and holdings enter the state: "shares" (cash / initial_amount and shares / 1,000, as in
+    the paper) or "weights" (cash and each holding's value as fractions of the portfolio value: they
+    stay in [0, 1] however large the portfolio grows)"""
 
     def __post_init__(self) -> None:
         from envs.errors import UserError
@@ -64,6 +68,8 @@ class EnvConfig:
             raise UserError(f"initial_amount must be > 0, got {self.initial_amount}")
         if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
             raise UserError("buy_cost_pct and sell_cost_pct must be in [0, 1)")
+        if self.portfolio_features not in ("shares", "weights"):
+            raise UserError(f"portfolio_features must be 'shares' or 'weights', got {self.portfolio_features!r}")
         if self.episode_length is not None and self.episode_length < 1:
             raise UserError(f"episode_length must be >= 1 or None, got {self.episode_length}")
 

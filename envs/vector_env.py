@@ -11,9 +11,11 @@ t+1's prices reach the agent only through that reward and the next observation.
 
 Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (oldest first):
   [0]                    cash / initial_amount, cash held when that day's observation was made
+                         (cash / portfolio value with EnvConfig.portfolio_features = "weights")
   [1 : 1+N]              price feature per ticker, z-scored with training statistics: the close ("level")
                          or its daily log return ("return"); see envs.features.price_features
-  [1+N : 1+2N]           shares held / Normalization.holdings_scale (1,000)
+  [1+N : 1+2N]           shares held / Normalization.holdings_scale (1,000) (with "weights": each
+                         holding's value / portfolio value)
   [1+2N : 1+2N+K*N]      indicator k of ticker i at 1+2N+k*N+i, z-scored with training statistics
 Rows before the episode's first day show that day's market history with the starting portfolio
 (cash 1.0, no shares); market days before the data's first day repeat day 0.
@@ -128,6 +130,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._cash_scale = 1.0 / float(config.initial_amount)
         self._hold_scale = 1.0 / float(norm.holdings_scale)
         self._hold_cols = slice(1 + N, 1 + 2 * N)
+        self._weights = config.portfolio_features == "weights"
         self._offsets = torch.arange(-T + 1, 1, device=dev)  # [T] day offsets of a window
 
         self._gen = torch.Generator().manual_seed(int(seed))  # CPU: same starts on every device
@@ -255,8 +258,12 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         q = (self._q + 1) % T
         self._q = q
         row = self._mrows.index_select(0, day)
-        row[:, 0] = cash * self._cash_scale
-        row[:, self._hold_cols] = shares * self._hold_scale
+        if self._weights:  # fractions of the portfolio value, in [0, 1]
+            row[:, 0] = cash / value
+            row[:, self._hold_cols] = shares * self._close.index_select(0, day) / value.unsqueeze(1)
+        else:
+            row[:, 0] = cash * self._cash_scale
+            row[:, self._hold_cols] = shares * self._hold_scale
         self._buf[:, q] = row
         self._buf[:, q + T] = row
         obs = self._current_obs()
