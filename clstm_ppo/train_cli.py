@@ -106,9 +106,6 @@ def check_writable(folder: Path) -> None:
         raise UserError(f"cannot write to the run folder {folder}: {err.strerror or err}") from None
 
 
-MODEL_FIELDS = ("policy", "window", "stage1_hidden", "feature_dim", "stage2_hidden", "init_log_std")
-
-
 def _names(tickers: list[str], most: int = 6) -> str:
     return ", ".join(tickers[:most]) + (f", ... ({len(tickers)} in all)" if len(tickers) > most else "")
 
@@ -119,6 +116,7 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     :return: the checkpoint file (the trainer loads it again on every rank).
     """
     from clstm_ppo.checkpoint import load_checkpoint, resolve_resume
+    from clstm_ppo.trainer import model_config
 
     path = resolve_resume(cfg.resume, run_dir)
     ckpt = load_checkpoint(path)
@@ -126,8 +124,10 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     if theirs != ours:
         raise UserError(f"--resume {path}: it was trained on {len(theirs)} tickers ({_names(theirs)}) but this run's "
                         f"data has {len(ours)} ({_names(ours)}); use the same --data/--tickers, or start a new run")
-    diff = [f"--{k} {ckpt.config.get(k)} (now {getattr(cfg, k)})" for k in MODEL_FIELDS
-            if k in ckpt.config and ckpt.config[k] != getattr(cfg, k)]
+    ours_model = model_config(cfg, market).__dict__
+    flags = {f.name for f in fields(TrainConfig)}
+    diff = [f"{'--' if k in flags else ''}{k} {ckpt.model_config.get(k)} (now {v})"
+            for k, v in ours_model.items() if ckpt.model_config.get(k) != v]
     if diff:
         raise UserError(f"--resume {path}: it was trained with {', '.join(diff)}; give the same model settings, "
                         f"or start a new run")

@@ -55,13 +55,18 @@ def autocast_factory(mixed_precision: str, device: torch.device) -> Callable[[],
     return lambda: torch.autocast(device.type, dtype=dtype)
 
 
-def build_model(cfg: TrainConfig, market: PreparedMarket) -> ActorCritic:
-    """The ActorCritic for ``cfg`` sized for ``market`` (F features, N tickers)."""
-    return ActorCritic(ModelConfig(
+def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
+    """What the ActorCritic of ``cfg`` is, sized for ``market`` (F features, N tickers)."""
+    return ModelConfig(
         policy=cfg.policy, num_features=market.num_features, num_tickers=market.data.num_tickers, window=cfg.window,
         stage1_hidden=cfg.stage1_hidden, feature_dim=cfg.feature_dim, stage2_hidden=cfg.stage2_hidden,
         init_log_std=cfg.init_log_std,
-    ))
+    )
+
+
+def build_model(cfg: TrainConfig, market: PreparedMarket) -> ActorCritic:
+    """The ActorCritic for ``cfg`` sized for ``market``."""
+    return ActorCritic(model_config(cfg, market))
 
 
 def build_optimizer(cfg: TrainConfig, model: ActorCritic, world_size: int) -> torch.optim.Adam:
@@ -422,14 +427,10 @@ class Trainer:
         }
 
     def _resume(self, path: Path) -> None:
+        """Continue from ``path``; `train_cli.check_resume` already checked, before any worker started,
+        that its tickers and model match this run."""
         ckpt = load_checkpoint(path, map_location="cpu")
         model = self.model
-        if ckpt.model_config != dict(model.cfg.__dict__):
-            diff = {k for k in set(ckpt.model_config) | set(model.cfg.__dict__)
-                    if ckpt.model_config.get(k) != model.cfg.__dict__.get(k)}
-            raise UserError(f"{path} was trained with a different model ({', '.join(sorted(diff))} differ)")
-        if ckpt.market_spec.get("tickers") != list(self.market.data.tickers):
-            raise UserError(f"{path} was trained on other tickers than this run's data")
         model.load_state_dict(ckpt.model_state)
         if ckpt.optimizer_state is not None:
             self.optimizer.load_state_dict(ckpt.optimizer_state)
