@@ -6,12 +6,18 @@ fraction of the machine's dense matmul rate measured in the same run.
     python benchmarks/mfu.py --device cuda --num_envs 1024 --minibatches 4 --mixed_precision bf16
 
 FLOPs (matmul FLOPs from the layer sizes, 2 per multiply-add; gate nonlinearities, the loss and Adam are
-not counted): an LSTM step costs 2 * 4H * (I + H), a Linear 2 * I * O. Forward per env step:
-  clstm: T * LSTM(F -> H1) + Linear(H1, D) + Linear(D, D) + 2 * LSTM(D -> H2) + Linear(H2, N) + Linear(H2, 1)
+not counted): an LSTM step costs 2 * 4H * (I + H) = input projection 2 * 4H * I + recurrence 2 * 4H * H,
+a Linear 2 * I * O. Forward per env step:
+  clstm: P * 2*4*H1*F + T * 2*4*H1*H1 + Linear(H1, D) + Linear(D, D) + 2 * LSTM(D -> H2) + Linear(H2, N) + Linear(H2, 1)
   lstm:  Linear(F, D) + Linear(D, D) + 2 * LSTM(D -> H2) + heads
   mlp:   Linear(F, D) + Linear(D, D) + 2 * Linear(D, H2) + heads
-Training per env step = 1 forward in the rollout + epochs x (forward + backward ~ 2 forwards) = (1 + 3 x epochs)
-forwards (the truncation bootstrap's extra forwards are not counted: they only make MFU lower).
+P = window rows whose input projection is computed per env step: T with the ``fused`` window kernel
+(every window projects all its rows) and in the rollout (dense windows); with the ``shared`` kernel the
+update projects each distinct row of the rollout once: P = rows in the rollout's store / env steps
+(about 1 + T/S per anchor; measured from the run). These are the FLOPs the run executes; the
+"dense-equivalent" column counts P = T everywhere (what the fused kernel would execute).
+Training per env step = 1 rollout forward + epochs x (forward + backward ~ 2 forwards) of the update
+(the truncation bootstrap's extra forwards are not counted: they only make MFU lower).
 
 Peak: the median rate of square matmuls (fp32 on CPU with the same torch threads; bf16 on CUDA, which
 is what --mixed_precision bf16 runs the model in; TF32 and fp32 rates printed too). Throughput comes from
@@ -44,11 +50,13 @@ def linear_flops(inp: int, out: int) -> int:
     return 2 * inp * out
 
 
-def forward_flops(policy: str, F: int, N: int, T: int, H1: int, D: int, H2: int) -> int:
-    """Matmul FLOPs of one forward for one env step (see the module docstring)."""
+def forward_flops(policy: str, F: int, N: int, T: int, H1: int, D: int, H2: int, rows: float | None = None) -> float:
+    """Matmul FLOPs of one forward for one env step (see the module docstring); ``rows``: P (None: T)."""
     heads = linear_flops(H2, N) + linear_flops(H2, 1)
     if policy == "clstm":
-        return T * lstm_flops(F, H1) + linear_flops(H1, D) + linear_flops(D, D) + 2 * lstm_flops(D, H2) + heads
+        projected = T if rows is None else rows
+        stage1 = projected * 2 * 4 * H1 * F + T * 2 * 4 * H1 * H1
+        return stage1 + linear_flops(H1, D) + linear_flops(D, D) + 2 * lstm_flops(D, H2) + heads
     features = linear_flops(F, D) + linear_flops(D, D)
     if policy == "lstm":
         return features + 2 * lstm_flops(D, H2) + heads
@@ -88,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minibatches", type=int, default=0, help="as in train_throughput.py (0: the paper's 128 steps)")
     p.add_argument("--mixed_precision", default="none", choices=("none", "bf16", "fp16"))
     p.add_argument("--updates", type=int, default=1)
+    p.add_argument("--window_kernel", default="auto", choices=("auto", "shared", "fused"))
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA GPU is visible", file=sys.stderr)
@@ -109,35 +118,48 @@ def main(argv: list[str] | None = None) -> int:
     print("measured dense matmul: " + ", ".join(f"{k} {v / 1e12:.3f} TFLOP/s" for k, v in peaks.items()), flush=True)
     cfg = preset("paper")
     F, N, T = 181, 30, cfg.window
+    from clstm_ppo.window_lstm import resolve_kernel
+
+    H1, D, H2 = cfg.stage1_hidden, cfg.feature_dim, cfg.stage2_hidden
     rows = []
     for policy in args.policies.split(","):
-        fwd = forward_flops(policy, F, N, T, cfg.stage1_hidden, cfg.feature_dim, cfg.stage2_hidden)
-        per_step = fwd * (1 + 3 * cfg.epochs)
         opts = dict(device=args.device, policy=policy, num_envs=envs, world=1, threads=args.threads,
                     mixed_precision=args.mixed_precision, compile=False, updates=args.updates,
-                    minibatches=args.minibatches)
+                    minibatches=args.minibatches, window_kernel=args.window_kernel)
         r = spawn_config(opts, 900)
         if r is None:
             continue
         sps = r["steps_per_second"]
         steps = r["env_steps_per_update"]
         upd = r["rank0"]["update"]
-        upd_mfu = fwd * 3 * cfg.epochs * steps / upd / peak
-        rows.append((policy, fwd, per_step, sps, per_step * sps, per_step * sps / peak, upd_mfu))
+        kernel = resolve_kernel(args.window_kernel, torch.device(args.device)) if policy == "clstm" else "-"
+        shared_rows = None
+        if kernel == "shared" and policy == "clstm":  # rows projected per env step in the update, from the store's size
+            index_bytes = steps * T * 4
+            shared_rows = (r["rank0"]["obs_store_bytes"] - index_bytes) / (F * 4) / steps
+        rollout_fwd = forward_flops(policy, F, N, T, H1, D, H2)
+        update_fwd = forward_flops(policy, F, N, T, H1, D, H2, shared_rows)
+        per_step = rollout_fwd + 3 * cfg.epochs * update_fwd
+        dense_per_step = rollout_fwd * (1 + 3 * cfg.epochs)
+        upd_mfu = update_fwd * 3 * cfg.epochs * steps / upd / peak
+        rows.append((policy, kernel, shared_rows, update_fwd, per_step, dense_per_step, sps, per_step * sps,
+                     per_step * sps / peak, upd_mfu))
         print(f"  {policy}: {sps:,.1f} env steps/s", flush=True)
     print()
     print(f"MFU, paper preset ({envs} envs, {args.mixed_precision}), peak = measured {peak_name} matmul "
           f"{peak / 1e12:.3f} TFLOP/s; machine: {machine_name(args.device)}"
           + (f", {args.threads} thread(s)" if args.device == "cpu" else ""))
     print()
-    print("| policy | fwd MFLOP/env step | train MFLOP/env step (1+3x10 fwd) | env steps/s | achieved GFLOP/s | "
-          "MFU whole loop | MFU update only |")
-    print("|---|---|---|---|---|---|---|")
-    for policy, fwd, per_step, sps, achieved, mfu, upd_mfu in rows:
-        print(f"| {policy} | {fwd / 1e6:.2f} | {per_step / 1e6:.1f} | {sps:,.1f} | {achieved / 1e9:,.1f} | "
-              f"{mfu:.1%} | {upd_mfu:.1%} |")
+    print("| policy | window kernel (update) | rows projected/window (update) | update fwd MFLOP/env step | "
+          "train MFLOP/env step executed (dense-equivalent) | env steps/s | achieved GFLOP/s | MFU whole loop | "
+          "MFU update only |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for policy, kernel, shared_rows, fwd, per_step, dense, sps, achieved, mfu, upd_mfu in rows:
+        projected = "-" if policy != "clstm" else (f"{shared_rows:.2f}" if shared_rows is not None else str(T))
+        print(f"| {policy} | {kernel} | {projected} | {fwd / 1e6:.2f} | {per_step / 1e6:.1f} ({dense / 1e6:.1f}) | "
+              f"{sps:,.1f} | {achieved / 1e9:,.1f} | {mfu:.1%} | {upd_mfu:.1%} |")
     print()
-    for policy, _fwd, per_step, sps, achieved, mfu, _ in rows:
+    for policy, _k, _r, _fwd, per_step, _dense, sps, achieved, mfu, _ in rows:
         print(f"- {policy}: {per_step / 1e6:.1f} MFLOP x {sps:,.1f} steps/s = {achieved / 1e9:.2f} GFLOP/s; "
               f"/ {peak / 1e9:,.1f} GFLOP/s = {mfu:.1%}")
     return 0

@@ -78,6 +78,7 @@ def bench_config(opts: dict[str, Any]) -> Any:
         policy=opts["policy"], num_envs=opts["num_envs"], mixed_precision=opts["mixed_precision"],
         threads=opts["threads"], progress=False, num_episodes=10**9, compile=opts["compile"],
         checkpoint_dir=opts["tmp"], run_name="bench", num_gpus=1 if opts["device"] == "cuda" else 0,
+        window_kernel=opts.get("window_kernel", "auto"),
     )
     if opts["minibatches"]:
         overrides["batch_size"] = 128 * opts["num_envs"] // opts["minibatches"]
@@ -149,6 +150,8 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
         rank=comm.rank, rollout=mean(rollout_s), update=mean(update_s),
         forward=mean(p.get("forward", 0.0) for p in phases), backward=mean(p.get("backward", 0.0) for p in phases),
         optimizer=mean(p.get("optimizer", 0.0) for p in phases), allreduce_one=allreduce, peak_bytes=peak,
+        obs_store_bytes=trainer.buf.obs.nbytes(),
+        dense_obs_bytes=cfg.rollout_steps * cfg.window * market.num_features * 4,
     )
     gathered = comm.gather_objects(local)
     if comm.master:
@@ -199,22 +202,25 @@ def spawn_config(opts: dict[str, Any], timeout: float) -> dict[str, Any] | None:
 
 def describe(opts: dict[str, Any]) -> str:
     return (f"{opts['policy']} world {opts['world']} envs {opts['num_envs']} threads {opts['threads']} "
-            f"{opts['mixed_precision']}")
+            f"{opts['mixed_precision']} kernel {opts.get('window_kernel', 'auto')}")
 
 
 def table(results: list[dict[str, Any]], device: str) -> str:
-    head = ("| policy | workers x threads | envs/worker | minibatch | precision | env steps/s | rollout s | "
-            "forward s | backward s (+DDP) | optimizer s | all-reduce s (bare x steps) | peak mem/worker |")
+    head = ("| policy | window kernel | workers x threads | envs/worker | minibatch | precision | env steps/s | "
+            "rollout s | forward s | backward s (+DDP) | optimizer s | all-reduce s (bare x steps) | "
+            "rollout obs (dense) | peak mem/worker |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         o, r0 = r["opts"], r["rank0"]
         workers = f"{r['world']} x {o['threads']}" if device == "cpu" else f"{r['world']} GPU"
         ar = r0["allreduce_one"] * r["optimizer_steps"]
         unit = "RSS" if device == "cpu" else "CUDA"
+        kernel = o.get("window_kernel", "auto") if o["policy"] == "clstm" else "-"
+        obs = f"{r0['obs_store_bytes'] / 2**20:,.1f} MiB ({r0['dense_obs_bytes'] / 2**20:,.0f})"
         lines.append(
-            f"| {o['policy']} | {workers} | {o['num_envs']} | {r['batch_size']} | {o['mixed_precision']} | "
+            f"| {o['policy']} | {kernel} | {workers} | {o['num_envs']} | {r['batch_size']} | {o['mixed_precision']} | "
             f"{r['steps_per_second']:,.1f} | {r0['rollout']:.2f} | {r0['forward']:.2f} | {r0['backward']:.2f} | "
-            f"{r0['optimizer']:.2f} | {ar:.3f} | {r['peak_bytes_max'] / 2**20:,.0f} MiB {unit} |")
+            f"{r0['optimizer']:.2f} | {ar:.3f} | {obs} | {r['peak_bytes_max'] / 2**20:,.0f} MiB {unit} |")
     return "\n".join(lines)
 
 
@@ -224,8 +230,9 @@ def projection(results: list[dict[str, Any]], bus_gbps: float) -> list[str]:
     by_key: dict[tuple, dict[int, dict[str, Any]]] = {}
     for r in results:
         o = r["opts"]
-        by_key.setdefault((o["policy"], o["num_envs"], o["mixed_precision"], o["threads"]), {})[r["world"]] = r
-    for (policy, envs, prec, _threads), worlds in by_key.items():
+        key = (o["policy"], o["num_envs"], o["mixed_precision"], o["threads"], o.get("window_kernel", "auto"))
+        by_key.setdefault(key, {})[r["world"]] = r
+    for (policy, envs, prec, _threads, _kernel), worlds in by_key.items():
         one = worlds.get(1)
         multi = [w for w in sorted(worlds) if w > 1]
         if one is None:
@@ -259,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="minibatches per epoch (0: the paper's 128-step minibatch, i.e. one env column each)")
     p.add_argument("--mixed_precision", default="none", choices=("none", "bf16", "fp16"))
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--window_kernels", default="auto",
+                   help="comma list of window-LSTM kernels to compare (clstm): auto, shared, fused")
     p.add_argument("--updates", type=int, default=1, help="timed updates per configuration (after a warm-up)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per configuration")
     p.add_argument("--bus_gbps", type=float, default=100.0, help="assumed all-reduce bus bandwidth for 1-GPU projections")
@@ -274,18 +283,19 @@ def main(argv: list[str] | None = None) -> int:
     envs = [int(x) for x in (args.num_envs or ("8" if args.device == "cpu" else "1024")).split(",")]
     results = []
     print(f"machine: {machine_name(args.device)}", flush=True)
-    for policy in args.policies.split(","):
-        for n in envs:
-            for world in (int(x) for x in args.world_sizes.split(",")):
-                opts = dict(device=args.device, policy=policy, num_envs=n, world=world, threads=args.threads,
-                            mixed_precision=args.mixed_precision, compile=args.compile, updates=args.updates,
-                            minibatches=args.minibatches)
-                t0 = time.perf_counter()
-                r = spawn_config(opts, args.timeout)
-                if r is not None:
-                    results.append(r)
-                    print(f"  {describe(opts)}: {r['steps_per_second']:,.1f} env steps/s "
-                          f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    configs = [(policy, kernel, n, world) for policy in args.policies.split(",")
+               for kernel in (args.window_kernels.split(",") if policy == "clstm" else ["auto"])
+               for n in envs for world in (int(x) for x in args.world_sizes.split(","))]
+    for policy, kernel, n, world in configs:
+        opts = dict(device=args.device, policy=policy, num_envs=n, world=world, threads=args.threads,
+                    mixed_precision=args.mixed_precision, compile=args.compile, updates=args.updates,
+                    minibatches=args.minibatches, window_kernel=kernel)
+        t0 = time.perf_counter()
+        r = spawn_config(opts, args.timeout)
+        if r is not None:
+            results.append(r)
+            print(f"  {describe(opts)}: {r['steps_per_second']:,.1f} env steps/s "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
     print()
     print(f"Training throughput, paper preset, synthetic 30 tickers x 2,520 days (F=181, T=30); machine: "
           f"{machine_name(args.device)}")

@@ -102,6 +102,9 @@ class TrainConfig:
                               choices=("none", "bf16", "fp16"))
     gradient_accumulation_steps: int = _f(1, "split each minibatch into this many micro-batches (no_sync on all but the last)")
     compile: bool = _f(False, "torch.compile the model")
+    window_kernel: str = _f("auto", "how the CLSTM's window LSTM runs: shared (each distinct day's input projection "
+                            "computed once, hand-written recurrence and backward), fused (nn.LSTM over every dense window: "
+                            "cuDNN/oneDNN) or auto (shared on CPU, fused on CUDA)", choices=("auto", "shared", "fused"))
     tf32: bool = _f(True, "allow TF32 matmuls on Ampere+ GPUs")
     env_device: str = _f("auto", "where the vector env lives: auto (the worker's device), cpu or cuda")
     threads: int = _f(0, "torch threads per CPU worker (0: cores / workers)")

@@ -137,7 +137,8 @@ def ppo_update(
         overlapped gradient all-reduce) and optimizer (clip, step, zero_grad) seconds.
     """
     phase = timer if timer is not None else _no_timer
-    num_envs = buf.obs.shape[1]
+    num_envs = buf.actions.shape[1]
+    windows = buf.obs.windows()  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
     per_mb = cfg.envs_per_minibatch
     per_micro = per_mb // cfg.gradient_accumulation_steps
     adv_mean, adv_std, explained = advantage_statistics(advantages, returns, buf.values, comm)
@@ -146,14 +147,14 @@ def ppo_update(
     ddp = hasattr(model, "no_sync")
     params = [p for group in optimizer.param_groups for p in group["params"]]
     host_starts = buf.starts.cpu()  # one sync per update; minibatches find their LSTM cuts on the host
-    totals = torch.zeros(6, dtype=torch.float64, device=buf.obs.device)  # pg, v, ent, kl, clip, grad_norm
+    totals = torch.zeros(6, dtype=torch.float64, device=buf.actions.device)  # pg, v, ent, kl, clip, grad_norm
     steps = skipped = epochs_run = 0
     fused = all(group.get("fused") for group in optimizer.param_groups) and isinstance(optimizer, torch.optim.Adam)
-    skipped_t = torch.zeros((), device=buf.obs.device)  # fused path: skipped steps counted on the device
+    skipped_t = torch.zeros((), device=buf.actions.device)  # fused path: skipped steps counted on the device
     for _epoch in range(cfg.epochs):
-        epoch_kl = torch.zeros((), dtype=torch.float64, device=buf.obs.device)
+        epoch_kl = torch.zeros((), dtype=torch.float64, device=buf.actions.device)
         host_order = torch.randperm(num_envs, generator=generator)
-        order = host_order.to(buf.obs.device)
+        order = host_order.to(buf.actions.device)
         for mb_start in range(0, num_envs, per_mb):
             columns = order[mb_start:mb_start + per_mb]
             host_columns = host_order[mb_start:mb_start + per_mb]
@@ -168,7 +169,7 @@ def ppo_update(
                         with autocast():
                             state = tuple(s[:, cols] for s in buf.initial_state)
                             new_log_prob, entropy, new_value, _, _ = model(
-                                buf.obs[:, cols], state, buf.starts[:, cols], buf.actions[:, cols],
+                                windows.select(cols), state, buf.starts[:, cols], buf.actions[:, cols],
                                 host_starts=host_starts[:, host_cols])
                         loss, parts = ppo_loss(new_log_prob, entropy, new_value, buf.log_probs[:, cols],
                                                buf.values[:, cols], advantages[:, cols], returns[:, cols], cfg)

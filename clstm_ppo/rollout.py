@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.model import LSTMState
+from clstm_ppo.windows import WindowStore
 
 
 @dataclass
@@ -26,7 +27,7 @@ class RolloutBuffer:
     at step s ended the episode (so ``starts[s + 1] == dones[s]``).
     """
 
-    obs: Tensor  # [S, B, T, F] float32
+    obs: WindowStore  # S x B windows [T, F] float32, kept as distinct rows (see clstm_ppo.windows)
     actions: Tensor  # [S, B, N] float32 (unclipped Gaussian samples)
     log_probs: Tensor  # [S, B] float32
     values: Tensor  # [S, B] float32
@@ -42,7 +43,7 @@ class RolloutBuffer:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         return cls(
-            obs=zeros(n_steps, num_envs, *obs_shape), actions=zeros(n_steps, num_envs, num_tickers),
+            obs=WindowStore(n_steps, num_envs, *obs_shape, device), actions=zeros(n_steps, num_envs, num_tickers),
             log_probs=zeros(n_steps, num_envs), values=zeros(n_steps, num_envs), rewards=zeros(n_steps, num_envs),
             dones=zeros(n_steps, num_envs, dtype=torch.bool), starts=zeros(n_steps, num_envs, dtype=torch.bool),
             initial_state=(),
@@ -50,7 +51,7 @@ class RolloutBuffer:
 
     @property
     def n_steps(self) -> int:
-        return self.obs.shape[0]
+        return self.actions.shape[0]
 
 
 def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor, gamma: float,

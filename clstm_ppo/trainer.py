@@ -125,6 +125,7 @@ class Trainer:
                                          device=env_device, seed=cfg.seed + comm.rank * cfg.num_envs)
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
         self.model = build_model(cfg, market).to(device)
+        self.model.window_kernel = cfg.window_kernel
         self.optimizer = build_optimizer(cfg, self.model, comm.world_size)
         self.base_lrs = [g["lr"] for g in self.optimizer.param_groups]
         self.scaler = torch.amp.GradScaler("cuda") if cfg.mixed_precision == "fp16" else None
@@ -160,9 +161,10 @@ class Trainer:
         cfg, buf, policy = self.cfg, self.buf, self.model
         buf.initial_state = tuple(s.clone() for s in self.state)
         ep_masks, ep_fields = [], []  # finished episodes stay on the device until the rollout ends
+        reset_before = True  # some env's window is not its previous one moved on a day (host-known)
         with torch.no_grad(), self.autocast():
             for step in range(cfg.n_steps):
-                buf.obs[step] = self.next_obs
+                buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
                 action, log_prob, value, self.state = policy.act(self.next_obs, self.state, self.next_start,
                                                                  generator=self.action_gen)
@@ -171,7 +173,8 @@ class Trainer:
                 terminated, truncated = terminated.to(self.device), truncated.to(self.device)
                 # The env decides episode ends on the host and sets "_episode" only on steps where some
                 # env finished, so other steps need no device sync here.
-                if "_episode" in info:
+                reset_before = "_episode" in info
+                if reset_before:
                     # Time-limit cut: bootstrap from the final observation's value, evaluated for the
                     # truncated envs only (a second forward over all B envs would double this step).
                     cut = torch.nonzero(truncated).flatten()

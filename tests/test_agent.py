@@ -79,16 +79,21 @@ def small_model(policy: str = "clstm", tickers: int = 3, window: int = 5, featur
 
 
 def fake_rollout(model: ActorCritic, steps: int = 12, envs: int = 4, seed: int = 0) -> RolloutBuffer:
-    """A rollout collected step by step with model.act on random observations and episode starts."""
+    """A rollout collected step by step with model.act on random episode starts and random windows that
+    move on by one random row per step, as the env's do (a fresh random window at each episode start)."""
     cfg = model.cfg
     gen = torch.Generator().manual_seed(seed)
     buf = RolloutBuffer.allocate(steps, envs, (cfg.window, cfg.num_features), cfg.num_tickers, "cpu")
     state = model.initial_state(envs)
     buf.initial_state = tuple(s.clone() for s in state)
     start = torch.ones(envs, dtype=torch.bool)
+    obs = torch.randn(envs, cfg.window, cfg.num_features, generator=gen)
     for s in range(steps):
-        obs = torch.randn(envs, cfg.window, cfg.num_features, generator=gen)
-        buf.obs[s], buf.starts[s] = obs, start
+        fresh = torch.randn(envs, cfg.window, cfg.num_features, generator=gen)
+        moved = torch.cat([obs[:, 1:], fresh[:, :1]], dim=1)
+        obs = torch.where(start.view(-1, 1, 1), fresh, moved) if s else fresh
+        buf.obs.record(s, obs, anchor=bool(start.any()))
+        buf.starts[s] = start
         action, log_prob, value, state = model.act(obs, state, start, generator=gen)
         buf.actions[s], buf.log_probs[s], buf.values[s] = action, log_prob, value
         buf.rewards[s] = torch.randn(envs, generator=gen)
@@ -103,12 +108,15 @@ def test_update_recomputes_rollout_log_probs_and_values(policy):
     """Before any optimizer step, the update's forward must reproduce what the rollout recorded."""
     model = small_model(policy)
     buf = fake_rollout(model)
-    log_prob, _, value, _, _ = model(buf.obs, buf.initial_state, buf.starts, buf.actions)
-    torch.testing.assert_close(log_prob, buf.log_probs, rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(value, buf.values, rtol=1e-5, atol=1e-5)
+    windows = buf.obs.windows()
+    assert windows.rows.shape[1] < buf.n_steps * model.cfg.window  # rows really are shared
+    for obs in (windows, windows.dense()):  # compact and dense windows alike
+        log_prob, _, value, _, _ = model(obs, buf.initial_state, buf.starts, buf.actions)
+        torch.testing.assert_close(log_prob, buf.log_probs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(value, buf.values, rtol=1e-5, atol=1e-5)
     # and column subsets (a minibatch) give the same numbers
     cols = torch.tensor([2, 0])
-    lp_cols, _, v_cols, _, _ = model(buf.obs[:, cols], tuple(s[:, cols] for s in buf.initial_state),
+    lp_cols, _, v_cols, _, _ = model(windows.select(cols), tuple(s[:, cols] for s in buf.initial_state),
                                      buf.starts[:, cols], buf.actions[:, cols])
     torch.testing.assert_close(lp_cols, buf.log_probs[:, cols], rtol=1e-5, atol=1e-5)
 
@@ -118,8 +126,9 @@ def test_state_reset_at_episode_start_forgets_the_past():
     buf = fake_rollout(model, steps=6, envs=2)
     starts = buf.starts.clone()
     starts[3] = True
-    _, _, v1, _, _ = model(buf.obs, buf.initial_state, starts, buf.actions)
-    obs2 = buf.obs.clone()
+    dense = buf.obs.windows().dense()
+    _, _, v1, _, _ = model(dense, buf.initial_state, starts, buf.actions)
+    obs2 = dense.clone()
     obs2[:3] = torch.randn_like(obs2[:3])  # change everything before the reset
     _, _, v2, _, _ = model(obs2, buf.initial_state, starts, buf.actions)
     torch.testing.assert_close(v1[3:], v2[3:])

@@ -47,7 +47,7 @@ def test_rollout_and_update_agree_on_gpu():
     model = small_model("clstm").cuda()
     buf = fake_rollout(model.cpu(), steps=10, envs=4)
     model = model.cuda()
-    obs, starts, actions = buf.obs.cuda(), buf.starts.cuda(), buf.actions.cuda()
+    obs, starts, actions = buf.obs.windows().to("cuda"), buf.starts.cuda(), buf.actions.cuda()
     state = tuple(s.cuda() for s in buf.initial_state)
     log_prob, _, value, _, _ = model(obs, state, starts, actions)
     torch.testing.assert_close(log_prob.cpu(), buf.log_probs, rtol=1e-3, atol=1e-3)

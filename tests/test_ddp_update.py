@@ -18,7 +18,7 @@ TOTAL_ENVS, STEPS = 8, 12
 
 
 def column_slice(buf: RolloutBuffer, cols: slice) -> RolloutBuffer:
-    return RolloutBuffer(obs=buf.obs[:, cols], actions=buf.actions[:, cols], log_probs=buf.log_probs[:, cols],
+    return RolloutBuffer(obs=buf.obs.columns(cols), actions=buf.actions[:, cols], log_probs=buf.log_probs[:, cols],
                          values=buf.values[:, cols], rewards=buf.rewards[:, cols], dones=buf.dones[:, cols],
                          starts=buf.starts[:, cols], initial_state=tuple(s[:, cols] for s in buf.initial_state))
 
