@@ -14,7 +14,9 @@ script uses. Each configuration runs in a fresh process (so peak RSS is its own)
 with 1 epoch, then ``--updates`` timed updates (the mean is printed).
 
 "env steps/s" counts every worker's env steps (one day of one episode = 1) over the whole update
-(rollout + update). Phases per update (seconds, rank 0, CUDA synchronised around each phase):
+(rollout + update). "rollout obs" is what the rollout buffer keeps of the observations (`WindowStore`:
+distinct rows + row numbers), with the dense ``[S, B, T, F]`` float32 size it replaces in brackets.
+Phases per update (seconds, rank 0, CUDA synchronised around each phase):
 rollout (incl. bootstrap and GAE), forward (incl. the loss), backward (incl. DDP's gradient all-reduce,
 which overlaps it), optimizer (clip + Adam + zero_grad). "all-reduce" is a separate measurement: a bare
 ``all_reduce`` of a gradient-sized float32 buffer on the same process group (median of 20), times
@@ -232,7 +234,7 @@ def projection(results: list[dict[str, Any]], bus_gbps: float) -> list[str]:
         o = r["opts"]
         key = (o["policy"], o["num_envs"], o["mixed_precision"], o["threads"], o.get("window_kernel", "auto"))
         by_key.setdefault(key, {})[r["world"]] = r
-    for (policy, envs, prec, _threads, _kernel), worlds in by_key.items():
+    for (policy, envs, prec, _threads, kernel), worlds in by_key.items():
         one = worlds.get(1)
         multi = [w for w in sorted(worlds) if w > 1]
         if one is None:
@@ -250,7 +252,8 @@ def projection(results: list[dict[str, Any]], bus_gbps: float) -> list[str]:
             source = (f"ASSUMED bus bandwidth {bus_gbps:g} GB/s: {one['grad_bytes'] / 1e6:.1f} MB x 2*7/8 / bw "
                       f"= {per * 1e3:.3f} ms x {steps} steps")
         eff = t1 / (t1 + ar_8)
-        out.append(f"- {policy}, {envs} envs/worker, {prec}: t(1 worker) = {t1:.2f} s/update; all-reduce(8) = "
+        label = f"{policy} ({kernel} window kernel)" if policy == "clstm" else policy
+        out.append(f"- {label}, {envs} envs/worker, {prec}: t(1 worker) = {t1:.2f} s/update; all-reduce(8) = "
                    f"{ar_8:.3f} s ({source}); efficiency = {t1:.2f} / ({t1:.2f} + {ar_8:.3f}) = {eff:.1%}")
     return out
 
