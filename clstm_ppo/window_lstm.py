@@ -7,8 +7,9 @@ the kernel:
 - ``shared``: the input projection ``W_ih x + b_ih + b_hh`` is one matmul over the *distinct* rows
   of `Windows` (consecutive windows of an episode share T - 1 of T rows), then only the recurrence
   runs per window, in `WindowLSTM` (hand-written forward and backward; ``dW_hh`` is one matmul at
-  the end). At the paper's sizes (F = 181, H = 128, T = 30) this removes 58% of stage 1's FLOPs in
-  the PPO update.
+  the end). At the paper's sizes (F = 181, H = 128, T = 30) and 1.47 projected rows per window (a
+  128-step rollout with episode restarts, measured by ``benchmarks/mfu.py``) this removes 56% of stage
+  1's FLOPs in the PPO update.
 - ``fused``: ``nn.LSTM`` over the dense ``[T, F]`` window of every observation (cuDNN on CUDA,
   oneDNN on the CPU), re-projecting all T rows of each window.
 
@@ -16,7 +17,7 @@ the kernel:
 otherwise: on CUDA, where the GPU figures in the README were measured, and for a rollout step's
 dense windows, which share nothing. Measured effect on one CPU core: ``benchmarks/README.md``.
 (A hand-written kernel for stage 2 was tried and dropped: for its batch-1, 128-day sequences
-oneDNN's LSTM is ~1.7x faster than a per-step matmul loop.) ``tests/test_window_lstm.py`` checks the
+oneDNN's LSTM was ~1.7x faster; stage 2 is near its memory-bound floor, ``benchmarks/lstm_kernels.py``.) ``tests/test_window_lstm.py`` checks the
 kernels against each other and the hand-written gradients against autograd in float64.
 """
 
@@ -31,7 +32,7 @@ WINDOW_KERNELS = ("auto", "shared", "fused")
 
 
 def _tanh_(x: Tensor) -> Tensor:
-    """In-place tanh as ``2 sigmoid(2x) - 1``: torch's CPU sigmoid is vectorised, its tanh ~4x slower."""
+    """In-place tanh as ``2 sigmoid(2x) - 1``: torch's CPU tanh profiled ~8x slower per element than sigmoid."""
     return x.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
 
 
