@@ -255,3 +255,20 @@ def test_gae_bootstraps_on_truncation_not_on_termination(seed):
     expected = gae_reference_with_truncation(rewards, values, terminated, truncated, final_values, last, gamma, lam)
     np.testing.assert_allclose(adv.numpy(), expected, rtol=1e-10, atol=1e-10)
     assert truncated.any() and terminated.any()
+
+
+def test_ppo_update_is_the_same_with_shared_and_fused_window_kernels():
+    """The kernel choice changes speed, not training: one PPO update lands on the same parameters."""
+    results = []
+    for kernel in ("shared", "fused"):
+        model = small_model("clstm")
+        model.window_kernel = kernel
+        buf = fake_rollout(model)
+        cfg = ppo_cfg(epochs=2)
+        adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        ppo_update(model, opt, buf, adv, ret, cfg, Comm(), generator=torch.Generator().manual_seed(0))
+        results.append([p.detach().clone() for p in model.parameters()])
+    assert any(not torch.equal(a, b) for a, b in zip(results[0], small_model("clstm").parameters(), strict=True))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
