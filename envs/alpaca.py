@@ -47,6 +47,7 @@ EXCHANGE_TZ = "America/New_York"
 DEFAULT_DATA_URL = "https://data.alpaca.markets"
 DEFAULT_MAX_RETRIES = 3
 DEFAULT_RETRY_WAIT_SECONDS = 3.0
+DEFAULT_TIMEOUT_SECONDS = 30.0  # per HTTP request; alpaca-py itself sets none, so a silent server hung forever
 # Bumped when the cached frame's layout changes, so old files are simply not found.
 CACHE_FORMAT = 1
 
@@ -55,6 +56,7 @@ SECRET_VARS = ("ALPACA_SECRET_KEY", "APCA_API_SECRET_KEY")
 URL_VAR = "ALPACA_DATA_URL"
 RETRIES_VAR = "ALPACA_MAX_RETRIES"
 RETRY_WAIT_VAR = "ALPACA_RETRY_WAIT_SECONDS"
+TIMEOUT_VAR = "ALPACA_TIMEOUT_SECONDS"
 
 _TIMEFRAME_UNITS = {
     "min": "Min", "mins": "Min", "minute": "Min", "minutes": "Min", "t": "Min",
@@ -136,8 +138,10 @@ def redact_url(url: str) -> str:
         return "<unparseable URL>"
 
 
-def _retry_settings(max_retries: int | None, retry_wait_seconds: float | None) -> tuple[int, float]:
-    env = read_settings([RETRIES_VAR, RETRY_WAIT_VAR])
+def _retry_settings(max_retries: int | None, retry_wait_seconds: float | None,
+                    timeout_seconds: float | None = None) -> tuple[int, float, float]:
+    """(retries, first retry wait s, per-request timeout s) from the arguments, else the environment."""
+    env = read_settings([RETRIES_VAR, RETRY_WAIT_VAR, TIMEOUT_VAR])
     try:
         retries = int(max_retries if max_retries is not None else env.get(RETRIES_VAR, DEFAULT_MAX_RETRIES))
         wait = float(
@@ -145,11 +149,16 @@ def _retry_settings(max_retries: int | None, retry_wait_seconds: float | None) -
             if retry_wait_seconds is not None
             else env.get(RETRY_WAIT_VAR, DEFAULT_RETRY_WAIT_SECONDS)
         )
+        timeout = float(timeout_seconds if timeout_seconds is not None
+                        else env.get(TIMEOUT_VAR, DEFAULT_TIMEOUT_SECONDS))
     except ValueError as err:
-        raise UserError(f"{RETRIES_VAR} must be an integer and {RETRY_WAIT_VAR} a number of seconds") from err
+        raise UserError(f"{RETRIES_VAR} must be an integer, {RETRY_WAIT_VAR} and {TIMEOUT_VAR} numbers of "
+                        "seconds") from err
     if retries < 0 or wait < 0:
         raise UserError(f"{RETRIES_VAR} and {RETRY_WAIT_VAR} must be >= 0")
-    return retries, wait
+    if not timeout > 0:
+        raise UserError(f"{TIMEOUT_VAR} must be > 0 seconds, got {timeout:g}")
+    return retries, wait, timeout
 
 
 # --------------------------------------------------------------------------------------------- arguments
@@ -313,7 +322,7 @@ def _frame_from_raw(raw: Any, daily: bool) -> pd.DataFrame:
 MAX_RETRY_WAIT_S = 60.0
 
 
-def _make_client(creds: Credentials, url: str, retries: int, wait: float) -> Any:
+def _make_client(creds: Credentials, url: str, retries: int, wait: float, timeout: float) -> Any:
     from alpaca.data.historical.stock import StockHistoricalDataClient
 
     class BackoffClient(StockHistoricalDataClient):
@@ -332,6 +341,11 @@ def _make_client(creds: Credentials, url: str, retries: int, wait: float) -> Any
         @_retry_wait.setter
         def _retry_wait(self, _value: float) -> None:  # RESTClient.__init__ sets its default; ours wins
             pass
+
+        def _one_request(self, method: str, url: str, opts: dict, retry: int) -> Any:
+            # alpaca-py passes no timeout to requests, so a server that accepts and never answers
+            # would hang the download forever; requests.Timeout becomes one clear error line.
+            return super()._one_request(method, url, {**opts, "timeout": timeout}, retry)
 
     client = BackoffClient(creds.key, creds.secret, raw_data=True, url_override=url)
     # StockHistoricalDataClient (0.44) does not forward RESTClient's retry_attempts, and RESTClient
@@ -373,6 +387,7 @@ def _download(
     creds: Credentials,
     retries: int,
     wait: float,
+    timeout: float,
 ) -> pd.DataFrame:
     import requests
     from alpaca.common.exceptions import APIError
@@ -387,7 +402,7 @@ def _download(
         adjustment=Adjustment(adjustment),
         feed=DataFeed(feed),
     )
-    client = _make_client(creds, url, retries, wait)
+    client = _make_client(creds, url, retries, wait, timeout)
     daily = timeframe.unit.value in ("Day", "Week", "Month")
     try:
         raw = client.get_stock_bars(request)
@@ -409,7 +424,8 @@ def _download(
             f"connection refused); check the network or {URL_VAR}/--data_url"
         ) from None
     except requests.exceptions.Timeout:
-        raise UserError(f"the Alpaca data API at {redact_url(url)} timed out; try again later") from None
+        raise UserError(f"the Alpaca data API at {redact_url(url)} did not answer within {timeout:g} s "
+                        f"({TIMEOUT_VAR}); try again later") from None
     except requests.exceptions.RequestException as err:
         raise UserError(
             f"request to the Alpaca data API at {redact_url(url)} failed: {type(err).__name__}"
@@ -435,6 +451,7 @@ def fetch_bars(
     data_url: str | None = None,
     max_retries: int | None = None,
     retry_wait_seconds: float | None = None,
+    timeout_seconds: float | None = None,
 ) -> pd.DataFrame:
     """Bars for ``tickers`` over [start, end] (New York calendar dates, inclusive), from cache or Alpaca.
 
@@ -447,6 +464,8 @@ def fetch_bars(
     :param data_url: endpoint override (else ALPACA_DATA_URL, else https://data.alpaca.markets).
     :param max_retries: retries of a page answered 429 (else ALPACA_MAX_RETRIES, else 3).
     :param retry_wait_seconds: wait before each retry (else ALPACA_RETRY_WAIT_SECONDS, else 3).
+    :param timeout_seconds: give up on a request with no answer after this long (else
+        ALPACA_TIMEOUT_SECONDS, else 30).
     :returns: long frame, columns date (datetime64[ns], tz-naive), tic (str), open/high/low/close
         (float64, dollars), volume (float64, shares); sorted by date, tic.
     :raises UserError: missing/bad keys, unknown tickers (named), no bars in range, rate limit,
@@ -466,8 +485,8 @@ def fetch_bars(
 
     creds = load_credentials()
     url = resolve_data_url(data_url)
-    retries, wait = _retry_settings(max_retries, retry_wait_seconds)
-    frame = _download(symbols, window, frame_spec, adjustment, feed, url, creds, retries, wait)
+    retries, wait, timeout = _retry_settings(max_retries, retry_wait_seconds, timeout_seconds)
+    frame = _download(symbols, window, frame_spec, adjustment, feed, url, creds, retries, wait, timeout)
 
     # Alpaca answers only for symbols asked for; a proxy might not, and extra columns would break alignment.
     frame = frame[frame["tic"].isin(symbols)].reset_index(drop=True)

@@ -11,7 +11,8 @@ Like the real API: keys in the APCA-API-KEY-ID / APCA-API-SECRET-KEY headers (mi
 token is opaque; symbols without bars are simply absent. Knobs for tests: ``page_size`` (a server-side
 cap below alpaca-py's 10,000 so small data spans pages), ``fail_429`` (answer 429 that many times
 first), ``mode`` ("ok", "not_json", "no_bars_key", "bars_list", "bad_bar",
-"sip_recent": the free plan's 403 for recent SIP data). Every request is recorded.
+"sip_recent": the free plan's 403 for recent SIP data, "hang": accept the request and answer nothing for
+``hang_seconds``). Every request is recorded.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class ServerState:
     page_size: int = 10_000
     fail_429: int = 0
     mode: str = "ok"
+    hang_seconds: float = 5.0
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -119,6 +121,9 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(403, {"message": "forbidden"})
         if throttle:
             return self._send(429, {"message": "too many requests."})
+        if state.mode == "hang":
+            time.sleep(state.hang_seconds)
+            return self._send(504, {"message": "gateway timeout"})
         if state.mode == "sip_recent":
             return self._send(403, {"message": "subscription does not permit querying recent SIP data"})
         if state.mode == "not_json":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ SECRET = "s3cr3tVALUEdo-not-leak-9f8e7d6c5b4a"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
 START, END = "2024-01-02", "2024-02-09"
 KEY_ENV = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY", "ALPACA_DATA_URL",
-           "ALPACA_MAX_RETRIES", "ALPACA_RETRY_WAIT_SECONDS")
+           "ALPACA_MAX_RETRIES", "ALPACA_RETRY_WAIT_SECONDS", "ALPACA_TIMEOUT_SECONDS")
 
 
 @pytest.fixture
@@ -328,6 +329,17 @@ def test_malformed_response(env: Path, server: AlpacaTestServer, mode: str) -> N
     assert not (env / "cache").exists() or not list((env / "cache").glob("*.parquet"))
 
 
+def test_silent_server_times_out_with_one_clear_error(env: Path, server: AlpacaTestServer) -> None:
+    """alpaca-py sets no request timeout; ours turns a server that never answers into one error line."""
+    server.state.mode, server.state.hang_seconds = "hang", 4.0
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match=r"did not answer within 0.5 s \(ALPACA_TIMEOUT_SECONDS\)"):
+        fetch(server, env, timeout_seconds=0.5, max_retries=0)
+    assert time.monotonic() - t0 < 3.0  # gave up on its own, long before the server would have answered
+    with pytest.raises(UserError, match="ALPACA_TIMEOUT_SECONDS must be > 0"):
+        fetch(server, env, timeout_seconds=0)
+
+
 def test_wrong_path_is_a_clear_http_error(env: Path, server: AlpacaTestServer) -> None:
     with pytest.raises(UserError, match="HTTP 404 .*endpoint not found"):
         fetch(server, env, data_url=server.url + "/somewhere")
@@ -341,7 +353,7 @@ def test_env_example_lists_every_variable_read() -> None:
 
     text = (Path(__file__).resolve().parents[1] / ".env.example").read_text()
     names = (*alpaca.KEY_VARS, *alpaca.SECRET_VARS, alpaca.URL_VAR, alpaca.RETRIES_VAR, alpaca.RETRY_WAIT_VAR,
-             "MASTER_ADDR", "MASTER_PORT")
+             alpaca.TIMEOUT_VAR, "MASTER_ADDR", "MASTER_PORT")
     for name in names:
         assert name in text, name
 
