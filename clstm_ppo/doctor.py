@@ -17,8 +17,7 @@ import torch
 import torch.distributed as dist
 
 from clstm_ppo.distributed import find_free_port
-
-KEY_PAIRS = (("ALPACA_API_KEY", "ALPACA_SECRET_KEY"), ("APCA_API_KEY_ID", "APCA_API_SECRET_KEY"))
+from envs.alpaca import KEY_VARS, SECRET_VARS
 
 
 def _check(rows: list[tuple[str, str, str]], name: str, ok: bool | None, detail: str) -> None:
@@ -66,9 +65,11 @@ def run_checks(checkpoint_dir: Path, env_file: Path) -> list[tuple[str, str, str
         file_values = dotenv_values(env_file)
     else:
         file_values = {}
-    found = [pair for pair in KEY_PAIRS if all(os.environ.get(k) or file_values.get(k) for k in pair)]
-    _check(rows, "Alpaca keys", True if found else None,
-           f"{' and '.join(found[0])} set (values not shown)" if found
+    # The same rule as envs.alpaca.load_credentials: the first key variable set and the first secret variable set.
+    key = next((name for name in KEY_VARS if os.environ.get(name) or file_values.get(name)), None)
+    secret = next((name for name in SECRET_VARS if os.environ.get(name) or file_values.get(name)), None)
+    _check(rows, "Alpaca keys", True if key and secret else None,
+           f"{key} and {secret} set (values not shown)" if key and secret
            else "not set: needed only for --data alpaca (ALPACA_API_KEY and ALPACA_SECRET_KEY)")
     return rows
 

@@ -24,6 +24,16 @@ def test_doctor_reports_keys_by_name_only(tmp_path):
     assert "gloo backend" in result.stdout and "torch" in result.stdout
 
 
+def test_doctor_accepts_the_mixed_key_names_that_downloads_accept(tmp_path):
+    """load_credentials takes a key from either family and a secret from either; doctor must agree."""
+    result = run_doctor(tmp_path, "--checkpoint_dir", str(tmp_path / "ck"),
+                        env_extra={"APCA_API_KEY_ID": "PKMIXED1", "ALPACA_SECRET_KEY": "mixedsecret"})
+    assert result.returncode == 0, result.stderr
+    assert "APCA_API_KEY_ID and ALPACA_SECRET_KEY set" in result.stdout
+    half = run_doctor(tmp_path, "--checkpoint_dir", str(tmp_path / "ck"), env_extra={"APCA_API_KEY_ID": "PKONLY"})
+    assert "not set: needed only for --data alpaca" in half.stdout
+
+
 def test_doctor_fails_on_unwritable_checkpoint_folder(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
