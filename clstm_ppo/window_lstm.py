@@ -37,32 +37,37 @@ def _tanh_(x: Tensor) -> Tensor:
 
 
 class WindowLSTM(torch.autograd.Function):
-    """Last output ``h_T`` of a one-layer LSTM from zero state, given precomputed input gates.
+    """Last output ``h_T`` of a one-layer LSTM from zero state over windows of precomputed input gates.
 
-    forward(gates_x ``[T, M, 4H]`` = W_ih x_t + b_ih + b_hh, w_hh ``[4H, H]``) -> h_T ``[M, H]``.
-    Saves the gate activations ``[T, M, 4H]``, the hidden states ``[T, M, H]`` entering each day,
-    the cell states and tanh of them ``[T, M, H]`` each. The backward does one ``[M, 4H] x [4H, H]``
-    matmul per day and one ``[4H, T M] x [T M, H]`` matmul for ``dW_hh``. Runs with autocast off, in
-    float32 (float64 stays float64, for gradcheck).
+    forward(projected ``[R, 4H]`` = W_ih x_r + b_ih + b_hh for each distinct row r, index ``[T, M]``
+    int64 = the row of day t of window m, w_hh ``[4H, H]``) -> h_T ``[M, H]``. Each day's gate
+    inputs are gathered from ``projected`` straight into that day's gate buffer, so no ``[T, M, 4H]``
+    copy of the inputs is made. Saves the gate activations ``[T, M, 4H]``, the hidden states entering
+    each day, the cell states and their tanh ``[T, M, H]`` each. The backward does one ``[M, 4H] x
+    [4H, H]`` matmul per day, one ``[4H, T M] x [T M, H]`` matmul for ``dW_hh``, and adds each day's
+    gate gradients into the rows they came from. Runs with autocast off, in float32 (float64 stays
+    float64, for gradcheck).
     """
 
     @staticmethod
-    def forward(ctx, gates_x: Tensor, w_hh: Tensor) -> Tensor:  # type: ignore[override]
-        with torch.autocast(gates_x.device.type, enabled=False):
-            dtype = torch.float32 if gates_x.dtype in (torch.float16, torch.bfloat16) else gates_x.dtype
-            gates_x, w_hh = gates_x.to(dtype), w_hh.to(dtype)
-            days, m, four_h = gates_x.shape
+    def forward(ctx, projected: Tensor, index: Tensor, w_hh: Tensor) -> Tensor:  # type: ignore[override]
+        with torch.autocast(projected.device.type, enabled=False):
+            dtype = torch.float32 if projected.dtype in (torch.float16, torch.bfloat16) else projected.dtype
+            projected, w_hh = projected.to(dtype), w_hh.to(dtype)
+            days, m = index.shape
+            four_h = projected.shape[1]
             hid = four_h // 4
-            acts = torch.empty_like(gates_x)  # i, f, g, o after their nonlinearities
-            cells = gates_x.new_empty(days + 1, m, hid)  # c_0 = 0, c_1 .. c_T
+            acts = projected.new_empty(days, m, four_h)  # i, f, g, o after their nonlinearities
+            cells = projected.new_empty(days + 1, m, hid)  # c_0 = 0, c_1 .. c_T
             cells[0].zero_()
-            tanh_cells = gates_x.new_empty(days, m, hid)
-            hidden = gates_x.new_empty(days + 1, m, hid)  # h_0 = 0, h_1 .. h_T
+            tanh_cells = projected.new_empty(days, m, hid)
+            hidden = projected.new_empty(days + 1, m, hid)  # h_0 = 0, h_1 .. h_T
             hidden[0].zero_()
             w_t = w_hh.t()
             for t in range(days):
                 a = acts[t]
-                torch.addmm(gates_x[t], hidden[t], w_t, out=a)
+                torch.index_select(projected, 0, index[t], out=a)
+                a.addmm_(hidden[t], w_t)
                 a[:, 2 * hid:3 * hid].mul_(2.0)  # g: tanh(z) = 2 sigmoid(2z) - 1, with i, f, o's sigmoid
                 a.sigmoid_()
                 a[:, 2 * hid:3 * hid].mul_(2.0).sub_(1.0)
@@ -70,16 +75,18 @@ class WindowLSTM(torch.autograd.Function):
                 cells[t + 1].addcmul_(a[:, :hid], a[:, 2 * hid:3 * hid])
                 _tanh_(tanh_cells[t].copy_(cells[t + 1]))
                 torch.mul(a[:, 3 * hid:], tanh_cells[t], out=hidden[t + 1])
-            ctx.save_for_backward(acts, cells, tanh_cells, hidden, w_hh)
+            ctx.save_for_backward(acts, cells, tanh_cells, hidden, w_hh, index)
+            ctx.num_rows = projected.shape[0]
             return hidden[days].clone()
 
     @staticmethod
-    def backward(ctx, grad_h: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
-        acts, cells, tanh_cells, hidden, w_hh = ctx.saved_tensors
+    def backward(ctx, grad_h: Tensor) -> tuple[Tensor, None, Tensor]:  # type: ignore[override]
+        acts, cells, tanh_cells, hidden, w_hh, index = ctx.saved_tensors
         with torch.autocast(grad_h.device.type, enabled=False):
             days, m, four_h = acts.shape
             hid = four_h // 4
             grad_gates = torch.empty_like(acts)
+            grad_projected = acts.new_zeros(ctx.num_rows, four_h)
             dh = grad_h.to(acts.dtype).contiguous()
             dc = torch.zeros_like(dh)
             tmp = torch.empty_like(dh)
@@ -97,10 +104,11 @@ class WindowLSTM(torch.autograd.Function):
                 torch.mul(dc, i, out=d[:, 2 * hid:3 * hid])  # dg
                 d.mul_(slope)
                 dc.mul_(f)
+                grad_projected.index_add_(0, index[t], d)
                 if t > 0:  # h_0 is the constant zero state: no gradient to carry past day 0
                     dh = d @ w_hh
             grad_w = grad_gates.reshape(days * m, four_h).t() @ hidden[:days].reshape(days * m, hid)
-        return grad_gates, grad_w
+        return grad_projected, None, grad_w
 
 
 def resolve_kernel(kernel: str, device: torch.device, rows_shared: bool = True) -> str:
@@ -127,5 +135,4 @@ def window_last_output(lstm: nn.LSTM, windows: Windows, kernel: str = "auto") ->
     flat_rows = windows.rows.reshape(-1, windows.rows.shape[-1])  # [E R, F]
     projected = nn.functional.linear(flat_rows, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)  # [E R, 4H]
     index = windows.flat_index().permute(2, 0, 1).reshape(windows.window, -1)  # [T, L E]
-    gates_x = projected.index_select(0, index.reshape(-1)).view(*index.shape, -1)  # [T, L E, 4H]
-    return WindowLSTM.apply(gates_x, lstm.weight_hh_l0)
+    return WindowLSTM.apply(projected, index, lstm.weight_hh_l0)

@@ -70,9 +70,10 @@ def test_dense_windows_round_trip():
 
 def test_hand_written_backward_matches_autograd_float64():
     torch.manual_seed(0)
-    gates_x = torch.randn(5, 3, 4 * 4, dtype=torch.float64, requires_grad=True)
+    projected = torch.randn(7, 4 * 4, dtype=torch.float64, requires_grad=True)  # 7 distinct rows
+    index = torch.tensor([[0, 1, 2], [1, 2, 3], [2, 3, 6], [3, 4, 0], [4, 5, 5]])  # [T=5, M=3], rows reused
     w_hh = torch.randn(4 * 4, 4, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(WindowLSTM.apply, (gates_x, w_hh))
+    assert torch.autograd.gradcheck(WindowLSTM.apply, (projected, index, w_hh))
 
 
 def test_shared_and_fused_kernels_agree_in_value_and_gradient(market):
