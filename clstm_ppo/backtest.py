@@ -402,7 +402,7 @@ def main(argv: list[str]) -> int:
         metadata["mode"] = "deterministic (mean action)"
         run = run_policy(ck, model, market, period, device)
     else:
-        generator = torch.Generator(device=device).manual_seed(args.seed)
+        generator = torch.Generator().manual_seed(args.seed)  # CPU: the same draws on --device cpu and cuda
         runs = [run_policy(ck, model, market, period, device, deterministic=False, generator=generator)
                 for _ in range(args.episodes)]
         rows = []

@@ -53,7 +53,8 @@ def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str |
     :param split: "train" | "validation" | "test", or a `DayRange` of day indices into ``market.data``
         (a custom period; its first observation looks back ``window - 1`` days before ``split.start``).
     :param config: env settings; use ``episode_length=None, random_start=False`` to cover the whole split.
-    :param generator: noise source for ``deterministic=False`` (on ``device``), so sampled runs are seeded.
+    :param generator: noise source for ``deterministic=False`` (on any device; a CPU one gives the same draws
+        on every device), so sampled runs are seeded.
     """
     policy: ActorCritic = unwrap(model)
     env = StockTradingEnv(market=market, split=split, config=config)

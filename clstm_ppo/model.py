@@ -199,13 +199,17 @@ class ActorCritic(nn.Module):
 
         :param obs: ``[B, T, F]``; :param starts: ``[B]`` bool.
         :return: ``(action [B, N] unclipped, log_prob [B], value [B], new_state)``; the env clips
-            actions to [-1, 1]. ``deterministic`` returns the mean action.
+            actions to [-1, 1]. ``deterministic`` returns the mean action. Sampling noise comes from
+            ``generator`` on its own device (training passes one on the model's device, the backtest a
+            CPU one so sampled backtests match across devices).
         """
         log_prob, _, value, mean, state = self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))
         if deterministic:
             return mean[0], log_prob[0], value[0], state
         std = self.log_std.float().exp()
-        noise = torch.randn(mean.shape[1:], device=mean.device, generator=generator, dtype=mean.dtype)
+        # Drawn on the generator's device: a CPU generator gives the same noise whatever device the model is on.
+        noise_device = generator.device if generator is not None else mean.device
+        noise = torch.randn(mean.shape[1:], device=noise_device, generator=generator, dtype=mean.dtype).to(mean.device)
         action = mean[0] + std * noise
         log_prob = Normal(mean[0], std.expand_as(mean[0])).log_prob(action).sum(-1)
         return action, log_prob, value[0], state
