@@ -134,9 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         upd = r["rank0"]["update"]
         kernel = resolve_kernel(args.window_kernel, torch.device(args.device)) if policy == "clstm" else "-"
         shared_rows = None
-        if kernel == "shared" and policy == "clstm":  # rows projected per env step in the update, from the store's size
-            index_bytes = steps * T * 4
-            shared_rows = (r["rank0"]["obs_store_bytes"] - index_bytes) / (F * 4) / steps
+        if kernel == "shared" and policy == "clstm":  # rows projected per env step in the update
+            shared_rows = r["rank0"]["obs_rows_per_env"] / cfg.n_steps
         rollout_fwd = forward_flops(policy, F, N, T, H1, D, H2)
         update_fwd = forward_flops(policy, F, N, T, H1, D, H2, shared_rows)
         per_step = rollout_fwd + 3 * cfg.epochs * update_fwd

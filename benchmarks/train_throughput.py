@@ -152,7 +152,7 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
         rank=comm.rank, rollout=mean(rollout_s), update=mean(update_s),
         forward=mean(p.get("forward", 0.0) for p in phases), backward=mean(p.get("backward", 0.0) for p in phases),
         optimizer=mean(p.get("optimizer", 0.0) for p in phases), allreduce_one=allreduce, peak_bytes=peak,
-        obs_store_bytes=trainer.buf.obs.nbytes(),
+        obs_store_bytes=trainer.buf.obs.nbytes(), obs_rows_per_env=trainer.buf.obs.rows_per_env,
         dense_obs_bytes=cfg.rollout_steps * cfg.window * market.num_features * 4,
     )
     gathered = comm.gather_objects(local)

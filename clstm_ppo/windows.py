@@ -126,6 +126,11 @@ class WindowStore:
         part.anchors = [a[envs] for a in self.anchors]
         return part
 
+    @property
+    def rows_per_env(self) -> int:
+        """R: rows in each env's table (one per step, plus T per anchor window)."""
+        return self.n_steps + len(self.anchors) * self.window
+
     def nbytes(self) -> int:
         """Bytes held (rows, index and anchors)."""
         tensors = [self.newest, self.index, *self.anchors]

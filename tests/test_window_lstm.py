@@ -43,6 +43,7 @@ def test_store_reconstructs_the_env_observations_across_resets(market):
     store, dense = record_env_rollout(market, steps=40)
     assert len(store.anchors) >= 4  # step 0 and the staggered/synchronous resets
     windows = store.windows()
+    assert windows.rows.shape[1] == store.rows_per_env
     torch.testing.assert_close(windows.dense(), dense, rtol=0, atol=0)
     torch.testing.assert_close(windows.last_rows(), dense[:, :, -1], rtol=0, atol=0)
     cols = torch.tensor([3, 1])
