@@ -37,12 +37,8 @@ from typing import Any
 
 import numpy as np
 
-TRADING_DAYS = 252
-"""Trading days per year used for every annualisation."""
-
-# Below this the standard deviation of daily returns is treated as exactly zero: a constant or
-# constant-growth series produces float noise of ~1e-17, which would otherwise blow a ratio up to 1e15.
-_ZERO_STD = 1e-12
+from envs.returns import TRADING_DAYS, annualised_sharpe  # TRADING_DAYS re-exported: the one definition
+from envs.returns import ZERO_STD as _ZERO_STD
 
 METRIC_NAMES: tuple[str, ...] = (
     "num_days",
@@ -132,13 +128,15 @@ def sharpe_ratio(values: Any, risk_free: float = 0.0) -> float:
     ``0.0`` when there are fewer than two returns or the excess returns do not vary (e.g. a constant
     series: all cash). Matches ``empyrical.sharpe_ratio(r, risk_free=rf_d)`` otherwise.
     """
-    e = daily_returns(values) - daily_risk_free(risk_free)
+    return sharpe_from_returns(daily_returns(values), risk_free)
+
+
+def sharpe_from_returns(returns: Any, risk_free: float = 0.0) -> float:
+    """`sharpe_ratio` of a ``[D-1]`` series of daily simple returns (fractions) instead of values."""
+    e = np.asarray(returns, dtype=np.float64) - daily_risk_free(risk_free)
     if e.size < 2:
         return 0.0
-    sd = float(np.std(e, ddof=1))
-    if sd < _ZERO_STD:
-        return 0.0
-    return float(np.mean(e) / sd * math.sqrt(TRADING_DAYS))
+    return float(annualised_sharpe(float(np.mean(e)), float(np.std(e, ddof=1)), e.size))
 
 
 def sortino_ratio(values: Any, risk_free: float = 0.0) -> float:

@@ -28,7 +28,6 @@ is a single copy of it. Episode ends are known on the host from the start days (
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import gymnasium
@@ -42,11 +41,11 @@ from envs.data import DayRange
 from envs.errors import UserError
 from envs.features import PreparedMarket
 from envs.kernel import EnvConfig, portfolio_value, trade_step
+from envs.returns import annualised_sharpe
 
 __all__ = ["VectorStockTradingEnv", "EnvConfig", "EPISODE_KEYS"]
 
 EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs")
-TRADING_DAYS_PER_YEAR = 252
 
 
 class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
@@ -313,8 +312,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         mean = s["sum_r"] / n
         var = (s["sum_r2"] - s["sum_r"] * mean) / (n - 1.0).clamp_min(1.0)
         std = var.clamp_min(0.0).sqrt()
-        ok = (n >= 2) & (std > 1e-12)
-        sharpe = torch.where(ok, mean / std.clamp_min(1e-12), 0.0) * math.sqrt(TRADING_DAYS_PER_YEAR)
+        sharpe = annualised_sharpe(mean, std, n)
         init = float(self.config.initial_amount)
         return {
             "reward": s["ep_reward"].clone(),

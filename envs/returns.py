@@ -1,0 +1,31 @@
+"""The one annualised Sharpe ratio, shared by the env's episode summary and every backtest metric.
+
+It lives at the bottom of the import graph (the env needs it and may import nothing above ``envs``);
+`clstm_ppo.metrics` and the study's statistics call it with sample moments of daily returns.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TRADING_DAYS = 252
+"""Trading days per year used for every annualisation."""
+
+ZERO_STD = 1e-12
+"""Below this the standard deviation of daily returns counts as exactly zero: a constant or constant-growth
+series leaves float noise of ~1e-17, which would otherwise blow a ratio up to 1e15."""
+
+
+def annualised_sharpe(mean: Any, std: Any, count: Any) -> Any:
+    """``mean / std * sqrt(252)``, and 0 where ``count < 2`` or ``std <= ZERO_STD``.
+
+    :param mean: mean daily (excess) return, a float or an array/tensor of them (fraction per day).
+    :param std: sample standard deviation (ddof = 1) of the same returns, same shape.
+    :param count: number of daily returns behind each pair, same shape or a scalar.
+    :return: annualised Sharpe ratio, same type and shape as ``mean`` (floats, numpy arrays and torch
+        tensors all work: only arithmetic and comparisons are used).
+    """
+    usable = (count >= 2) * (std > ZERO_STD)
+    safe_std = std + (std <= ZERO_STD) * 1.0  # any nonzero divisor where the answer is masked to 0
+    return mean / safe_std * math.sqrt(TRADING_DAYS) * usable
