@@ -9,7 +9,7 @@ LSTM(181 -> 128), and stage 2 runs the actor and critic LSTM(128 -> 512) over 12
 Timed (median of repeats, forward + backward of a sum of the outputs):
 
 - stage 1 with the ``fused`` kernel (nn.LSTM over 128 dense windows) and the ``shared`` kernel
-  (`clstm_ppo.window_lstm`: distinct rows projected once, hand-written recurrence);
+  (`clstm_ppo.agent.window_lstm`: distinct rows projected once, hand-written recurrence);
 - stage 2: the two nn.LSTM(128 -> 512) over 128 days at batch 1 (what the update runs), and the same
   work written as a per-day matmul loop under autograd (why stage 2 keeps PyTorch's LSTM);
 - the floor of stage 2: 256 matrix-vector products with a 512 x 2048 float32 matrix (one per day
@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.train_throughput import machine_name  # noqa: E402
-from clstm_ppo.window_lstm import window_last_output  # noqa: E402
-from clstm_ppo.windows import Windows  # noqa: E402
+from clstm_ppo.agent.window_lstm import window_last_output  # noqa: E402
+from clstm_ppo.agent.windows import Windows  # noqa: E402
 
 DAYS, WINDOW, FEATURES, H1, FEAT, H2 = 128, 30, 181, 128, 128, 512
 

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     print("measured dense matmul: " + ", ".join(f"{k} {v / 1e12:.3f} TFLOP/s" for k, v in peaks.items()), flush=True)
     cfg = preset("paper")
     F, N, T = 181, 30, cfg.window
-    from clstm_ppo.window_lstm import resolve_kernel
+    from clstm_ppo.agent.window_lstm import resolve_kernel
 
     H1, D, H2 = cfg.stage1_hidden, cfg.feature_dim, cfg.stage2_hidden
     rows = []

@@ -9,7 +9,7 @@ What is timed: the Trainer's own loop body (``Trainer.collect_rollout``, bootstr
 episodes), on the paper preset (window 30, stage-1 LSTM 181->128, 128 features, actor/critic LSTM 512,
 n_steps 128, 10 epochs, minibatch 128 env steps) over synthetic data: 30 tickers x 2,520 days, the
 paper's 4 indicators (F = 181). World size 1 runs the Trainer in one process; world size 2+ spawns
-gloo (CPU) or NCCL (GPU) workers through ``clstm_ppo.distributed.launch``, the launcher the train
+gloo (CPU) or NCCL (GPU) workers through ``clstm_ppo.training.distributed.launch``, the launcher the train
 script uses. Each configuration runs in a fresh process (so peak RSS is its own): a warm-up update
 with 1 epoch, then ``--updates`` timed updates (the mean is printed).
 
@@ -52,10 +52,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from clstm_ppo.config import preset  # noqa: E402
-from clstm_ppo.distributed import Comm, WorldLayout, find_free_port, launch  # noqa: E402
 from clstm_ppo.market import build_market  # noqa: E402
-from clstm_ppo.ppo import PhaseTimer, ppo_update  # noqa: E402
-from clstm_ppo.rollout import compute_gae  # noqa: E402
+from clstm_ppo.training.distributed import Comm, WorldLayout, find_free_port, launch  # noqa: E402
+from clstm_ppo.training.ppo import PhaseTimer, ppo_update  # noqa: E402
+from clstm_ppo.training.rollout import compute_gae  # noqa: E402
 
 
 def machine_name(device: str) -> str:
@@ -106,7 +106,7 @@ def _grad_allreduce_seconds(comm: Comm, numel: int, repeats: int = 20) -> float:
 
 def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
     """One rank: build the Trainer, warm up, time ``updates`` updates, report (rank 0 writes the JSON)."""
-    from clstm_ppo.trainer import Trainer
+    from clstm_ppo.training.trainer import Trainer
 
     opts, market, out_path = payload
     cfg = bench_config(opts)

@@ -39,10 +39,10 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.train_throughput import machine_name  # noqa: E402
 from clstm_ppo.config import preset  # noqa: E402
-from clstm_ppo.distributed import Comm  # noqa: E402
 from clstm_ppo.market import build_market, env_config  # noqa: E402
-from clstm_ppo.ppo import ppo_update  # noqa: E402
-from clstm_ppo.rollout import compute_gae  # noqa: E402
+from clstm_ppo.training.distributed import Comm  # noqa: E402
+from clstm_ppo.training.ppo import ppo_update  # noqa: E402
+from clstm_ppo.training.rollout import compute_gae  # noqa: E402
 
 
 def make_extractor_class() -> type:
@@ -97,7 +97,7 @@ def bench_sb3(market, cfg, n_envs: int, steps: int, device: str = "cpu") -> tupl
 
 def bench_ours(market, cfg, updates: int, device: str) -> tuple[float, float, int]:
     """(env steps/s, seconds, env steps) of the Trainer's loop body over ``updates`` updates."""
-    from clstm_ppo.trainer import Trainer
+    from clstm_ppo.training.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         comm = Comm(device=torch.device(device))

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from clstm_ppo.agent.model import ActorCritic, ModelConfig, run_lstm
 from clstm_ppo.config import TrainConfig, preset
-from clstm_ppo.distributed import Comm
-from clstm_ppo.model import ActorCritic, ModelConfig, run_lstm
-from clstm_ppo.ppo import ppo_update
-from clstm_ppo.rollout import RolloutBuffer, compute_gae
+from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.ppo import ppo_update
+from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
 from envs.errors import UserError
 
 

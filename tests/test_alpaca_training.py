@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from clstm_ppo.checkpoint import load_checkpoint
+from clstm_ppo.training.checkpoint import load_checkpoint
 from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
 from tests.test_trainer import SCRIPT, TINY, clean_env
 

@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from clstm_ppo.checkpoint import load_checkpoint
-from clstm_ppo.distributed import find_free_port
+from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.distributed import find_free_port
 from tests.test_agent import fake_rollout, small_model
 from tests.test_trainer import SCRIPT, TINY, clean_env, read_metrics
 

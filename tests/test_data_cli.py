@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clstm_ppo.data_cli import main
+from clstm_ppo.cli.data import main
 from envs.data import MarketData
 from envs.errors import UserError
 from envs.synthetic import generate_market

@@ -9,9 +9,9 @@ import torch
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from clstm_ppo.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
-from clstm_ppo.ppo import ppo_update
-from clstm_ppo.rollout import RolloutBuffer, compute_gae
+from clstm_ppo.training.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
+from clstm_ppo.training.ppo import ppo_update
+from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
 from tests.test_agent import fake_rollout, ppo_cfg, small_model
 
 TOTAL_ENVS, STEPS = 8, 12
@@ -59,7 +59,7 @@ def test_two_ranks_equal_one_rank_with_twice_the_envs(tmp_path):
     for a, b in zip(rank0, rank1, strict=True):
         assert torch.equal(a, b)
     # and they equal one process that saw all 2B envs (global advantage normalisation)
-    from clstm_ppo.distributed import Comm
+    from clstm_ppo.training.distributed import Comm
 
     model = small_model("clstm")
     full = fake_rollout(model, steps=STEPS, envs=TOTAL_ENVS)

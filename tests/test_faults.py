@@ -1,7 +1,7 @@
 """Faults with real processes: a crashing or killed rank, SIGINT/SIGTERM, SIGKILL mid-checkpoint, NaN losses.
 
 Every run is the real train script with 2 CPU workers (gloo). Faults come from the testing hook
-``CLSTM_PPO_FAULT_INJECT`` read by the trainer (see `clstm_ppo.trainer.parse_fault_spec`). After each
+``CLSTM_PPO_FAULT_INJECT`` read by the trainer (see `clstm_ppo.training.trainer.parse_fault_spec`). After each
 fault the test checks the job ended with one ``error:`` line (no traceback), that no process it started
 survives, that the checkpoint left behind loads, and that ``--resume latest`` continues the counters.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clstm_ppo.checkpoint import load_checkpoint, remove_stale_temp_files
+from clstm_ppo.training.checkpoint import load_checkpoint, remove_stale_temp_files
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
@@ -225,7 +225,7 @@ def test_a_second_signal_forces_the_exit(tmp_path):
 
 WRITER = """
 import sys, torch
-from clstm_ppo.checkpoint import save_checkpoint
+from clstm_ppo.training.checkpoint import save_checkpoint
 big = torch.arange(12_000_000, dtype=torch.float32)  # 48 MB: each write takes a while
 i = 0
 while True:

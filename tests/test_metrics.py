@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from clstm_ppo import metrics as m
+from clstm_ppo.evaluation import metrics as m
 
 # values 100 -> 110 -> 99 -> 121 -> 121: returns +10 %, -10 %, +2/9, 0
 HAND = np.array([100.0, 110.0, 99.0, 121.0, 121.0])

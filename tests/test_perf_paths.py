@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from clstm_ppo.distributed import Comm
-from clstm_ppo.model import cut_days
-from clstm_ppo.ppo import PhaseTimer, ppo_update
-from clstm_ppo.rollout import compute_gae
+from clstm_ppo.agent.model import cut_days
+from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.ppo import PhaseTimer, ppo_update
+from clstm_ppo.training.rollout import compute_gae
 from tests.test_agent import fake_rollout, ppo_cfg, small_model
 
 

@@ -9,7 +9,8 @@ import warnings
 import numpy as np
 import pytest
 
-from clstm_ppo import cli, plot
+from clstm_ppo import cli
+from clstm_ppo.cli import plot
 from envs.errors import UserError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clstm_ppo import metrics as M
-from clstm_ppo import report as R
+from clstm_ppo.evaluation import metrics as M
+from clstm_ppo.evaluation import report as R
 from envs.errors import UserError
 
 TICKERS = ["AAA", "BBB", "CCC"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from clstm_ppo.checkpoint import load_checkpoint
-from clstm_ppo.distributed import find_free_port
+from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.distributed import find_free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")

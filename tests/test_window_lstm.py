@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clstm_ppo.window_lstm import WindowLSTM, window_last_output
-from clstm_ppo.windows import Windows, WindowStore
+from clstm_ppo.agent.window_lstm import WindowLSTM, window_last_output
+from clstm_ppo.agent.windows import Windows, WindowStore
 from envs.data import split_days
 from envs.features import PreparedMarket
 from envs.kernel import EnvConfig

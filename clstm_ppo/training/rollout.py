@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from clstm_ppo.model import LSTMState
-from clstm_ppo.windows import WindowStore
+from clstm_ppo.agent.model import LSTMState
+from clstm_ppo.agent.windows import WindowStore
 
 
 @dataclass
@@ -27,7 +27,7 @@ class RolloutBuffer:
     at step s ended the episode (so ``starts[s + 1] == dones[s]``).
     """
 
-    obs: WindowStore  # S x B windows [T, F] float32, kept as distinct rows (see clstm_ppo.windows)
+    obs: WindowStore  # S x B windows [T, F] float32, kept as distinct rows (see clstm_ppo.agent.windows)
     actions: Tensor  # [S, B, N] float32 (unclipped Gaussian samples)
     log_probs: Tensor  # [S, B] float32
     values: Tensor  # [S, B] float32

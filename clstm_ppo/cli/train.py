@@ -22,7 +22,7 @@ from clstm_ppo.config import PRESETS, TrainConfig
 from envs.errors import UserError
 
 if TYPE_CHECKING:
-    from clstm_ppo.distributed import Comm, WorldLayout
+    from clstm_ppo.training.distributed import Comm, WorldLayout
     from envs.features import PreparedMarket
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
@@ -115,8 +115,8 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
 
     :return: the checkpoint file (the trainer loads it again on every rank).
     """
-    from clstm_ppo.checkpoint import load_checkpoint, resolve_resume
-    from clstm_ppo.trainer import model_config
+    from clstm_ppo.training.checkpoint import load_checkpoint, resolve_resume
+    from clstm_ppo.training.trainer import model_config
 
     path = resolve_resume(cfg.resume, run_dir)
     ckpt = load_checkpoint(path)
@@ -137,8 +137,8 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
 def _worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldLayout]) -> None:
     import torch
 
-    from clstm_ppo.distributed import StoppedBySignal
-    from clstm_ppo.trainer import Trainer
+    from clstm_ppo.training.distributed import StoppedBySignal
+    from clstm_ppo.training.trainer import Trainer
 
     cfg, market, run_dir, layout = payload
     if comm.device.type == "cpu":
@@ -160,9 +160,9 @@ def _worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldL
 
 def main(argv: list[str]) -> int:
     cfg = parse_config(argv)
-    from clstm_ppo.checkpoint import remove_stale_temp_files
-    from clstm_ppo.distributed import launch, resolve_layout
     from clstm_ppo.market import build_market
+    from clstm_ppo.training.checkpoint import remove_stale_temp_files
+    from clstm_ppo.training.distributed import launch, resolve_layout
 
     layout = resolve_layout(cfg.num_gpus, cfg.num_workers, cfg.backend, cfg.master_port)
     run_dir = resolve_run_dir(cfg)

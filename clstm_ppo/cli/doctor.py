@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from clstm_ppo.distributed import find_free_port
+from clstm_ppo.training.distributed import find_free_port
 from envs.alpaca import KEY_VARS, SECRET_VARS
 
 

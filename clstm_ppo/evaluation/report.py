@@ -2,7 +2,7 @@
 
 The backtest driver runs a policy over a period, fills a `BacktestResult` and calls `write_report`;
 for several checkpoints on one period it calls `write_comparison` (or `compare_table` and
-`plot_comparison` directly). Every metric comes from `clstm_ppo.metrics.summarize`, so a report can be
+`plot_comparison` directly). Every metric comes from `clstm_ppo.evaluation.metrics.summarize`, so a report can be
 re-derived from its own equity.csv and trades.csv.
 
 Files written by `write_report(result, out_dir)`:
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clstm_ppo import metrics as M
+from clstm_ppo.evaluation import metrics as M
 from envs.errors import UserError
 
 TRADE_COLUMNS: tuple[str, ...] = ("date", "ticker", "side", "shares", "price", "cost")
@@ -64,13 +64,13 @@ class BacktestResult:
     :param cash: ``[D] float64`` policy cash, dollars.
     :param holdings_value: ``[D] float64`` shares x close, dollars (``cash + holdings_value == values``).
     :param baseline_values: ``[D] float64`` equal-weight buy-and-hold with the same costs
-        (`clstm_ppo.metrics.buy_and_hold_values`), dollars.
+        (`clstm_ppo.evaluation.metrics.buy_and_hold_values`), dollars.
     :param trades: the policy's trades table, columns ``TRADE_COLUMNS`` (DataFrame or mapping of arrays;
-        `clstm_ppo.metrics.trades_from_holdings` builds one). None: unknown -- trade metrics are NaN
+        `clstm_ppo.evaluation.metrics.trades_from_holdings` builds one). None: unknown -- trade metrics are NaN
         (null in report.json) and trades.csv has only its header. An empty table means "no trades".
     :param metadata: JSON-able facts about the run: checkpoint path, period, tickers, config, ...
     :param index_values: optional ``[D]`` market index levels (any unit > 0), e.g. DJI closes.
-    :param baseline_trades: optional trades table of the baseline (`clstm_ppo.metrics.buy_and_hold_trades`)
+    :param baseline_trades: optional trades table of the baseline (`clstm_ppo.evaluation.metrics.buy_and_hold_trades`)
         so its trade count, costs and turnover are reported too.
     """
 
@@ -95,7 +95,7 @@ class BacktestResult:
         metadata: Mapping[str, Any] | None = None,
         index_values: Any | None = None,
     ) -> BacktestResult:
-        """Build a result from a day-by-day policy record (`clstm_ppo.evaluate.PolicyRun`'s fields).
+        """Build a result from a day-by-day policy record (`clstm_ppo.agent.evaluate.PolicyRun`'s fields).
 
         ``run`` needs ``dates [D]``, ``values [D]``, ``cash [D]``, ``holdings [D, N]`` (shares held at
         row i's close), ``prices [D, N]`` (row i's close) and ``tickers [N]``, recorded the env's way:
@@ -338,7 +338,7 @@ def _dollar_tick(v: float, _pos: Any = None) -> str:
 
 
 def compute_metrics(result: BacktestResult, *, risk_free: float = 0.0) -> dict[str, dict[str, float]]:
-    """``{"policy": ..., "baseline": ...[, "index": ...]}``, each `clstm_ppo.metrics.summarize`.
+    """``{"policy": ..., "baseline": ...[, "index": ...]}``, each `clstm_ppo.evaluation.metrics.summarize`.
 
     The index gets only value-based metrics (no trades); its dollar keys are in index points.
     """

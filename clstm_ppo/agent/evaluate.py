@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from clstm_ppo.metrics import sharpe_ratio
-from clstm_ppo.model import ActorCritic, unwrap
+from clstm_ppo.agent.model import ActorCritic, unwrap
+from clstm_ppo.evaluation.metrics import sharpe_ratio
 from envs.data import DayRange
 from envs.features import PreparedMarket
 from envs.kernel import EnvConfig

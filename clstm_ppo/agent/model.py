@@ -6,7 +6,7 @@ T window days, F state numbers per day, N tickers. Observations arrive as dense 
 
 - ``clstm`` (the paper): stage 1 runs an LSTM(F -> stage1_hidden) over each observation's T-day
   window and maps its last output through two tanh linear layers to ``feature_dim`` features
-  (``window_kernel`` picks how the window LSTM is computed: see `clstm_ppo.window_lstm`).
+  (``window_kernel`` picks how the window LSTM is computed: see `clstm_ppo.agent.window_lstm`).
   Stage 2 runs separate actor and critic LSTMs (stage2_hidden, one layer) across days over those
   features. A Gaussian head (state-independent learned log-std) gives actions, a linear head values.
 - ``lstm`` (RecurrentPPO in the paper's tables): no window LSTM; the current day's state (the last
@@ -27,8 +27,8 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Normal
 
-from clstm_ppo.window_lstm import window_last_output
-from clstm_ppo.windows import Windows
+from clstm_ppo.agent.window_lstm import window_last_output
+from clstm_ppo.agent.windows import Windows
 
 LSTMState = tuple[Tensor, ...]
 

@@ -23,20 +23,20 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from clstm_ppo.checkpoint import (
+from clstm_ppo.agent.evaluate import evaluate_policy
+from clstm_ppo.agent.model import ActorCritic, ModelConfig, unwrap
+from clstm_ppo.config import TrainConfig
+from clstm_ppo.market import env_config
+from clstm_ppo.training.checkpoint import (
     FORMAT_VERSION,
     load_checkpoint,
     resolve_resume,
     save_checkpoint,
     strip_prefixes,
 )
-from clstm_ppo.config import TrainConfig
-from clstm_ppo.distributed import Comm
-from clstm_ppo.evaluate import evaluate_policy
-from clstm_ppo.market import env_config
-from clstm_ppo.model import ActorCritic, ModelConfig, unwrap
-from clstm_ppo.ppo import ppo_update
-from clstm_ppo.rollout import RolloutBuffer, compute_gae
+from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.ppo import ppo_update
+from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
 from envs.errors import UserError
 from envs.features import PreparedMarket
 from envs.vector_env import VectorStockTradingEnv

@@ -2,7 +2,7 @@
 
     clstm-ppo data generate --out data/syn.csv --seed 1 --tickers 30 --days 2520 --signal 0.5
     clstm-ppo data inspect examples/data/stocks_daily_6_ohlcv.csv
-    clstm-ppo data download ...     (delegates to clstm_ppo.data_download)
+    clstm-ppo data download ...     (delegates to clstm_ppo.cli.data_download)
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main(argv: Sequence[str]) -> int:
     args_list = list(argv)
     if args_list and args_list[0] == "download":
         try:
-            from clstm_ppo import data_download
+            from clstm_ppo.cli import data_download
         except ImportError as err:
             raise UserError(f"data download is unavailable: {err}") from None
         return int(data_download.main(args_list[1:]) or 0)

@@ -16,9 +16,9 @@ How a backtest is put together (the same code paths as training, so nothing is r
    ``--start``/``--end`` give a custom period instead, whose first observation looks back
    ``window - 1`` trading days before ``--start`` -- those days must be in the data.
 3. The policy is rebuilt from the stored model config and weights and run through the period by
-   `clstm_ppo.evaluate.evaluate_policy` (the training env, recurrent state carried day to day):
+   `clstm_ppo.agent.evaluate.evaluate_policy` (the training env, recurrent state carried day to day):
    the mean action by default, or ``--episodes K`` sampled runs with ``--stochastic`` (seeded).
-4. `clstm_ppo.report` turns the day-by-day record into report.json, equity.csv, trades.csv and
+4. `clstm_ppo.evaluation.report` turns the day-by-day record into report.json, equity.csv, trades.csv and
    equity.png, with equal-weight buy-and-hold (same costs, same capital) as the baseline.
 
 With ``--stochastic`` the report files describe the episode with the median cumulative return, and
@@ -41,13 +41,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from clstm_ppo import metrics as M
-from clstm_ppo.checkpoint import Checkpoint, load_checkpoint
+from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.agent.model import ActorCritic, ModelConfig
 from clstm_ppo.config import TrainConfig
-from clstm_ppo.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.evaluation import metrics as M
+from clstm_ppo.evaluation.report import BacktestResult, _jsonable, write_comparison, write_report
 from clstm_ppo.market import env_config, rebuild_market
-from clstm_ppo.model import ActorCritic, ModelConfig
-from clstm_ppo.report import BacktestResult, _jsonable, write_comparison, write_report
+from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
 from envs.data import DayRange, MarketData
 from envs.errors import UserError
 from envs.features import PreparedMarket
@@ -313,7 +313,7 @@ def _episode_summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]
 
 def distribution_table(summary: dict[str, dict[str, float]]) -> str:
     """Console table of `_episode_summary`: one row per metric, columns mean / std / min / max."""
-    from clstm_ppo.report import _ROWS, _fmt
+    from clstm_ppo.evaluation.report import _ROWS, _fmt
 
     header = ["metric", "mean", "std", "min", "max"]
     rows = []

@@ -25,8 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from clstm_ppo.config import TrainConfig
-from clstm_ppo.distributed import Comm
-from clstm_ppo.rollout import RolloutBuffer
+from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.rollout import RolloutBuffer
 
 
 @dataclass

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from clstm_ppo.windows import Windows
+from clstm_ppo.agent.windows import Windows
 
 WINDOW_KERNELS = ("auto", "shared", "fused")
 
