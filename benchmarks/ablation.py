@@ -29,11 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
+from clstm_ppo.agent.model import build_model  # noqa: E402
 from clstm_ppo.config import TrainConfig  # noqa: E402
 from clstm_ppo.evaluation.metrics import buy_and_hold_values, cumulative_return, max_drawdown, sharpe_ratio  # noqa: E402
 from clstm_ppo.market import build_market, env_config  # noqa: E402
 from clstm_ppo.training.checkpoint import load_checkpoint  # noqa: E402
-from clstm_ppo.training.trainer import build_model  # noqa: E402
 
 # The learning test's market and settings (tests/test_learning.py), sized for a CPU.
 DEFAULT_TRAIN = ("--num_envs 32 --n_steps 32 --batch_size 256 --epochs 4 --episode_length 63 --stage1_hidden 32 "

@@ -4,7 +4,7 @@
     python benchmarks/train_throughput.py --device cuda --num_envs 256,1024,4096 --minibatches 4
     python benchmarks/train_throughput.py --device cuda --num_envs 1024 --minibatches 4 --mixed_precision bf16
 
-What is timed: the Trainer's own loop body (``Trainer.collect_rollout``, bootstrap value, ``compute_gae``,
+What is timed: the Trainer's own loop body (``RolloutCollector.collect``, bootstrap value, ``compute_gae``,
 ``ppo_update`` through the DDP wrapper when the world is larger than one, the all-gather of finished
 episodes), on the paper preset (window 30, stage-1 LSTM 181->128, 128 features, actor/critic LSTM 512,
 n_steps 128, 10 epochs, minibatch 128 env steps) over synthetic data: 30 tickers x 2,520 days, the
@@ -53,7 +53,8 @@ if str(ROOT) not in sys.path:
 
 from clstm_ppo.config import preset  # noqa: E402
 from clstm_ppo.market import build_market  # noqa: E402
-from clstm_ppo.training.distributed import Comm, WorldLayout, find_free_port, launch  # noqa: E402
+from clstm_ppo.training.distributed import Comm, WorldLayout, find_free_port  # noqa: E402
+from clstm_ppo.training.launch import launch  # noqa: E402
 from clstm_ppo.training.ppo import PhaseTimer, ppo_update  # noqa: E402
 from clstm_ppo.training.rollout import compute_gae  # noqa: E402
 
@@ -120,9 +121,8 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
     def one_update(run_cfg: Any, timer: PhaseTimer | None) -> tuple[float, float]:
         sync()
         t0 = time.perf_counter()
-        rows = trainer.collect_rollout()
-        with torch.no_grad(), trainer.autocast():
-            last_value = trainer.model.value(trainer.next_obs, trainer.state, trainer.next_start).float()
+        rows = trainer.rollout.collect(trainer.buf)
+        last_value = trainer.rollout.bootstrap_value()
         adv, ret = compute_gae(trainer.buf.rewards, trainer.buf.values, trainer.buf.dones, last_value,
                                run_cfg.gamma, run_cfg.gae_lambda)
         sync()

@@ -105,9 +105,8 @@ def bench_ours(market, cfg, updates: int, device: str) -> tuple[float, float, in
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
         def update(run_cfg) -> None:
-            rows = trainer.collect_rollout()
-            with torch.no_grad(), trainer.autocast():
-                last = trainer.model.value(trainer.next_obs, trainer.state, trainer.next_start).float()
+            rows = trainer.rollout.collect(trainer.buf)
+            last = trainer.rollout.bootstrap_value()
             adv, ret = compute_gae(trainer.buf.rewards, trainer.buf.values, trainer.buf.dones, last,
                                    run_cfg.gamma, run_cfg.gae_lambda)
             ppo_update(trainer.trained, trainer.optimizer, trainer.buf, adv, ret, run_cfg, comm,

@@ -12,18 +12,34 @@ from envs.kernel import EnvConfig
 from envs.sources import load_market_data
 
 
-def load_data(cfg: TrainConfig, *, data: str | None = None, start: str | None = None, end: str | None = None) -> MarketData:
-    """Market data named by ``cfg.data`` (or an override), restricted to the configured tickers and dates."""
+def load_data(cfg: TrainConfig, *, data: str | None = None, start: str | None = None, end: str | None = None,
+              tickers: list[str] | None = None, every_ticker: bool = False) -> MarketData:
+    """Market data named by ``cfg.data`` (or ``data``), restricted to the configured tickers and dates.
+
+    The one loader of training, backtest, study and trading: a run's Alpaca settings (timeframe, adjustment,
+    feed, cache folder, endpoint) always come with it, so a run is evaluated on the bars it was trained on.
+
+    :param start: / :param end: override ``cfg.start`` / ``cfg.end`` (inclusive YYYY-MM-DD).
+    :param tickers: override ``cfg.ticker_list``; ``every_ticker`` reads all of a file's tickers (the caller
+        checks them, e.g. against a checkpoint's universe).
+    """
     source = data or cfg.data
     alpaca_kwargs = dict(
         timeframe=cfg.alpaca_timeframe, adjustment=cfg.alpaca_adjustment, feed=cfg.alpaca_feed,
         cache_dir=cfg.data_cache_dir, refresh=cfg.refresh_data, data_url=cfg.data_url or None,
-    ) if source == "alpaca" else {}
+    ) if is_alpaca(source) else {}
+    names = tickers if tickers is not None else cfg.ticker_list
     return load_market_data(
-        source, tickers=cfg.ticker_list, start=(start if start is not None else cfg.start) or None,
+        source, tickers=None if every_ticker and not alpaca_kwargs else names,
+        start=(start if start is not None else cfg.start) or None,
         end=(end if end is not None else cfg.end) or None, seed=cfg.seed, gap_policy=cfg.gap_policy,
         **alpaca_kwargs,
     )
+
+
+def is_alpaca(source: str) -> bool:
+    """Does the data-source string name Alpaca (the one source that needs tickers, dates and keys)?"""
+    return source.split(":", 1)[0].strip().lower() == "alpaca"
 
 
 def build_market(cfg: TrainConfig, data: MarketData | None = None) -> PreparedMarket:

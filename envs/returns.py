@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 TRADING_DAYS = 252
 """Trading days per year used for every annualisation."""
 
@@ -29,3 +31,21 @@ def annualised_sharpe(mean: Any, std: Any, count: Any) -> Any:
     usable = (count >= 2) * (std > ZERO_STD)
     safe_std = std + (std <= ZERO_STD) * 1.0  # any nonzero divisor where the answer is masked to 0
     return mean / safe_std * math.sqrt(TRADING_DAYS) * usable
+
+
+def daily_risk_free(risk_free: float) -> float:
+    """Annual risk-free rate (fraction, e.g. 0.02) -> the equivalent daily rate, ``(1 + rf) ** (1/252) - 1``."""
+    return (1.0 + float(risk_free)) ** (1.0 / TRADING_DAYS) - 1.0
+
+
+def sharpe_from_returns(returns: Any, risk_free: float = 0.0) -> float:
+    """Annualised Sharpe ratio of ``[K]`` daily simple returns (fractions): ``mean(e) / std(e, ddof=1) * sqrt(252)``.
+
+    ``e_t = r_t - rf_d`` with ``rf_d = daily_risk_free(risk_free)`` (``risk_free`` is an annual rate).
+    ``0.0`` when there are fewer than two returns or the excess returns do not vary (e.g. all cash).
+    Matches ``empyrical.sharpe_ratio(r, risk_free=rf_d)`` otherwise.
+    """
+    e = np.asarray(returns, dtype=np.float64) - daily_risk_free(risk_free)
+    if e.size < 2:
+        return 0.0
+    return float(annualised_sharpe(float(np.mean(e)), float(np.std(e, ddof=1)), e.size))

@@ -45,7 +45,8 @@ from envs.returns import annualised_sharpe
 
 __all__ = ["VectorStockTradingEnv", "EnvConfig", "EPISODE_KEYS"]
 
-EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs")
+EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs", "exposure")
+"""Fields of ``info["episode"]``, in the order the trainer packs them for its all-gather."""
 
 
 class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
@@ -71,7 +72,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     finished). ``info["episode"]`` ([B] tensors, valid where ``info["_episode"]``) summarises the
     finished episodes: reward, final_value ($), return, trades (non-zero share changes), sharpe
     (mean / std (ddof 1) of daily simple returns x sqrt(252); 0 with < 2 days or no variance),
-    max_drawdown (fraction of the running peak, >= 0), length (days), costs ($). Other info keys
+    max_drawdown (fraction of the running peak, >= 0), length (days), costs ($), exposure (mean over
+    the episode's days of the fraction of the portfolio value held in stock, in [0, 1]). Other info keys
     describe the step just taken (before any reset): portfolio_value, cash [B] ($), day [B] (index of
     the day the portfolio was valued at), costs [B] ($), num_trades [B].
 
@@ -181,6 +183,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "sum_r": torch.zeros(n, dtype=f64, device=dev),
             "sum_r2": torch.zeros(n, dtype=f64, device=dev),
             "max_dd": torch.zeros(n, dtype=f64, device=dev),
+            "sum_exposure": torch.zeros(n, dtype=f64, device=dev),
         }
 
     def _reset_all(self, starts: np.ndarray | None) -> Tensor:
@@ -248,6 +251,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         s["sum_r"] += ret
         s["sum_r2"] += ret * ret
         s["max_dd"] = torch.maximum(s["max_dd"], 1.0 - value / peak)
+        s["sum_exposure"] += 1.0 - cash / value
         s["ep_reward"] += reward64
         s["ep_costs"] += stats.costs
         s["ep_trades"] += stats.num_trades
@@ -323,6 +327,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "max_drawdown": s["max_dd"].clone(),
             "length": length,
             "costs": s["ep_costs"].clone(),
+            "exposure": s["sum_exposure"] / n,
         }
 
     def _current_obs(self) -> Tensor:
@@ -371,7 +376,9 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
                 f"env state has shape {tuple(state['buf'].shape)}, this env {tuple(self._buf.shape)}"
             )
         dev = self.device
-        self._s = {k[2:]: v.to(dev, copy=True) for k, v in state.items() if k.startswith("s_")}
+        # Statistics added after a state was saved (e.g. exposure) start from zero for the running episodes.
+        fresh = self._fresh_state(self.num_envs)
+        self._s = {k: state[f"s_{k}"].to(dev, copy=True) if f"s_{k}" in state else v for k, v in fresh.items()}
         self._buf = state["buf"].to(dev).clone()
         self._q = int(state["q"])
         self._day = state["day"].to(dev, copy=True)

@@ -103,7 +103,7 @@ def assert_report_consistent(out: Path) -> dict:
 
 def test_backtest_cli_end_to_end_and_deterministic(ckpts: dict[str, Path], tmp_path: Path) -> None:
     ck = ckpts["a"] / "latest.pt"
-    first = run_cli("-m", "clstm_ppo.evaluation.backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "one"),
+    first = run_cli("-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "one"),
                     "--threads", "1", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     assert "Cumulative return (CR)" in first.stdout and "baseline" in first.stdout
@@ -219,7 +219,7 @@ def test_index_csv_is_aligned_scored_and_written(ckpts, tmp_path, capsys, one_th
 
 def test_other_universe_is_refused_naming_the_difference(ckpts, tmp_path, capsys, one_thread) -> None:
     # Checkpoint of 4 tickers on data of 3: one line naming the missing ticker (real subprocess).
-    proc = run_cli("-m", "clstm_ppo.evaluation.backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), "--data",
+    proc = run_cli("-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), "--data",
                    "synthetic:tickers=3,days=400", "--out", str(tmp_path / "x"), cwd=tmp_path)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.model import ActorCritic, unwrap
-from clstm_ppo.evaluation.metrics import sharpe_ratio
 from envs.data import DayRange
 from envs.features import PreparedMarket
 from envs.kernel import EnvConfig
+from envs.returns import sharpe_from_returns
 from envs.trading_env import StockTradingEnv
 
 
@@ -42,7 +42,8 @@ class PolicyRun:
 
     @property
     def sharpe(self) -> float:
-        return float(sharpe_ratio(self.values))
+        """Annualised Sharpe ratio of the daily returns of ``values``."""
+        return sharpe_from_returns(self.values[1:] / self.values[:-1] - 1.0)
 
 
 def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str | DayRange, config: EnvConfig, *,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +30,8 @@ from torch.distributions import Normal
 
 from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
+from clstm_ppo.config import TrainConfig
+from envs.features import PreparedMarket
 
 LSTMState = tuple[Tensor, ...]
 
@@ -45,6 +48,30 @@ class ModelConfig:
     feature_dim: int = 128
     stage2_hidden: int = 512
     init_log_std: float = -0.5
+
+    @classmethod
+    def from_dict(cls, values: dict) -> ModelConfig:
+        """From a checkpoint's ``model_config``; settings a newer version added take the value that older
+        checkpoints were trained with (``LEGACY``), not today's default, so old files keep their meaning."""
+        return cls(**{**cls.LEGACY, **values})
+
+    LEGACY: ClassVar[dict[str, object]] = {}  # field -> its meaning in checkpoints written before the field existed
+
+
+def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
+    """What the ActorCritic of ``cfg`` is, sized for ``market`` (its F features, N tickers and T window)."""
+    return ModelConfig(
+        policy=cfg.policy, num_features=market.num_features, num_tickers=market.num_tickers, window=market.window,
+        stage1_hidden=cfg.stage1_hidden, feature_dim=cfg.feature_dim, stage2_hidden=cfg.stage2_hidden,
+        init_log_std=cfg.init_log_std,
+    )
+
+
+def build_model(cfg: TrainConfig, market: PreparedMarket) -> ActorCritic:
+    """The ActorCritic for ``cfg`` sized for ``market``, its stage-1 kernel set from ``cfg.window_kernel``."""
+    model = ActorCritic(model_config(cfg, market))
+    model.window_kernel = cfg.window_kernel
+    return model
 
 
 def _orthogonal(layer: nn.Module, gain: float = math.sqrt(2.0)) -> nn.Module:

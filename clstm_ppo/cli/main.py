@@ -24,8 +24,8 @@ from envs.errors import UserError
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("clstm_ppo.cli.train", "main", "train CLSTM-PPO (single process, multi-process CPU, or multi-GPU)"),
-    "backtest": ("clstm_ppo.evaluation.backtest", "main", "backtest a saved checkpoint against buy-and-hold"),
-    "compare": ("clstm_ppo.evaluation.backtest", "compare_main", "backtest several checkpoints on one period"),
+    "backtest": ("clstm_ppo.cli.backtest", "main", "backtest a saved checkpoint against buy-and-hold"),
+    "compare": ("clstm_ppo.cli.backtest", "compare_main", "backtest several checkpoints on one period"),
     "plot": ("clstm_ppo.cli.plot", "main", "plot a run's training curves to PNG"),
     "data": ("clstm_ppo.cli.data", "main", "generate, inspect or download market data"),
     "doctor": ("clstm_ppo.cli.doctor", "main", "check torch, CUDA, NCCL/gloo, ports, folders and keys"),

@@ -1,15 +1,13 @@
-"""Backtest saved checkpoints: `clstm-ppo backtest` (one checkpoint) and `clstm-ppo compare` (several).
-
-    clstm-ppo backtest --checkpoint checkpoints/run/best.pt [--split test|validation|train]
-                       [--start YYYY-MM-DD] [--end YYYY-MM-DD] [--data SRC] [--out DIR]
-                       [--stochastic --episodes K] [--seed S] [--index FILE] [--risk_free R] [--device cpu|cuda]
-    clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...]
+"""Backtest saved checkpoints: `backtest` (one checkpoint, one period, a report folder) and `compare` (several
+checkpoints on one period). The commands `clstm-ppo backtest` and `clstm-ppo compare` (`clstm_ppo.cli.backtest`)
+are their flags.
 
 How a backtest is put together (the same code paths as training, so nothing is re-implemented):
 
-1. The checkpoint's config names the data (``data``, ``tickers``, ``start``, ``end``); ``--data`` swaps
-   the source. Its market spec supplies the normalisation statistics and turbulence threshold fitted on
-   the training split (`clstm_ppo.market.rebuild_market`): nothing is refitted on backtest data.
+1. The checkpoint's config names the data (``data``, ``tickers``, ``start``, ``end`` and the Alpaca bar
+   settings), loaded by the training's own loader (`clstm_ppo.market.load_data`); ``data`` swaps the
+   source. Its market spec supplies the normalisation statistics and turbulence threshold fitted on
+   the training split (`clstm_ppo.training.checkpoint.restore_market`): nothing is refitted on backtest data.
    The data must hold exactly the checkpoint's tickers (extra tickers are dropped only when the run
    itself selected tickers with ``--tickers``), otherwise one `UserError` names the difference.
 2. The period is the checkpoint's test split (``--split`` picks another), mapped onto the data by date;
@@ -28,11 +26,9 @@ min / max of each metric over the episodes; equity_episodes.csv holds every epis
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import datetime as dt
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,16 +38,22 @@ import pandas as pd
 import torch
 
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
-from clstm_ppo.agent.model import ActorCritic, ModelConfig
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
-from clstm_ppo.evaluation.report import BacktestResult, _jsonable, write_comparison, write_report
-from clstm_ppo.market import env_config, rebuild_market
-from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
+from clstm_ppo.evaluation.report import (
+    METRIC_ROWS,
+    BacktestResult,
+    Report,
+    format_metric,
+    jsonable,
+    write_comparison,
+    write_report,
+)
+from clstm_ppo.market import env_config, is_alpaca, load_data
+from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_market, restore_policy
 from envs.data import DayRange, MarketData
 from envs.errors import UserError
 from envs.features import PreparedMarket
-from envs.sources import load_market_data
 
 SPLITS = ("test", "validation", "train")
 # Metrics whose spread over sampled episodes is summarised (and printed) for --stochastic.
@@ -64,45 +66,10 @@ EPISODE_METRICS: tuple[str, ...] = (
 # ------------------------------------------------------------------------------------------- loading
 
 
-@dataclass
-class LoadedCheckpoint:
-    """A checkpoint with its config parsed; see `open_checkpoint`."""
-
-    checkpoint: Checkpoint
-    cfg: TrainConfig
-
-    @property
-    def path(self) -> Path:
-        return self.checkpoint.path
-
-    @property
-    def tickers(self) -> list[str]:
-        return [str(t) for t in self.checkpoint.market_spec["tickers"]]
-
-    @property
-    def window(self) -> int:
-        return int(self.checkpoint.market_spec["window"])
-
-
-def open_checkpoint(path: str | Path) -> LoadedCheckpoint:
-    """Load ``path`` and parse its config and market spec enough to trust them; UserError otherwise."""
-    ckpt = load_checkpoint(path, map_location="cpu")
-    if not isinstance(ckpt.config, dict) or not isinstance(ckpt.market_spec, dict):
-        raise UserError(f"{ckpt.path} is not a clstm-ppo checkpoint (config or market spec is not a mapping)")
-    cfg = TrainConfig.from_dict(ckpt.config, source=f"checkpoint {ckpt.path}")
-    spec = ckpt.market_spec
-    if not isinstance(spec.get("tickers"), list) or not isinstance(spec.get("window"), int):
-        raise UserError(f"{ckpt.path}: its market spec has no ticker list or window (not a clstm-ppo checkpoint?)")
-    return LoadedCheckpoint(checkpoint=ckpt, cfg=cfg)
-
-
-def _is_alpaca(source: str) -> bool:
-    return source.split(":", 1)[0].strip().lower() == "alpaca"
-
-
-def load_backtest_data(ck: LoadedCheckpoint, *, data: str | None = None, start: str | None = None,
+def load_backtest_data(ck: Checkpoint, *, data: str | None = None, start: str | None = None,
                        end: str | None = None) -> MarketData:
-    """The market data to backtest ``ck`` on: its own source (or ``data``), its tickers checked.
+    """The market data to backtest ``ck`` on: its own source (or ``data``) through `clstm_ppo.market.load_data`
+    with the run's own settings (Alpaca timeframe, adjustment, feed, cache), its tickers checked.
 
     The checkpoint's first date is kept so indicators and turbulence warm up exactly as in training;
     ``end`` (the period's last day) replaces the checkpoint's. With ``data`` (another source) the
@@ -111,16 +78,15 @@ def load_backtest_data(ck: LoadedCheckpoint, *, data: str | None = None, start: 
     """
     cfg = ck.cfg
     source = data or cfg.data
-    alpaca = _is_alpaca(source)
+    alpaca = is_alpaca(source)
     load_start: str | None = None if data and not alpaca else (cfg.start or None)
     if start and (load_start is None or pd.Timestamp(start) < pd.Timestamp(load_start)):
         # Trading days are ~5/7 of calendar days; the margin covers holidays. Non-Alpaca sources read all.
         margin = dt.timedelta(days=int(ck.window * 1.6) + 14)
         load_start = (pd.Timestamp(start) - margin).strftime("%Y-%m-%d") if alpaca else None
     load_end = end or (None if data and not alpaca else (cfg.end or None))
-    tickers = ck.tickers if alpaca else None
-    market_data = load_market_data(source, tickers=tickers, start=load_start, end=load_end, seed=cfg.seed,
-                                   gap_policy=cfg.gap_policy)
+    market_data = load_data(cfg, data=source, start=load_start or "", end=load_end or "", tickers=ck.tickers,
+                            every_ticker=True)
     return match_tickers(market_data, ck.tickers, selected=bool(cfg.ticker_list), what=str(ck.path),
                          source=source)
 
@@ -150,36 +116,6 @@ def match_tickers(data: MarketData, want: list[str], *, selected: bool, what: st
 def _names(names: list[str], limit: int = 8) -> str:
     shown = ", ".join(names[:limit])
     return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
-
-
-def build_policy(ck: LoadedCheckpoint, market: PreparedMarket, device: torch.device) -> ActorCritic:
-    """The checkpoint's ActorCritic, weights loaded, in eval mode on ``device``; UserError on any mismatch."""
-    path = ck.path
-    try:
-        model_cfg = ModelConfig(**ck.checkpoint.model_config)
-    except TypeError as err:
-        raise UserError(f"{path}: its model config does not fit this version ({err})") from None
-    want = {"num_features": market.num_features, "num_tickers": market.num_tickers, "window": market.window}
-    wrong = {k: (getattr(model_cfg, k), v) for k, v in want.items() if getattr(model_cfg, k) != v}
-    if wrong:
-        what = ", ".join(f"{k} {a} (market gives {b})" for k, (a, b) in wrong.items())
-        raise UserError(f"{path}: the stored model does not fit its market spec: {what}")
-    try:
-        model = ActorCritic(model_cfg)
-        model.load_state_dict(ck.checkpoint.model_state, strict=True)
-    except (RuntimeError, ValueError, KeyError, TypeError) as err:
-        first = str(err).strip().splitlines()
-        detail = " ".join(line.strip() for line in first[:3])[:300]
-        raise UserError(f"{path}: stored weights do not match its model config ({model_cfg.policy}): {detail}") from None
-    return model.to(device).eval()
-
-
-def rebuild(ck: LoadedCheckpoint, data: MarketData) -> PreparedMarket:
-    """``ck``'s market (stored normalisation and threshold) over ``data``; UserError for a bad spec."""
-    try:
-        return rebuild_market(data, ck.checkpoint.market_spec)
-    except (KeyError, TypeError, ValueError) as err:
-        raise UserError(f"{ck.path}: its market spec is incomplete or invalid ({type(err).__name__}: {err})") from None
 
 
 # -------------------------------------------------------------------------------------------- period
@@ -246,15 +182,7 @@ def _date(text: str, flag: str) -> np.datetime64:
 # ----------------------------------------------------------------------------------------------- runs
 
 
-def pick_device(name: str) -> torch.device:
-    if name not in ("cpu", "cuda"):
-        raise UserError(f"--device must be cpu or cuda, got {name!r}")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
-    return torch.device(name)
-
-
-def run_policy(ck: LoadedCheckpoint, model: ActorCritic, market: PreparedMarket, period: Period,
+def run_policy(ck: Checkpoint, model: ActorCritic, market: PreparedMarket, period: Period,
                device: torch.device, *, deterministic: bool = True,
                generator: torch.Generator | None = None) -> PolicyRun:
     """One pass of the policy over ``period`` with the run's env settings (full period, fixed start)."""
@@ -262,7 +190,7 @@ def run_policy(ck: LoadedCheckpoint, model: ActorCritic, market: PreparedMarket,
                            deterministic=deterministic, generator=generator)
 
 
-def result_of(ck: LoadedCheckpoint, run: PolicyRun, *, metadata: dict[str, Any],
+def result_of(ck: Checkpoint, run: PolicyRun, *, metadata: dict[str, Any],
               index_values: np.ndarray | None = None) -> BacktestResult:
     cfg = ck.cfg
     return BacktestResult.from_run(run, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
@@ -313,13 +241,11 @@ def _episode_summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]
 
 def distribution_table(summary: dict[str, dict[str, float]]) -> str:
     """Console table of `_episode_summary`: one row per metric, columns mean / std / min / max."""
-    from clstm_ppo.evaluation.report import _ROWS, _fmt
-
     header = ["metric", "mean", "std", "min", "max"]
     rows = []
     for key, stats in summary.items():
-        label, kind = _ROWS.get(key, (key, "float"))
-        rows.append([label, *[_fmt(stats[s], kind) for s in header[1:]]])
+        label, kind = METRIC_ROWS.get(key, (key, "float"))
+        rows.append([label, *[format_metric(stats[s], kind) for s in header[1:]]])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join([r[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]])
              for r in [header, *rows]]
@@ -327,34 +253,15 @@ def distribution_table(summary: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-# ------------------------------------------------------------------------------------------ commands
+# ------------------------------------------------------------------------------------------ backtests
 
 
-def _common_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default=None, help="report folder (default: next to the checkpoint)")
-    parser.add_argument("--data", default=None,
-                        help="data source instead of the checkpoint's (synthetic[:k=v] | csv:PATH | parquet:PATH | alpaca)")
-    parser.add_argument("--split", default="test", choices=SPLITS, help="the checkpoint's split to backtest")
-    parser.add_argument("--start", default=None, help="custom period: first day (YYYY-MM-DD); overrides --split")
-    parser.add_argument("--end", default=None, help="custom period: last day (YYYY-MM-DD); overrides --split")
-    parser.add_argument("--risk_free", type=float, default=0.0, help="annual risk-free rate for Sharpe/Sortino")
-    parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-
-
-def _setup_threads(threads: int) -> None:
-    if threads < 0:
-        raise UserError(f"--threads must be >= 0, got {threads}")
-    if threads:
-        torch.set_num_threads(threads)
-
-
-def _metadata(ck: LoadedCheckpoint, market: PreparedMarket, period: Period, source: str) -> dict[str, Any]:
-    counters = ck.checkpoint.counters if isinstance(ck.checkpoint.counters, dict) else {}
+def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: str) -> dict[str, Any]:
+    counters = ck.counters if isinstance(ck.counters, dict) else {}
     return {
         "checkpoint": str(ck.path),
         "run_name": getattr(ck.cfg, "run_name", None),
-        "policy": ck.checkpoint.model_config.get("policy"),
+        "policy": ck.policy,
         "data": source,
         "period_source": period.source,
         "tickers": list(market.data.tickers),
@@ -368,84 +275,77 @@ def _metadata(ck: LoadedCheckpoint, market: PreparedMarket, period: Period, sour
     }
 
 
-def main(argv: list[str]) -> int:
-    """`clstm-ppo backtest`: one checkpoint over one period -> report folder + console table."""
-    parser = argparse.ArgumentParser(prog="clstm-ppo backtest", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", required=True, help="checkpoint file (.pt), e.g. checkpoints/run/best.pt")
-    _common_flags(parser)
-    parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean action")
-    parser.add_argument("--episodes", type=int, default=1, help="with --stochastic: sampled episodes to run")
-    parser.add_argument("--seed", type=int, default=0, help="with --stochastic: seed of the action noise")
-    parser.add_argument("--index", default=None, help="CSV (date,value) of a market index to plot and score too")
-    args = parser.parse_args(argv)
-    if args.episodes < 1:
-        raise UserError(f"--episodes must be >= 1, got {args.episodes}")
-    if args.episodes > 1 and not args.stochastic:
+@dataclass
+class Backtest:
+    """What `backtest` produced: the report files and what the console shows."""
+
+    checkpoint: Checkpoint
+    period: Period
+    dates: np.ndarray  # [D] the period's trading days
+    num_tickers: int
+    mode: str  # "deterministic (mean action)" or "stochastic: ..."
+    report: Report
+    stochastic: dict[str, Any] | None  # seed, episodes, per-episode metrics and their summary
+
+
+def backtest(checkpoint: str | Path, *, data: str | None = None, split: str = "test", start: str | None = None,
+             end: str | None = None, out: str | Path | None = None, stochastic: bool = False, episodes: int = 1,
+             seed: int = 0, index: str | Path | None = None, risk_free: float = 0.0,
+             device: torch.device | str = "cpu") -> Backtest:
+    """Run one checkpoint over one period and write its report folder (see the module docstring).
+
+    :param episodes: with ``stochastic``, sampled episodes to run; the one with the median cumulative return
+        stands for them in the report files, and report.json gains a "stochastic" section.
+    :param out: report folder (default: ``backtest-<checkpoint>-<period>`` next to the checkpoint).
+    """
+    if episodes < 1:
+        raise UserError(f"--episodes must be >= 1, got {episodes}")
+    if episodes > 1 and not stochastic:
         raise UserError("--episodes > 1 needs --stochastic (the deterministic policy gives the same run every time)")
-    _setup_threads(args.threads)
-    device = pick_device(args.device)
-
-    ck = open_checkpoint(args.checkpoint)
-    data = load_backtest_data(ck, data=args.data, start=args.start, end=args.end)
-    market = rebuild(ck, data)
-    period = resolve_period(market, split=args.split, start=args.start, end=args.end,
-                            spec_splits=ck.checkpoint.market_spec.get("splits"))
-    model = build_policy(ck, market, device)
-    source = args.data or ck.cfg.data
-    metadata = _metadata(ck, market, period, source)
+    ck = open_checkpoint(checkpoint)
+    market = restore_market(ck, load_backtest_data(ck, data=data, start=start, end=end))
+    period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
+    model = restore_policy(ck, market, device)
+    metadata = _metadata(ck, market, period, data or ck.cfg.data)
     dates = np.asarray(market.data.dates)[period.days.start : period.days.stop]
-    index_values = read_index(args.index, dates) if args.index else None
-
-    out = Path(args.out) if args.out else ck.path.parent / f"backtest-{ck.path.stem}-{period.label}"
-    stochastic: dict[str, Any] | None = None
-    if not args.stochastic:
+    index_values = read_index(index, dates) if index else None
+    folder = Path(out) if out else ck.path.parent / f"backtest-{ck.path.stem}-{period.label}"
+    summary: dict[str, Any] | None = None
+    if not stochastic:
         metadata["mode"] = "deterministic (mean action)"
         run = run_policy(ck, model, market, period, device)
     else:
-        generator = torch.Generator().manual_seed(args.seed)  # CPU: the same draws on --device cpu and cuda
+        generator = torch.Generator().manual_seed(seed)  # CPU: the same draws on --device cpu and cuda
         runs = [run_policy(ck, model, market, period, device, deterministic=False, generator=generator)
-                for _ in range(args.episodes)]
-        rows = []
-        for k, r in enumerate(runs):
-            res = result_of(ck, r, metadata={})
-            trades = pd.DataFrame(res.trades)
-            rows.append({"episode": k + 1, **M.summarize(r.values, trades=trades)})
+                for _ in range(episodes)]
+        rows = [{"episode": k + 1, **M.summarize(r.values, trades=pd.DataFrame(result_of(ck, r, metadata={}).trades))}
+                for k, r in enumerate(runs)]
         # The median episode by cumulative return stands for the distribution in the report files.
         order = np.argsort([row["cumulative_return"] for row in rows], kind="stable")
         median = int(order[(len(order) - 1) // 2])
         run = runs[median]
-        metadata["mode"] = f"stochastic: {args.episodes} sampled episode(s), seed {args.seed}"
+        metadata["mode"] = f"stochastic: {episodes} sampled episode(s), seed {seed}"
         metadata["episode_shown"] = median + 1
-        stochastic = {"episodes": args.episodes, "seed": args.seed, "episode_shown": median + 1,
-                      "summary": _episode_summary(rows), "runs": rows}
-
-    result = result_of(ck, run, metadata=metadata, index_values=index_values)
-    report = write_report(result, out, risk_free=args.risk_free)
-    if stochastic is not None:
+        summary = {"episodes": episodes, "seed": seed, "episode_shown": median + 1,
+                   "summary": _episode_summary(rows), "runs": rows}
+    report = write_report(result_of(ck, run, metadata=metadata, index_values=index_values), folder,
+                          risk_free=risk_free)
+    if summary is not None:
         path = report.paths["report"]
         payload = json.loads(path.read_text(encoding="utf-8"))
-        payload["stochastic"] = _jsonable(stochastic)
+        payload["stochastic"] = jsonable(summary)
         payload["files"]["episodes"] = "equity_episodes.csv"
         path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
         frame = pd.DataFrame({"date": pd.to_datetime(dates).strftime("%Y-%m-%d")})
         for k, r in enumerate(runs):
             frame[f"episode_{k + 1}"] = r.values
-        frame.to_csv(out / "equity_episodes.csv", index=False)
-
-    d0, d1 = _iso(dates[0]), _iso(dates[-1])
-    print(f"backtest {ck.path} | {period.source} {d0} .. {d1} ({len(dates)} days) | {len(market.data.tickers)} "
-          f"tickers | {metadata['mode']}")
-    if stochastic is not None:
-        print(f"\nover {args.episodes} sampled episodes:")
-        print(distribution_table(stochastic["summary"]))
-        print(f"\nepisode {median + 1} (median cumulative return) vs buy-and-hold:")
-    print(report.table)
-    print(f"\nreport: {out}  (report.json, equity.csv, trades.csv, equity.png"
-          f"{', equity_episodes.csv' if stochastic is not None else ''})")
-    return 0
+        frame.to_csv(folder / "equity_episodes.csv", index=False)
+    return Backtest(checkpoint=ck, period=period, dates=dates, num_tickers=len(market.data.tickers),
+                    mode=metadata["mode"], report=report, stochastic=summary)
 
 
-def _labels(paths: list[Path], given: str | None) -> list[str]:
+def comparison_labels(paths: list[Path], given: str | None) -> list[str]:
+    """One unique label per checkpoint: ``given`` (comma-separated) or ``<run>/<file stem>``."""
     if given:
         labels = [s.strip() for s in given.split(",")]
         if len(labels) != len(paths) or not all(labels):
@@ -462,19 +362,23 @@ def _labels(paths: list[Path], given: str | None) -> list[str]:
     return unique
 
 
-def compare_main(argv: list[str]) -> int:
-    """`clstm-ppo compare`: several checkpoints, deterministic, on one period -> one table and one PNG."""
-    parser = argparse.ArgumentParser(prog="clstm-ppo compare",
-                                     description="backtest several checkpoints (same tickers) on one period")
-    parser.add_argument("checkpoints", nargs="+", help="checkpoint files; the first one's data and split are used")
-    parser.add_argument("--labels", default=None, help="comma-separated names, one per checkpoint")
-    _common_flags(parser)
-    args = parser.parse_args(argv)
-    _setup_threads(args.threads)
-    device = pick_device(args.device)
+@dataclass
+class Comparison:
+    """What `compare` produced."""
 
-    cks = [open_checkpoint(p) for p in args.checkpoints]
-    labels = _labels([c.path for c in cks], args.labels)
+    num_checkpoints: int
+    num_tickers: int
+    period: Period
+    dates: np.ndarray  # [D]
+    report: Report
+
+
+def compare(checkpoints: list[str | Path], *, labels: str | None = None, data: str | None = None,
+            split: str = "test", start: str | None = None, end: str | None = None, out: str | Path | None = None,
+            risk_free: float = 0.0, device: torch.device | str = "cpu") -> Comparison:
+    """Several checkpoints of one universe, deterministic, on one period (the first one's data and split)."""
+    cks = [open_checkpoint(p) for p in checkpoints]
+    names = comparison_labels([c.path for c in cks], labels)
     first = cks[0]
     for ck in cks[1:]:
         if ck.tickers != first.tickers:
@@ -488,48 +392,36 @@ def compare_main(argv: list[str]) -> int:
                             f"${first.cfg.initial_amount:,.0f}; compare needs the same capital")
     # Longest lookback of all checkpoints, so every policy's first observation is real data.
     widest = max(cks, key=lambda c: c.window)
-    data = load_backtest_data(first, data=args.data, start=args.start, end=args.end)
-    market0 = rebuild(first, data)
-    period = resolve_period(rebuild(widest, data) if widest is not first else market0, split=args.split,
-                            start=args.start, end=args.end, spec_splits=first.checkpoint.market_spec.get("splits"))
-    if args.start is None and args.end is None:  # the first checkpoint's split dates, for everyone
-        period = dataclasses.replace(period, days=market0.splits.as_dict()[args.split] or period.days)
+    market_data = load_backtest_data(first, data=data, start=start, end=end)
+    market0 = restore_market(first, market_data)
+    period = resolve_period(restore_market(widest, market_data) if widest is not first else market0, split=split,
+                            start=start, end=end, spec_splits=first.market_spec.get("splits"))
+    if start is None and end is None:  # the first checkpoint's split dates, for everyone
+        period = dataclasses.replace(period, days=market0.splits.as_dict()[split] or period.days)
         if period.days.start < widest.window - 1:
             raise UserError(f"{widest.path} needs {widest.window - 1} lookback days before the period; "
                             "pass a later --start")
-
     curves: dict[str, np.ndarray] = {}
     trades: dict[str, Any] = {}
     baseline = None
     runs_meta = []
-    for ck, label in zip(cks, labels, strict=True):
-        market = market0 if ck is first else rebuild(ck, data)
-        model = build_policy(ck, market, device)
-        run = run_policy(ck, model, market, period, device)
+    for ck, label in zip(cks, names, strict=True):
+        market = market0 if ck is first else restore_market(ck, market_data)
+        run = run_policy(ck, restore_policy(ck, market, device), market, period, device)
         res = result_of(ck, run, metadata={})
         curves[label], trades[label] = res.values, res.trades
         if baseline is None:
             baseline = res
-        runs_meta.append({"label": label, "checkpoint": str(ck.path), "policy": ck.checkpoint.model_config.get("policy"),
+        runs_meta.append({"label": label, "checkpoint": str(ck.path), "policy": ck.policy,
                           "buy_cost_pct": ck.cfg.buy_cost_pct, "sell_cost_pct": ck.cfg.sell_cost_pct})
     assert baseline is not None
     curves["buy-and-hold"], trades["buy-and-hold"] = baseline.baseline_values, baseline.baseline_trades
-    dates = np.asarray(data.dates)[period.days.start : period.days.stop]
-    d0, d1 = _iso(dates[0]), _iso(dates[-1])
-    out = Path(args.out) if args.out else first.path.parent / f"compare-{period.label}"
-    metadata = {"checkpoints": runs_meta, "data": args.data or first.cfg.data, "period_source": period.source,
+    dates = np.asarray(market_data.dates)[period.days.start : period.days.stop]
+    folder = Path(out) if out else first.path.parent / f"compare-{period.label}"
+    metadata = {"checkpoints": runs_meta, "data": data or first.cfg.data, "period_source": period.source,
                 "tickers": first.tickers, "mode": "deterministic (mean action)",
-                "baseline": f"equal-weight buy-and-hold with {labels[0]}'s costs"}
-    report = write_comparison(dates, curves, out, trades=trades, metadata=metadata, risk_free=args.risk_free,
-                              title=f"{len(cks)} checkpoint(s) vs buy-and-hold: {d0} .. {d1}")
-    print(f"compare {len(cks)} checkpoint(s) | {period.source} {d0} .. {d1} ({len(dates)} days) | "
-          f"{len(first.tickers)} tickers | deterministic")
-    print(report.table)
-    print(f"\nreport: {out}  (compare.json, compare.csv, compare.png)")
-    return 0
-
-
-if __name__ == "__main__":
-    from clstm_ppo.cli import run_guarded
-
-    sys.exit(run_guarded(main, sys.argv[1:]))
+                "baseline": f"equal-weight buy-and-hold with {names[0]}'s costs"}
+    report = write_comparison(dates, curves, folder, trades=trades, metadata=metadata, risk_free=risk_free,
+                              title=f"{len(cks)} checkpoint(s) vs buy-and-hold: {_iso(dates[0])} .. {_iso(dates[-1])}")
+    return Comparison(num_checkpoints=len(cks), num_tickers=len(first.tickers), period=period, dates=dates,
+                      report=report)

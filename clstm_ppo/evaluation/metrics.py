@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from envs.returns import TRADING_DAYS, annualised_sharpe  # TRADING_DAYS re-exported: the one definition
+# The one definition of each, re-exported here with the other metrics.
+from envs.returns import TRADING_DAYS, daily_risk_free, sharpe_from_returns
 from envs.returns import ZERO_STD as _ZERO_STD
 
 METRIC_NAMES: tuple[str, ...] = (
@@ -78,11 +79,6 @@ def _as_values(values: Any) -> np.ndarray:
             "values must be > 0 dollars (a portfolio without shorting cannot go to zero or below)"
         )
     return v
-
-
-def daily_risk_free(risk_free: float) -> float:
-    """Annual risk-free rate (fraction, e.g. 0.02) -> the equivalent daily rate, ``(1 + rf) ** (1/252) - 1``."""
-    return (1.0 + float(risk_free)) ** (1.0 / TRADING_DAYS) - 1.0
 
 
 def daily_returns(values: Any) -> np.ndarray:
@@ -129,14 +125,6 @@ def sharpe_ratio(values: Any, risk_free: float = 0.0) -> float:
     series: all cash). Matches ``empyrical.sharpe_ratio(r, risk_free=rf_d)`` otherwise.
     """
     return sharpe_from_returns(daily_returns(values), risk_free)
-
-
-def sharpe_from_returns(returns: Any, risk_free: float = 0.0) -> float:
-    """`sharpe_ratio` of a ``[D-1]`` series of daily simple returns (fractions) instead of values."""
-    e = np.asarray(returns, dtype=np.float64) - daily_risk_free(risk_free)
-    if e.size < 2:
-        return 0.0
-    return float(annualised_sharpe(float(np.mean(e)), float(np.std(e, ddof=1)), e.size))
 
 
 def sortino_ratio(values: Any, risk_free: float = 0.0) -> float:

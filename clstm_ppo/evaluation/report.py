@@ -31,8 +31,7 @@ from envs.errors import UserError
 
 TRADE_COLUMNS: tuple[str, ...] = ("date", "ticker", "side", "shares", "price", "cost")
 
-# label, kind (how the console table formats the number)
-_ROWS: dict[str, tuple[str, str]] = {
+METRIC_ROWS: dict[str, tuple[str, str]] = {
     "num_days": ("Days", "count"),
     "initial_value": ("Initial value", "dollars0"),
     "final_value": ("Final value", "dollars0"),
@@ -53,6 +52,7 @@ _ROWS: dict[str, tuple[str, str]] = {
     "daily_win_rate": ("Win rate (days up)", "pct"),
     "total_costs": ("Transaction costs", "dollars2"),
 }
+"""Metric key -> (label, kind): how the console tables name and format each number (see `format_metric`)."""
 
 
 @dataclass(frozen=True)
@@ -172,14 +172,14 @@ def _iso_dates(dates: Any) -> list[str]:
     return [d.isoformat() for d in idx]
 
 
-def _jsonable(obj: Any) -> Any:
+def jsonable(obj: Any) -> Any:
     """Plain JSON types; NaN/inf -> None; numpy, Path, dates, tuples converted."""
     if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
+        return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, np.ndarray):
-        return [_jsonable(x) for x in obj.tolist()]
+        return [jsonable(x) for x in obj.tolist()]
     if isinstance(obj, list | tuple | set | frozenset):
-        return [_jsonable(x) for x in obj]
+        return [jsonable(x) for x in obj]
     if isinstance(obj, np.generic):
         obj = obj.item()
     if isinstance(obj, float):
@@ -221,13 +221,13 @@ def _prepare_out_dir(out_dir: str | Path) -> Path:
 
 
 def _write_json(path: Path, payload: Mapping[str, Any]) -> None:
-    path.write_text(json.dumps(_jsonable(payload), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(jsonable(payload), indent=2, allow_nan=False) + "\n", encoding="utf-8")
 
 
 # ------------------------------------------------------------------------------------------------ tables
 
 
-def _fmt(value: float, kind: str) -> str:
+def format_metric(value: float, kind: str) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
     if kind == "pct":
@@ -256,8 +256,8 @@ def compare_table(results: Mapping[str, Mapping[str, float]], *, keys: Sequence[
     header = ["metric", *names]
     rows = []
     for key in keys:
-        label, kind = _ROWS.get(key, (key, "float"))
-        rows.append([label, *[_fmt(results[n].get(key, math.nan), kind) for n in names]])
+        label, kind = METRIC_ROWS.get(key, (key, "float"))
+        rows.append([label, *[format_metric(results[n].get(key, math.nan), kind) for n in names]])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.rollout import RolloutBuffer
+from envs.errors import UserError
 
 
 @dataclass
@@ -71,6 +73,61 @@ class PhaseTimer:
 
 def _no_timer(_name: str) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
+
+
+def autocast_factory(mixed_precision: str, device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    """A zero-argument function returning the autocast context for the run (nullcontext for 'none')."""
+    if mixed_precision == "none":
+        return contextlib.nullcontext
+    dtype = torch.bfloat16 if mixed_precision == "bf16" else torch.float16
+    if mixed_precision == "fp16" and device.type != "cuda":
+        raise UserError("--mixed_precision fp16 needs a CUDA GPU; use bf16 or none on CPU")
+    return lambda: torch.autocast(device.type, dtype=dtype)
+
+
+def build_optimizer(cfg: TrainConfig, model: ActorCritic, world_size: int) -> torch.optim.Adam:
+    """Adam with two parameter groups: stage 1 at learning_rate_clstm, the rest at learning_rate_actor_critic.
+
+    ``fused=True`` (CPU and CUDA): the per-parameter Python loop of the default implementation cost
+    ~6% of a paper-preset update on a CPU (clip + Adam 16.6 -> 2.6 ms on a core; benchmarks/README.md).
+    """
+    scale = world_size if cfg.scale_lr else 1
+    return torch.optim.Adam([
+        {"params": model.stage1_parameters(), "lr": cfg.learning_rate_clstm * scale, "name": "clstm"},
+        {"params": model.stage2_parameters(), "lr": cfg.learning_rate_actor_critic * scale, "name": "actor_critic"},
+    ], eps=cfg.adam_eps, fused=True)
+
+
+def optimizer_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], max_grad_norm: float,
+                   scaler: torch.amp.GradScaler | None = None) -> tuple[Tensor, Tensor]:
+    """Clip the (already all-reduced) gradients, step unless they are NaN/inf, zero them.
+
+    Every rank holds the same gradients after DDP's all-reduce, so every rank takes the same decision
+    without a collective. With fp16 the GradScaler skips by itself (dynamic loss scaling); the fused
+    Adam kernel is told through ``found_inf`` and skips on the device (no host sync per minibatch, which
+    on a GPU would stall the launch queue); other optimizers check on the host.
+
+    :return: ``(grad_norm, skipped)``: 0-dim tensors on the gradients' device; ``skipped`` is 1.0 when this
+        step was skipped for non-finite gradients (the GradScaler's own skips are not counted).
+    """
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    grad_norm = nn.utils.clip_grad_norm_(params, max_grad_norm)
+    skipped = torch.zeros((), device=grad_norm.device)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    elif isinstance(optimizer, torch.optim.Adam) and all(g.get("fused") for g in optimizer.param_groups):
+        skipped = (~torch.isfinite(grad_norm)).float()
+        optimizer.found_inf = skipped  # the fused kernel skips the step (and undoes its step count) where 1
+        optimizer.step()
+        del optimizer.found_inf
+    elif torch.isfinite(grad_norm):
+        optimizer.step()
+    else:
+        skipped = torch.ones((), device=grad_norm.device)
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm, skipped
 
 
 def advantage_statistics(advantages: Tensor, returns: Tensor, values: Tensor, comm: Comm) -> tuple[float, float, float]:
@@ -148,9 +205,8 @@ def ppo_update(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     host_starts = buf.starts.cpu()  # one sync per update; minibatches find their LSTM cuts on the host
     totals = torch.zeros(6, dtype=torch.float64, device=buf.actions.device)  # pg, v, ent, kl, clip, grad_norm
-    steps = skipped = epochs_run = 0
-    fused = all(group.get("fused") for group in optimizer.param_groups) and isinstance(optimizer, torch.optim.Adam)
-    skipped_t = torch.zeros((), device=buf.actions.device)  # fused path: skipped steps counted on the device
+    steps = epochs_run = 0
+    skipped_t = torch.zeros((), device=buf.actions.device)  # steps skipped for NaN/inf, counted on the device
     for _epoch in range(cfg.epochs):
         epoch_kl = torch.zeros((), dtype=torch.float64, device=buf.actions.device)
         host_order = torch.randperm(num_envs, generator=generator)
@@ -178,25 +234,8 @@ def ppo_update(
                         (scaler.scale(loss) if scaler is not None else loss).backward()
                 parts_sum = parts if parts_sum is None else {k: parts_sum[k] + v for k, v in parts.items()}
             with phase("optimizer"):
-                if scaler is not None:
-                    scaler.unscale_(optimizer)
-                grad_norm = nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-                if scaler is not None:
-                    scaler.step(optimizer)  # skips by itself on inf (dynamic loss scaling)
-                    scaler.update()
-                elif fused:
-                    # The fused kernel skips the step (and undoes its step count) where found_inf is 1:
-                    # no host sync per minibatch, which on a GPU would stall the launch queue.
-                    found_inf = (~torch.isfinite(grad_norm)).float()
-                    optimizer.found_inf = found_inf
-                    optimizer.step()
-                    del optimizer.found_inf
-                    skipped_t += found_inf
-                elif torch.isfinite(grad_norm):
-                    optimizer.step()
-                else:
-                    skipped += 1
-                optimizer.zero_grad(set_to_none=True)
+                grad_norm, skipped_now = optimizer_step(optimizer, params, cfg.max_grad_norm, scaler)
+                skipped_t += skipped_now
             k = cfg.gradient_accumulation_steps
             totals += torch.stack([parts_sum["policy_loss"] / k, parts_sum["value_loss"] / k, parts_sum["entropy"] / k,
                                    parts_sum["approx_kl"] / k, parts_sum["clip_fraction"] / k,
@@ -212,4 +251,4 @@ def ppo_update(
     pg, vl, ent, kl, cf, gn = totals.tolist()
     return UpdateStats(policy_loss=pg, value_loss=vl, entropy=ent, approx_kl=kl, clip_fraction=cf,
                        explained_variance=explained, grad_norm=gn, epochs_run=epochs_run,
-                       skipped_steps=skipped + int(skipped_t.item()))
+                       skipped_steps=int(skipped_t.item()))

@@ -1,4 +1,4 @@
-"""Rollout storage and generalised advantage estimation (GAE).
+"""Rollouts: running the policy in the envs, their storage, and generalised advantage estimation (GAE).
 
 Shapes: S = n_steps days per rollout, B envs on this worker, T window, F state numbers, N tickers.
 
@@ -9,13 +9,17 @@ that step's reward when the step is recorded, so GAE below can treat every ``don
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from clstm_ppo.agent.model import LSTMState
+from clstm_ppo.agent.model import ActorCritic, LSTMState
 from clstm_ppo.agent.windows import WindowStore
+from envs.vector_env import EPISODE_KEYS, VectorStockTradingEnv
 
 
 @dataclass
@@ -75,3 +79,94 @@ def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tens
         advantages[s] = next_adv
         next_value = values[s]
     return advantages, advantages + values
+
+
+class RolloutCollector:
+    """Runs the policy in B envs for ``n_steps`` days per rollout; the envs, the last observation and the
+    recurrent state carry over from one rollout to the next.
+
+    :param env: the worker's vector env (auto-reset); its device may differ from the policy's.
+    :param policy: the raw ActorCritic (no DDP wrapper: acting needs no gradient all-reduce).
+    :param gamma: discount, for folding a truncated episode's bootstrap value into its last reward.
+    :param generator: action-noise generator on the policy's device.
+    :param seed: seed of the envs' first reset.
+    """
+
+    def __init__(self, env: VectorStockTradingEnv, policy: ActorCritic, *, gamma: float, device: torch.device,
+                 generator: torch.Generator, seed: int,
+                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
+        self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
+        self.generator, self.autocast = generator, autocast
+        obs, _ = env.reset(seed=seed)
+        self.next_obs = obs.to(device)  # [B, T, F] the observation the next step acts on
+        self.next_start = torch.ones(env.num_envs, dtype=torch.bool, device=device)  # [B] it starts an episode
+        self.state = policy.initial_state(env.num_envs, device)  # recurrent state before the next step
+
+    def collect(self, buf: RolloutBuffer) -> Tensor:
+        """Fill ``buf`` with ``buf.n_steps`` days of every env.
+
+        :return: finished episodes' rows ``[k, len(EPISODE_KEYS)]`` float64 on the CPU, step-major and in
+            env order within a step.
+        """
+        policy, device = self.policy, self.device
+        buf.initial_state = tuple(s.clone() for s in self.state)
+        ep_masks, ep_fields = [], []  # finished episodes stay on the device until the rollout ends
+        reset_before = True  # some env's window is not its previous one moved on a day (host-known)
+        with torch.no_grad(), self.autocast():
+            for step in range(buf.n_steps):
+                buf.obs.record(step, self.next_obs, anchor=reset_before)
+                buf.starts[step] = self.next_start
+                action, log_prob, value, self.state = policy.act(self.next_obs, self.state, self.next_start,
+                                                                 generator=self.generator)
+                obs, reward, terminated, truncated, info = self.env.step(action.to(self.env.device))
+                obs, reward = obs.to(device), reward.to(device)
+                terminated, truncated = terminated.to(device), truncated.to(device)
+                # The env decides episode ends on the host and sets "_episode" only on steps where some
+                # env finished, so other steps need no device sync here.
+                reset_before = "_episode" in info
+                if reset_before:
+                    reward = self._bootstrap_truncated(reward, truncated, info["final_obs"])
+                    ep = info["episode"]
+                    ep_masks.append(info["_episode"].to(device))
+                    ep_fields.append(torch.stack([ep[k].to(device, torch.float64) for k in EPISODE_KEYS], dim=1))
+                buf.actions[step] = action
+                buf.log_probs[step] = log_prob
+                buf.values[step] = value
+                buf.rewards[step] = reward
+                done = terminated | truncated
+                buf.dones[step] = done
+                self.next_obs, self.next_start = obs, done
+        if not ep_masks:
+            return torch.zeros((0, len(EPISODE_KEYS)), dtype=torch.float64)
+        return torch.cat(ep_fields)[torch.cat(ep_masks)].cpu()
+
+    def _bootstrap_truncated(self, reward: Tensor, truncated: Tensor, final_obs: Tensor) -> Tensor:
+        """``reward [B]`` plus gamma x V(final observation) where an episode was cut by its length (not by
+        the data's end), evaluated for those envs only (a second forward over all B would double the step)."""
+        cut = torch.nonzero(truncated).flatten()
+        if not cut.numel():
+            return reward
+        obs = final_obs.to(self.device).index_select(0, cut)
+        state = tuple(s.index_select(1, cut) for s in self.state)
+        no_start = torch.zeros(cut.numel(), dtype=torch.bool, device=self.device)
+        return reward.index_add(0, cut, self.gamma * self.policy.value(obs, state, no_start).float())
+
+    def bootstrap_value(self) -> Tensor:
+        """V of the observation after the rollout's last step ``[B]`` float32 (GAE's ``last_value``)."""
+        with torch.no_grad(), self.autocast():
+            return self.policy.value(self.next_obs, self.state, self.next_start).float()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What makes the next rollout bitwise reproducible (tensors on the CPU)."""
+        state: dict[str, Any] = {"action_gen": self.generator.get_state(), "next_obs": self.next_obs.cpu(),
+                                 "next_start": self.next_start.cpu(), "recurrent": [s.cpu() for s in self.state]}
+        state["env"] = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in self.env.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["action_gen"])
+        self.next_obs = state["next_obs"].to(self.device)
+        self.next_start = state["next_start"].to(self.device)
+        self.state = tuple(s.to(self.device) for s in state["recurrent"])
+        if "env" in state:
+            self.env.load_state_dict(state["env"])
