@@ -15,8 +15,6 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["clstm_ppo", "clstm_ppo.*", "envs", "envs.*"]),
     py_modules=["train_distributed_clstm_ppo"],
-    include_package_data=True,
-    package_data={"envs": ["fixtures/*.csv"]},
     install_requires=[
         "torch>=2.2",
         "gymnasium>=1.0",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import json
@@ -55,7 +56,8 @@ def _median_rate(run: Callable[[int], None], steps: int, per_step: int, repeats:
 
 
 def bench_vector(market: PreparedMarket, device: str, window: int, num_envs: int, seconds: float) -> float:
-    env = VectorStockTradingEnv(market, num_envs=num_envs, config=EnvConfig(window=window), device=device)
+    env = VectorStockTradingEnv(dataclasses.replace(market, window=window), num_envs=num_envs, config=EnvConfig(),
+                                device=device)
     env.reset(seed=0)
     g = torch.Generator().manual_seed(0)
     pool = [(torch.rand(num_envs, market.num_tickers, generator=g) * 2 - 1).to(device) for _ in range(16)]
@@ -82,7 +84,7 @@ def _rss_bytes() -> int:
 def memory_1024(market: PreparedMarket, window: int) -> tuple[int, int, int, int]:
     """(state tensors, one step's returned tensors, RSS growth, market tensors) in bytes, 1024 CPU envs."""
     before = _rss_bytes()
-    env = VectorStockTradingEnv(market, num_envs=1024, config=EnvConfig(window=window))
+    env = VectorStockTradingEnv(dataclasses.replace(market, window=window), num_envs=1024, config=EnvConfig())
     env.reset(seed=0)
     actions = torch.rand(1024, market.num_tickers) * 2 - 1
     out = None
@@ -223,7 +225,7 @@ def bench_finrl(market: PreparedMarket, steps: int) -> tuple[float, str]:
 
 
 def bench_gym(market: PreparedMarket, steps: int) -> float:
-    env = StockTradingEnv(market, config=EnvConfig(window=30))
+    env = StockTradingEnv(market, config=EnvConfig())
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     acts = rng.uniform(-1, 1, (64, market.num_tickers)).astype(np.float32)

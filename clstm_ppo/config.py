@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.errors import UserError
+from envs.state import DEFAULT_PRICE_MODE, PORTFOLIO_FEATURES, PRICE_MODES
 
 
 def _f(default: Any, help_: str, **kw: Any) -> Any:
@@ -45,8 +46,8 @@ class TrainConfig:
     tickers: str = _f("", "comma-separated tickers to use (default: all in the data)")
     start: str = _f("", "first date of data to load (YYYY-MM-DD)")
     end: str = _f("", "last date of data to load (YYYY-MM-DD)")
-    train_end: str = _f("", "last training day (default: 70%% of days)")
-    validation_end: str = _f("", "last validation day (default: 85%% of days; the rest is test)")
+    train_end: str = _f("", "last training day (default: 70% of days)")
+    validation_end: str = _f("", "last validation day (default: 85% of days; the rest is test)")
     test_end: str = _f("", "last test day (default: the end of the data)")
     alpaca_feed: str = _f("iex", "Alpaca feed: iex (free plan) or sip", choices=("iex", "sip"))
     alpaca_adjustment: str = _f("all", "Alpaca price adjustment: raw | split | dividend | all",
@@ -64,11 +65,11 @@ class TrainConfig:
     sell_cost_pct: float = _f(1e-3, "sell cost as a fraction of traded value")
     reward_scaling: float = _f(1e-4, "reward = change of portfolio value in dollars x this")
     episode_length: str = _f("252", "trading days per episode, or 'full' for the whole split")
-    price_features: str = _f("return", "price column of the state: return (daily log return, MACD / close: "
-                             "stationary) or level (the close itself, as in the paper)", choices=("return", "level"))
+    price_features: str = _f(DEFAULT_PRICE_MODE, "price column of the state: return (daily log return, MACD / close: "
+                             "stationary) or level (the close itself, as in the paper)", choices=PRICE_MODES)
     portfolio_features: str = _f("shares", "cash and holdings in the state: shares (cash / initial amount and "
                                  "shares / 1,000, as in the paper) or weights (fractions of the portfolio value)",
-                                 choices=("shares", "weights"))
+                                 choices=PORTFOLIO_FEATURES)
     use_turbulence: bool = _f(True, "liquidate and block buys when turbulence >= the 90th training percentile")
     # --- model
     policy: str = _f("clstm", "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)",

@@ -60,7 +60,7 @@ def env_config(cfg: TrainConfig, *, full_episodes: bool = False) -> EnvConfig:
     """The env settings of a run; ``full_episodes`` runs each episode from the split's first day to its end."""
     try:
         return EnvConfig(
-            window=cfg.window, hmax=cfg.hmax, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
+            hmax=cfg.hmax, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
             sell_cost_pct=cfg.sell_cost_pct, reward_scaling=cfg.reward_scaling,
             episode_length=None if full_episodes else cfg.episode_days, random_start=not full_episodes,
             portfolio_features=cfg.portfolio_features,

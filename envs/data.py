@@ -447,8 +447,8 @@ class MarketData:
 
     def select_dates(self, start: str | None = None, end: str | None = None) -> MarketData:
         """Days with start <= date <= end (either bound optional); UserError when none remain."""
-        lo = _parse_date(start, "start") if start is not None else None
-        hi = _parse_date(end, "end") if end is not None else None
+        lo = parse_date(start, "start") if start is not None else None
+        hi = parse_date(end, "end") if end is not None else None
         if lo is not None and hi is not None and lo > hi:
             raise UserError(f"start {lo.date()} is after end {hi.date()}")
         keep = np.ones(self.num_days, dtype=bool)
@@ -509,7 +509,7 @@ def _forward_fill(arrays: dict[str, np.ndarray], dates: pd.DatetimeIndex, ticker
     return out
 
 
-def _parse_date(value: Any, what: str) -> pd.Timestamp:
+def parse_date(value: Any, what: str) -> pd.Timestamp:
     try:
         ts = pd.Timestamp(value)
     except (ValueError, TypeError):
@@ -642,7 +642,7 @@ def split_days(
         given = [(n, v) for n, v in zip(names, (train_end, validation_end, test_end), strict=True) if v is not None]
         stops = []
         for name, value in given:
-            ts = _parse_date(value, name)
+            ts = parse_date(value, name)
             lo, hi = pd.Timestamp(data.dates[first]), pd.Timestamp(data.dates[-1])
             if ts < lo or ts > hi:
                 raise UserError(f"{name} {ts.date()} is outside the usable dates {lo.date()} .. {hi.date()} "

@@ -40,6 +40,7 @@ import numpy as np
 
 from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError
+from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, LEGACY_PRICE_MODE, PRICE_MODES
 
 INDICATORS: tuple[str, ...] = ("macd", "rsi", "cci", "adx")
 """Indicator names in their state order (FinRL/stockstats: macd, rsi_30, cci_30, dx_30)."""
@@ -53,8 +54,6 @@ TURBULENCE_LOOKBACK = 252
 TURBULENCE_QUANTILE = 0.90
 """Turbulence threshold = this quantile of the training split's turbulence (paper, FinRL)."""
 
-HOLDINGS_SCALE = 1000.0
-"""Shares are divided by this in the observation: 1.0 = 1,000 shares (10 full-size orders at hmax = 100)."""
 
 SPEC_FORMAT = 1
 
@@ -225,7 +224,6 @@ def _safe_std(x: np.ndarray, axis: int) -> np.ndarray:
     return np.where(std > 1e-12, std, 1.0)  # a constant series is centred, not blown up
 
 
-PRICE_MODES = ("level", "return")
 PRICE_RELATIVE_INDICATORS = ("macd",)  # in dollars: divided by the close in "return" mode
 
 
@@ -271,11 +269,11 @@ class Normalization:
     holdings_scale: float = HOLDINGS_SCALE  # shares
     fit_start: int = 0  # day indices [fit_start, fit_stop) the statistics came from
     fit_stop: int = 0
-    price_mode: str = "level"
+    price_mode: str = DEFAULT_PRICE_MODE
     price_relative: tuple[int, ...] = ()
 
     @classmethod
-    def fit(cls, close: np.ndarray, indicators: np.ndarray, days: DayRange, *, price_mode: str = "level",
+    def fit(cls, close: np.ndarray, indicators: np.ndarray, days: DayRange, *, price_mode: str = DEFAULT_PRICE_MODE,
             price_relative: tuple[int, ...] = ()) -> Normalization:
         """Statistics from ``days`` only. close: [D, N] float64; indicators: [D, N, K] float64."""
         price, ind_all = price_features(close, indicators, price_mode, price_relative)
@@ -329,7 +327,7 @@ class Normalization:
             holdings_scale=float(d.get("holdings_scale", HOLDINGS_SCALE)),
             fit_start=int(d.get("fit_start", 0)),
             fit_stop=int(d.get("fit_stop", 0)),
-            price_mode=str(d.get("price_mode", "level")),
+            price_mode=str(d.get("price_mode", LEGACY_PRICE_MODE)),
             price_relative=tuple(int(k) for k in d.get("price_relative", ())),
         )
 
@@ -384,7 +382,7 @@ class PreparedMarket:
         indicator_names: tuple[str, ...] | list[str] = INDICATORS,
         use_turbulence: bool = True,
         turbulence_lookback: int = TURBULENCE_LOOKBACK,
-        price_mode: str = "level",
+        price_mode: str = DEFAULT_PRICE_MODE,
     ) -> PreparedMarket:
         """Indicators and turbulence over all days; normalisation and threshold from the train split only.
 

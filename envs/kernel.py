@@ -34,10 +34,9 @@ _CAP_MARGIN = 1e-12  # relative safety margin of the pro-rata buy cap (see modul
 
 @dataclass(frozen=True)
 class EnvConfig:
-    """Trading-environment settings (paper / FinRL defaults)."""
+    """Trading-environment settings (paper / FinRL defaults). The observation window is not one of them: it is
+    the market's (`envs.features.PreparedMarket.window`), the one place it is set."""
 
-    window: int = 30
-    """days of history in one observation (T)"""
     hmax: int = 100
     """most shares bought or sold per stock per day (action 1.0 = hmax shares)"""
     initial_amount: float = 1_000_000.0
@@ -59,16 +58,15 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         from envs.errors import UserError
+        from envs.state import PORTFOLIO_FEATURES
 
-        if self.window < 1:
-            raise UserError(f"window must be >= 1, got {self.window}")
         if self.hmax < 1:
             raise UserError(f"hmax must be >= 1, got {self.hmax}")
         if not self.initial_amount > 0:
             raise UserError(f"initial_amount must be > 0, got {self.initial_amount}")
         if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
             raise UserError("buy_cost_pct and sell_cost_pct must be in [0, 1)")
-        if self.portfolio_features not in ("shares", "weights"):
+        if self.portfolio_features not in PORTFOLIO_FEATURES:
             raise UserError(f"portfolio_features must be 'shares' or 'weights', got {self.portfolio_features!r}")
         if self.episode_length is not None and self.episode_length < 1:
             raise UserError(f"episode_length must be >= 1 or None, got {self.episode_length}")

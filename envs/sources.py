@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from envs.data import MarketData, _parse_date, read_frame, standardize_frame
+from envs.data import MarketData, parse_date, read_frame, standardize_frame
 from envs.errors import UserError
 from envs.synthetic import generate_market
 
@@ -69,8 +69,8 @@ def _filter_frame(frame: pd.DataFrame, tickers: list[str] | None, start: str | N
             shown = ", ".join(have[:10]) + (f", ... ({len(have)} in all)" if len(have) > 10 else "")
             raise UserError(f"unknown tickers {', '.join(unknown)} in {what}; it has {shown}")
         frame = frame[frame["tic"].isin(wanted)]
-    lo = _parse_date(start, "start") if start is not None else None
-    hi = _parse_date(end, "end") if end is not None else None
+    lo = parse_date(start, "start") if start is not None else None
+    hi = parse_date(end, "end") if end is not None else None
     if lo is not None and hi is not None and lo > hi:
         raise UserError(f"start {lo.date()} is after end {hi.date()}")
     dates = frame["date"].to_numpy()

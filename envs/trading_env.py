@@ -40,11 +40,12 @@ class StockTradingEnv(gymnasium.Env):
     when they would cost more than the cash (costs included). No shorting, cash never below 0.
 
     ## Observation space
-    ``Box(-f32max, f32max, (T, F), float32)`` (any finite float32), T = ``config.window`` days (oldest first, today last),
+    ``Box(-f32max, f32max, (T, F), float32)`` (any finite float32), T = ``market.window`` days (oldest first, today last),
     F = 1 + N + N + K*N. Row j describes day t - T + 1 + j:
 
     - ``[0]`` cash / initial_amount, >= 0 (1.0 at the start)
-    - ``[1 : 1+N]`` close z-scored per ticker with the training split's mean/std (unbounded)
+    - ``[1 : 1+N]`` price feature per ticker z-scored with the training split's mean/std (unbounded): the
+      daily log return by default (``envs.features.DEFAULT_PRICE_MODE``), or the close itself ("level")
     - ``[1+N : 1+2N]`` shares held / 1,000, >= 0
     - ``[1+2N + k*N + i]`` indicator k (macd, rsi, cci, adx) of ticker i, z-scored with training stats
 
@@ -69,7 +70,7 @@ class StockTradingEnv(gymnasium.Env):
     ## Arguments
     - ``market``: a ``PreparedMarket``; default: ``default_market()`` (synthetic, 30 stocks, 10 years)
     - ``split``: "train" | "validation" | "test" or a ``DayRange``
-    - ``config``: ``EnvConfig`` (window, hmax, initial_amount, costs, reward_scaling, episode_length,
+    - ``config``: ``EnvConfig`` (hmax, initial_amount, costs, reward_scaling, episode_length,
       random_start)
     - ``seed``: seed of the start-day generator until ``reset(seed=...)`` reseeds it
 
@@ -92,7 +93,7 @@ class StockTradingEnv(gymnasium.Env):
     ) -> None:
         config = config if config is not None else EnvConfig()
         if market is None:
-            market = default_market(window=config.window)
+            market = default_market()
         if render_mode is not None:
             raise ValueError(f"render_mode {render_mode!r} is not supported (no rendering)")
         self.market = market

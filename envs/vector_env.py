@@ -103,7 +103,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self.num_envs = int(num_envs)
         self.num_tickers = market.num_tickers
         self.num_features = market.num_features
-        self.window = int(config.window)
+        self.window = int(market.window)
         self.device = torch.device(device)
         self.render_mode = None
         self._autoreset = _autoreset

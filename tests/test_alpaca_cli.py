@@ -1,6 +1,6 @@
 """`clstm-ppo data download` as a real subprocess against the local Alpaca test server.
 
-Runs `python -m clstm_ppo.cli.data_download` (the module `clstm-ppo data download` delegates to) with a
+Runs `python -m clstm_ppo.cli data download` with a
 scrubbed environment and cwd in tmp_path, so no real keys and no `.env` from the checkout are seen.
 """
 
@@ -34,7 +34,7 @@ def server():
         yield srv
 
 
-def run_cli(cwd: Path, args: list[str], module: tuple[str, ...] = ("clstm_ppo.cli.data_download",),
+def run_cli(cwd: Path, args: list[str], module: tuple[str, ...] = ("clstm_ppo.cli", "data", "download"),
             **env_vars: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ALPACA_", "APCA_"))}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")

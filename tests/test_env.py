@@ -40,7 +40,7 @@ def _actions(steps: int, b: int, n: int = N, seed: int = 0) -> list[torch.Tensor
 
 def test_gym_env_and_vector_env_agree_step_by_step(market: PreparedMarket) -> None:
     # 13 days per episode with a 10-day window: auto-resets land on varying ring positions.
-    cfg = EnvConfig(window=WINDOW, episode_length=13)
+    cfg = EnvConfig(episode_length=13)
     venv = VectorStockTradingEnv(market, num_envs=1, config=cfg, seed=3)
     env = StockTradingEnv(market, config=cfg, seed=3)
     vobs, _ = venv.reset(seed=11)
@@ -68,7 +68,7 @@ def test_hand_worked_two_stocks_three_days() -> None:
     data = MarketData(dates=dates, tickers=("AAA", "BBB"), open=close, high=close * 1.01, low=close * 0.99,
                       close=close, volume=np.ones_like(close))
     market = PreparedMarket.prepare(data, Splits(DayRange(0, 3), None, None), window=1, use_turbulence=False)
-    cfg = EnvConfig(window=1, hmax=100, initial_amount=1000.0, buy_cost_pct=0.01, sell_cost_pct=0.02,
+    cfg = EnvConfig(hmax=100, initial_amount=1000.0, buy_cost_pct=0.01, sell_cost_pct=0.02,
                     reward_scaling=1.0, episode_length=None, random_start=False)
     env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
     obs, info = env.reset()
@@ -113,7 +113,7 @@ def test_hand_worked_two_stocks_three_days() -> None:
 
 
 def test_accounting_invariants_over_random_episodes(market: PreparedMarket) -> None:
-    cfg = EnvConfig(window=WINDOW, episode_length=30)
+    cfg = EnvConfig(episode_length=30)
     env = VectorStockTradingEnv(market, num_envs=5, config=cfg, seed=1)
     close = torch.as_tensor(market.data.close)
     _, info = env.reset(seed=4)
@@ -145,7 +145,7 @@ def test_turbulent_day_liquidates(market: PreparedMarket) -> None:
     stormy = market.splits.train.start + 40
     turbulence[stormy] = 10.0
     m = dataclasses.replace(market, turbulence=turbulence, turbulence_threshold=5.0)
-    env = StockTradingEnv(m, config=EnvConfig(window=WINDOW, episode_length=None))
+    env = StockTradingEnv(m, config=EnvConfig(episode_length=None))
     env.reset(options={"start_day": stormy - 3})
     for _ in range(3):
         _, _, _, _, info = env.step(np.ones(N, dtype=np.float32))
@@ -170,7 +170,7 @@ def _recompute(values: list[float], initial: float) -> dict[str, float]:
 
 def test_auto_reset_and_episode_statistics(market: PreparedMarket) -> None:
     B, L = 3, 15
-    cfg = EnvConfig(window=WINDOW, episode_length=L)
+    cfg = EnvConfig(episode_length=L)
     env = VectorStockTradingEnv(market, num_envs=B, config=cfg, seed=9)
     obs, _ = env.reset(seed=9)
     values: list[list[float]] = [[] for _ in range(B)]
@@ -212,7 +212,7 @@ def test_auto_reset_and_episode_statistics(market: PreparedMarket) -> None:
 
 
 def test_full_split_episode_terminates_on_its_last_day(market: PreparedMarket) -> None:
-    cfg = EnvConfig(window=WINDOW, episode_length=None, random_start=False)
+    cfg = EnvConfig(episode_length=None, random_start=False)
     env = VectorStockTradingEnv(market, split="validation", num_envs=2, config=cfg)
     _, info = env.reset(seed=0)
     split = market.splits.validation
@@ -226,7 +226,7 @@ def test_full_split_episode_terminates_on_its_last_day(market: PreparedMarket) -
 
 
 def test_random_starts_leave_a_full_episode_and_are_seeded(market: PreparedMarket) -> None:
-    cfg = EnvConfig(window=WINDOW, episode_length=50)
+    cfg = EnvConfig(episode_length=50)
     env = VectorStockTradingEnv(market, num_envs=256, config=cfg)
     train = market.splits.train
     days = env.reset(seed=1)[1]["day"]
@@ -234,12 +234,12 @@ def test_random_starts_leave_a_full_episode_and_are_seeded(market: PreparedMarke
     assert len(set(days.tolist())) > 100
     assert torch.equal(env.reset(seed=1)[1]["day"], days)
     assert not torch.equal(env.reset(seed=2)[1]["day"], days)
-    long = VectorStockTradingEnv(market, num_envs=4, config=EnvConfig(window=WINDOW, episode_length=10_000))
+    long = VectorStockTradingEnv(market, num_envs=4, config=EnvConfig(episode_length=10_000))
     assert long.reset(seed=1)[1]["day"].tolist() == [train.start] * 4  # split shorter than an episode
 
 
 def test_observation_window_and_no_look_ahead(market: PreparedMarket) -> None:
-    cfg = EnvConfig(window=WINDOW, episode_length=None)
+    cfg = EnvConfig(episode_length=None)
     t = market.splits.train.start + 60
     env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
     obs, _ = env.reset(options={"start_day": t - 5})
@@ -268,8 +268,9 @@ def test_observation_window_and_no_look_ahead(market: PreparedMarket) -> None:
 
 def test_window_longer_than_history_repeats_day_zero() -> None:
     data = generate_market(num_tickers=2, num_days=120, seed=0)
-    m = PreparedMarket.prepare(data, split_days(data, window=5), window=5, use_turbulence=False)
-    env = VectorStockTradingEnv(m, num_envs=1, config=EnvConfig(window=8, episode_length=None, random_start=False))
+    # Splits made for a 5-day window start on day 4; an 8-day window there reaches back before day 0.
+    m = PreparedMarket.prepare(data, split_days(data, window=5), window=8, use_turbulence=False)
+    env = VectorStockTradingEnv(m, num_envs=1, config=EnvConfig(episode_length=None, random_start=False))
     obs, info = env.reset()
     assert int(info["day"][0]) == 4
     assert torch.equal(obs[0, 0], obs[0, 3]) and not torch.equal(obs[0, 3], obs[0, 4])  # days 0,0,0,0,1,...
@@ -282,7 +283,7 @@ def test_gymnasium_make_and_check_env(market: PreparedMarket) -> None:
         assert env.observation_space.shape == (30, 181) and env.action_space.shape == (30,)
         check_env(env.unwrapped)
         env = gymnasium.make("envs/StockTrading-v0", market=market, split="test",
-                             config=EnvConfig(window=WINDOW, episode_length=20))
+                             config=EnvConfig(episode_length=20))
         check_env(env.unwrapped)
         obs, info = env.reset(seed=0)
         assert obs.shape == (WINDOW, market.num_features) and obs.dtype == np.float32
@@ -292,7 +293,7 @@ def test_gymnasium_make_and_check_env(market: PreparedMarket) -> None:
 
 
 def test_vector_env_attributes(market: PreparedMarket) -> None:
-    env = VectorStockTradingEnv(market, num_envs=3, config=EnvConfig(window=WINDOW))
+    env = VectorStockTradingEnv(market, num_envs=3, config=EnvConfig())
     assert env.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     assert env.num_envs == 3 and env.num_tickers == N and env.window == WINDOW
     assert env.num_features == market.num_features == 1 + 2 * N + 4 * N
@@ -307,7 +308,7 @@ def test_vector_env_attributes(market: PreparedMarket) -> None:
 
 
 def test_gym_env_refuses_to_step_past_the_end(market: PreparedMarket) -> None:
-    env = StockTradingEnv(market, config=EnvConfig(window=WINDOW, episode_length=2))
+    env = StockTradingEnv(market, config=EnvConfig(episode_length=2))
     env.reset(seed=0)
     env.step(np.zeros(N, dtype=np.float32))
     assert env.step(np.zeros(N, dtype=np.float32))[3]
@@ -316,7 +317,7 @@ def test_gym_env_refuses_to_step_past_the_end(market: PreparedMarket) -> None:
 
 
 def test_state_dict_resumes_bitwise(market: PreparedMarket) -> None:
-    cfg = EnvConfig(window=WINDOW, episode_length=12)
+    cfg = EnvConfig(episode_length=12)
     env = VectorStockTradingEnv(market, num_envs=3, config=cfg, seed=2)
     env.reset(seed=2)
     actions = _actions(30, 3, seed=3)
@@ -335,7 +336,7 @@ def test_state_dict_resumes_bitwise(market: PreparedMarket) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_matches_cpu(market: PreparedMarket) -> None:
-    cfg = EnvConfig(window=WINDOW, episode_length=20)
+    cfg = EnvConfig(episode_length=20)
     cpu = VectorStockTradingEnv(market, num_envs=8, config=cfg, seed=1)
     gpu = VectorStockTradingEnv(market, num_envs=8, config=cfg, seed=1, device="cuda")
     o1, _ = cpu.reset(seed=1)

@@ -11,6 +11,7 @@ import pytest
 
 from clstm_ppo import cli
 from clstm_ppo.cli import plot
+from clstm_ppo.training import curves
 from envs.errors import UserError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -78,7 +79,7 @@ def test_plot_writes_png_and_counts_malformed(tmp_path, capsys):
     ]
     run = _write_run(tmp_path / "run1", extra_lines=[*bad, "", '{"kind": "eval", "global_step": 5}'])
     with pytest.warns(UserWarning, match="skipped 4 malformed"):
-        log = plot.load_training_log(run)
+        log = curves.load_training_log(run)
     assert len(log.episodes) == 120 and len(log.updates) == 40 and log.skipped == 4
     x, y = log.series("update", "steps_per_second")
     assert x[0] == 1024 and y[-1] == 939.0
@@ -112,13 +113,13 @@ def test_resumed_run_rows_are_sorted_by_step(tmp_path):
     run.mkdir()
     rows = [_update(1, 2048), _update(0, 1024), _update(1, 2048)]
     (run / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    x, _ = plot.load_training_log(run).series("update", "entropy")
+    x, _ = curves.load_training_log(run).series("update", "entropy")
     np.testing.assert_array_equal(x, [1024, 2048, 2048])
 
 
 def test_rolling_mean_skips_nan():
     y = np.array([1.0, math.nan, 3.0, 5.0])
-    np.testing.assert_allclose(plot._rolling_mean(y, 2), [1.0, 1.0, 3.0, 4.0])
+    np.testing.assert_allclose(curves.rolling_mean(y, 2), [1.0, 1.0, 3.0, 4.0])
 
 
 def _missing(p):
@@ -154,7 +155,7 @@ def test_user_errors(tmp_path, setup, message, capsys):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with pytest.raises(UserError, match=message):
-            plot.load_training_log(run)
+            curves.load_training_log(run)
     assert [str(w.message) for w in caught] == (
         [f"skipped 2 malformed line(s) in {run / 'metrics.jsonl'}"] if setup is _garbage else []
     )

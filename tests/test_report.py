@@ -229,7 +229,7 @@ def test_from_run_on_the_real_env_record(tmp_path):
 
     data = generate_market(num_tickers=4, num_days=300, seed=5)
     market = PreparedMarket.prepare(data, split_days(data, window=10), window=10, use_turbulence=False)
-    cfg = EnvConfig(window=10, episode_length=None, random_start=False)
+    cfg = EnvConfig(episode_length=None, random_start=False)
     env = StockTradingEnv(market=market, split="test", config=cfg)
     _, info = env.reset(seed=0)
     record, done, rng = [info], False, np.random.default_rng(0)

@@ -24,7 +24,7 @@ def market() -> PreparedMarket:
 
 def record_env_rollout(market: PreparedMarket, steps: int, envs: int = 4) -> tuple[WindowStore, torch.Tensor]:
     """Run the env with random actions, recording like Trainer.collect_rollout; also keep the dense obs."""
-    env = VectorStockTradingEnv(market, num_envs=envs, config=EnvConfig(window=WINDOW, episode_length=9), seed=1)
+    env = VectorStockTradingEnv(market, num_envs=envs, config=EnvConfig(episode_length=9), seed=1)
     stop = env.split.stop
     # staggered start days near the split's end: envs terminate on different steps, then restart
     obs, _ = env.reset(options={"start_day": [stop - 2 - k for k in (2, 4, 7, 30)][:envs]})

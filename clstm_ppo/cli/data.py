@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from envs.atomic import atomic_write
 from envs.data import GAP_POLICIES, MarketData, coverage_gaps, read_frame, standardize_frame
 from envs.errors import UserError
 from envs.synthetic import SIGNALS, generate_market
@@ -59,27 +60,59 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--use_adjusted", action="store_true",
                      help="rescale OHLC by the adjusted-close column (adjusted / adj_close)")
 
-    sub.add_parser("download", help="download Alpaca bars (see `clstm-ppo data download --help`)", add_help=False)
+    from envs.alpaca import ADJUSTMENTS, FEEDS  # names only: alpaca-py itself is imported on download
+
+    dl = sub.add_parser(
+        "download", help="download Alpaca bars into the local cache (optionally write the long table)",
+        description="Download daily (or intraday) stock bars from Alpaca into the local cache.",
+        epilog="Keys: ALPACA_API_KEY and ALPACA_SECRET_KEY (or APCA_API_KEY_ID and APCA_API_SECRET_KEY) "
+        "from the environment or ./.env; see .env.example. A cached request needs no keys or network.")
+    dl.add_argument("--tickers", required=True, help="comma-separated symbols, e.g. AAPL,MSFT")
+    dl.add_argument("--start", required=True, help="first calendar day, New York time (YYYY-MM-DD)")
+    dl.add_argument("--end", required=True, help="last calendar day, included (YYYY-MM-DD)")
+    dl.add_argument("--timeframe", default="1Day", help="bar length: 1Day, 1Hour, 15Min, 1Week, ...")
+    dl.add_argument("--adjustment", default="all", choices=ADJUSTMENTS, help="corporate-action adjustment (default all)")
+    dl.add_argument("--feed", default="iex", choices=FEEDS,
+                    help="iex (free plan, default) or sip (all US exchanges; paid for recent data)")
+    dl.add_argument("--cache_dir", default="data_cache/alpaca", help="folder of cached Parquet files")
+    dl.add_argument("--refresh", action="store_true", help="download again even when cached")
+    dl.add_argument("--data_url", default=None, help="data endpoint override (else ALPACA_DATA_URL)")
+    dl.add_argument("--out", default=None, help="also write the long table here (.csv or .parquet)")
     return parser
 
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of `clstm-ppo data`; returns the exit status."""
-    args_list = list(argv)
-    if args_list and args_list[0] == "download":
-        try:
-            from clstm_ppo.cli import data_download
-        except ImportError as err:
-            raise UserError(f"data download is unavailable: {err}") from None
-        return int(data_download.main(args_list[1:]) or 0)
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    args = parser.parse_args(list(argv))
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    if args.command == "generate":
-        return _generate(args)
-    return _inspect(args)
+    return {"generate": _generate, "inspect": _inspect, "download": _download}[args.command](args)
+
+
+def _download(args: argparse.Namespace) -> int:
+    if args.out and Path(args.out).suffix.lower() not in (".csv", ".parquet"):
+        # Checked before downloading, so a typo costs no request.
+        raise UserError(f"--out {args.out} must end in .csv or .parquet")
+    from envs.alpaca import fetch_bars
+
+    tickers = [t for t in args.tickers.split(",") if t.strip()]
+    frame = fetch_bars(tickers, args.start, args.end, timeframe=args.timeframe, adjustment=args.adjustment,
+                       feed=args.feed, cache_dir=args.cache_dir, refresh=args.refresh, data_url=args.data_url)
+    if args.out:
+        out = Path(args.out)
+        if out.suffix.lower() == ".csv":
+            atomic_write(out, lambda handle: frame.to_csv(handle, index=False, date_format="%Y-%m-%d %H:%M:%S"))
+        else:
+            atomic_write(out, lambda handle: frame.to_parquet(handle, index=False))
+    first, last = frame["date"].min(), frame["date"].max()
+    fmt = "%Y-%m-%d" if (frame["date"] == frame["date"].dt.normalize()).all() else "%Y-%m-%d %H:%M"
+    where = f"; wrote {args.out}" if args.out else ""
+    print(f"{len(frame)} bars for {frame['tic'].nunique()} tickers, {frame['date'].nunique()} dates "
+          f"{first:{fmt}}..{last:{fmt}} ({args.timeframe}, {args.adjustment}, {args.feed}), "
+          f"cache {args.cache_dir}{where}")
+    return 0
 
 
 def _generate(args: argparse.Namespace) -> int:

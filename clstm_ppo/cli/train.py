@@ -50,11 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
         help_ = f.metadata.get("help", "")
         default = f.default if f.default is not MISSING else None
         name = f"--{f.name}"
+        text = help_ if "default" in help_ else f"{help_} (default: {default})"
+        text = text.replace("%", "%%")  # argparse formats help with %
         if kind is bool:
-            parser.add_argument(name, action=argparse.BooleanOptionalAction, help=f"{help_} (default: {default})")
+            parser.add_argument(name, action=argparse.BooleanOptionalAction, help=text)
         else:
-            parser.add_argument(name, type=kind, choices=f.metadata.get("choices"),
-                                help=f"{help_} (default: {default})".replace("%", "%%"))
+            parser.add_argument(name, type=kind, choices=f.metadata.get("choices"), help=text)
     return parser
 
 

@@ -1,0 +1,22 @@
+"""The choices that shape a day's state vector, in one light module (no numpy, pandas or torch to import), so
+the command line can offer them and `--help` stays fast. The layout itself is documented on
+`envs.vector_env.VectorStockTradingEnv`.
+"""
+
+PRICE_MODES = ("level", "return")
+"""The price column of the state: "level" (the close, as in the paper and FinRL) or "return" (the day's log
+return, with MACD divided by the close): see `envs.features.price_features`."""
+
+DEFAULT_PRICE_MODE = "return"
+"""The price column unless a run says otherwise (training's --price_features default too): the daily log
+return stays in the training range out of sample, where price levels drift away from it."""
+
+LEGACY_PRICE_MODE = "level"
+"""What a stored market spec without "price_mode" (written before returns existed) meant."""
+
+PORTFOLIO_FEATURES = ("shares", "weights")
+"""How cash and holdings enter the state: "shares" (cash / initial amount and shares / HOLDINGS_SCALE, as in
+the paper) or "weights" (cash and each holding's value as fractions of the portfolio value)."""
+
+HOLDINGS_SCALE = 1000.0
+"""Shares are divided by this in the observation: 1.0 = 1,000 shares (10 full-size orders at hmax = 100)."""
