@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.errors import UserError
-from envs.state import DEFAULT_PRICE_MODE, PORTFOLIO_FEATURES, PRICE_MODES
+from envs.state import DEFAULT_PRICE_MODE, MAX_PRICE_RATIO, PORTFOLIO_FEATURES, PRICE_MODES
 
 
 def _f(default: Any, help_: str, **kw: Any) -> Any:
@@ -56,6 +56,8 @@ class TrainConfig:
     data_url: str = _f("", "Alpaca data endpoint override, e.g. a proxy (default: ALPACA_DATA_URL or Alpaca's)")
     data_cache_dir: str = _f("data_cache/alpaca", "where downloaded Alpaca bars are cached")
     refresh_data: bool = _f(False, "download Alpaca bars again even when cached")
+    max_price_ratio: float = _f(MAX_PRICE_RATIO, "refuse data where a close is more than this many times the previous close, "
+                                "or less than its 1/this (a bad tick); 0 allows any jump")
     gap_policy: str = _f("fail", "tickers with missing dates: fail | intersect | ffill", choices=("fail", "intersect", "ffill"))
     # --- environment
     window: int = _f(30, "days of history in each observation (T)")
@@ -172,6 +174,8 @@ class TrainConfig:
         for name in ("learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef"):
             if not getattr(self, name) > 0:
                 raise UserError(f"--{name} must be positive, got {getattr(self, name)}")
+        if self.max_price_ratio != 0 and not self.max_price_ratio > 1:
+            raise UserError(f"--max_price_ratio must be > 1, or 0 to allow any jump; got {self.max_price_ratio:g}")
         if self.initial_amount <= 0:
             raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
         return self

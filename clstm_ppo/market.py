@@ -33,7 +33,7 @@ def load_data(cfg: TrainConfig, *, data: str | None = None, start: str | None = 
         source, tickers=None if every_ticker and not alpaca_kwargs else names,
         start=(start if start is not None else cfg.start) or None,
         end=(end if end is not None else cfg.end) or None, seed=cfg.seed, gap_policy=cfg.gap_policy,
-        **alpaca_kwargs,
+        max_price_ratio=cfg.max_price_ratio, **alpaca_kwargs,
     )
 
 

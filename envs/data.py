@@ -45,8 +45,10 @@ import numpy as np
 import pandas as pd
 
 from envs.errors import UserError
+from envs.state import MAX_PRICE_RATIO
 
 COLUMNS: tuple[str, ...] = ("date", "tic", "open", "high", "low", "close", "volume")
+
 PRICE_COLUMNS: tuple[str, ...] = ("open", "high", "low", "close")
 GAP_POLICIES: tuple[str, ...] = ("fail", "intersect", "ffill")
 
@@ -343,6 +345,7 @@ class MarketData:
         gap_policy: str = "fail",
         max_ffill_days: int = 5,
         use_adjusted: bool = False,
+        max_price_ratio: float = MAX_PRICE_RATIO,
     ) -> MarketData:
         """Long frame (FinRL format or an accepted alias) -> aligned MarketData.
 
@@ -350,7 +353,8 @@ class MarketData:
         :param gap_policy: "fail" | "intersect" | "ffill" for tickers that miss some dates.
         :param max_ffill_days: longest run of consecutive missing days "ffill" fills per ticker.
         :param use_adjusted: rescale OHLC by the adjusted-close column.
-        :raises UserError: invalid rows, gaps under "fail", or nothing left after "intersect".
+        :param max_price_ratio: refuse a close beyond this multiple of the previous one, up or down (0: allow any).
+        :raises UserError: invalid rows, gaps under "fail", nothing left after "intersect", an implausible jump.
         """
         if gap_policy not in GAP_POLICIES:
             raise UserError(f"unknown gap_policy {gap_policy!r}; choose one of {', '.join(GAP_POLICIES)}")
@@ -375,6 +379,7 @@ class MarketData:
         arrays = {c: _pivot(frame, c, dates, tickers) for c in ("open", "high", "low", "close", "volume")}
         if gaps and gap_policy == "ffill":
             arrays = _forward_fill(arrays, dates, tickers, max_ffill_days)
+        check_price_jumps(arrays["close"], dates, tickers, max_price_ratio)
         return cls(dates=dates.to_numpy(dtype="datetime64[ns]"), tickers=tuple(tickers), close_only=close_only,
                    **arrays)
 
@@ -476,6 +481,30 @@ class MarketData:
             and all(np.array_equal(getattr(self, c), getattr(other, c))
                     for c in ("open", "high", "low", "close", "volume"))
         )
+
+
+def check_price_jumps(close: np.ndarray, dates: Any, tickers: Sequence[str], max_ratio: float) -> None:
+    """UserError naming the first ticker and date whose close is beyond ``max_ratio`` x the previous close,
+    or below 1 / ``max_ratio`` of it (a bad tick such as 1e300 among prices near 100); 0 checks nothing.
+
+    :param close: ``[D, N]`` float64 dollars, aligned (> 0: validated before).
+    """
+    if not max_ratio:
+        return
+    if max_ratio <= 1:
+        raise UserError(f"max_price_ratio must be > 1 (or 0 to allow any jump), got {max_ratio:g}")
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        ratio = close[1:] / close[:-1]
+    bad = ~((ratio <= max_ratio) & (ratio >= 1.0 / max_ratio))
+    if not bad.any():
+        return
+    day, col = np.argwhere(bad)[0]
+    when = pd.DatetimeIndex(np.asarray(dates))
+    raise UserError(
+        f"implausible price jump: {tickers[col]} closed at {close[day + 1, col]:.6g} on {when[day + 1].date()} after "
+        f"{close[day, col]:.6g} on {when[day].date()} ({ratio[day, col]:.3g}x; {int(bad.sum())} such jump(s) in all); "
+        f"fix the data, or allow it with --max_price_ratio 0 (any) or a larger bound than {max_ratio:g}"
+    )
 
 
 def _forward_fill(arrays: dict[str, np.ndarray], dates: pd.DatetimeIndex, tickers: list[str],

@@ -25,6 +25,7 @@ import pandas as pd
 
 from envs.data import MarketData, parse_date, read_frame, standardize_frame
 from envs.errors import UserError
+from envs.state import MAX_PRICE_RATIO
 from envs.synthetic import generate_market
 
 SCHEMES: tuple[str, ...] = ("synthetic", "csv", "parquet", "alpaca")
@@ -96,6 +97,7 @@ def load_market_data(
     end: str | None = None,
     seed: int = 0,
     gap_policy: str = "fail",
+    max_price_ratio: float = MAX_PRICE_RATIO,
     **alpaca_kwargs: Any,
 ) -> MarketData:
     """Load and validate market data from a source string (see the module docstring).
@@ -106,6 +108,7 @@ def load_market_data(
     :param end: last date kept (inclusive); for alpaca, the last date fetched.
     :param seed: seed of the synthetic generator (a ``seed=`` option in the source wins).
     :param gap_policy: "fail" | "intersect" | "ffill" for tickers missing some dates (files and alpaca).
+    :param max_price_ratio: refuse a close beyond this multiple of the previous one (files and alpaca; 0: any).
     :param alpaca_kwargs: passed to envs.alpaca.fetch_bars (timeframe, adjustment, feed, cache_dir, ...).
     :returns: MarketData, tickers sorted by name unless ``tickers`` gives an order.
     """
@@ -137,7 +140,7 @@ def load_market_data(
 
         frame = fetch_bars(list(tickers), start, end, **alpaca_kwargs)
         frame = _filter_frame(standardize_frame(frame), tickers, start, end, "the Alpaca bars")
-        data = MarketData.from_frame(frame, gap_policy=gap_policy)
+        data = MarketData.from_frame(frame, gap_policy=gap_policy, max_price_ratio=max_price_ratio)
         return data.select_tickers(tickers)
 
     if scheme in ("csv", "parquet") and sep:
@@ -150,7 +153,7 @@ def load_market_data(
         raise UserError(f"unknown data source {source!r}; use one of {', '.join(_forms())}")
     frame = standardize_frame(read_frame(path, kind=kind))
     frame = _filter_frame(frame, tickers, start, end, str(path))
-    data = MarketData.from_frame(frame, gap_policy=gap_policy)
+    data = MarketData.from_frame(frame, gap_policy=gap_policy, max_price_ratio=max_price_ratio)
     return data.select_tickers(tickers) if tickers is not None else data
 
 

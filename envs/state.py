@@ -1,7 +1,11 @@
-"""The choices that shape a day's state vector, in one light module (no numpy, pandas or torch to import), so
-the command line can offer them and `--help` stays fast. The layout itself is documented on
-`envs.vector_env.VectorStockTradingEnv`.
+"""The choices and defaults that shape the data and a day's state vector, in one light module (no numpy, pandas
+or torch to import), so the command line can offer them and `--help` stays fast. The state's layout itself is
+documented on `envs.vector_env.VectorStockTradingEnv`.
 """
+
+MAX_PRICE_RATIO = 10.0
+"""A close more than this many times the previous close, or less than its 1/this, is refused as a bad tick
+(a split-unadjusted 1:10 reverse split is the largest honest jump we know of; 0 turns the check off)."""
 
 PRICE_MODES = ("level", "return")
 """The price column of the state: "level" (the close, as in the paper and FinRL) or "return" (the day's log

@@ -119,7 +119,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         # Market tensors over all days (the split only bounds which days an episode visits).
         dev = self.device
         data = market.data
-        self._close = torch.as_tensor(np.asarray(data.close, dtype=np.float64), device=dev)  # [D, N]
+        # A copy: the data's arrays can be read-only views of a pandas frame, which torch warns about.
+        self._close = torch.tensor(np.asarray(data.close, dtype=np.float64), device=dev)  # [D, N]
         turbulent = np.asarray(market.turbulence) >= market.turbulence_threshold
         self._turbulent = torch.as_tensor(turbulent, device=dev)  # [D] bool
         norm = market.normalization

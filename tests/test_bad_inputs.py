@@ -17,9 +17,8 @@ import pytest
 import torch
 
 from envs.synthetic import generate_market
+from tests.conftest import SCRIPT
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 TINY = ["--window", "5", "--num_envs", "2", "--n_steps", "8", "--batch_size", "16", "--epochs", "1",
         "--episode_length", "8", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
         "--num_gpus", "0", "--no-progress", "--threads", "1", "--num_episodes", "2"]
@@ -47,6 +46,9 @@ CASES = [
     Case("negative prices", "cli", ("data", "inspect", "{d}/negative.csv"), "positive"),
     Case("duplicate rows", "train", ("--data", "csv:{d}/duplicates.csv", *TINY), "duplicate"),
     Case("ticker with gaps", "train", ("--data", "csv:{d}/gaps.csv", *TINY), "gap"),
+    Case("one bad tick (a close of 1e300)", "train", ("--data", "csv:{d}/bad_tick.csv", *TINY),
+         "implausible price jump: SYN01 closed at 1e+300 on"),
+    Case("--max_price_ratio of 1", "train", (*SYN, *TINY, "--max_price_ratio", "1"), "--max_price_ratio"),
     Case("bad date format", "cli", ("data", "inspect", "{d}/bad_dates.csv"), "date"),
     Case("missing data file", "train", ("--data", "csv:{d}/nope.csv", *TINY), "nope.csv"),
     Case("unknown --data scheme", "train", ("--data", "ftp://example.com/prices", *TINY), "ftp"),
@@ -126,6 +128,9 @@ def files(tmp_path_factory) -> Path:
     negative.loc[20, ["open", "high", "low", "close"]] = -5.0
     _write(d / "negative.csv", negative.to_csv(index=False))
     _write(d / "duplicates.csv", "\n".join(lines + lines[1:4]) + "\n")
+    tick = frame.copy()
+    tick.loc[(tick["tic"] == "SYN01").to_numpy().nonzero()[0][50], ["open", "high", "close"]] = 1e300
+    _write(d / "bad_tick.csv", tick.to_csv(index=False))
     gaps = frame[~((frame["tic"] == "SYN01") & frame.index.isin(range(40, 60)))]
     _write(d / "gaps.csv", gaps.to_csv(index=False))
     dates = frame.copy()

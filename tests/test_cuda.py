@@ -10,8 +10,7 @@ import torch
 
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import find_free_port
-from tests.test_agent import fake_rollout, small_model
-from tests.test_trainer import SCRIPT, TINY, clean_env, read_metrics
+from tests.conftest import SCRIPT, TINY, clean_env, fake_rollout, read_metrics, small_model
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 GPU = [a for a in TINY if a not in ("--num_gpus", "0")] + ["--num_gpus", "1"]

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from envs.data import _ROUND_TRIP, DayRange, MarketData, Splits, require_days, split_days, standardize_frame
 from envs.errors import UserError
+from envs.synthetic import generate_market
 
 FIXTURE = Path(__file__).resolve().parents[1] / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
 # the reference read must parse floats exactly like the loader does (pandas 2 defaults to a faster parser)
@@ -392,3 +393,16 @@ def test_fraction_splits_property(days, window, fr):
 
 
 _PROPERTY_DATA = MarketData.from_frame(make_frame(tickers=("AAA",), days=120))
+
+
+def test_an_implausible_jump_is_refused_naming_ticker_and_date_unless_allowed() -> None:
+    frame = generate_market(num_tickers=2, num_days=60, seed=1).to_frame()
+    row = (frame["tic"] == "SYN00").to_numpy().nonzero()[0][30]
+    frame.loc[row, ["open", "high", "close"]] = 1e300
+    day = str(frame.loc[row, "date"].date())
+    with pytest.raises(UserError, match=rf"implausible price jump: SYN00 closed at 1e\+300 on {day} after"):
+        MarketData.from_frame(frame)
+    assert MarketData.from_frame(frame, max_price_ratio=0).close.max() == 1e300  # allowed on request
+    halved = generate_market(num_tickers=2, num_days=60, seed=1).to_frame()
+    halved.loc[row:, ["open", "high", "low", "close"]] /= 2  # a 2:1 split left unadjusted is plausible
+    MarketData.from_frame(halved)

@@ -350,3 +350,17 @@ def test_cuda_matches_cpu(market: PreparedMarket) -> None:
         torch.testing.assert_close(r1, r2.cpu(), rtol=1e-5, atol=1e-5)
         assert torch.equal(te1, te2.cpu()) and torch.equal(tr1, tr2.cpu())
         torch.testing.assert_close(i1["portfolio_value"], i2["portfolio_value"].cpu(), rtol=1e-12, atol=1e-6)
+
+
+def test_the_shipped_csv_builds_an_env_without_any_warning() -> None:
+    """Users should see no warning they cannot act on (a read-only array once made torch warn here)."""
+    from envs import MarketData, PreparedMarket, VectorStockTradingEnv  # the package exports the classes
+    from tests.conftest import ROOT
+
+    data = MarketData.from_csv(ROOT / "examples" / "data" / "stocks_daily_6_ohlcv.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        market = PreparedMarket.prepare(data, split_days(data, window=5), window=5)
+        env = VectorStockTradingEnv(market, num_envs=2, config=EnvConfig(episode_length=5))
+        env.reset(seed=0)
+        env.step(torch.zeros(2, market.num_tickers))

@@ -22,7 +22,7 @@ from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.agent.model import build_model
 from clstm_ppo.cli.train import parse_config
 from clstm_ppo.market import build_market, env_config
-from tests.test_trainer import SCRIPT, clean_env
+from tests.conftest import SCRIPT, clean_env
 
 LEARN = ["--data", "synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag", "--policy", "mlp",
          "--window", "2", "--num_envs", "32", "--n_steps", "32", "--batch_size", "256", "--epochs", "4",

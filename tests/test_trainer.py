@@ -2,48 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import find_free_port
-
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
-
-# 4 tickers, 5-day windows, tiny networks: seconds per run. Episodes of 16 days with n_steps 16 end
-# exactly at update boundaries, so 4 envs finish 4 episodes per update per worker.
-TINY = ["--data", "synthetic:tickers=4,days=400", "--window", "5", "--num_envs", "4", "--n_steps", "16",
-        "--batch_size", "32", "--epochs", "2", "--episode_length", "16", "--stage1_hidden", "8",
-        "--feature_dim", "8", "--stage2_hidden", "16", "--num_gpus", "0", "--log_every", "1", "--no-progress",
-        "--threads", "1"]
-
-
-def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def train(tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
-    cmd = [*(launcher or [sys.executable]), SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
-    return subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=timeout)
-
-
-def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["kind"] == "episode"], [r for r in rows if r["kind"] == "update"]
-
-
-def files_under(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+from tests.conftest import SCRIPT, TINY, clean_env, files_under, read_metrics, train
 
 
 @pytest.mark.slow
@@ -131,7 +98,17 @@ def test_dry_run_prints_config_and_layout(tmp_path):
     result = train(tmp_path, "--num_workers", "2", "--dry_run", "--num_episodes", "5")
     assert result.returncode == 0, result.stderr
     assert '"num_episodes": 5' in result.stdout and "world size 2" in result.stdout
+    # what the run will see: the data and each split's first and last day and length
+    assert "data: synthetic:tickers=4,days=400 | 4 tickers (SYN00, SYN01, SYN02, SYN03)" in result.stdout
+    assert "(400 trading days; the first 4 are the window's lookback)" in result.stdout
+    assert "  train      2014-01-08 .. " in result.stdout and "  test       " in result.stdout
     assert not (tmp_path / "ck").exists()
+
+
+def test_help_explains_every_flag_without_escaping_artifacts():
+    result = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert "70% of days" in result.stdout and "%%" not in result.stdout
 
 
 @pytest.mark.slow

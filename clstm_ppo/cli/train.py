@@ -70,6 +70,26 @@ def parse_config(argv: list[str]) -> TrainConfig:
     return TrainConfig.from_dict(values, source="settings").validate()
 
 
+def describe_data(cfg: TrainConfig) -> str:
+    """What the run will see: the source, its tickers and dates, and each split's first day, last day and length."""
+    from clstm_ppo.market import load_data
+    from envs.data import split_days
+
+    data = load_data(cfg)
+    splits = split_days(data, window=cfg.window, train_end=cfg.train_end or None,
+                        validation_end=cfg.validation_end or None, test_end=cfg.test_end or None)
+    names = ", ".join(data.tickers[:10]) + (f", ... ({data.num_tickers} in all)" if data.num_tickers > 10 else "")
+    lines = [f"data: {cfg.data} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
+             f"({data.num_days} trading days; the first {cfg.window - 1} are the window's lookback)"]
+    for name, days in splits.as_dict().items():
+        if days is None:
+            lines.append(f"  {name:<10} none")
+        else:
+            lines.append(f"  {name:<10} {data.date_str(days.start)} .. {data.date_str(days.stop - 1)} "
+                         f"({days.num_days} days)")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     cfg = parse_config(argv)
     from clstm_ppo.market import build_market
@@ -87,6 +107,7 @@ def main(argv: list[str]) -> int:
     run_dir = resolve_run_dir(cfg)
     if cfg.dry_run:
         print(json.dumps(cfg.to_dict(), indent=2))
+        print(describe_data(cfg))
         print(f"world layout: {layout.describe(cfg.num_envs)}")
         print(f"run folder: {run_dir}")
         return 0

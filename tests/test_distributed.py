@@ -12,7 +12,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from clstm_ppo.training.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
 from clstm_ppo.training.ppo import ppo_update
 from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
-from tests.test_agent import fake_rollout, ppo_cfg, small_model
+from tests.conftest import fake_rollout, ppo_cfg, small_model
 
 TOTAL_ENVS, STEPS = 8, 12
 

@@ -1,0 +1,118 @@
+"""Shared test helpers: the tiny-run flags and process helpers, small models and rollouts, a small market.
+
+Fast loop: ``python -m pytest -m "not slow"`` (about a minute); the full suite is ``python -m pytest``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from clstm_ppo.agent.model import ActorCritic, ModelConfig
+from clstm_ppo.agent.windows import WindowStore
+from clstm_ppo.config import TrainConfig
+from clstm_ppo.training.rollout import RolloutBuffer
+from envs.data import split_days
+from envs.features import PreparedMarket
+from envs.kernel import EnvConfig
+from envs.synthetic import generate_market
+from envs.vector_env import VectorStockTradingEnv
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
+
+TINY = ["--data", "synthetic:tickers=4,days=400", "--window", "5", "--num_envs", "4", "--n_steps", "16",
+        "--batch_size", "32", "--epochs", "2", "--episode_length", "16", "--stage1_hidden", "8",
+        "--feature_dim", "8", "--stage2_hidden", "16", "--num_gpus", "0", "--log_every", "1", "--no-progress",
+        "--threads", "1"]
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def train(tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
+    cmd = [*(launcher or [sys.executable]), SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["kind"] == "episode"], [r for r in rows if r["kind"] == "update"]
+
+
+def files_under(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+def small_model(policy: str = "clstm", tickers: int = 3, window: int = 5, features: int = 16) -> ActorCritic:
+    torch.manual_seed(0)
+    return ActorCritic(ModelConfig(policy=policy, num_features=features, num_tickers=tickers, window=window,
+                                   stage1_hidden=12, feature_dim=10, stage2_hidden=14))
+
+
+def fake_rollout(model: ActorCritic, steps: int = 12, envs: int = 4, seed: int = 0) -> RolloutBuffer:
+    """A rollout collected step by step with model.act on random episode starts and random windows that
+    move on by one random row per step, as the env's do (a fresh random window at each episode start)."""
+    cfg = model.cfg
+    gen = torch.Generator().manual_seed(seed)
+    buf = RolloutBuffer.allocate(steps, envs, (cfg.window, cfg.num_features), cfg.num_tickers, "cpu")
+    state = model.initial_state(envs)
+    buf.initial_state = tuple(s.clone() for s in state)
+    start = torch.ones(envs, dtype=torch.bool)
+    obs = torch.randn(envs, cfg.window, cfg.num_features, generator=gen)
+    for s in range(steps):
+        fresh = torch.randn(envs, cfg.window, cfg.num_features, generator=gen)
+        moved = torch.cat([obs[:, 1:], fresh[:, :1]], dim=1)
+        obs = torch.where(start.view(-1, 1, 1), fresh, moved) if s else fresh
+        buf.obs.record(s, obs, anchor=bool(start.any()))
+        buf.starts[s] = start
+        action, log_prob, value, state = model.act(obs, state, start, generator=gen)
+        buf.actions[s], buf.log_probs[s], buf.values[s] = action, log_prob, value
+        buf.rewards[s] = torch.randn(envs, generator=gen)
+        done = torch.rand(envs, generator=gen) < 0.2
+        buf.dones[s] = done
+        start = done
+    return buf
+
+
+def ppo_cfg(**kw) -> TrainConfig:
+    base = dict(num_envs=4, n_steps=12, batch_size=24, epochs=3, ent_coef=0.01)
+    return TrainConfig(**{**base, **kw}).validate()
+
+
+WINDOW_MARKET_WINDOW = 6
+
+
+@pytest.fixture(scope="module")
+def window_market() -> PreparedMarket:
+    """3 synthetic tickers, 300 days, 6-day windows, no turbulence stop."""
+    data = generate_market(num_tickers=3, num_days=300, seed=5)
+    return PreparedMarket.prepare(data, split_days(data, window=WINDOW_MARKET_WINDOW), window=WINDOW_MARKET_WINDOW,
+                                  use_turbulence=False)
+
+
+def record_env_rollout(market: PreparedMarket, steps: int, envs: int = 4) -> tuple[WindowStore, torch.Tensor]:
+    """Run the env with random actions, recording like RolloutCollector.collect; also keep the dense obs."""
+    env = VectorStockTradingEnv(market, num_envs=envs, config=EnvConfig(episode_length=9), seed=1)
+    stop = env.split.stop
+    # staggered start days near the split's end: envs terminate on different steps, then restart
+    obs, _ = env.reset(options={"start_day": [stop - 2 - k for k in (2, 4, 7, 30)][:envs]})
+    store = WindowStore(steps, envs, market.window, market.num_features, "cpu")
+    dense, anchor = [], True
+    gen = torch.Generator().manual_seed(0)
+    for step in range(steps):
+        store.record(step, obs, anchor=anchor)
+        dense.append(obs.clone())
+        obs, _, _, _, info = env.step(torch.rand(envs, market.num_tickers, generator=gen) * 2 - 1)
+        anchor = "_episode" in info
+    return store, torch.stack(dense)

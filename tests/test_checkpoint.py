@@ -1,0 +1,70 @@
+"""Checkpoints written by earlier versions keep working: loading, backtesting to the same numbers, resuming.
+
+``tests/fixtures/checkpoint_format1_pre_layout.pt`` was written before the package was arranged by stage
+(see tests/fixtures/README.md for the command and the numbers its backtest gave then).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from clstm_ppo.cli.train import parse_config
+from clstm_ppo.market import load_data
+from clstm_ppo.training.checkpoint import (
+    check_resume,
+    load_checkpoint,
+    open_checkpoint,
+    resolve_run_dir,
+    restore_market,
+    restore_policy,
+)
+from tests.conftest import ROOT, SCRIPT, TINY, clean_env, read_metrics
+
+FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
+# The flags it was trained with (tests/fixtures/README.md): TINY with 32 episodes.
+FIXTURE_FLAGS = [*TINY, "--num_episodes", "32"]
+FINAL_VALUES_THEN = (998156.5636585176, 1000569.8560440058)  # its 2 sampled test-split episodes, seed 0
+
+
+def test_an_old_checkpoint_opens_and_rebuilds_its_policy_and_market():
+    ckpt = open_checkpoint(FIXTURE)
+    assert ckpt.policy == "clstm" and ckpt.window == 5 and len(ckpt.tickers) == 4
+    assert ckpt.counters["episodes"] == 32
+    market = restore_market(ckpt, load_data(ckpt.cfg))
+    policy = restore_policy(ckpt, market)
+    assert policy.cfg.window == market.window == 5 and policy.cfg.num_tickers == 4
+
+
+def test_an_old_checkpoint_backtests_to_the_numbers_it_gave_when_written(tmp_path):
+    out = tmp_path / "bt"
+    proc = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(FIXTURE), "--out",
+                           str(out), "--stochastic", "--episodes", "2", "--seed", "0", "--threads", "1"],
+                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads((out / "report.json").read_text())["stochastic"]["runs"]
+    assert [r["final_value"] for r in runs] == pytest.approx(FINAL_VALUES_THEN, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_training_resumes_from_an_old_checkpoint(tmp_path):
+    run = tmp_path / "ck" / "pre"
+    run.mkdir(parents=True)
+    shutil.copy(FIXTURE, run / "latest.pt")
+    cfg = parse_config([*FIXTURE_FLAGS, "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "pre",
+                        "--resume", "latest"])
+    from clstm_ppo.market import build_market
+
+    assert check_resume(cfg, build_market(cfg), resolve_run_dir(cfg)) == run / "latest.pt"
+    proc = subprocess.run([sys.executable, SCRIPT, *TINY, "--num_episodes", "48", "--checkpoint_dir",
+                           str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest"],
+                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    episodes, _ = read_metrics(run)
+    assert [e["episode"] for e in episodes][:1] == [33] and episodes[-1]["episode"] == 48
+    assert load_checkpoint(run / "latest.pt").counters["episodes"] == 48
+

@@ -1,0 +1,88 @@
+"""Rollout storage and GAE: the index convention against a plain-loop reference, resets, truncation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from clstm_ppo.training.rollout import compute_gae
+
+
+def gae_reference(rewards, values, dones, last_value, gamma, lam):
+    """Plain per-env, per-step loop straight from the GAE definition (independent of compute_gae)."""
+    steps, envs = rewards.shape
+    adv = np.zeros((steps, envs))
+    for b in range(envs):
+        for s in range(steps):
+            total, discount = 0.0, 1.0
+            for k in range(s, steps):
+                next_v = last_value[b] if k == steps - 1 else values[k + 1, b]
+                delta = rewards[k, b] + gamma * next_v * (1 - dones[k, b]) - values[k, b]
+                total += discount * delta
+                if dones[k, b]:
+                    break
+                discount *= gamma * lam
+            adv[s, b] = total
+    return adv
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gae_matches_plain_loop_with_resets(seed):
+    rng = np.random.default_rng(seed)
+    steps, envs = 17, 5
+    rewards, values = rng.normal(size=(steps, envs)), rng.normal(size=(steps, envs))
+    dones = rng.random((steps, envs)) < 0.2
+    last = rng.normal(size=envs)
+    expected = gae_reference(rewards, values, dones, last, 0.97, 0.9)
+    adv, ret = compute_gae(torch.tensor(rewards), torch.tensor(values), torch.tensor(dones), torch.tensor(last), 0.97, 0.9)
+    np.testing.assert_allclose(adv.numpy(), expected, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(ret.numpy(), expected + values, rtol=1e-10, atol=1e-10)
+
+
+def test_gae_does_not_bootstrap_across_termination():
+    rewards = torch.tensor([[1.0], [1.0]])
+    values = torch.tensor([[0.0], [0.0]])
+    dones = torch.tensor([[True], [False]])
+    adv, _ = compute_gae(rewards, values, dones, torch.tensor([100.0]), gamma=0.5, gae_lambda=1.0)
+    assert adv[0, 0].item() == pytest.approx(1.0)  # the 100 after step 1 must not leak into step 0
+    assert adv[1, 0].item() == pytest.approx(1.0 + 0.5 * 100.0)
+
+
+def gae_reference_with_truncation(rewards, values, terminated, truncated, final_values, last_value, gamma, lam):
+    """Plain loop: a truncated step bootstraps from V(final obs); a terminated one from nothing; the
+    advantage chain is cut after either (the next step belongs to a new episode)."""
+    steps, envs = rewards.shape
+    adv = np.zeros((steps, envs))
+    for b in range(envs):
+        running = 0.0
+        for s in reversed(range(steps)):
+            if terminated[s, b]:
+                delta, running = rewards[s, b] - values[s, b], 0.0
+            elif truncated[s, b]:
+                delta, running = rewards[s, b] + gamma * final_values[s, b] - values[s, b], 0.0
+            else:
+                next_v = last_value[b] if s == steps - 1 else values[s + 1, b]
+                delta = rewards[s, b] + gamma * next_v - values[s, b]
+            running = delta + gamma * lam * running
+            adv[s, b] = running
+    return adv
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gae_bootstraps_on_truncation_not_on_termination(seed):
+    """The trainer folds gamma * V(final obs) into a truncated step's reward, then runs compute_gae with
+    done = terminated | truncated: that must equal GAE with explicit truncation handling."""
+    rng = np.random.default_rng(seed)
+    steps, envs, gamma, lam = 15, 6, 0.97, 0.9
+    rewards, values = rng.normal(size=(steps, envs)), rng.normal(size=(steps, envs))
+    ends = rng.random((steps, envs)) < 0.25
+    truncated = ends & (rng.random((steps, envs)) < 0.5)
+    terminated = ends & ~truncated
+    final_values, last = rng.normal(size=(steps, envs)), rng.normal(size=envs)
+    folded = rewards + gamma * final_values * truncated
+    adv, _ = compute_gae(torch.tensor(folded), torch.tensor(values), torch.tensor(terminated | truncated),
+                         torch.tensor(last), gamma, lam)
+    expected = gae_reference_with_truncation(rewards, values, terminated, truncated, final_values, last, gamma, lam)
+    np.testing.assert_allclose(adv.numpy(), expected, rtol=1e-10, atol=1e-10)
+    assert truncated.any() and terminated.any()
