@@ -200,14 +200,14 @@ def _market(seed: int = 0, num_days: int = 700, num_tickers: int = 4) -> tuple[M
 
 def test_normalisation_and_threshold_use_training_days_only() -> None:
     data, splits = _market()
-    market = PreparedMarket.prepare(data, splits, window=10)
+    market = PreparedMarket.prepare(data, splits, window=10, price_mode="level")
     train = splits.train
     # Change every price after the training split: statistics and threshold must not move.
     bump = np.ones_like(data.close)
     bump[train.stop :] = 3.0
     later = MarketData(dates=data.dates, tickers=data.tickers, open=data.open * bump, high=data.high * bump,
                        low=data.low * bump, close=data.close * bump, volume=data.volume)
-    other = PreparedMarket.prepare(later, splits, window=10)
+    other = PreparedMarket.prepare(later, splits, window=10, price_mode="level")
     for name in ("close_mean", "close_std", "indicator_mean", "indicator_std"):
         np.testing.assert_array_equal(getattr(market.normalization, name), getattr(other.normalization, name))
     assert market.turbulence_threshold == other.turbulence_threshold
@@ -224,7 +224,7 @@ def test_normalisation_and_threshold_use_training_days_only() -> None:
 
 def test_market_rows_layout() -> None:
     data, splits = _market(num_tickers=3)
-    m = PreparedMarket.prepare(data, splits, window=10)
+    m = PreparedMarket.prepare(data, splits, window=10, price_mode="level")
     rows = m.normalization.market_rows(data.close, m.indicators)
     n, day = 3, 500
     assert rows.shape == (data.num_days, n + 4 * n)
