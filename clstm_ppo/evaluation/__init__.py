@@ -1,0 +1,1 @@
+"""Evaluation: backtests, reports, trading metrics and the study's statistics."""
