@@ -1,0 +1,539 @@
+"""Statistics for the study: comparing trading policies over seeds against baselines (pure numpy).
+
+Conventions shared by every function here:
+
+* Inputs are daily simple returns as fractions (``0.01`` = +1 % in a day), or daily portfolio values in
+  dollars where a function says so (`clstm_ppo.metrics.daily_returns` turns values into returns).
+* ``D`` days, ``S`` seeds (independent training runs of one policy), ``N`` trials/configurations,
+  ``M`` metrics.
+* Annualised figures use ``TRADING_DAYS = 252`` and the project's one Sharpe formula,
+  `envs.returns.annualised_sharpe` (``mean / std(ddof=1) * sqrt(252)``, 0 where the std is ~0 or there
+  are fewer than two returns). Means are annualised arithmetically (``x 252``).
+* The Sharpe-inference formulas of Bailey & López de Prado (PSR, DSR) are stated in PER-PERIOD (daily)
+  units: ``SR_daily = SR_annual / sqrt(252)``; `to_daily_sharpe` and `to_daily_sharpe_variance` convert
+  annualised figures (with the periods per year as an argument, since papers differ).
+* Randomised functions take a ``seed`` (or a ``numpy.random.Generator``) and are deterministic given it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from clstm_ppo.metrics import sharpe_from_returns
+from envs.returns import TRADING_DAYS, ZERO_STD, annualised_sharpe
+
+EULER_GAMMA = 0.5772156649015329
+"""Euler–Mascheroni constant, used by `expected_max_sharpe`."""
+
+_NORMAL = NormalDist()
+
+_CHUNK_ELEMENTS = 1 << 21
+"""Resampled floats held at once by `paired_sharpe_difference` (x 8 bytes, plus temporaries)."""
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _returns_1d(returns: Any, name: str = "returns") -> np.ndarray:
+    r = np.asarray(returns, dtype=np.float64)
+    if r.ndim != 1 or r.size == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D series of daily returns, got shape {r.shape}")
+    if not np.all(np.isfinite(r)):
+        raise ValueError(f"{name} contain NaN or inf")
+    return r
+
+
+def _paired_1d(returns: Any, benchmark: Any) -> tuple[np.ndarray, np.ndarray]:
+    r = _returns_1d(returns)
+    b = _returns_1d(benchmark, "benchmark")
+    if r.shape != b.shape:
+        raise ValueError(f"returns and benchmark must cover the same days, got {r.shape} and {b.shape}")
+    return r, b
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def _sharpe(returns: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Annualised Sharpe (the project's formula) of every series along ``axis`` of ``returns``."""
+    n = returns.shape[axis]
+    mean = np.mean(returns, axis=axis)
+    std = np.std(returns, axis=axis, ddof=1) if n >= 2 else np.zeros_like(mean)
+    return annualised_sharpe(mean, std, n)
+
+
+def to_daily_sharpe(annual_sharpe: float, periods_per_year: float = TRADING_DAYS) -> float:
+    """Annualised Sharpe ratio -> per-period Sharpe: ``SR_annual / sqrt(periods_per_year)``.
+
+    Use it for the ``benchmark_sharpe`` of `probabilistic_sharpe_ratio` when the benchmark is quoted
+    annualised. ``periods_per_year`` defaults to the project's 252 trading days (Bailey & López de Prado's
+    DSR example uses 250).
+    """
+    return float(annual_sharpe) / math.sqrt(periods_per_year)
+
+
+def to_daily_sharpe_variance(annual_variance: float, periods_per_year: float = TRADING_DAYS) -> float:
+    """Variance of annualised Sharpe ratios -> variance of per-period ones: ``V_annual / periods_per_year``.
+
+    For the ``sharpe_variance`` of `expected_max_sharpe` / `deflated_sharpe_ratio`.
+    """
+    return float(annual_variance) / periods_per_year
+
+
+# --------------------------------------------------------------------------------- benchmark-relative
+
+
+def beta_alpha(returns: Any, benchmark: Any) -> tuple[float, float]:
+    """OLS regression of daily returns on the benchmark's: ``r_t = a + beta * b_t + e_t``.
+
+    :param returns: ``[D]`` daily simple returns of the portfolio (fractions).
+    :param benchmark: ``[D]`` daily simple returns of the benchmark on the same days (fractions).
+    :return: ``(beta, alpha)``: ``beta = cov(r, b) / var(b)`` (dimensionless) and the annualised alpha
+        ``alpha = (mean(r) - beta * mean(b)) * 252`` (fraction per year; Jensen's alpha with a zero
+        risk-free rate, annualised arithmetically: the mean daily intercept times 252, not compounded).
+
+    A benchmark that does not vary (std ``<= ZERO_STD``, or a single day) explains nothing: ``beta = 0``
+    and ``alpha = mean(r) * 252``.
+    """
+    r, b = _paired_1d(returns, benchmark)
+    if r.size < 2 or np.std(b, ddof=1) <= ZERO_STD:
+        return 0.0, float(np.mean(r) * TRADING_DAYS)
+    db = b - np.mean(b)
+    beta = float(np.sum(db * (r - np.mean(r))) / np.sum(db * db))
+    return beta, float((np.mean(r) - beta * np.mean(b)) * TRADING_DAYS)
+
+
+def information_ratio(returns: Any, benchmark: Any) -> float:
+    """Annualised information ratio: ``mean(a) * 252 / (std(a, ddof=1) * sqrt(252))`` with ``a = r - b``.
+
+    :param returns: ``[D]`` daily simple returns of the portfolio (fractions).
+    :param benchmark: ``[D]`` daily simple returns of the benchmark on the same days.
+    :return: dimensionless, per sqrt(year): the Sharpe ratio of the active returns, computed by the
+        project's one Sharpe formula, so it is 0 when the tracking error is ~0 (``std <= ZERO_STD``) or
+        there are fewer than two days.
+    """
+    r, b = _paired_1d(returns, benchmark)
+    return sharpe_from_returns(r - b)
+
+
+def mean_exposure(values: Any, holdings_value: Any) -> float:
+    """Mean gross invested fraction of a long-only portfolio: ``mean_t(holdings_value[t] / values[t])``.
+
+    :param values: ``[D]`` total portfolio value per day, dollars (cash + holdings), > 0.
+    :param holdings_value: ``[D]`` dollars held in stocks on the same days (shares x close), >= 0.
+    :return: fraction in [0, 1]: 0 = always all cash, 1 = always fully invested. Float rounding above 1
+        (up to 1e-9) is clipped; anything further outside [0, 1] raises ``ValueError`` (a short book or
+        negative cash is not a long-only portfolio).
+    """
+    v = _returns_1d(values, "values")
+    h = _returns_1d(holdings_value, "holdings_value")
+    if v.shape != h.shape:
+        raise ValueError(f"values and holdings_value must cover the same days, got {v.shape} and {h.shape}")
+    if np.any(v <= 0):
+        raise ValueError("values must be > 0 dollars")
+    frac = h / v
+    if np.any(frac < -1e-9) or np.any(frac > 1.0 + 1e-9):
+        raise ValueError("holdings_value / values outside [0, 1]: not a long-only portfolio")
+    return float(np.mean(np.clip(frac, 0.0, 1.0)))
+
+
+# ---------------------------------------------------------------------------------------- bootstraps
+
+
+def bootstrap_mean_ci(
+    samples: Any, confidence: float = 0.95, n_boot: int = 10_000, seed: int = 0
+) -> tuple[Any, Any, Any]:
+    """Percentile-bootstrap confidence interval of a mean across seeds (Efron & Tibshirani 1993, ch. 13).
+
+    Each of ``n_boot`` draws resamples the ``S`` rows with replacement (as multinomial counts, so the
+    work is one ``[n_boot, S] @ [S, M]`` product); the interval is the ``(1 - c) / 2`` and
+    ``(1 + c) / 2`` quantiles of the draws' means (numpy's default linear interpolation).
+
+    :param samples: ``[S]`` one number per seed (e.g. a Sharpe ratio), or ``[S, M]`` M metrics at once.
+    :return: ``(mean, lo, hi)``: floats for ``[S]`` input, ``[M]`` arrays for ``[S, M]``; ``mean`` is the
+        plain sample mean. ``S == 1``: ``(x, nan, nan)`` -- one seed says nothing about spread.
+
+    Caveat: the percentile interval of a mean is about as wide as ``mean +- z * std(ddof=0) / sqrt(S)``,
+    so for small S it is too narrow (S = 5: ~0.84 coverage at 0.95 nominal, S = 30: ~0.93). Read it as
+    a description of seed-to-seed spread, not an exact 95 % interval, when S is small. No BCa or
+    Student-t correction is applied.
+    """
+    _check_confidence(confidence)
+    x = np.asarray(samples, dtype=np.float64)
+    if x.ndim not in (1, 2) or x.shape[0] == 0:
+        raise ValueError(f"samples must be [S] or [S, M] with S >= 1, got shape {x.shape}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("samples contain NaN or inf")
+    one_d = x.ndim == 1
+    x2 = x[:, None] if one_d else x
+    s = x2.shape[0]
+    mean = np.mean(x2, axis=0)
+    if s == 1:
+        lo = hi = np.full(x2.shape[1], np.nan)
+    else:
+        rng = np.random.default_rng(seed)
+        counts = rng.multinomial(s, np.full(s, 1.0 / s), size=int(n_boot)).astype(np.float64)
+        means = counts @ x2 / s  # [n_boot, M]
+        alpha = (1.0 - confidence) / 2.0
+        lo, hi = np.quantile(means, [alpha, 1.0 - alpha], axis=0)
+    if one_d:
+        return float(mean[0]), float(lo[0]), float(hi[0])
+    return mean, lo, hi
+
+
+def default_block_length(num_days: int) -> int:
+    """Mean block length for the stationary bootstrap: ``max(1, round(num_days ** (1/3)))`` days.
+
+    The n^(1/3) rule: the block length that minimises the mean squared error of block-bootstrap
+    variance estimates grows as ``n^(1/3)`` (Hall, Horowitz & Jing 1995, "On blocking rules for the
+    bootstrap with dependent data", Biometrika 82; the same rate for the stationary bootstrap in
+    Politis & White 2004, "Automatic block-length selection for the dependent bootstrap"), and the
+    constant 1 is the common rule of thumb. 252 days -> 6, 1,000 days -> 10.
+    """
+    if num_days < 1:
+        raise ValueError(f"num_days must be >= 1, got {num_days}")
+    return max(1, round(num_days ** (1.0 / 3.0)))
+
+
+def stationary_bootstrap_indices(
+    num_days: int, num_draws: int, mean_block: float, rng: np.random.Generator
+) -> np.ndarray:
+    """Day indices of the stationary bootstrap of Politis & Romano (1994), "The Stationary Bootstrap", JASA.
+
+    Each draw is a series of ``num_days`` indices built from blocks of consecutive days: a block starts
+    at a uniformly random day and continues ``i -> (i + 1) mod num_days`` (wrapping past the end) until a
+    new block starts, which happens before each day with probability ``p = 1 / mean_block``; block
+    lengths are geometric with mean ``mean_block``. Every day is equally likely at every position, and
+    the resampled series is stationary. ``mean_block = 1`` is the ordinary i.i.d. bootstrap.
+
+    Vectorised with a cumulative trick: mark block starts, carry each position's last start forward with
+    ``maximum.accumulate``, and add the offset since it. Memory: a few ``[num_draws, num_days]`` arrays.
+
+    :param num_days: D, the length of the original (and of every resampled) series.
+    :param num_draws: B, the number of bootstrap series.
+    :param mean_block: expected block length in days, >= 1.
+    :param rng: the generator to draw from (consumed: two arrays of ``[B, D]`` draws).
+    :return: ``[num_draws, num_days] int64`` indices into the original days.
+    """
+    if num_days < 1 or num_draws < 0:
+        raise ValueError(f"need num_days >= 1 and num_draws >= 0, got {num_days} and {num_draws}")
+    if not mean_block >= 1.0:
+        raise ValueError(f"mean_block must be >= 1 day, got {mean_block}")
+    shape = (int(num_draws), int(num_days))
+    new_block = rng.random(shape) < 1.0 / mean_block
+    new_block[:, 0] = True
+    starts = rng.integers(0, num_days, size=shape)
+    day = np.arange(num_days)
+    last_start = np.maximum.accumulate(np.where(new_block, day, 0), axis=1)
+    first_day = np.take_along_axis(starts, last_start, axis=1)
+    return (first_day + (day - last_start)) % num_days
+
+
+def paired_sharpe_difference(
+    policy: Any,
+    baseline: Any,
+    confidence: float = 0.95,
+    n_boot: int = 2_000,
+    mean_block: float | None = None,
+    seed: int = 0,
+    resample_seeds: bool = True,
+) -> dict[str, Any]:
+    """How much better a policy's annualised Sharpe is than a baseline's, with a bootstrap interval.
+
+    :param policy: ``[S, D]`` daily simple returns of S seeds of the policy on the same D days.
+    :param baseline: ``[D]`` daily returns of one baseline (e.g. buy-and-hold) on those days, or
+        ``[S, D]`` one per seed (paired row by row).
+    :param confidence: two-sided level of the interval.
+    :param n_boot: number of bootstrap draws.
+    :param mean_block: mean block length in days for the stationary bootstrap; None:
+        `default_block_length` (D^(1/3)).
+    :param seed: seeds the generator; the result is a function of the inputs and the seed.
+    :param resample_seeds: resample seeds as well as days (default, see below); False keeps the S seeds
+        fixed, giving an interval for these particular seeds rather than for a freshly trained one.
+    :return: dict with
+        ``difference``: ``mean_s (SR(policy_s) - SR(baseline_s))`` on the original days (annualised);
+        ``lo``, ``hi``: percentile interval of the same statistic over the draws;
+        ``seeds_beating``: number of seeds with ``SR(policy_s) > SR(baseline_s)`` (strictly);
+        ``num_seeds`` S, ``mean_block``, ``n_boot``;
+        ``policy_sharpe``, ``baseline_sharpe``: ``[S]`` the per-seed annualised Sharpe ratios.
+
+    Design. One draw does two resamplings at once:
+
+    * DAYS, with the stationary bootstrap (`stationary_bootstrap_indices`, Politis & Romano 1994), which
+      keeps volatility clustering and autocorrelation within blocks. The SAME day indices are applied to
+      every policy seed and to the baseline (a paired bootstrap), so market moves common to both cancel
+      in the difference and the interval measures the difference, not the market's luck.
+    * SEEDS, with replacement (S of S), so the seed-to-seed variation of training also widens the
+      interval.
+
+    The draw's statistic is the mean over the drawn seeds of ``SR(policy_s) - SR(baseline_s)`` on the
+    drawn days, and ``lo``/``hi`` are its ``(1 -+ c) / 2`` quantiles (percentile interval, no bias
+    correction). Identical policy and baseline give exactly ``[0, 0]``; with ``S == 1`` only the day
+    resampling is left.
+
+    Resampling both factors of a crossed seeds x days design is conservative (Owen 2007, "The pigeonhole
+    bootstrap", Ann. Appl. Stat. 1(2)): each seed's own day-to-day noise enters twice, once through the
+    days and once as apparent seed-to-seed spread. With seeds whose true Sharpe ratios differ (the
+    realistic case for RL training runs) coverage is close to nominal; with seeds that differ only by
+    noise on the same days it over-covers (~0.99 at 0.95 nominal when that noise dominates; see the
+    tests). It never under-covers because of the seeds, which ignoring seed variation would.
+
+    Cost: ``n_boot x S x D`` gathered floats, processed in chunks of about ``_CHUNK_ELEMENTS``.
+    """
+    _check_confidence(confidence)
+    p = np.asarray(policy, dtype=np.float64)
+    b = np.asarray(baseline, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] < 1 or p.shape[1] < 2:
+        raise ValueError(f"policy must be [S, D] with S >= 1 and D >= 2, got shape {p.shape}")
+    if b.shape not in ((p.shape[1],), p.shape):
+        raise ValueError(f"baseline must be [D] or [S, D] matching policy {p.shape}, got {b.shape}")
+    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(b))):
+        raise ValueError("policy or baseline returns contain NaN or inf")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    s, d = p.shape
+    block = float(default_block_length(d) if mean_block is None else mean_block)
+
+    sr_policy = _sharpe(p)
+    sr_base = np.broadcast_to(_sharpe(b), (s,))
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_boot)
+    chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // (s * d)))
+    uniform = np.full(s, 1.0 / s)
+    for start in range(0, n_boot, chunk):
+        c = min(chunk, n_boot - start)
+        days = stationary_bootstrap_indices(d, c, block, rng)  # [c, D]
+        if resample_seeds:
+            seed_counts = rng.multinomial(s, uniform, size=c)  # [c, S]: how often each seed is drawn
+        else:
+            seed_counts = np.ones((c, s))
+        # np.take gathers into C-contiguous rows, so every series is summed in the same (pairwise) order
+        # whatever its batch shape: an identical policy and baseline give an exactly zero difference
+        diff = _sharpe(np.take(p, days, axis=1)) - _sharpe(np.take(b, days, axis=-1))  # [S, c] - [c] / [S, c]
+        stats[start : start + c] = np.sum(seed_counts * diff.T, axis=1) / s
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
+    return {
+        "difference": float(np.mean(sr_policy - sr_base)),
+        "lo": float(lo),
+        "hi": float(hi),
+        "seeds_beating": int(np.sum(sr_policy > sr_base)),
+        "num_seeds": s,
+        "mean_block": block,
+        "n_boot": int(n_boot),
+        "policy_sharpe": sr_policy,
+        "baseline_sharpe": np.array(sr_base),
+    }
+
+
+# ------------------------------------------------------------------------------ PSR and deflated Sharpe
+
+
+def probabilistic_sharpe_from_moments(
+    sharpe: float, skewness: float, kurtosis: float, num_returns: int, benchmark_sharpe: float = 0.0
+) -> float:
+    """PSR from the moments, all in PER-PERIOD units (Bailey & López de Prado 2012, eq. for PSR).
+
+    ``PSR = Phi( (SR - SR*) sqrt(n - 1) / sqrt(1 - g3 SR + (g4 - 1) / 4 SR^2) )``
+
+    :param sharpe: SR, the observed per-period (daily, NOT annualised) Sharpe ratio.
+    :param skewness: g3 of the returns.
+    :param kurtosis: g4 of the returns, non-excess (normal = 3).
+    :param num_returns: n, the number of returns behind SR (>= 2).
+    :param benchmark_sharpe: SR*, per period (`to_daily_sharpe` converts an annualised one).
+    :return: probability in [0, 1] that the true Sharpe exceeds SR*.
+
+    The variance term is ``>= 0`` for any distribution (``g4 >= 1 + g3^2``); if rounding makes it ``<= 0``
+    the PSR is 1, 0 or 0.5 by the sign of ``SR - SR*``.
+    """
+    if num_returns < 2:
+        raise ValueError(f"PSR needs at least 2 returns, got {num_returns}")
+    diff = (sharpe - benchmark_sharpe) * math.sqrt(num_returns - 1)
+    var = 1.0 - skewness * sharpe + (kurtosis - 1.0) / 4.0 * sharpe * sharpe
+    if var <= 0.0:
+        return 0.5 if diff == 0.0 else float(diff > 0.0)
+    return _NORMAL.cdf(diff / math.sqrt(var))
+
+
+def _daily_sharpe_skew_kurtosis(r: np.ndarray) -> tuple[float, float, float]:
+    """Per-period Sharpe (the project's formula / sqrt(252)), skewness and non-excess kurtosis.
+
+    Skewness ``m3 / m2^1.5`` and kurtosis ``m4 / m2^2`` use the biased (population) central moments ``m_k``
+    as in the papers; a series whose std is ~0 counts as normal (0, 3), its Sharpe being 0 by the
+    project's convention.
+    """
+    sr = sharpe_from_returns(r) / math.sqrt(TRADING_DAYS)
+    dev = r - np.mean(r)
+    m2 = float(np.mean(dev**2))
+    if r.size < 2 or math.sqrt(m2) <= ZERO_STD:
+        return sr, 0.0, 3.0
+    return sr, float(np.mean(dev**3)) / m2**1.5, float(np.mean(dev**4)) / m2**2
+
+
+def probabilistic_sharpe_ratio(returns: Any, benchmark_sharpe: float = 0.0) -> float:
+    """Probabilistic Sharpe ratio of a daily return series (Bailey & López de Prado 2012, "The Sharpe
+    Ratio Efficient Frontier", Journal of Risk 15(2)).
+
+    :param returns: ``[D]`` daily simple returns (fractions), D >= 2.
+    :param benchmark_sharpe: SR*, a DAILY Sharpe ratio; for an annualised one pass
+        ``to_daily_sharpe(sr_annual)``.
+    :return: ``Phi((SR - SR*) sqrt(D - 1) / sqrt(1 - g3 SR + (g4 - 1) / 4 SR^2))`` with SR the daily Sharpe
+        (`envs.returns.annualised_sharpe` / sqrt(252)), g3 the skewness and g4 the (non-excess) kurtosis
+        of the returns: the probability that the true Sharpe exceeds SR* given the track record.
+    """
+    r = _returns_1d(returns)
+    sr, skew, kurt = _daily_sharpe_skew_kurtosis(r)
+    return probabilistic_sharpe_from_moments(sr, skew, kurt, r.size, benchmark_sharpe)
+
+
+def expected_max_sharpe(num_trials: float, sharpe_variance: float) -> float:
+    """Expected maximum Sharpe of N unskilled trials (Bailey & López de Prado 2014, "The Deflated Sharpe
+    Ratio", Journal of Portfolio Management 40(5); from the false strategy theorem).
+
+    ``SR0 = sqrt(V) ((1 - gamma) Phi^-1(1 - 1/N) + gamma Phi^-1(1 - 1/(N e)))``, gamma = Euler–Mascheroni.
+
+    :param num_trials: N >= 1, the number of (independent) configurations tried.
+    :param sharpe_variance: V >= 0, the variance across the trials of their Sharpe estimates; SR0 comes
+        out in the same units (pass a per-period variance to get a per-period SR0;
+        `to_daily_sharpe_variance` converts a variance of annualised Sharpe ratios).
+    :return: SR0. ``N == 1``: 0 (nothing was selected, so nothing to deflate).
+    """
+    if num_trials < 1:
+        raise ValueError(f"num_trials must be >= 1, got {num_trials}")
+    if sharpe_variance < 0:
+        raise ValueError(f"sharpe_variance must be >= 0, got {sharpe_variance}")
+    if num_trials == 1:
+        return 0.0
+    z1 = _NORMAL.inv_cdf(1.0 - 1.0 / num_trials)
+    z2 = _NORMAL.inv_cdf(1.0 - 1.0 / (num_trials * math.e))
+    return math.sqrt(sharpe_variance) * ((1.0 - EULER_GAMMA) * z1 + EULER_GAMMA * z2)
+
+
+def deflated_sharpe_ratio(returns: Any, num_trials: float, sharpe_variance: float) -> float:
+    """Deflated Sharpe ratio (Bailey & López de Prado 2014): ``DSR = PSR(SR* = SR0)``.
+
+    :param returns: ``[D]`` daily simple returns of the selected strategy (fractions).
+    :param num_trials: N, how many configurations were tried before selecting this one (>= 1).
+    :param sharpe_variance: V, the variance across those trials of their DAILY Sharpe ratios
+        (`to_daily_sharpe_variance` converts one of annualised Sharpe ratios).
+    :return: probability in [0, 1] that the true Sharpe exceeds the expected maximum of N unskilled trials
+        `expected_max_sharpe(N, V)`. ``N == 1``: SR0 = 0, so DSR = PSR(0).
+    """
+    return probabilistic_sharpe_ratio(returns, expected_max_sharpe(num_trials, sharpe_variance))
+
+
+def deflated_sharpe_from_trials(returns_of_chosen: Any, trial_returns: Any) -> float:
+    """`deflated_sharpe_ratio` with N and V estimated from the trials themselves.
+
+    :param returns_of_chosen: ``[D]`` daily returns of the selected configuration.
+    :param trial_returns: ``[N, D]`` daily returns of every configuration tried, the chosen one included.
+    :return: DSR with ``N`` = the number of rows and ``V`` = the sample variance (ddof = 1) of the rows'
+        daily Sharpe ratios (the project's formula / sqrt(252)). One row: V = 0 and DSR = PSR(0).
+    """
+    t = np.asarray(trial_returns, dtype=np.float64)
+    if t.ndim != 2 or t.shape[0] < 1 or t.shape[1] < 2:
+        raise ValueError(f"trial_returns must be [N, D] with N >= 1 and D >= 2, got shape {t.shape}")
+    sr = _sharpe(t) / math.sqrt(TRADING_DAYS)
+    v = float(np.var(sr, ddof=1)) if t.shape[0] > 1 else 0.0
+    return deflated_sharpe_ratio(returns_of_chosen, t.shape[0], v)
+
+
+# ------------------------------------------------------------------------------------------------- PBO
+
+
+def _cscv_sharpe(r: np.ndarray, blocks: list[np.ndarray], masks: np.ndarray) -> np.ndarray:
+    """Annualised Sharpe of every configuration on the union of the blocks selected by each mask row.
+
+    Uses per-block sums of the series centred on their full-sample mean (the centring keeps the
+    sum-of-squares variance accurate, and a constant series exactly constant): ``[C, N]``.
+    """
+    mu = np.mean(r, axis=0)
+    x = r - mu
+    n_b = np.array([len(i) for i in blocks], dtype=np.float64)  # [K]
+    s_b = np.stack([x[i].sum(axis=0) for i in blocks])  # [K, N]
+    q_b = np.stack([(x[i] ** 2).sum(axis=0) for i in blocks])  # [K, N]
+    m = masks.astype(np.float64)
+    n = (m @ n_b)[:, None]  # [C, 1]
+    s = m @ s_b
+    q = m @ q_b
+    var = np.maximum(q - s * s / n, 0.0) / (n - 1.0)
+    return annualised_sharpe(mu + s / n, np.sqrt(var), n)
+
+
+def probability_of_backtest_overfitting(
+    returns: Any, num_splits: int = 16, metric: Callable[[np.ndarray], np.ndarray] | None = None
+) -> dict[str, Any]:
+    """Probability of backtest overfitting by combinatorially symmetric cross-validation (CSCV) of
+    Bailey, Borwein, López de Prado & Zhu (2015/2017), "The Probability of Backtest Overfitting",
+    Journal of Computational Finance 20(4).
+
+    :param returns: ``[D, N]`` daily returns (fractions) of N configurations on the same D days.
+    :param num_splits: S, even, >= 2: the rows are cut into S contiguous blocks (``numpy.array_split``:
+        sizes differ by at most one day when S does not divide D).
+    :param metric: performance of every configuration on a subset of days, ``[rows, N] -> [N]``; None
+        (default) is the annualised Sharpe ratio (the project's formula), computed for all
+        combinations at once from per-block sums. A callable is applied combination by combination
+        (slower: 2 x C(S, S/2) calls).
+    :return: dict with ``pbo`` (fraction of combinations with logit <= 0), ``logits`` (``[C]``, in the
+        order of ``itertools.combinations(range(S), S/2)`` for the in-sample blocks),
+        ``num_combinations`` C = C(S, S/2) (12,870 for S = 16) and ``num_splits`` S.
+
+    For every choice of S/2 blocks as in-sample (IS), the rest out-of-sample (OOS): pick the
+    configuration ``n*`` with the best IS metric (ties: the lowest index), rank its OOS metric among the
+    N OOS metrics (1 = worst ... N = best; tied values share their average rank), ``w = rank / (N + 1)``,
+    ``logit = ln(w / (1 - w))``. PBO is the fraction of combinations where the IS winner is at or below
+    the OOS median (logit <= 0). ~0: selection carries to OOS; ~0.5: the IS ranking is noise; ~1: the IS
+    winner is systematically an OOS loser.
+
+    The study calls it only with 4 or more configurations (with 2 or 3 the ranks are too coarse to mean
+    much); fewer than 2 configurations, an odd S, or fewer days than blocks raise ``ValueError``.
+    """
+    r = np.asarray(returns, dtype=np.float64)
+    if r.ndim != 2:
+        raise ValueError(f"returns must be [D, N] (days x configurations), got shape {r.shape}")
+    d, n_cfg = r.shape
+    if n_cfg < 2:
+        raise ValueError(f"PBO needs at least 2 configurations to select from, got N = {n_cfg}")
+    if num_splits < 2 or num_splits % 2:
+        raise ValueError(f"num_splits must be even and >= 2, got {num_splits}")
+    if d < num_splits:
+        raise ValueError(f"fewer days ({d}) than blocks (num_splits = {num_splits})")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("returns contain NaN or inf")
+
+    blocks = np.array_split(np.arange(d), num_splits)
+    combos = np.array(list(itertools.combinations(range(num_splits), num_splits // 2)))
+    in_sample = np.zeros((len(combos), num_splits), dtype=bool)
+    in_sample[np.arange(len(combos))[:, None], combos] = True
+
+    if metric is None:
+        is_metric = _cscv_sharpe(r, blocks, in_sample)
+        oos_metric = _cscv_sharpe(r, blocks, ~in_sample)
+    else:
+        is_metric = np.empty((len(combos), n_cfg))
+        oos_metric = np.empty((len(combos), n_cfg))
+        for c, row in enumerate(in_sample):
+            is_metric[c] = metric(r[np.concatenate([blocks[k] for k in np.flatnonzero(row)])])
+            oos_metric[c] = metric(r[np.concatenate([blocks[k] for k in np.flatnonzero(~row)])])
+
+    best = np.argmax(is_metric, axis=1)  # first index on ties
+    chosen = oos_metric[np.arange(len(combos)), best][:, None]
+    below = np.sum(oos_metric < chosen, axis=1)
+    tied = np.sum(oos_metric == chosen, axis=1)  # includes the chosen one
+    rank = below + (tied + 1) / 2.0  # average of ranks below+1 .. below+tied
+    omega = rank / (n_cfg + 1.0)
+    logits = np.log(omega / (1.0 - omega))
+    return {
+        "pbo": float(np.mean(logits <= 0.0)),
+        "logits": logits,
+        "num_combinations": len(combos),
+        "num_splits": num_splits,
+    }

@@ -1,0 +1,386 @@
+"""The study's statistics against oracles: closed forms, hand-worked examples, the papers' numbers, and
+plain slow re-implementations written here (never numbers printed by the functions themselves)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from statistics import NormalDist
+
+import numpy as np
+import pytest
+
+from clstm_ppo.evaluation import statistics as st
+from clstm_ppo.metrics import sharpe_from_returns
+
+PHI = NormalDist().cdf
+SQRT252 = math.sqrt(252)
+
+# --------------------------------------------------------------------------------- beta, alpha, IR
+
+
+def test_beta_alpha_recover_a_planted_exact_linear_model():
+    bench = np.random.default_rng(0).normal(0.0005, 0.01, 300)
+    returns = 0.0002 + 1.3 * bench  # no noise: OLS must return the planted numbers
+    beta, alpha = st.beta_alpha(returns, bench)
+    assert beta == pytest.approx(1.3, abs=1e-12)
+    assert alpha == pytest.approx(0.0002 * 252, abs=1e-12)  # arithmetic annualisation of the intercept
+
+
+def test_beta_alpha_with_noise_match_lstsq():
+    rng = np.random.default_rng(1)
+    bench = rng.normal(0.0004, 0.012, 500)
+    returns = -0.0001 + 0.7 * bench + rng.normal(0, 0.005, 500)
+    design = np.column_stack([np.ones_like(bench), bench])
+    (a, b), *_ = np.linalg.lstsq(design, returns, rcond=None)
+    beta, alpha = st.beta_alpha(returns, bench)
+    assert beta == pytest.approx(b, rel=1e-10)
+    assert alpha == pytest.approx(a * 252, rel=1e-8)
+
+
+def test_beta_alpha_constant_benchmark_is_beta_zero():
+    returns = np.array([0.01, -0.02, 0.03])
+    beta, alpha = st.beta_alpha(returns, np.full(3, 0.001))
+    assert beta == 0.0
+    assert alpha == pytest.approx(np.mean(returns) * 252)
+
+
+def test_information_ratio_by_hand():
+    r = np.array([0.01, 0.02, -0.01, 0.03])
+    b = np.array([0.0, 0.01, 0.0, 0.01])
+    # active = [0.01, 0.01, -0.01, 0.02], mean 0.0075
+    # deviations 0.0025, 0.0025, -0.0175, 0.0125 -> squares sum 4.75e-4 -> var (ddof 1) 4.75e-4 / 3
+    expected = 0.0075 * 252 / (math.sqrt(4.75e-4 / 3) * SQRT252)
+    assert st.information_ratio(r, b) == pytest.approx(expected, rel=1e-12)
+    assert expected == pytest.approx(9.4619, abs=1e-3)
+    # a constant active return has no tracking error: 0 by the Sharpe's masking rule, not 1e15
+    assert st.information_ratio(b + 0.001, b) == 0.0
+
+
+def test_mean_exposure_by_hand_and_rejects_a_short_book():
+    values = np.array([100.0, 200.0, 100.0])
+    assert st.mean_exposure(values, [0.0, 100.0, 100.0]) == pytest.approx((0 + 0.5 + 1) / 3)
+    with pytest.raises(ValueError, match="long-only"):
+        st.mean_exposure(values, [0.0, -10.0, 100.0])
+
+
+# ------------------------------------------------------------------------------- bootstrap of a mean
+
+
+def test_bootstrap_mean_ci_coverage_and_width_on_normal_samples():
+    # 2,000 replications of S = 30 normal draws, all bootstrapped at once as the M columns of one call.
+    rng = np.random.default_rng(2)
+    true_mean, s = 0.7, 30
+    samples = rng.normal(true_mean, 1.0, size=(s, 2000))
+    mean, lo, hi = st.bootstrap_mean_ci(samples, n_boot=2000, seed=3)
+    np.testing.assert_allclose(mean, samples.mean(axis=0))
+    assert np.all((lo <= mean) & (mean <= hi))
+    coverage = np.mean((lo <= true_mean) & (true_mean <= hi))
+    # percentile interval ~ mean +- 1.96 std(ddof=0) / sqrt(S): P(|t_29| < 1.96 sqrt(29/30)) = 0.936
+    assert 0.91 <= coverage <= 0.96
+    # closed form of the bootstrap distribution: sd of a resampled mean = std(ddof=0) / sqrt(S)
+    expected_width = 2 * NormalDist().inv_cdf(0.975) * samples.std(axis=0) / math.sqrt(s)
+    assert np.median((hi - lo) / expected_width) == pytest.approx(1.0, abs=0.03)
+
+
+def test_bootstrap_mean_ci_one_seed_and_1d_input():
+    mean1, lo1, hi1 = st.bootstrap_mean_ci([0.4])
+    assert mean1 == 0.4 and math.isnan(lo1) and math.isnan(hi1)
+    mean, lo, hi = st.bootstrap_mean_ci(np.array([[0.4, 1.0]]))
+    assert np.all(np.isnan(lo)) and np.all(np.isnan(hi)) and list(mean) == [0.4, 1.0]
+    x = np.array([0.1, 0.5, -0.2, 0.9, 0.3])
+    m, lo, hi = st.bootstrap_mean_ci(x, n_boot=500, seed=4)
+    assert m == pytest.approx(0.32) and lo < 0.32 < hi
+    assert min(x) <= lo and hi <= max(x)  # a resampled mean cannot leave the data's range
+
+
+# ------------------------------------------------------------------------------ stationary bootstrap
+
+
+def test_stationary_bootstrap_block_length_range_uniformity_and_determinism():
+    d, draws, block = 200, 3000, 5.0
+    idx = st.stationary_bootstrap_indices(d, draws, block, np.random.default_rng(5))
+    assert idx.shape == (draws, d) and idx.dtype.kind == "i"
+    assert idx.min() >= 0 and idx.max() < d
+    # a position continues the previous block with prob 1 - p, or starts a new block that happens to
+    # begin on the next day with prob p / D
+    p = 1 / block
+    cont = idx[:, 1:] == (idx[:, :-1] + 1) % d
+    assert cont.mean() == pytest.approx((1 - p) + p / d, abs=0.005)
+    blocks_per_draw = d - cont.sum(axis=1)
+    assert np.mean(d / blocks_per_draw) == pytest.approx(block, rel=0.05)  # mean block length
+    # wrapping: from the last day a block continues to day 0
+    from_last = idx[:, :-1] == d - 1
+    assert np.mean(idx[:, 1:][from_last] == 0) == pytest.approx(1 - p, abs=0.03)
+    # every day equally likely (marginal uniform): draws x D picks over D days, block-correlated
+    counts = np.bincount(idx.ravel(), minlength=d)
+    assert np.max(np.abs(counts / draws - 1)) < 0.15
+    assert np.array_equal(idx, st.stationary_bootstrap_indices(d, draws, block, np.random.default_rng(5)))
+    assert not np.array_equal(idx, st.stationary_bootstrap_indices(d, draws, block, np.random.default_rng(6)))
+    # mean_block = 1 is the i.i.d. bootstrap: continuations only by chance
+    iid = st.stationary_bootstrap_indices(d, draws, 1.0, np.random.default_rng(5))
+    assert np.mean(iid[:, 1:] == (iid[:, :-1] + 1) % d) == pytest.approx(1 / d, abs=0.002)
+
+
+def test_default_block_length_is_cube_root():
+    assert st.default_block_length(1000) == 10
+    assert st.default_block_length(252) == 6
+    assert st.default_block_length(1) == 1
+
+
+# ----------------------------------------------------------------------------- paired Sharpe difference
+
+
+def _coverage(num_seeds: int, seed_spread: float, resample_seeds: bool, reps: int = 200) -> float:
+    """Share of `reps` simulated studies whose interval covers the true Sharpe difference.
+
+    Baseline ~ N(mu_b, sb^2) iid per day; seed s of the policy = baseline + alpha_s with
+    alpha_s ~ N(mu_s, sa^2) iid per day and mu_s ~ N(mu_a, seed_spread^2) per seed. A policy seed's true
+    Sharpe is (mu_b + mu_s) / sqrt(sb^2 + sa^2), linear in mu_s, so the population's mean difference is
+    sqrt(252) ((mu_b + mu_a) / sqrt(sb^2 + sa^2) - mu_b / sb).
+    """
+    mu_b, sb, mu_a, sa, days = 0.0004, 0.01, 0.0004, 0.005, 250
+    true = SQRT252 * ((mu_b + mu_a) / math.hypot(sb, sa) - mu_b / sb)
+    rng = np.random.default_rng(7)
+    hits = 0
+    for rep in range(reps):
+        base = rng.normal(mu_b, sb, days)
+        mu_s = rng.normal(mu_a, seed_spread, (num_seeds, 1))
+        policy = base + mu_s + rng.normal(0.0, sa, (num_seeds, days))
+        res = st.paired_sharpe_difference(policy, base, n_boot=200, seed=rep, resample_seeds=resample_seeds)
+        hits += res["lo"] <= true <= res["hi"]
+    return hits / reps
+
+
+def test_paired_sharpe_ci_covers_the_true_difference():
+    # seeds with different true Sharpe ratios (sd ~0.85 annualised): the realistic case for RL runs
+    assert 0.88 <= _coverage(4, seed_spread=0.0006, resample_seeds=True) <= 0.995
+    # fixing the seeds ignores that spread and the interval under-covers: why seeds are resampled
+    assert _coverage(4, seed_spread=0.0006, resample_seeds=False) < 0.85
+
+
+def test_paired_sharpe_ci_with_noise_only_seeds_is_conservative_not_anticonservative():
+    # seeds differing only by noise on the same days: days alone give ~nominal coverage, days + seeds
+    # count each seed's noise twice (Owen 2007) and over-cover, as documented
+    assert 0.85 <= _coverage(4, seed_spread=0.0, resample_seeds=False) <= 0.99
+    assert _coverage(4, seed_spread=0.0, resample_seeds=True) >= 0.97
+
+
+def test_paired_sharpe_point_estimate_matches_per_seed_metrics():
+    rng = np.random.default_rng(8)
+    base = rng.normal(0.0003, 0.01, (3, 300))
+    policy = base + rng.normal(0.0, 0.004, (3, 300)) + np.array([[0.001], [-0.002], [0.0005]])
+    res = st.paired_sharpe_difference(policy, base, n_boot=100)
+    sr_p = [sharpe_from_returns(x) for x in policy]
+    sr_b = [sharpe_from_returns(x) for x in base]
+    assert res["difference"] == pytest.approx(np.mean(np.subtract(sr_p, sr_b)), rel=1e-12)
+    assert res["seeds_beating"] == int(np.sum(np.greater(sr_p, sr_b))) == 2
+    assert res["num_seeds"] == 3 and res["n_boot"] == 100 and res["mean_block"] == 7.0  # 300^(1/3) = 6.7
+    assert res["lo"] <= res["hi"]
+
+
+def test_paired_sharpe_identical_policy_gives_exact_zero_interval():
+    base = np.random.default_rng(9).normal(0.0004, 0.01, 250)
+    res = st.paired_sharpe_difference(np.tile(base, (5, 1)), base, n_boot=300)
+    assert (res["difference"], res["lo"], res["hi"], res["seeds_beating"]) == (0.0, 0.0, 0.0, 0)
+
+
+def test_paired_sharpe_constant_extra_return_is_significantly_better():
+    # SR(b + c) - SR(b) = c / std(b) sqrt(252) > 0 on every resample: the whole interval is above 0
+    base = np.random.default_rng(10).normal(0.0, 0.01, 250)
+    res = st.paired_sharpe_difference(np.tile(base + 0.0005, (3, 1)), base, n_boot=300)
+    assert res["difference"] == pytest.approx(0.0005 / np.std(base, ddof=1) * SQRT252, rel=1e-10)
+    assert 0.0 < res["lo"] <= res["hi"]
+    assert res["seeds_beating"] == 3
+
+
+def test_pairing_narrows_the_interval_against_an_unpaired_oracle():
+    rng = np.random.default_rng(11)
+    days, n_boot, block = 250, 300, 6.0
+    base = rng.normal(0.0004, 0.01, days)
+    policy = base + rng.normal(0.0002, 0.002, days)  # correlation ~0.98 with the baseline
+    paired = st.paired_sharpe_difference(policy[None, :], base, n_boot=n_boot, mean_block=block, seed=1)
+    # unpaired oracle: policy and baseline days resampled independently, plain loop over draws
+    draw = np.random.default_rng(12)
+    idx_p = st.stationary_bootstrap_indices(days, n_boot, block, draw)
+    idx_b = st.stationary_bootstrap_indices(days, n_boot, block, draw)
+    diffs = [
+        sharpe_from_returns(policy[i]) - sharpe_from_returns(base[j])
+        for i, j in zip(idx_p, idx_b, strict=True)
+    ]
+    lo, hi = np.quantile(diffs, [0.025, 0.975])
+    assert paired["hi"] - paired["lo"] < (hi - lo) / 4
+
+
+# ------------------------------------------------------------------------------------------------ PSR
+
+
+def test_psr_normal_closed_form():
+    # g3 = 0, g4 = 3: PSR = Phi((SR - SR*) sqrt(n - 1) / sqrt(1 + SR^2 / 2))
+    for sr, bench, n in [(0.1, 0.0, 250), (0.05, 0.08, 1000), (-0.02, 0.0, 30)]:
+        expected = PHI((sr - bench) * math.sqrt(n - 1) / math.sqrt(1 + sr * sr / 2))
+        assert st.probabilistic_sharpe_from_moments(sr, 0.0, 3.0, n, bench) == pytest.approx(
+            expected, rel=1e-12
+        )
+
+
+def test_psr_of_returns_uses_sample_moments_by_hand():
+    r = np.random.default_rng(13).standard_t(df=5, size=400) * 0.01 + 0.0008
+    mean, sd = r.mean(), r.std(ddof=1)
+    dev = r - mean
+    m2 = np.mean(dev**2)
+    skew, kurt = np.mean(dev**3) / m2**1.5, np.mean(dev**4) / m2**2
+    sr = mean / sd  # daily
+    bench = st.to_daily_sharpe(0.5)
+    assert bench == pytest.approx(0.5 / SQRT252)
+    z = (sr - bench) * math.sqrt(399) / math.sqrt(1 - skew * sr + (kurt - 1) / 4 * sr**2)
+    assert st.probabilistic_sharpe_ratio(r, bench) == pytest.approx(PHI(z), rel=1e-10)
+
+
+def test_psr_increases_with_sharpe_and_falls_with_benchmark():
+    r = np.random.default_rng(14).normal(0.0, 0.01, 250)
+    # shifting every return up raises SR and leaves skewness and kurtosis unchanged
+    psr = [st.probabilistic_sharpe_ratio(r + shift) for shift in (-0.001, 0.0, 0.0005, 0.001, 0.002)]
+    assert all(a < b for a, b in itertools.pairwise(psr))
+    psr_b = [st.probabilistic_sharpe_ratio(r + 0.001, b) for b in (-0.05, 0.0, 0.05, 0.1)]
+    assert all(a > b for a, b in itertools.pairwise(psr_b))
+
+
+# ------------------------------------------------------------------------------------------------ DSR
+
+
+def test_dsr_numerical_example_of_bailey_lopez_de_prado_2014():
+    # "The Deflated Sharpe Ratio" (JPM 2014), numerical example: N = 100 trials, variance of the trials'
+    # ANNUALISED Sharpe 1/2, the selected strategy's annualised SR 2.5 over T = 1,250 daily returns with
+    # skewness -3 and kurtosis 10, years of 250 days. The paper reports SR0 = 0.1132 (per day) and
+    # DSR = 0.9004.
+    per_year = 250
+    sr0 = st.expected_max_sharpe(100, st.to_daily_sharpe_variance(0.5, per_year))
+    assert sr0 == pytest.approx(0.1132, abs=1e-4)
+    sr = st.to_daily_sharpe(2.5, per_year)
+    assert sr == pytest.approx(0.1581, abs=1e-4)
+    dsr = st.probabilistic_sharpe_from_moments(sr, -3.0, 10.0, 1250, sr0)
+    assert dsr == pytest.approx(0.9004, abs=2e-4)
+
+
+def test_expected_max_sharpe_approximates_monte_carlo_maximum():
+    # E[max of N iid N(0, V)] by simulation; the paper's formula is an approximation (~1 % high at N=100)
+    sims = np.random.default_rng(15).standard_normal((20_000, 100)) * math.sqrt(0.25)
+    assert st.expected_max_sharpe(100, 0.25) == pytest.approx(sims.max(axis=1).mean(), rel=0.02)
+    assert st.expected_max_sharpe(1, 0.25) == 0.0
+
+
+def test_dsr_equals_psr_for_one_trial_and_falls_with_more_trials():
+    r = np.random.default_rng(16).normal(0.001, 0.01, 500)
+    assert st.deflated_sharpe_ratio(r, 1, 0.01) == st.probabilistic_sharpe_ratio(r, 0.0)
+    dsr = [st.deflated_sharpe_ratio(r, n, 0.002) for n in (1, 2, 10, 100, 1000)]
+    assert all(a > b for a, b in itertools.pairwise(dsr))
+
+
+def test_deflated_sharpe_from_trials_by_hand():
+    rng = np.random.default_rng(17)
+    trials = rng.normal(0.0005, 0.01, (8, 400)) + rng.normal(0, 0.0005, (8, 1))
+    chosen = trials[int(np.argmax(trials.mean(axis=1) / trials.std(axis=1, ddof=1)))]
+    srs = trials.mean(axis=1) / trials.std(axis=1, ddof=1)  # daily Sharpe ratios
+    v = np.var(srs, ddof=1)
+    g = 0.5772156649
+    inv = NormalDist().inv_cdf
+    sr0 = math.sqrt(v) * ((1 - g) * inv(1 - 1 / 8) + g * inv(1 - 1 / (8 * math.e)))
+    dev = chosen - chosen.mean()
+    m2 = np.mean(dev**2)
+    skew, kurt = np.mean(dev**3) / m2**1.5, np.mean(dev**4) / m2**2
+    sr = chosen.mean() / chosen.std(ddof=1)
+    expected = PHI((sr - sr0) * math.sqrt(399) / math.sqrt(1 - skew * sr + (kurt - 1) / 4 * sr**2))
+    assert st.deflated_sharpe_from_trials(chosen, trials) == pytest.approx(expected, rel=1e-8)
+
+
+# ------------------------------------------------------------------------------------------------ PBO
+
+
+def _slow_pbo(returns: np.ndarray, num_splits: int, metric) -> tuple[float, np.ndarray]:
+    """CSCV written plainly: every combination, every configuration, ranks counted one by one."""
+    d, n = returns.shape
+    blocks = np.array_split(np.arange(d), num_splits)
+    logits = []
+    for combo in itertools.combinations(range(num_splits), num_splits // 2):
+        rows_is = np.concatenate([blocks[k] for k in combo])
+        rows_oos = np.concatenate([blocks[k] for k in range(num_splits) if k not in combo])
+        perf_is = [metric(returns[rows_is, j]) for j in range(n)]
+        perf_oos = [metric(returns[rows_oos, j]) for j in range(n)]
+        best = perf_is.index(max(perf_is))  # first on ties
+        v = perf_oos[best]
+        rank = sum(x < v for x in perf_oos) + (sum(x == v for x in perf_oos) + 1) / 2
+        w = rank / (n + 1)
+        logits.append(math.log(w / (1 - w)))
+    logits = np.array(logits)
+    return float(np.mean(logits <= 0)), logits
+
+
+def test_pbo_hand_example():
+    # S = 4 blocks of one day, N = 3 configurations A, B, C; metric: the mean (ranks as the block sums)
+    #        A  B  C
+    # day 0: 3  0  1
+    # day 1: 2  1  0
+    # day 2: 0  3  1
+    # day 3: 1  0  2
+    # IS {0,1}: sums A5 B1 C1 -> A; OOS {2,3}: A1 B3 C3 -> A rank 1, w 1/4, logit ln(1/3)
+    # IS {0,2}: A3 B3 C2 -> tie, first: A; OOS {1,3}: A3 B1 C2 -> rank 3, w 3/4, logit ln 3
+    # IS {0,3}: A4 B0 C3 -> A; OOS {1,2}: A2 B4 C1 -> rank 2, w 1/2, logit 0 (counts as overfit)
+    # IS {1,2}: A2 B4 C1 -> B; OOS {0,3}: A4 B0 C3 -> rank 1, logit ln(1/3)
+    # IS {1,3}: A3 B1 C2 -> A; OOS {0,2}: A3 B3 C2 -> A ties B at the top, ranks 2, 3 -> 2.5, w 5/8,
+    #           logit ln(5/3)
+    # IS {2,3}: A1 B3 C3 -> tie, first: B; OOS {0,1}: A5 B1 C1 -> B ties C at the bottom -> 1.5,
+    #           w 3/8, logit ln(3/5)
+    # logit <= 0 in 4 of 6 combinations: PBO = 2/3
+    hand = np.array([[3, 0, 1], [2, 1, 0], [0, 3, 1], [1, 0, 2]], dtype=float)
+    res = st.probability_of_backtest_overfitting(hand, num_splits=4, metric=lambda x: x.mean(axis=0))
+    np.testing.assert_allclose(res["logits"], np.log([1 / 3, 3, 1, 1 / 3, 5 / 3, 3 / 5]), rtol=0, atol=1e-15)
+    assert res["pbo"] == pytest.approx(2 / 3)
+    assert res["num_combinations"] == 6 and res["num_splits"] == 4
+
+
+@pytest.mark.parametrize("days,n,splits", [(203, 5, 8), (160, 4, 6), (64, 12, 4)])
+def test_pbo_vectorised_sharpe_matches_the_plain_loop(days, n, splits):
+    rng = np.random.default_rng(days)
+    r = rng.normal(0.0003, 0.01, (days, n)) + rng.normal(0, 0.0003, n)
+    pbo, logits = _slow_pbo(r, splits, sharpe_from_returns)
+    res = st.probability_of_backtest_overfitting(r, num_splits=splits)
+    np.testing.assert_allclose(res["logits"], logits, rtol=0, atol=1e-12)
+    assert res["pbo"] == pbo
+
+
+def test_pbo_of_identical_noise_configurations_is_one_half_on_average():
+    # one data set's PBO is very noisy (sd ~0.2 here); by symmetry its mean over data sets is 1/2
+    rng = np.random.default_rng(18)
+    pbos = [
+        st.probability_of_backtest_overfitting(rng.normal(0, 0.01, (400, 12)), 8)["pbo"] for _ in range(50)
+    ]
+    assert np.mean(pbos) == pytest.approx(0.5, abs=0.08)
+
+
+def test_pbo_dominant_configuration_is_zero():
+    rng = np.random.default_rng(19)
+    r = rng.normal(0, 0.01, (1000, 12))
+    r[:, 5] += 0.01  # Sharpe ~16 a year against ~0: best in and out of sample in every combination
+    res = st.probability_of_backtest_overfitting(r)  # S = 16
+    assert res["num_combinations"] == 12870
+    assert res["pbo"] == 0.0
+    assert np.allclose(res["logits"], math.log(12 / 1))  # rank N: w = N / (N + 1)
+
+
+def test_pbo_overfit_by_construction_is_one():
+    # every configuration's returns sum to zero over the full sample and the blocks are equal, so the
+    # in-sample mean is minus the out-of-sample mean: the IS winner is always the OOS loser
+    r = np.random.default_rng(20).normal(0, 0.01, (480, 6))
+    r -= r.mean(axis=0)
+    assert st.probability_of_backtest_overfitting(r, 8, metric=lambda x: x.mean(axis=0))["pbo"] == 1.0
+    assert st.probability_of_backtest_overfitting(r, 16)["pbo"] > 0.95  # Sharpe: nearly always
+
+
+def test_pbo_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="at least 2 configurations"):
+        st.probability_of_backtest_overfitting(np.zeros((100, 1)))
+    with pytest.raises(ValueError, match="fewer days"):
+        st.probability_of_backtest_overfitting(np.zeros((10, 4)), num_splits=16)
+    with pytest.raises(ValueError, match="even"):
+        st.probability_of_backtest_overfitting(np.zeros((100, 4)), num_splits=5)
