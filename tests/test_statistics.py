@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from clstm_ppo.evaluation import statistics as st
-from clstm_ppo.metrics import sharpe_from_returns
+from envs.returns import sharpe_from_returns
 
 PHI = NormalDist().cdf
 SQRT252 = math.sqrt(252)

@@ -3,7 +3,7 @@
 Conventions shared by every function here:
 
 * Inputs are daily simple returns as fractions (``0.01`` = +1 % in a day), or daily portfolio values in
-  dollars where a function says so (`clstm_ppo.metrics.daily_returns` turns values into returns).
+  dollars where a function says so (`clstm_ppo.evaluation.metrics.daily_returns` turns values into returns).
 * ``D`` days, ``S`` seeds (independent training runs of one policy), ``N`` trials/configurations,
   ``M`` metrics.
 * Annualised figures use ``TRADING_DAYS = 252`` and the project's one Sharpe formula,
@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from clstm_ppo.metrics import sharpe_from_returns
-from envs.returns import TRADING_DAYS, ZERO_STD, annualised_sharpe
+from envs.returns import TRADING_DAYS, ZERO_STD, annualised_sharpe, sharpe_from_returns
 
 EULER_GAMMA = 0.5772156649015329
 """Euler–Mascheroni constant, used by `expected_max_sharpe`."""
