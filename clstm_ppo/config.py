@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
 from envs.errors import UserError
 from envs.state import DEFAULT_PRICE_MODE, MAX_PRICE_RATIO, PORTFOLIO_FEATURES, PRICE_MODES
@@ -30,6 +31,9 @@ class TrainConfig:
     checkpoint_dir: str = _f("checkpoints", "folder holding run folders (checkpoints, metrics.jsonl, config.json)")
     seed: int = _f(1, "base seed; rank r, env i uses seed + r * num_envs + i")
     resume: str = _f("", "resume from 'latest', 'best' or a checkpoint PATH (empty: fresh run)")
+    init_weights: str = _f("", "start from the weights of this checkpoint instead of a random init (same model "
+                           "settings and tickers); unlike --resume, counters, optimizer and environments start "
+                           "fresh: a walk-forward study's warm start")
     save_every: int = _f(0, "also keep episode_<n>.pt every this many finished episodes (0: only latest/best)")
     checkpoint_every: int = _f(10, "write latest.pt every this many updates (and always at the end or on a stop)")
     eval_every: int = _f(10, "score the deterministic policy on the validation split every this many updates (best.pt)")
@@ -181,6 +185,19 @@ class TrainConfig:
         return self
 
     # ------------------------------------------------------------------ serialisation
+    @classmethod
+    def field_types(cls) -> dict[str, type]:
+        """Each setting's scalar type (``int | None`` -> int): what a flag or a ``--vary`` value is parsed as."""
+        out = {}
+        for f in fields(cls):
+            annotation = f.type
+            if isinstance(annotation, str):
+                annotation = eval(annotation, {"Union": Union})  # annotations are postponed strings
+            if get_origin(annotation) in (Union, types.UnionType):
+                annotation = next(a for a in get_args(annotation) if a is not type(None))
+            out[f.name] = annotation
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

@@ -32,6 +32,7 @@ computed from closes; ``compute_indicators`` warns once.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -336,6 +337,20 @@ class Normalization:
 # prepared market
 
 
+def turbulence_threshold(turbulence: np.ndarray, train: DayRange, lookback: int, enabled: bool) -> float:
+    """The liquidation threshold: ``TURBULENCE_QUANTILE`` of the training split's defined turbulence ``[D]``
+    (days with ``lookback`` days of return history); inf when disabled or when no training day has that history
+    (then with a warning)."""
+    if not enabled:
+        return float("inf")
+    defined = turbulence[max(train.start, lookback + 1) : train.stop]
+    if defined.size == 0:
+        warnings.warn(f"training split has no day with {lookback} days of return history: turbulence stop disabled",
+                      UserWarning, stacklevel=3)
+        return float("inf")
+    return float(np.quantile(defined, TURBULENCE_QUANTILE))
+
+
 def _iso(day: np.datetime64) -> str:
     return str(np.datetime_as_string(np.datetime64(day, "D"), unit="D"))
 
@@ -371,6 +386,7 @@ class PreparedMarket:
     splits: Splits
     window: int
     turbulence_lookback: int = TURBULENCE_LOOKBACK
+    use_turbulence: bool = True  # False: the threshold is inf (no liquidation day)
 
     @classmethod
     def prepare(
@@ -394,32 +410,35 @@ class PreparedMarket:
         indicator_names = tuple(indicator_names)
         indicators = compute_indicators(data, indicator_names)
         turbulence = turbulence_index(data.close, turbulence_lookback)
-        train = splits.train
-        threshold = float("inf")
-        if use_turbulence:
-            defined = turbulence[max(train.start, turbulence_lookback + 1) : train.stop]
-            if defined.size == 0:
-                warnings.warn(
-                    f"training split has no day with {turbulence_lookback} days of return history: "
-                    "turbulence stop disabled",
-                    UserWarning,
-                    stacklevel=2,
-                )
-            else:
-                threshold = float(np.quantile(defined, TURBULENCE_QUANTILE))
         return cls(
             data=data,
             indicators=indicators,
             indicator_names=indicator_names,
             turbulence=turbulence,
-            turbulence_threshold=threshold,
+            turbulence_threshold=turbulence_threshold(turbulence, splits.train, turbulence_lookback, use_turbulence),
             normalization=Normalization.fit(
-                np.asarray(data.close, dtype=np.float64), indicators, train, price_mode=price_mode,
+                np.asarray(data.close, dtype=np.float64), indicators, splits.train, price_mode=price_mode,
                 price_relative=tuple(i for i, n in enumerate(indicator_names) if n in PRICE_RELATIVE_INDICATORS),
             ),
             splits=splits,
             window=int(window),
             turbulence_lookback=int(turbulence_lookback),
+            use_turbulence=bool(use_turbulence),
+        )
+
+    def resplit(self, splits: Splits) -> PreparedMarket:
+        """The same market with other splits: normalisation and turbulence threshold refitted on the new training
+        split, indicators and turbulence reused (they are causal, so no day after a split sees its future).
+        A walk-forward study prepares one market and resplits it once per retraining window."""
+        norm = self.normalization
+        return dataclasses.replace(
+            self,
+            splits=splits,
+            turbulence_threshold=turbulence_threshold(self.turbulence, splits.train, self.turbulence_lookback,
+                                                      self.use_turbulence),
+            normalization=Normalization.fit(np.asarray(self.data.close, dtype=np.float64), self.indicators,
+                                            splits.train, price_mode=norm.price_mode,
+                                            price_relative=norm.price_relative),
         )
 
     @property
@@ -501,4 +520,5 @@ class PreparedMarket:
             splits=splits,
             window=int(spec["window"]),
             turbulence_lookback=lookback,
+            use_turbulence=thr is not None,
         )

@@ -80,6 +80,12 @@ class StepStats(NamedTuple):
     num_trades: Tensor  # [B] int64, stocks whose holding changed
 
 
+def order_shares(actions: Tensor, hmax: int) -> Tensor:
+    """Actions ``[B, N]`` (any float dtype) -> whole-share orders ``[B, N]`` float64: clipped to [-1, 1], x hmax,
+    truncated toward zero (rule 1 of the module docstring)."""
+    return torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * hmax)
+
+
 def trade_step(
     cash: Tensor,
     shares: Tensor,
@@ -88,7 +94,7 @@ def trade_step(
     turbulent: Tensor,
     cfg: EnvConfig,
 ) -> tuple[Tensor, Tensor, StepStats]:
-    """Execute one day's orders for B portfolios at the given close prices.
+    """Execute one day's actions for B portfolios at the given close prices: `order_shares`, then `execute_orders`.
 
     :param cash: [B] float64 dollars, >= 0
     :param shares: [B, N] float64 whole shares, >= 0
@@ -98,16 +104,33 @@ def trade_step(
     :param cfg: costs and hmax
     :return: (new_cash [B] float64, new_shares [B, N] float64, StepStats)
     """
-    orders = torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * cfg.hmax)
+    return execute_orders(cash, shares, order_shares(actions, cfg.hmax), prices, turbulent,
+                          buy_cost_pct=cfg.buy_cost_pct, sell_cost_pct=cfg.sell_cost_pct)
+
+
+def execute_orders(
+    cash: Tensor,
+    shares: Tensor,
+    orders: Tensor,
+    prices: Tensor,
+    turbulent: Tensor,
+    *,
+    buy_cost_pct: float,
+    sell_cost_pct: float,
+) -> tuple[Tensor, Tensor, StepStats]:
+    """Rules 2-4 of the module docstring for whole-share ``orders [B, N]`` float64 (+ buy, - sell): sells first
+    (never more than held), then buys capped pro rata by the cash left, costs included; a turbulent env sells
+    everything and buys nothing. The env (through `trade_step`), the study's baselines and paper trading all
+    execute orders here. Same shapes and units as `trade_step`."""
     turb = turbulent.unsqueeze(1)
     sell = torch.where(turb, shares, torch.minimum((-orders).clamp_min(0.0), shares))
     want = torch.where(turb, 0.0, orders.clamp_min(0.0))
 
     sell_value = (sell * prices).sum(1)
-    sell_costs = sell_value * cfg.sell_cost_pct
+    sell_costs = sell_value * sell_cost_pct
     cash_after_sells = cash + (sell_value - sell_costs)
 
-    unit_cost = prices * (1.0 + cfg.buy_cost_pct)  # dollars per share bought, cost included
+    unit_cost = prices * (1.0 + buy_cost_pct)  # dollars per share bought, cost included
     total = (want * unit_cost).sum(1)
     # Pro-rata cap: one factor per env, < 1 only when the wanted buys do not fit the cash.
     over = total > cash_after_sells

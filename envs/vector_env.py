@@ -152,12 +152,26 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         hi = stop - 1 - length  # latest start whose episode_length steps all fit in the split
         return torch.randint(lo, hi + 1, (n,), generator=self._gen).numpy().astype(np.int64)
 
-    def _window_rows(self, starts: Tensor) -> Tensor:
-        """[n, T, F] float32 observation of fresh portfolios at days `starts` ([n] int64 on device)."""
+    def _write_portfolio(self, rows: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, value: Tensor) -> None:
+        """Write the portfolio columns of state rows ``[n, F]`` (or ``[n, T, F]``: every row gets the same
+        portfolio) in place: cash [n] and shares [n, N] valued at prices [n, N], value [n] (dollars)."""
+        if self._weights:  # fractions of the portfolio value, in [0, 1]
+            cash_col, hold_cols = cash / value, shares * prices / value.unsqueeze(1)
+        else:
+            cash_col, hold_cols = cash * self._cash_scale, shares * self._hold_scale
+        if rows.dim() == 3:
+            cash_col, hold_cols = cash_col.unsqueeze(1), hold_cols.unsqueeze(1)
+        rows[..., 0] = cash_col
+        rows[..., self._hold_cols] = hold_cols
+
+    def _window_rows(self, starts: Tensor, cash: Tensor, shares: Tensor) -> Tensor:
+        """[n, T, F] float32 observation of portfolios (cash [n], shares [n, N]) starting at days `starts`
+        ([n] int64 on device): the market's rows with that portfolio in every row."""
         days = (starts.unsqueeze(1) + self._offsets).clamp_min(0)
         w = self._mrows.index_select(0, days.reshape(-1)).view(starts.shape[0], self.window, -1)
-        w[:, :, 0] = 1.0  # cash / initial_amount of the starting portfolio
-        return w  # holdings columns are already 0 in the market rows
+        prices = self._close.index_select(0, starts)
+        self._write_portfolio(w, cash, shares, prices, portfolio_value(cash, shares, prices))
+        return w
 
     def _place_windows(self, idx: Tensor, windows: Tensor) -> None:
         """Write ordered windows [n, T, F] into the ring rows of envs `idx` for ring position self._q.
@@ -170,14 +184,17 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._buf[idx, : q + 1] = windows[:, T - q - 1 :]
         self._buf[idx, q + 1 + T :] = windows[:, : T - q - 1]
 
-    def _fresh_state(self, n: int) -> dict[str, Tensor]:
+    def _fresh_state(self, n: int, start_value: Tensor | None = None) -> dict[str, Tensor]:
+        """Episode state of ``n`` envs starting with ``initial_amount`` in cash (or ``start_value`` [n] dollars,
+        the value of a given starting portfolio: `reset` sets its cash and shares)."""
         dev, f64 = self.device, torch.float64
         init = float(self.config.initial_amount)
+        value = torch.full((n,), init, dtype=f64, device=dev) if start_value is None else start_value.to(dev, f64)
         return {
             "cash": torch.full((n,), init, dtype=f64, device=dev),
             "shares": torch.zeros((n, self.num_tickers), dtype=f64, device=dev),
-            "value": torch.full((n,), init, dtype=f64, device=dev),
-            "peak": torch.full((n,), init, dtype=f64, device=dev),
+            "value": value.clone(),
+            "peak": value.clone(),
             "ep_reward": torch.zeros(n, dtype=f64, device=dev),
             "ep_costs": torch.zeros(n, dtype=f64, device=dev),
             "ep_trades": torch.zeros(n, dtype=torch.int64, device=dev),
@@ -187,18 +204,36 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "sum_exposure": torch.zeros(n, dtype=f64, device=dev),
         }
 
-    def _reset_all(self, starts: np.ndarray | None) -> Tensor:
+    def _reset_all(self, starts: np.ndarray | None, portfolio: tuple[Tensor, Tensor] | None = None) -> Tensor:
         B = self.num_envs
         starts = self._sample_starts(B) if starts is None else starts
         self._start_np = starts.copy()
         self._day_np = starts.copy()
         self._day = torch.as_tensor(starts, device=self.device)
         self._start = self._day.clone()
-        self._s = self._fresh_state(B)
+        if portfolio is None:
+            self._s = self._fresh_state(B)
+        else:
+            cash, shares = portfolio
+            self._s = self._fresh_state(B, portfolio_value(cash, shares, self._close.index_select(0, self._day)))
+            self._s["cash"], self._s["shares"] = cash.clone(), shares.clone()
         self._q = self.window - 1
-        self._place_windows(torch.arange(B, device=self.device), self._window_rows(self._day))
+        rows = self._window_rows(self._day, self._s["cash"], self._s["shares"])
+        self._place_windows(torch.arange(B, device=self.device), rows)
         self._needs_reset[:] = False
         return self._current_obs()
+
+    def _check_portfolio(self, options: dict[str, Any]) -> tuple[Tensor, Tensor] | None:
+        """(cash [B], shares [B, N]) float64 on the device from reset options "cash" and "shares", if given."""
+        if options.get("cash") is None and options.get("shares") is None:
+            return None
+        B, N, f64 = self.num_envs, self.num_tickers, torch.float64
+        cash = torch.as_tensor(options.get("cash", self.config.initial_amount), dtype=f64).to(self.device)
+        shares = torch.as_tensor(options.get("shares", 0.0), dtype=f64).to(self.device)
+        cash, shares = cash.expand(B).clone(), shares.expand(B, N).clone()
+        if bool((cash < 0).any()) or bool((shares < 0).any()) or bool((shares != shares.floor()).any()):
+            raise UserError("a starting portfolio needs cash >= 0 and whole, non-negative share counts")
+        return cash, shares
 
     def _check_starts(self, start_day: Any) -> np.ndarray:
         starts = np.broadcast_to(np.asarray(start_day, dtype=np.int64), (self.num_envs,)).copy()
@@ -209,7 +244,9 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
     # ---------------------------------------------------------------- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Tensor, dict]:
-        """Start B new episodes. seed: reseeds the start-day generator; options: {"start_day": int | [B]}.
+        """Start B new episodes. seed: reseeds the start-day generator; options: {"start_day": int | [B],
+        "cash": dollars (scalar or [B]), "shares": [N] or [B, N] whole shares} -- a starting portfolio other than
+        ``initial_amount`` in cash (the study carries one period's portfolio into the next this way).
 
         :return: (obs [B, T, F] float32 on device, info {"portfolio_value", "cash", "day"})
         """
@@ -218,7 +255,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         starts = None
         if options and options.get("start_day") is not None:
             starts = self._check_starts(options["start_day"])
-        obs = self._reset_all(starts)
+        obs = self._reset_all(starts, self._check_portfolio(options or {}))
         self._started = True
         s = self._s
         return obs, {"portfolio_value": s["value"].clone(), "cash": s["cash"].clone(), "day": self._day.clone()}
@@ -262,12 +299,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         q = (self._q + 1) % T
         self._q = q
         row = self._mrows.index_select(0, day)
-        if self._weights:  # fractions of the portfolio value, in [0, 1]
-            row[:, 0] = cash / value
-            row[:, self._hold_cols] = shares * self._close.index_select(0, day) / value.unsqueeze(1)
-        else:
-            row[:, 0] = cash * self._cash_scale
-            row[:, self._hold_cols] = shares * self._hold_scale
+        self._write_portfolio(row, cash, shares, self._close.index_select(0, day), value)
         self._buf[:, q] = row
         self._buf[:, q + T] = row
         obs = self._current_obs()
@@ -350,7 +382,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._start = self._start.index_copy(0, idx, starts)
         fresh = self._fresh_state(n)
         self._s = {k: v.index_copy(0, idx, fresh[k]) for k, v in self._s.items()}
-        self._place_windows(idx, self._window_rows(starts))
+        self._place_windows(idx, self._window_rows(starts, fresh["cash"], fresh["shares"]))
         # A new tensor: the pre-reset obs stays untouched in info["final_obs"].
         return self._current_obs()
 

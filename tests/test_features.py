@@ -285,3 +285,15 @@ def test_split_range_errors() -> None:
         market.split_range("validation")
     with pytest.raises(UserError, match="unknown split"):
         market.split_range("holdout")
+
+
+def test_resplit_equals_preparing_again_with_the_new_splits() -> None:
+    data, splits = _market()
+    market = PreparedMarket.prepare(data, splits, window=10)
+    later = split_days(data, window=10, train_end=str(data.dates[splits.train.stop + 40])[:10])
+    again, resplit = PreparedMarket.prepare(data, later, window=10), market.resplit(later)
+    assert resplit.splits == later and resplit.turbulence_threshold == again.turbulence_threshold
+    assert resplit.turbulence_threshold != market.turbulence_threshold  # it was refitted, not kept
+    for name in ("close_mean", "close_std", "indicator_mean", "indicator_std"):
+        np.testing.assert_array_equal(getattr(resplit.normalization, name), getattr(again.normalization, name))
+    assert resplit.indicators is market.indicators  # computed once

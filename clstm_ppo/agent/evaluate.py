@@ -48,7 +48,8 @@ class PolicyRun:
 
 def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str | DayRange, config: EnvConfig, *,
                     device: torch.device | str = "cpu", deterministic: bool = True,
-                    generator: torch.Generator | None = None) -> PolicyRun:
+                    generator: torch.Generator | None = None,
+                    start_portfolio: tuple[float, np.ndarray] | None = None) -> PolicyRun:
     """Run ``model`` over the whole ``split`` once (deterministic = mean action) and record every day.
 
     :param split: "train" | "validation" | "test", or a `DayRange` of day indices into ``market.data``
@@ -56,10 +57,13 @@ def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str |
     :param config: env settings; use ``episode_length=None, random_start=False`` to cover the whole split.
     :param generator: noise source for ``deterministic=False`` (on any device; a CPU one gives the same draws
         on every device), so sampled runs are seeded.
+    :param start_portfolio: ``(cash in dollars, shares [N])`` held on the first day instead of the config's
+        ``initial_amount`` in cash (a walk-forward study hands one period's last portfolio to the next).
     """
     policy: ActorCritic = unwrap(model)
     env = StockTradingEnv(market=market, split=split, config=config)
-    obs, info = env.reset(seed=0)
+    options = None if start_portfolio is None else {"cash": start_portfolio[0], "shares": start_portfolio[1]}
+    obs, info = env.reset(seed=0, options=options)
     state = policy.initial_state(1, device)
     start = torch.ones(1, dtype=torch.bool, device=device)
     record = [info]

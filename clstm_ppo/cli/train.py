@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import types
 from dataclasses import MISSING, fields
-from typing import Any, Union, get_args, get_origin
+from typing import Any
 
 from clstm_ppo.config import PRESETS, TrainConfig
 from envs.errors import UserError
@@ -21,53 +20,59 @@ from envs.errors import UserError
 # answers in a fraction of a second instead of after torch's ~2 s import.
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line and exit 2, like every other user error
+class Parser(argparse.ArgumentParser):
+    """argparse that reports bad flags as one line and exit 2 (a UserError), like every other user error."""
+
+    def error(self, message: str) -> None:
         raise UserError(f"{message} (see --help)")
 
 
-def _field_type(annotation: Any) -> Any:
-    """The scalar type of a TrainConfig annotation (``int | None`` -> int)."""
-    if isinstance(annotation, str):
-        annotation = eval(annotation, {"Union": Union})  # annotations are postponed strings
-    if get_origin(annotation) in (Union, types.UnionType):
-        return next(a for a in get_args(annotation) if a is not type(None))
-    return annotation
+def add_config_flags(parser: argparse.ArgumentParser, skip: frozenset[str] | set[str] = frozenset()) -> None:
+    """``--config``, ``--preset`` and one flag per TrainConfig setting (but ``skip``), each with its help and default.
+    The parser must use ``argument_default=argparse.SUPPRESS`` so that only flags given override the config."""
+    parser.add_argument("--config", help="JSON file of settings; flags given here override it")
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named preset (paper: Table 1)")
+    kinds = TrainConfig.field_types()
+    for f in fields(TrainConfig):
+        if f.name in skip:
+            continue
+        help_ = f.metadata.get("help", "")
+        default = f.default if f.default is not MISSING else None
+        text = help_ if "default" in help_ else f"{help_} (default: {default})"
+        text = text.replace("%", "%%")  # argparse formats help with %
+        if kinds[f.name] is bool:
+            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=text)
+        else:
+            parser.add_argument(f"--{f.name}", type=kinds[f.name], choices=f.metadata.get("choices"), help=text)
+
+
+def config_from_args(args: dict[str, Any]) -> TrainConfig:
+    """Defaults, then ``preset``, then ``config`` (a JSON file), then the given settings; validated.
+    Consumes the keys it knows from ``args`` (the parsed flags as a dict)."""
+    values: dict[str, Any] = {}
+    if "preset" in args:
+        values.update(PRESETS[args.pop("preset")])
+    if "config" in args:
+        values.update(TrainConfig.from_json(args.pop("config")).to_dict())
+    known = {f.name for f in fields(TrainConfig)}
+    values.update({k: args.pop(k) for k in list(args) if k in known})
+    return TrainConfig.from_dict(values, source="settings").validate()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="train_distributed_clstm_ppo.py",
         description="Train CLSTM-PPO on one CPU, several CPU processes (gloo), or 1-8 GPUs per node (NCCL). "
                     "Also launchable by torchrun (single or multi-node).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         argument_default=argparse.SUPPRESS,
     )
-    parser.add_argument("--config", help="JSON file of settings; flags given here override it")
-    parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named preset (paper: Table 1)")
-    for f in fields(TrainConfig):
-        kind = _field_type(f.type)
-        help_ = f.metadata.get("help", "")
-        default = f.default if f.default is not MISSING else None
-        name = f"--{f.name}"
-        text = help_ if "default" in help_ else f"{help_} (default: {default})"
-        text = text.replace("%", "%%")  # argparse formats help with %
-        if kind is bool:
-            parser.add_argument(name, action=argparse.BooleanOptionalAction, help=text)
-        else:
-            parser.add_argument(name, type=kind, choices=f.metadata.get("choices"), help=text)
+    add_config_flags(parser)
     return parser
 
 
 def parse_config(argv: list[str]) -> TrainConfig:
-    args = vars(build_parser().parse_args(argv))
-    values: dict[str, Any] = {}
-    if "preset" in args:
-        values.update(PRESETS[args.pop("preset")])
-    if "config" in args:
-        values.update(TrainConfig.from_json(args.pop("config")).to_dict())
-    values.update(args)
-    return TrainConfig.from_dict(values, source="settings").validate()
+    return config_from_args(vars(build_parser().parse_args(argv)))
 
 
 def describe_data(cfg: TrainConfig) -> str:

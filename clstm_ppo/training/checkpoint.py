@@ -240,6 +240,19 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     return path
 
 
+def load_weights(path: str | Path, cfg: TrainConfig, market: PreparedMarket) -> dict[str, torch.Tensor]:
+    """The model weights of checkpoint ``path`` for a new run of ``cfg`` on ``market`` (--init_weights): UserError
+    unless it holds the same model (variant, sizes, window, features) for the same tickers."""
+    ckpt = load_checkpoint(path)
+    if [str(t) for t in ckpt.market_spec.get("tickers", [])] != [str(t) for t in market.data.tickers]:
+        raise UserError(f"--init_weights {path}: it trades other tickers than this run's data")
+    ours, theirs = model_config(cfg, market).__dict__, ModelConfig.from_dict(ckpt.model_config).__dict__
+    diff = [f"{k} {theirs.get(k)} (now {v})" for k, v in ours.items() if theirs.get(k) != v]
+    if diff:
+        raise UserError(f"--init_weights {path}: it holds another model: {', '.join(diff)}")
+    return ckpt.model_state
+
+
 # ------------------------------------------------------------------------------------------- contents
 
 

@@ -32,6 +32,7 @@ from clstm_ppo.training.checkpoint import (
     checkpoint_payload,
     episode_checkpoint_name,
     load_checkpoint,
+    load_weights,
     resolve_resume,
     save_checkpoint,
     write_config,
@@ -76,6 +77,8 @@ class Trainer:
                                              bad_updates=0, skipped_steps=0, elapsed=0.0)
         if cfg.resume:
             self._resume(resolve_resume(cfg.resume, run_dir))
+        elif cfg.init_weights:
+            self.model.load_state_dict(load_weights(cfg.init_weights, cfg, market))
         trained = torch.compile(self.model) if cfg.compile else self.model
         if comm.distributed:
             trained = DDP(trained, device_ids=[device.index] if device.type == "cuda" else None)

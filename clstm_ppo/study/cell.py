@@ -1,0 +1,206 @@
+"""One cell of a study: a full walk-forward run of one policy, seed and variant, through the real trainer.
+
+For each retraining window k (see `clstm_ppo.study.schedule`): train with `clstm_ppo.training.trainer.Trainer`
+on the window's prepared market (warm-started from window k-1's selected weights, or from scratch), select the
+checkpoint (best validation Sharpe when there is a validation slice, else the last weights), then trade the
+window's days deterministically with `clstm_ppo.agent.evaluate.evaluate_policy`, starting from the portfolio
+the previous window left. The same walk-forward runs with the untrained network (the seed's initial weights) as
+a baseline. The periods stitched together give the cell's out-of-sample record.
+
+A cell's folder (``cells/<name>/``)::
+
+    status.json          running | done | failed | interrupted, the error, timings
+    periods/<k>/         the trainer's run folder of window k (checkpoints, metrics.jsonl, config.json)
+    periods/<k>/trade.npz  what window k's model did on its days (and the untrained network)
+    result.npz           the stitched record: values, cash, holdings value, the untrained network's values
+    result.json          the cell's metrics (policy and untrained) and timings
+    report/              the backtest report of the stitched record (report.json, equity.csv, trades.csv, equity.png)
+
+Every file is written when its step finishes, so a killed cell restarts where it stopped: finished windows are
+read back, an interrupted training resumes from its latest.pt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.agent.model import build_model
+from clstm_ppo.config import TrainConfig
+from clstm_ppo.evaluation.metrics import trades_from_holdings
+from clstm_ppo.evaluation.report import BacktestResult, write_report
+from clstm_ppo.market import env_config
+from clstm_ppo.study.analysis import curve_metrics
+from clstm_ppo.study.grid import Cell
+from clstm_ppo.study.markets import load_markets, market_key
+from clstm_ppo.study.spec import StudySpec
+from clstm_ppo.training.checkpoint import BEST, LATEST, load_checkpoint, restore_policy
+from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.launch import StoppedBySignal
+from clstm_ppo.training.trainer import Trainer
+from envs.features import PreparedMarket
+
+FAIL_CELL_ENV = "CLSTM_PPO_STUDY_FAIL_CELL"  # testing hook: this cell raises (proves failures are recorded)
+RECORD_FIELDS = ("values", "cash", "holdings", "prices", "costs")
+
+
+def write_status(folder: Path, status: str, **extra: Any) -> None:
+    """``folder/status.json`` (written whole: a reader never sees half a status)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / ".status.json.tmp"
+    tmp.write_text(json.dumps({"status": status, **extra}, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / "status.json")
+
+
+def read_status(folder: Path) -> dict[str, Any]:
+    """The cell's status (``{"status": "new"}`` when it never started)."""
+    path = folder / "status.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"status": "new"}
+
+
+def _save_run(path: Path, policy: PolicyRun, untrained: PolicyRun, train_seconds: float) -> None:
+    arrays = {f"{who}_{f}": getattr(run, f) for who, run in (("policy", policy), ("untrained", untrained))
+              for f in RECORD_FIELDS}
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, dates=policy.dates.astype("datetime64[ns]").astype(np.int64), train_seconds=train_seconds, **arrays)
+    os.replace(tmp, path)
+
+
+def _load_run(path: Path, tickers: tuple[str, ...]) -> tuple[PolicyRun, PolicyRun, float]:
+    with np.load(path, allow_pickle=False) as z:
+        dates = z["dates"].astype("datetime64[ns]")
+        runs = [PolicyRun(dates=dates, tickers=tickers, **{f: z[f"{who}_{f}"] for f in RECORD_FIELDS})
+                for who in ("policy", "untrained")]
+        return runs[0], runs[1], float(z["train_seconds"])
+
+
+def stitch(runs: list[PolicyRun]) -> PolicyRun:
+    """One record from consecutive periods' records (each period's first day is the previous one's last)."""
+    parts = {f: [getattr(runs[0], f)] + [getattr(r, f)[1:] for r in runs[1:]] for f in ("dates", *RECORD_FIELDS)}
+    return PolicyRun(tickers=runs[0].tickers, **{f: np.concatenate(v) for f, v in parts.items()})
+
+
+def _portfolio(run: PolicyRun) -> tuple[float, np.ndarray]:
+    return float(run.cash[-1]), run.holdings[-1].copy()
+
+
+def _train(cfg: TrainConfig, market: PreparedMarket, folder: Path, device: torch.device) -> float:
+    """Train (or finish training) one window's model in ``folder``; return the seconds spent training."""
+    latest = folder / LATEST
+    if latest.is_file() and load_checkpoint(latest).counters.get("episodes", 0) >= cfg.num_episodes:
+        return 0.0  # trained to the end before an interruption hit the trading step
+    start = time.perf_counter()
+    Trainer(dataclasses.replace(cfg, resume="latest" if latest.is_file() else ""), market, Comm(device=device),
+            folder).train()
+    return time.perf_counter() - start
+
+
+def _selected(folder: Path, market: PreparedMarket) -> Path:
+    """best.pt (best validation Sharpe) when the window has a validation slice, else the last weights."""
+    return folder / (BEST if market.splits.validation is not None and (folder / BEST).is_file() else LATEST)
+
+
+def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Run (or finish) ``cell`` of the study in ``study_dir``; return its result.json content.
+
+    Raises whatever training raises (`StoppedBySignal` on SIGINT/SIGTERM); `run_cell_guarded` records it.
+    """
+    if os.environ.get(FAIL_CELL_ENV) == cell.name:
+        raise RuntimeError(f"injected failure ({FAIL_CELL_ENV}) in cell {cell.name}")
+    device = torch.device(device)
+    spec = StudySpec.load(study_dir)
+    cfg = cell.config(spec.base_config)
+    markets = load_markets(study_dir / "prepared", market_key(cfg))
+    folder = study_dir / "cells" / cell.name
+    tickers = markets[0].data.tickers
+    trade_cfg = env_config(cfg, full_episodes=True)
+    policy_runs: list[PolicyRun] = []
+    untrained_runs: list[PolicyRun] = []
+    train_seconds: list[float] = []
+    previous: Path | None = None
+    for k, market in enumerate(markets):
+        pdir = folder / "periods" / f"{k:03d}"
+        done = pdir / "trade.npz"
+        if done.is_file():
+            policy, untrained, seconds = _load_run(done, tickers)
+        else:
+            pdir.mkdir(parents=True, exist_ok=True)
+            warm = k > 0 and spec.retrain_from == "warm" and previous is not None
+            period_cfg = dataclasses.replace(
+                cfg, run_name=pdir.name, checkpoint_dir=str(pdir.parent), progress=False, tensorboard=False,
+                log_every=1 << 30, num_episodes=cfg.num_episodes if k == 0 else spec.retrain_episodes or cfg.num_episodes,
+                init_weights=str(previous) if warm else "")
+            seconds = _train(period_cfg, market, pdir, device)
+            model = restore_policy(load_checkpoint(_selected(pdir, market)), market, device)
+            policy = evaluate_policy(model, market, market.splits.test, trade_cfg, device=device,
+                                     start_portfolio=_portfolio(policy_runs[-1]) if policy_runs else None)
+            torch.manual_seed(cfg.seed)  # the trainer's initial weights
+            untrained = evaluate_policy(build_model(cfg, market).to(device), market, market.splits.test, trade_cfg,
+                                        device=device,
+                                        start_portfolio=_portfolio(untrained_runs[-1]) if untrained_runs else None)
+            _save_run(done, policy, untrained, seconds)
+        previous = _selected(pdir, market)
+        policy_runs.append(policy)
+        untrained_runs.append(untrained)
+        train_seconds.append(seconds)
+    return finish_cell(study_dir, cell, cfg, stitch(policy_runs), stitch(untrained_runs), train_seconds)
+
+
+def _record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> dict[str, float]:
+    trades = trades_from_holdings(run.dates[:-1], run.tickers, run.holdings[1:], run.prices[:-1],
+                                  buy_cost_pct=cfg.buy_cost_pct, sell_cost_pct=cfg.sell_cost_pct,
+                                  initial_holdings=run.holdings[0])
+    return curve_metrics(run.values, run.holdings_value, benchmark, trades=trades)
+
+
+def finish_cell(study_dir: Path, cell: Cell, cfg: TrainConfig, policy: PolicyRun, untrained: PolicyRun,
+                train_seconds: list[float]) -> dict[str, Any]:
+    """Write the cell's stitched record, its metrics and its backtest report; return result.json's content."""
+    folder = study_dir / "cells" / cell.name
+    result = BacktestResult.from_run(policy, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
+                                     sell_cost_pct=cfg.sell_cost_pct, metadata={"cell": cell.to_dict()})
+    write_report(result, folder / "report", title=f"study cell {cell.name}: out-of-sample walk-forward vs buy-and-hold")
+    benchmark = np.asarray(result.baseline_values)
+    payload = {
+        "cell": cell.to_dict(),
+        "policy": _record_metrics(policy, cfg, benchmark),
+        "untrained": _record_metrics(untrained, cfg, benchmark),
+        "train_seconds": train_seconds,
+        "num_days": int(len(policy.values)),
+    }
+    np.savez(folder / "result.npz", values=policy.values, cash=policy.cash, holdings_value=policy.holdings_value,
+             untrained_values=untrained.values, untrained_holdings_value=untrained.holdings_value)
+    (folder / "result.json").write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n", encoding="utf-8")
+    return payload
+
+
+def run_cell_guarded(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") -> int:
+    """`run_cell` with its status kept in status.json: done, failed (with the error), or interrupted.
+
+    :return: exit status for the cell's process: 0 done, 1 failed, 128 + signal when stopped by a signal.
+    """
+    folder = study_dir / "cells" / cell.name
+    started = time.time()
+    write_status(folder, "running", started=started, pid=os.getpid())
+    try:
+        result = run_cell(study_dir, cell, device)
+    except StoppedBySignal as stop:
+        write_status(folder, "interrupted", started=started, stopped=time.time())
+        return 128 + stop.signum
+    except Exception as err:  # a failed cell is recorded and the study goes on
+        write_status(folder, "failed", started=started, finished=time.time(),
+                     error=f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:500],
+                     traceback=traceback.format_exc()[-4000:])
+        return 1
+    write_status(folder, "done", started=started, finished=time.time(), seconds=time.time() - started,
+                 train_seconds=float(sum(result["train_seconds"])))
+    return 0

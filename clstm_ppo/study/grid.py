@@ -1,0 +1,123 @@
+"""The study's grid: policies x seeds x config variants, each combination one cell, and shards of it.
+
+A cell is named by its settings (``clstm-s3`` or ``clstm-window=5-s3``), so the same grid always gives the same
+cell folders and a re-run, a shard or a merge finds its cells by name.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from clstm_ppo.config import TrainConfig
+from envs.errors import UserError
+
+# Settings a variant may not change: they name the data or how one training run is laid out, which the study
+# owns (one market per retraining window, one process per cell).
+NOT_VARIABLE = frozenset({
+    "data", "tickers", "start", "end", "train_end", "validation_end", "test_end", "alpaca_feed", "alpaca_adjustment",
+    "alpaca_timeframe", "data_url", "data_cache_dir", "refresh_data", "gap_policy", "max_price_ratio", "run_name",
+    "checkpoint_dir", "resume", "init_weights", "num_gpus", "num_workers", "backend", "master_port", "dry_run",
+    "policy", "seed", "num_episodes",
+})
+# Settings that change the prepared market (so cells differing in them need their own market per window).
+MARKET_KEYS = ("window", "price_features", "use_turbulence")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One walk-forward run: a policy variant, a seed and the setting overrides of a variant."""
+
+    policy: str
+    seed: int
+    variant: tuple[tuple[str, Any], ...] = ()  # (setting, value) pairs, in --vary order
+
+    @property
+    def name(self) -> str:
+        """Folder-safe id, e.g. ``clstm-window=5-s3``."""
+        parts = [self.policy, *[f"{k}={v}" for k, v in self.variant], f"s{self.seed}"]
+        return "-".join(parts).replace("/", "_").replace(" ", "")
+
+    @property
+    def group(self) -> str:
+        """The configuration this cell is a seed of, e.g. ``clstm`` or ``clstm window=5``."""
+        return " ".join([self.policy, *[f"{k}={v}" for k, v in self.variant]])
+
+    def config(self, base: TrainConfig) -> TrainConfig:
+        """``base`` with this cell's policy, seed and variant settings."""
+        values = {**base.to_dict(), "policy": self.policy, "seed": self.seed, **dict(self.variant)}
+        return TrainConfig.from_dict(values, source=f"cell {self.name}").validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "group": self.group, "policy": self.policy, "seed": self.seed,
+                "variant": dict(self.variant)}
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"1-4,7,9-10"`` -> [1, 2, 3, 4, 7, 9, 10] (order kept, duplicates dropped)."""
+    seeds: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, sep, hi = part.partition("-")
+            first, last = int(lo), int(hi) if sep else int(lo)
+            if last < first:
+                raise ValueError(part)
+            seeds += [s for s in range(first, last + 1) if s not in seeds]
+    except ValueError:
+        raise UserError(f"--seeds {text!r}: expected numbers and ranges like 1-8 or 1,2,5-7") from None
+    if not seeds:
+        raise UserError("--seeds names no seed")
+    return seeds
+
+
+def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:
+    """``["window=5,30", "ent_coef=0,0.01"]`` -> the cartesian product of the settings, as variant tuples
+    (``[()]`` when there is none). Values are parsed with the setting's type; unknown or data settings refused."""
+    kinds = TrainConfig.field_types()
+    axes: list[list[tuple[str, Any]]] = []
+    seen = set()
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip().lstrip("-")
+        if not sep or not values.strip():
+            raise UserError(f"--vary {spec!r}: expected SETTING=V1,V2,... (e.g. window=5,30)")
+        if key not in kinds:
+            raise UserError(f"--vary {spec!r}: {key!r} is not a training setting (see train --help)")
+        if key in NOT_VARIABLE:
+            raise UserError(f"--vary {key}: the study sets {key} itself (use --policies/--seeds, or one study per "
+                            f"data set)")
+        if key in seen:
+            raise UserError(f"--vary {key} is given twice; list all its values once")
+        seen.add(key)
+        axis = []
+        for raw in filter(None, (v.strip() for v in values.split(","))):
+            try:
+                value = (raw.lower() in ("1", "true", "yes")) if kinds[key] is bool else kinds[key](raw)
+            except ValueError:
+                raise UserError(f"--vary {key}={raw!r} is not a valid {kinds[key].__name__}") from None
+            axis.append((key, value))
+        axes.append(axis)
+    return [tuple(combo) for combo in itertools.product(*axes)] if axes else [()]
+
+
+def build_grid(policies: list[str], seeds: list[int], variants: list[tuple[tuple[str, Any], ...]]) -> list[Cell]:
+    """Every cell, ordered policy, then variant, then seed (a stable order: shards and merges rely on it)."""
+    return [Cell(p, s, v) for p in policies for v in variants for s in seeds]
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"2/4"`` -> (2, 4): run the second of four deterministic slices; UserError for ``5/4``, ``0/3``, ``x``."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise UserError(f"--shard {text!r}: expected I/N, e.g. 1/4") from None
+    if n < 1 or not 1 <= i <= n:
+        raise UserError(f"--shard {text}: needs 1 <= I <= N (there are {n} shard(s), numbered from 1)")
+    return i, n
+
+
+def shard(cells: list[Cell], index: int, count: int) -> list[Cell]:
+    """The cells of shard ``index`` of ``count`` (1-based): every count-th cell from the index-th, so each shard
+    gets a mix of policies and seeds."""
+    return cells[index - 1 :: count]
