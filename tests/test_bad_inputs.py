@@ -23,6 +23,8 @@ TINY = ["--window", "5", "--num_envs", "2", "--n_steps", "8", "--batch_size", "1
         "--episode_length", "8", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
         "--num_gpus", "0", "--no-progress", "--threads", "1", "--num_episodes", "2"]
 SYN = ["--data", "synthetic:tickers=3,days=200"]
+STUDY = ("study", "--out", "{d}/study", "--data", "synthetic:tickers=3,days=200", "--policies", "mlp", "--seeds", "1",
+         "--window", "5", "--validation_days", "5")
 SECRET_ENV = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
 
 
@@ -70,6 +72,18 @@ CASES = [
     Case("--config with an unknown key", "train", ("--config", "{d}/unknown_key.json", *SYN, *TINY), "learning_rat"),
     Case("missing --config file", "train", ("--config", "{d}/none.json", *SYN, *TINY), "none.json"),
     Case("unknown sub-command", "cli", ("trian",), "trian"),
+    # --- studies
+    Case("study trade window after the data", "cli", (*STUDY, "--trade_start", "2031-01-01"), "after the data's last day"),
+    Case("study training window too short", "cli", (*STUDY, "--trade_start", "2014-01-20"),
+         "first training window is too short"),
+    Case("study grid above --max_cells", "cli", (*STUDY, "--trade_start", "2014-06-02", "--seeds", "1-6", "--max_cells", "5"),
+         "more than --max_cells"),
+    Case("study folder under a regular file", "cli", (*STUDY, "--trade_start", "2014-06-02", "--out", "{d}/a_file/s"),
+         "a_file"),
+    Case("study shard 5/4", "cli", (*STUDY, "--trade_start", "2014-06-02", "--shard", "5/4"), "--shard 5/4"),
+    Case("study varying the data", "cli", (*STUDY, "--trade_start", "2014-06-02", "--vary", "tickers=A,B"),
+         "the study sets tickers"),
+    Case("study unknown policy", "cli", (*STUDY, "--trade_start", "2014-06-02", "--policies", "cnn"), "--policies"),
     # --- checkpoints and run folders
     Case("--resume latest with no run", "train", (*SYN, *TINY, "--checkpoint_dir", "{d}/empty_ck", "--resume", "latest"),
          "no run"),

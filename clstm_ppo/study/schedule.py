@@ -74,9 +74,11 @@ def walk_forward(dates: np.ndarray, *, window: int, trade_start: str, trade_end:
     index = pd.DatetimeIndex(pd.to_datetime(np.asarray(dates))).normalize()
     first_day, last_day = index[0].date(), index[-1].date()
     start, end = _date(trade_start, "--trade_start"), _date(trade_end, "--trade_end") if trade_end else index[-1]
+    if start > index[-1]:
+        raise UserError(f"--trade_start {start.date()} is after the data's last day {last_day}")
     if end < start:
         raise UserError(f"--trade_end {end.date()} is before --trade_start {start.date()}")
-    if start > index[-1] or end < index[0]:
+    if end < index[0]:
         raise UserError(f"the trade window {start.date()} .. {end.date()} is outside the data ({first_day} .. {last_day})")
     if end > index[-1]:
         raise UserError(f"--trade_end {end.date()} is after the data's last day {last_day}")
