@@ -43,10 +43,32 @@ from envs.features import PreparedMarket
 from envs.kernel import EnvConfig, portfolio_value, trade_step
 from envs.returns import annualised_sharpe
 
-__all__ = ["VectorStockTradingEnv", "EnvConfig", "EPISODE_KEYS"]
+__all__ = ["VectorStockTradingEnv", "EnvConfig", "EPISODE_KEYS", "write_portfolio_columns"]
 
 EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs", "exposure")
 """Fields of ``info["episode"]``, in the order the trainer packs them for its all-gather."""
+
+
+def write_portfolio_columns(rows: Tensor, cash: Tensor, shares: Tensor, close: Tensor | None, value: Tensor,
+                            config: EnvConfig, holdings_scale: float) -> None:
+    """Write the portfolio part of B state rows in place (the one encoding of cash and holdings).
+
+    :param rows: [B, F] float32 state rows; column 0 and columns [1+N, 1+2N) are overwritten
+    :param cash: [B] float64 dollars; :param shares: [B, N] float64 shares
+    :param close: [B, N] float64 dollars, the closes the holdings are valued at ("weights" only; else unused)
+    :param value: [B] float64 dollars, cash + shares . close ("weights" only)
+    :param config: its ``portfolio_features`` picks "shares" (cash / initial_amount, shares / holdings_scale)
+        or "weights" (cash and each holding's value as fractions of ``value``, in [0, 1])
+    """
+    n = shares.shape[1]
+    holdings = slice(1 + n, 1 + 2 * n)
+    if config.portfolio_features == "weights":
+        assert close is not None, "weights need the closes"
+        rows[:, 0] = cash / value
+        rows[:, holdings] = shares * close / value.unsqueeze(1)
+    else:
+        rows[:, 0] = cash * (1.0 / float(config.initial_amount))
+        rows[:, holdings] = shares * (1.0 / float(holdings_scale))
 
 
 class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
@@ -128,9 +150,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         mrows[:, 1 : 1 + N] = rows[:, :N]
         mrows[:, 1 + 2 * N :] = rows[:, N:]
         self._mrows = torch.as_tensor(mrows, device=dev)  # [D, F] float32, portfolio columns zero
-        self._cash_scale = 1.0 / float(config.initial_amount)
-        self._hold_scale = 1.0 / float(norm.holdings_scale)
-        self._hold_cols = slice(1 + N, 1 + 2 * N)
         self._weights = config.portfolio_features == "weights"
         self._offsets = torch.arange(-T + 1, 1, device=dev)  # [T] day offsets of a window
 
@@ -261,12 +280,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         q = (self._q + 1) % T
         self._q = q
         row = self._mrows.index_select(0, day)
-        if self._weights:  # fractions of the portfolio value, in [0, 1]
-            row[:, 0] = cash / value
-            row[:, self._hold_cols] = shares * self._close.index_select(0, day) / value.unsqueeze(1)
-        else:
-            row[:, 0] = cash * self._cash_scale
-            row[:, self._hold_cols] = shares * self._hold_scale
+        write_portfolio_columns(row, cash, shares, self._close.index_select(0, day) if self._weights else None,
+                                value, cfg, self.market.normalization.holdings_scale)
         self._buf[:, q] = row
         self._buf[:, q + T] = row
         obs = self._current_obs()
