@@ -3,6 +3,7 @@
     clstm-ppo train ...        the distributed trainer (same flags as train_distributed_clstm_ppo.py)
     clstm-ppo backtest ...     backtest a checkpoint
     clstm-ppo compare ...      several checkpoints on one period
+    clstm-ppo trade ...        paper-trade a checkpoint on Alpaca (trade report: paper vs backtest)
     clstm-ppo plot RUN_DIR     training curves to PNG
     clstm-ppo data ...         generate | inspect | download market data
     clstm-ppo doctor           environment checklist for (multi-)GPU training
@@ -26,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("clstm_ppo.cli.train", "main", "train CLSTM-PPO (single process, multi-process CPU, or multi-GPU)"),
     "backtest": ("clstm_ppo.cli.backtest", "main", "backtest a saved checkpoint against buy-and-hold"),
     "compare": ("clstm_ppo.cli.backtest", "compare_main", "backtest several checkpoints on one period"),
+    "trade": ("clstm_ppo.cli.trade", "main", "paper-trade a checkpoint on Alpaca, one decision per session"),
     "plot": ("clstm_ppo.cli.plot", "main", "plot a run's training curves to PNG"),
     "data": ("clstm_ppo.cli.data", "main", "generate, inspect or download market data"),
     "doctor": ("clstm_ppo.cli.doctor", "main", "check torch, CUDA, NCCL/gloo, ports, folders and keys"),
