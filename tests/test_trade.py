@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -325,7 +326,9 @@ def test_rerun_on_the_same_day_sends_nothing_twice(trained: Trained, env: Path, 
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     # After the close the orders wait for the next open: the account is unchanged, so the plan is the same.
     with broker(account(trained, MIXED_DAY, positions={"MSFT": 20}), monkeypatch) as server:
-        first = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "0")
+        started = time.monotonic()
+        first = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "60")
+        assert time.monotonic() - started < 30  # queued ("accepted") orders are not waited for
         assert first.code == 0, first.err
         assert len(posted(server)) == 3
         assert "not filled yet (orders sent after the close fill at the next open)" in first.out
@@ -337,16 +340,20 @@ def test_rerun_on_the_same_day_sends_nothing_twice(trained: Trained, env: Path, 
     assert "sent 0 of 3 orders, 3 already sent by an earlier run (not sent again)" in second.out
 
 
+@pytest.mark.parametrize("drop_status", [None, 504])
 def test_dropped_answer_mid_batch_is_recovered_by_client_id(trained: Trained, env: Path, data: AlpacaTestServer,
                                                             capsys: pytest.CaptureFixture,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    # The second order is stored but its connection closes without an answer.
-    state = account(trained, MIXED_DAY, positions={"MSFT": 20}, drop_after_orders=1)
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            drop_status: int | None) -> None:
+    """The second order is stored but its answer is lost: the connection closes (None), or a gateway answers
+    504, alpaca-py retries the POST and the retry is refused as a duplicate client order id (422)."""
+    state = account(trained, MIXED_DAY, positions={"MSFT": 20}, drop_after_orders=1, drop_status=drop_status)
     with broker(state, monkeypatch) as server:
         run = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "0")
         again = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "0")
-        assert [r["status"] for r in server.requests_to("POST", "/v2/orders")] == [200, "dropped", 200]
-        assert sorted(o["client_order_id"] for o in server.orders()) == sorted(c for *_, c in posted(server))
+        statuses = [r["status"] for r in server.requests_to("POST", "/v2/orders")]
+        assert statuses == ([200, "dropped", 200] if drop_status is None else [200, 504, 422, 200])
+        assert len(server.orders()) == 3 and len({o["client_order_id"] for o in server.orders()}) == 3
     assert run.code == 0 and again.code == 0, run.err + again.err
     orders = run.of("order")
     assert [e["outcome"] for e in orders] == ["sent", "sent", "sent"]

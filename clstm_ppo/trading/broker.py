@@ -278,7 +278,7 @@ class Broker:
 
         request = MarketOrderRequest(symbol=symbol, qty=qty, side=OrderSide(side), time_in_force=TimeInForce.DAY,
                                      client_order_id=client_order_id)
-        raw = self._call(f"{side} {_shares(qty)} {symbol}", lambda: self._client.submit_order(request))
+        raw = self._call(f"{side} {shares_text(qty)} {symbol}", lambda: self._client.submit_order(request))
         if not isinstance(raw, dict):
             raise self._malformed("order")
         return _order_state(raw)
@@ -341,12 +341,13 @@ class Broker:
 
 
 def _trim_nanos(stamp: str) -> str:
-    """Alpaca's clock has nanoseconds; Python parses at most microseconds."""
-    return re.sub(r"(\.\d{6})\d+", r"\1", stamp)
+    """Alpaca's clock has nanoseconds and Python 3.10 reads neither them nor a "Z": microseconds, +00:00."""
+    return re.sub(r"(\.\d{6})\d+", r"\1", stamp.strip()).replace("Z", "+00:00")
 
 
-def _shares(qty: float) -> str:
-    return f"{qty:g}" if qty == int(qty) else f"{qty:.6g}"
+def shares_text(qty: float) -> str:
+    """A share count as people write it: 10, 12.5, 0.333333."""
+    return f"{qty:g}" if float(qty).is_integer() else f"{qty:.6g}"
 
 
 def calendar_window(now: datetime, days: int = 10) -> tuple[date, date]:

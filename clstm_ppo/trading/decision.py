@@ -196,7 +196,6 @@ def decide(ck: Checkpoint, model: ActorCritic, market: PreparedMarket, days: Day
     write_portfolio_columns(obs[-1:], cash_t, shares_t, close_t, portfolio_value(cash_t, shares_t, close_t), cfg,
                             market.normalization.holdings_scale)
     policy = unwrap(model)
-    policy.eval()
     with torch.no_grad():
         action, _, _, _ = policy.act(obs.unsqueeze(0).to(device), run.last_state,
                                      torch.zeros(1, dtype=torch.bool, device=device), deterministic=True)

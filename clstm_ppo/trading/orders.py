@@ -25,8 +25,9 @@ differently (the next session's decision starts from the filled account).
 each and the batch goes on; bad keys stop everything (`KeysRejected`).
 
 **Waiting**: after sending, the orders are polled by id until all are final or ``wait_seconds`` pass; the
-state each reached is journaled ("order_status"). Orders sent after the close stay "accepted" until the
-next open; the next run reconciles them (`reconcile`) so fills reach the journal.
+state each reached is journaled ("order_status"). Orders sent after the close are "accepted" (queued) until
+the next open, so the wait ends at once when every open order is "accepted"; the next run reconciles them
+(`reconcile`) so their fills reach the journal.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 
-from clstm_ppo.trading.broker import FINAL_STATUSES, Broker, OrderState, Refused, Unreachable
+from clstm_ppo.trading.broker import FINAL_STATUSES, Broker, OrderState, Refused, Unreachable, shares_text
 from clstm_ppo.trading.decision import PlannedOrder
 from clstm_ppo.trading.journal import Journal
 
@@ -74,13 +75,9 @@ class OrderOutcome:
     message: str = ""
 
 
-def _shares(qty: float) -> str:
-    return f"{qty:g}" if float(qty).is_integer() else f"{qty:.6g}"
-
-
 def describe(o: OrderOutcome) -> str:
     """One line: "AAPL sell 19: sent (accepted)", "MSFT buy 5: refused: ...", ..."""
-    head = f"{o.order.ticker} {o.order.side} {_shares(o.order.shares)}"
+    head = f"{o.order.ticker} {o.order.side} {shares_text(o.order.shares)}"
     status = f" ({o.state.status})" if o.state else ""
     if o.outcome in ("refused", "unknown", "not_sent"):
         return f"{head}: {o.outcome.replace('_', ' ')}: {o.message}"
@@ -157,7 +154,8 @@ def wait_for_fills(broker: Broker, outcomes: list[OrderOutcome], journal: Journa
               if o.outcome in ("sent", "already_sent") and o.state is not None}
     deadline = time.monotonic() + max(wait_seconds, 0.0)
     pending = {cid for cid, s in states.items() if not s.final}
-    while pending and time.monotonic() < deadline:
+    # "accepted" = queued while the market is shut: nothing happens to such orders before the next open.
+    while pending and time.monotonic() < deadline and any(states[c].status != "accepted" for c in pending):
         sleep(min(poll_seconds, max(deadline - time.monotonic(), 0.0)))
         try:
             for cid in sorted(pending):
