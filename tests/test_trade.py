@@ -10,6 +10,7 @@ Commands run in-process through `clstm_ppo.cli.main` (the same guarded entry poi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -27,8 +28,12 @@ import pytest
 import torch
 
 from clstm_ppo import cli
+from clstm_ppo.cli.trade import build_parser, build_report_parser
+from clstm_ppo.trading.decision import load_trading_market
 from clstm_ppo.trading.orders import MAX_ID_LENGTH, client_order_id, run_tag
 from clstm_ppo.trading.report import trade_report
+from clstm_ppo.training.checkpoint import open_checkpoint
+from envs.errors import UserError
 
 try:  # tests/ is a package in this repo; plain rootdir-relative import if it ever is not
     from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
@@ -243,6 +248,13 @@ def test_the_account_not_the_replay_is_what_the_policy_sees_and_trades(
     assert actions[0] != actions[1]
     assert "MSFT" not in trained.holdings_at(day) and ("MSFT", "sell") in {(o["ticker"], o["side"])
                                                                            for o in decision["plan"]}
+
+
+def test_a_checkpoint_trained_on_intraday_bars_is_refused(trained: Trained) -> None:
+    ck = open_checkpoint(trained.ckpt)
+    hourly = dataclasses.replace(ck, config={**ck.config, "alpaca_timeframe": "1Hour"})
+    with pytest.raises(UserError, match=r"trained on 1Hour bars; .* daily bars \(1Day\)"):
+        load_trading_market(hourly, MIXED_DAY)
 
 
 def test_buys_are_cut_to_the_account_cash(trained: Trained, env: Path, data: AlpacaTestServer,
@@ -667,13 +679,14 @@ def test_keys_never_reach_any_output_or_file(trained: Trained, env: Path, data: 
 
 
 def test_help_explains_every_flag(capsys: pytest.CaptureFixture) -> None:
+    for parser in (build_parser(), build_report_parser()):
+        flags = [a for a in parser._actions if a.option_strings]
+        assert len(flags) >= 4
+        assert all(a.help and len(a.help) > 15 for a in flags), [a.dest for a in flags if not a.help]
     for argv in (["trade", "--help"], ["trade", "report", "--help"]):
         with pytest.raises(SystemExit) as stop:
             cli.main(argv)
-        assert stop.value.code == 0
-        text = capsys.readouterr().out
-        flags = [w.strip("[],") for w in text.split() if w.startswith(("--", "[--"))]
-        assert flags
-    trade_help = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "--help"], cwd=ROOT, env=_subprocess_env(),
-                                capture_output=True, text=True, timeout=60)
-    assert "trade" in trade_help.stdout
+        assert stop.value.code == 0 and "--journal" in capsys.readouterr().out
+    usage = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "--help"], cwd=ROOT, env=_subprocess_env(),
+                           capture_output=True, text=True, timeout=60)
+    assert "  trade " in usage.stdout

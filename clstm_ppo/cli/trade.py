@@ -41,10 +41,8 @@ def _device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def main(argv: list[str]) -> int:
-    """`clstm-ppo trade`: plan (and with --submit send) today's orders; `trade report` compares."""
-    if argv[:1] == ["report"]:
-        return report_main(argv[1:])
+def build_parser() -> argparse.ArgumentParser:
+    """The flags of `clstm-ppo trade`, each with its help."""
     parser = argparse.ArgumentParser(prog="clstm-ppo trade", description=DESCRIPTION,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="checkpoint file (.pt), e.g. checkpoints/run/best.pt")
@@ -64,9 +62,10 @@ def main(argv: list[str]) -> int:
                         help="first date of bars to download (default: the checkpoint's start date, so indicators "
                              "and turbulence equal the backtest's)")
     parser.add_argument("--wait_seconds", type=float, default=10.0,
-                        help="with --submit: how long to wait for fills before journaling each order's state "
-                             "(orders sent after the close fill at the next open; the next run records them)")
-    parser.add_argument("--poll_seconds", type=float, default=1.0, help="with --submit: interval between fill checks")
+                        help="with --submit: seconds to wait for fills before journaling each order's state (default "
+                             "%(default)g; orders queued after the close are not waited for: they fill at the next "
+                             "open and the next run records them)")
+    parser.add_argument("--poll_seconds", type=float, default=1.0, help="with --submit: seconds between fill checks (default %(default)g)")
     parser.add_argument("--order_tag", default=None,
                         help="name in the client order ids (default: the run's name); two commands with the same "
                              "tag never send two orders for one ticker on one day")
@@ -76,7 +75,14 @@ def main(argv: list[str]) -> int:
                         help="market-data endpoint override (default: the run's, else ALPACA_DATA_URL, else Alpaca's)")
     parser.add_argument("--data_cache_dir", default=None, help="where bars are cached (default: the run's setting)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """`clstm-ppo trade`: plan (and with --submit send) today's orders; `trade report` compares."""
+    if argv[:1] == ["report"]:
+        return report_main(argv[1:])
+    args = build_parser().parse_args(argv)
     result = run_trade(TradeOptions(
         checkpoint=args.checkpoint, submit=args.submit, live=args.live, confirm_live=args.confirm_live_trading,
         journal=args.journal, replay_start=args.replay_start, history_start=args.history_start,
@@ -87,8 +93,8 @@ def main(argv: list[str]) -> int:
     return 2 if result.problems else 0
 
 
-def report_main(argv: list[str]) -> int:
-    """`clstm-ppo trade report`: the journal's paper equity vs the backtest's values, day by day."""
+def build_report_parser() -> argparse.ArgumentParser:
+    """The flags of `clstm-ppo trade report`."""
     parser = argparse.ArgumentParser(
         prog="clstm-ppo trade report",
         description="Compare the paper account's equity with the backtest's value for the same sessions, from the "
@@ -100,7 +106,12 @@ def report_main(argv: list[str]) -> int:
     where.add_argument("--journal", default=None, help="the journal folder (holding trades.jsonl and equity.csv)")
     parser.add_argument("--live", action="store_true", help="with --checkpoint: the live journal, trading-live/")
     parser.add_argument("--out", default=None, help="CSV to write (default: report.csv in the journal folder)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def report_main(argv: list[str]) -> int:
+    """`clstm-ppo trade report`: the journal's paper equity vs the backtest's values, day by day."""
+    args = build_report_parser().parse_args(argv)
     if args.journal:
         folder = args.journal
     else:

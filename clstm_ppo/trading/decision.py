@@ -44,6 +44,7 @@ from clstm_ppo.agent.model import ActorCritic, unwrap
 from clstm_ppo.evaluation.backtest import Period, load_backtest_data, run_policy
 from clstm_ppo.market import env_config, is_alpaca
 from clstm_ppo.training.checkpoint import Checkpoint, restore_market
+from envs.alpaca import parse_timeframe
 from envs.data import DayRange
 from envs.errors import UserError
 from envs.features import PreparedMarket
@@ -118,6 +119,11 @@ def load_trading_market(ck: Checkpoint, day: date, *, history_start: str | None 
     :raises UserError: no start date, download problems (as for training), tickers missing, stale bars.
     """
     cfg = ck.cfg
+    if is_alpaca(cfg.data):
+        frame = parse_timeframe(cfg.alpaca_timeframe)
+        if (frame.amount_value, frame.unit_value.value) != (1, "Day"):
+            raise UserError(f"{ck.path} was trained on {cfg.alpaca_timeframe} bars; `clstm-ppo trade` decides once "
+                            "per session on daily bars (1Day)")
     start = history_start or cfg.start
     if not start:
         raise UserError(f"{ck.path} has no start date for its data; pass --history_start YYYY-MM-DD "
