@@ -138,7 +138,7 @@ def redact_url(url: str) -> str:
         return "<unparseable URL>"
 
 
-def _retry_settings(max_retries: int | None, retry_wait_seconds: float | None,
+def retry_settings(max_retries: int | None, retry_wait_seconds: float | None,
                     timeout_seconds: float | None = None) -> tuple[int, float, float]:
     """(retries, first retry wait s, per-request timeout s) from the arguments, else the environment."""
     env = read_settings([RETRIES_VAR, RETRY_WAIT_VAR, TIMEOUT_VAR])
@@ -322,14 +322,19 @@ def _frame_from_raw(raw: Any, daily: bool) -> pd.DataFrame:
 MAX_RETRY_WAIT_S = 60.0
 
 
-def _make_client(creds: Credentials, url: str, retries: int, wait: float, timeout: float) -> Any:
-    from alpaca.data.historical.stock import StockHistoricalDataClient
+def patient_client_class(base: type, wait: float, timeout: float) -> type:
+    """``base`` (an alpaca-py REST client class: ``StockHistoricalDataClient``, ``TradingClient``) with a
+    per-request timeout and exponential backoff: what alpaca-py 0.44 lacks, shared by downloads and trading.
 
-    class BackoffClient(StockHistoricalDataClient):
-        """alpaca-py retries a page answered 429/504 after sleeping ``self._retry_wait``, up to
-        ``self._retry`` times. Here each read of that wait doubles it (wait, 2 x wait, 4 x wait, ...,
-        at most MAX_RETRY_WAIT_S): exponential backoff over the download, bounded by ``retries``."""
+    alpaca-py retries a request answered 429/504 after sleeping ``self._retry_wait``, up to ``self._retry``
+    times (set ``_retry`` on the instance: the clients do not forward ``retry_attempts``, and 0 there means
+    "the default"). Here each read of that wait doubles it (wait, 2 x wait, 4 x wait, ..., at most
+    MAX_RETRY_WAIT_S seconds). alpaca-py passes no timeout to requests, so a server that accepts and never
+    answers would block forever; every request gets ``timeout`` seconds and then raises
+    ``requests.exceptions.Timeout``.
+    """
 
+    class PatientClient(base):  # type: ignore[misc, valid-type]
         _waits_taken = 0
 
         @property
@@ -343,13 +348,17 @@ def _make_client(creds: Credentials, url: str, retries: int, wait: float, timeou
             pass
 
         def _one_request(self, method: str, url: str, opts: dict, retry: int) -> Any:
-            # alpaca-py passes no timeout to requests, so a server that accepts and never answers
-            # would hang the download forever; requests.Timeout becomes one clear error line.
             return super()._one_request(method, url, {**opts, "timeout": timeout}, retry)
 
-    client = BackoffClient(creds.key, creds.secret, raw_data=True, url_override=url)
-    # StockHistoricalDataClient (0.44) does not forward RESTClient's retry_attempts, and RESTClient
-    # treats 0 as "use the default", so set the field it reads.
+    PatientClient.__name__ = PatientClient.__qualname__ = f"Patient{base.__name__}"
+    return PatientClient
+
+
+def _make_client(creds: Credentials, url: str, retries: int, wait: float, timeout: float) -> Any:
+    from alpaca.data.historical.stock import StockHistoricalDataClient
+
+    client = patient_client_class(StockHistoricalDataClient, wait, timeout)(
+        creds.key, creds.secret, raw_data=True, url_override=url)
     client._retry = retries
     return client
 
@@ -485,7 +494,7 @@ def fetch_bars(
 
     creds = load_credentials()
     url = resolve_data_url(data_url)
-    retries, wait, timeout = _retry_settings(max_retries, retry_wait_seconds, timeout_seconds)
+    retries, wait, timeout = retry_settings(max_retries, retry_wait_seconds, timeout_seconds)
     frame = _download(symbols, window, frame_spec, adjustment, feed, url, creds, retries, wait, timeout)
 
     # Alpaca answers only for symbols asked for; a proxy might not, and extra columns would break alignment.

@@ -43,10 +43,33 @@ from envs.features import PreparedMarket
 from envs.kernel import EnvConfig, portfolio_value, trade_step
 from envs.returns import annualised_sharpe
 
-__all__ = ["VectorStockTradingEnv", "EnvConfig", "EPISODE_KEYS"]
+__all__ = ["VectorStockTradingEnv", "EnvConfig", "EPISODE_KEYS", "write_portfolio_columns"]
 
 EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs", "exposure")
 """Fields of ``info["episode"]``, in the order the trainer packs them for its all-gather."""
+
+
+def write_portfolio_columns(rows: Tensor, cash: Tensor, shares: Tensor, close: Tensor, value: Tensor,
+                            config: EnvConfig, holdings_scale: float) -> None:
+    """Write the portfolio part of state rows in place (the one encoding of cash and holdings).
+
+    :param rows: [B, F] float32 state rows, or [B, T, F] windows whose every row gets the same portfolio;
+        column 0 and columns [1+N, 1+2N) are overwritten
+    :param cash: [B] float64 dollars; :param shares: [B, N] float64 shares
+    :param close: [B, N] float64 dollars, the closes the holdings are valued at ("weights" only)
+    :param value: [B] float64 dollars, cash + shares . close ("weights" only)
+    :param config: its ``portfolio_features`` picks "shares" (cash / initial_amount, shares / holdings_scale)
+        or "weights" (cash and each holding's value as fractions of ``value``, in [0, 1])
+    """
+    n = shares.shape[1]
+    if config.portfolio_features == "weights":
+        cash_col, hold_cols = cash / value, shares * close / value.unsqueeze(1)
+    else:
+        cash_col, hold_cols = cash * (1.0 / float(config.initial_amount)), shares * (1.0 / float(holdings_scale))
+    if rows.dim() == 3:
+        cash_col, hold_cols = cash_col.unsqueeze(1), hold_cols.unsqueeze(1)
+    rows[..., 0] = cash_col
+    rows[..., 1 + n : 1 + 2 * n] = hold_cols
 
 
 class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
@@ -129,10 +152,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         mrows[:, 1 : 1 + N] = rows[:, :N]
         mrows[:, 1 + 2 * N :] = rows[:, N:]
         self._mrows = torch.as_tensor(mrows, device=dev)  # [D, F] float32, portfolio columns zero
-        self._cash_scale = 1.0 / float(config.initial_amount)
-        self._hold_scale = 1.0 / float(norm.holdings_scale)
-        self._hold_cols = slice(1 + N, 1 + 2 * N)
-        self._weights = config.portfolio_features == "weights"
         self._offsets = torch.arange(-T + 1, 1, device=dev)  # [T] day offsets of a window
 
         self._gen = torch.Generator().manual_seed(int(seed))  # CPU: same starts on every device
@@ -153,16 +172,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         return torch.randint(lo, hi + 1, (n,), generator=self._gen).numpy().astype(np.int64)
 
     def _write_portfolio(self, rows: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, value: Tensor) -> None:
-        """Write the portfolio columns of state rows ``[n, F]`` (or ``[n, T, F]``: every row gets the same
-        portfolio) in place: cash [n] and shares [n, N] valued at prices [n, N], value [n] (dollars)."""
-        if self._weights:  # fractions of the portfolio value, in [0, 1]
-            cash_col, hold_cols = cash / value, shares * prices / value.unsqueeze(1)
-        else:
-            cash_col, hold_cols = cash * self._cash_scale, shares * self._hold_scale
-        if rows.dim() == 3:
-            cash_col, hold_cols = cash_col.unsqueeze(1), hold_cols.unsqueeze(1)
-        rows[..., 0] = cash_col
-        rows[..., self._hold_cols] = hold_cols
+        """`write_portfolio_columns` with this env's settings."""
+        write_portfolio_columns(rows, cash, shares, prices, value, self.config, self.market.normalization.holdings_scale)
 
     def _window_rows(self, starts: Tensor, cash: Tensor, shares: Tensor) -> Tensor:
         """[n, T, F] float32 observation of portfolios (cash [n], shares [n, N]) starting at days `starts`

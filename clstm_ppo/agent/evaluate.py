@@ -7,12 +7,12 @@ from the split's first day to its last.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from clstm_ppo.agent.model import ActorCritic, unwrap
+from clstm_ppo.agent.model import ActorCritic, LSTMState, unwrap
 from envs.data import DayRange
 from envs.features import PreparedMarket
 from envs.kernel import EnvConfig
@@ -34,6 +34,11 @@ class PolicyRun:
     prices: np.ndarray  # [D, N] float64, close prices in dollars
     costs: np.ndarray  # [D] float64, dollars: row i holds the costs of the trade made at row i-1's close
     tickers: tuple[str, ...]
+    # The observation of the last day ([T, F] float32), which the run never acts on (no later close to trade
+    # into), and the recurrent state after the last day it acted on: what `clstm_ppo.trading.decision`
+    # continues from to decide that day.
+    last_obs: np.ndarray | None = None
+    last_state: LSTMState = field(default_factory=tuple)
 
     @property
     def holdings_value(self) -> np.ndarray:
@@ -89,4 +94,6 @@ def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str |
         prices=np.stack([np.asarray(r["prices"], dtype=np.float64) for r in record]),
         costs=np.array([r.get("costs", 0.0) for r in record], dtype=np.float64),
         tickers=tuple(market.data.tickers),
+        last_obs=np.asarray(obs, dtype=np.float32).copy(),
+        last_state=tuple(s.detach().clone() for s in state),
     )

@@ -4,6 +4,7 @@
     clstm-ppo backtest ...     backtest a checkpoint
     clstm-ppo compare ...      several checkpoints on one period
     clstm-ppo study ...        walk-forward study over policies x seeds x variants (merge, report)
+    clstm-ppo trade ...        paper-trade a checkpoint on Alpaca (trade report: paper vs backtest)
     clstm-ppo plot RUN_DIR     training curves to PNG
     clstm-ppo data ...         generate | inspect | download market data
     clstm-ppo doctor           environment checklist for (multi-)GPU training
@@ -28,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "backtest": ("clstm_ppo.cli.backtest", "main", "backtest a saved checkpoint against buy-and-hold"),
     "compare": ("clstm_ppo.cli.backtest", "compare_main", "backtest several checkpoints on one period"),
     "study": ("clstm_ppo.cli.study", "main", "walk-forward study over policies x seeds x variants, with statistics"),
+    "trade": ("clstm_ppo.cli.trade", "main", "paper-trade a checkpoint on Alpaca, one decision per session"),
     "plot": ("clstm_ppo.cli.plot", "main", "plot a run's training curves to PNG"),
     "data": ("clstm_ppo.cli.data", "main", "generate, inspect or download market data"),
     "doctor": ("clstm_ppo.cli.doctor", "main", "check torch, CUDA, NCCL/gloo, ports, folders and keys"),

@@ -1,0 +1,250 @@
+"""One trading day's decision, exactly as the backtest makes it: bars -> market -> replay -> action -> orders.
+
+The rule (and why it reproduces the backtest):
+
+1. **Bars.** The checkpoint's tickers, daily, through the run's own loader (`load_backtest_data` ->
+   `clstm_ppo.market.load_data`, with the run's Alpaca timeframe, adjustment and feed), from the checkpoint's
+   first date (``history_start`` overrides it) to the decision day, downloaded whole every day: indicators
+   (EMAs seeded on the first day) and the turbulence index (252 days of returns) then equal the backtest's
+   on every shared day, and a split or dividend adjusts the whole history at once. The last bar must be the
+   decision day's (else `UserError`: stale data, nothing sent).
+2. **Market.** `restore_market`: the checkpoint's normalisation statistics and turbulence threshold, never
+   refitted.
+3. **Replay.** The deterministic policy runs through the env from the replay start (default: the
+   checkpoint's test-split start, where its backtest starts) to the decision day with `run_policy`, the
+   backtest's own function. That gives the recurrent state and the window's past rows (their portfolio
+   columns are the replayed portfolio's, as in the backtest), and the replay's portfolio value, which the
+   journal keeps as "what the backtest says" for that day.
+4. **Today's row.** The decision day's portfolio columns are overwritten with the **account's** cash and
+   shares (`envs.vector_env.write_portfolio_columns`, the env's own encoding); the policy's mean action
+   follows from the replayed state.
+5. **Orders.** `envs.kernel.trade_step` with the account's cash and shares at the day's close: whole-share
+   orders ``trunc(clip(action) x hmax)``, sells first (never more than held), buys scaled pro rata to the
+   cash after the sells and costs (cash never negative), and on a turbulent day sell everything, buy
+   nothing. Its share changes are the orders.
+
+So when the account holds what the backtest held on day t, the orders are the backtest's trades of day t
+(tests/test_trade.py proves it on recorded bars). What still differs in real trading: orders are sent after
+the close and fill at the next open, not at the close the rule priced them at; costs are Alpaca's, not
+``buy_cost_pct``/``sell_cost_pct``; an account with other capital than ``initial_amount`` reads as richer or
+poorer in the ``shares`` state encoding (``weights`` is scale-free).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import date
+from typing import Any
+
+import numpy as np
+import torch
+
+from clstm_ppo.agent.model import ActorCritic, unwrap
+from clstm_ppo.evaluation.backtest import Period, load_backtest_data, run_policy
+from clstm_ppo.market import env_config, is_alpaca
+from clstm_ppo.training.checkpoint import Checkpoint, restore_market
+from envs.alpaca import parse_timeframe
+from envs.data import DayRange
+from envs.errors import UserError
+from envs.features import PreparedMarket
+from envs.kernel import portfolio_value, trade_step
+from envs.vector_env import write_portfolio_columns
+
+
+@dataclass(frozen=True)
+class PlannedOrder:
+    """One order of the plan: ``shares`` (> 0, whole except when selling a fractional holding) at ``price``."""
+
+    ticker: str
+    side: str  # "sell" | "buy"
+    shares: float
+    price: float  # dollars: the decision day's close, the price the rule assumed
+    reason: str
+
+    @property
+    def value(self) -> float:
+        """Dollars at the decision price (before costs)."""
+        return self.shares * self.price
+
+
+@dataclass
+class Decision:
+    """The decision for one session. N = the checkpoint's tickers; money in dollars, holdings in shares."""
+
+    day: date
+    tickers: list[str]
+    prices: np.ndarray  # [N] float64 closes of ``day``
+    action: np.ndarray  # [N] float32 policy mean action (the rule clips it to [-1, 1])
+    requested: np.ndarray  # [N] float64 shares the action asks for, trunc(clip(action) x hmax), + buy / - sell
+    turbulence: float
+    threshold: float  # inf when the run had the turbulence stop off
+    cash: float  # account cash the rule used (a negative balance counts as 0)
+    shares: np.ndarray  # [N] float64 account holdings of the checkpoint's tickers
+    cash_after: float  # what the rule expects after the orders fill at the close, costs included
+    shares_after: np.ndarray  # [N]
+    costs: float  # the rule's transaction costs (buy_cost_pct / sell_cost_pct)
+    orders: list[PlannedOrder]  # sells first, then buys, each in ticker order
+    backtest_value: float  # the replayed (backtest) portfolio's value at ``day``'s close
+    replay_start: date
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def turbulent(self) -> bool:
+        return bool(self.turbulence >= self.threshold)
+
+    def to_json(self) -> dict[str, Any]:
+        """For the journal (plain numbers and strings; inf thresholds as null)."""
+        return {
+            "day": self.day.isoformat(), "replay_start": self.replay_start.isoformat(), "tickers": self.tickers,
+            "prices": [float(p) for p in self.prices], "action": [float(a) for a in self.action],
+            "requested": [float(r) for r in self.requested], "turbulence": float(self.turbulence),
+            "threshold": float(self.threshold) if np.isfinite(self.threshold) else None,
+            "turbulent": self.turbulent, "cash": self.cash, "shares": [float(s) for s in self.shares],
+            "cash_after": self.cash_after, "shares_after": [float(s) for s in self.shares_after],
+            "costs": self.costs, "backtest_value": self.backtest_value, "notes": list(self.notes),
+        }
+
+
+# ------------------------------------------------------------------------------------------- data
+
+
+def load_trading_market(ck: Checkpoint, day: date, *, history_start: str | None = None,
+                        data_url: str | None = None, cache_dir: str | None = None) -> PreparedMarket:
+    """The checkpoint's market over its tickers' daily Alpaca bars from its first date to ``day`` (step 1-2).
+
+    :param history_start: first date of bars (default: the checkpoint's ``start``; earlier or later moves the
+        indicators' warm-up away from the backtest's).
+    :param data_url: / :param cache_dir: override the run's Alpaca data endpoint and cache folder.
+    :raises UserError: no start date, download problems (as for training), tickers missing, stale bars.
+    """
+    cfg = ck.cfg
+    if is_alpaca(cfg.data):
+        frame = parse_timeframe(cfg.alpaca_timeframe)
+        if (frame.amount_value, frame.unit_value.value) != (1, "Day"):
+            raise UserError(f"{ck.path} was trained on {cfg.alpaca_timeframe} bars; `clstm-ppo trade` decides once "
+                            "per session on daily bars (1Day)")
+    start = history_start or cfg.start
+    if not start:
+        raise UserError(f"{ck.path} has no start date for its data; pass --history_start YYYY-MM-DD "
+                        "(two years back covers the window, the indicators and the turbulence index)")
+    overrides: dict[str, Any] = {"start": start, "data": cfg.data if is_alpaca(cfg.data) else "alpaca"}
+    if data_url:
+        overrides["data_url"] = data_url
+    if cache_dir:
+        overrides["data_cache_dir"] = cache_dir
+    run_ck = dataclasses.replace(ck, config={**ck.config, **overrides})
+    market = restore_market(ck, load_backtest_data(run_ck, end=day.isoformat()))
+    last = _day(market.data.dates[-1])
+    if last < day:
+        raise UserError(f"stale bars: the newest daily bars are from {last.isoformat()} but the last session was "
+                        f"{day.isoformat()} (the feed has not published it yet); nothing was sent, run again later")
+    lookback = market.turbulence_lookback + 1
+    if np.isfinite(market.turbulence_threshold) and market.data.num_days <= lookback:
+        raise UserError(f"the turbulence stop needs more than {lookback} trading days of bars before the decision "
+                        f"day and {market.data.num_days} were loaded from {start}; pass an earlier --history_start")
+    return market
+
+
+def replay_days(ck: Checkpoint, market: PreparedMarket, replay_start: str | None = None) -> DayRange:
+    """Days to replay: from ``replay_start`` (default: the checkpoint's test-split start) to the data's last day.
+
+    :raises UserError: no test split and no ``replay_start``, too little lookback, or nothing to replay.
+    """
+    dates = np.asarray(market.data.dates).astype("datetime64[D]")
+    if replay_start:
+        first, what = replay_start, f"--replay_start {replay_start}"
+    else:
+        test = (ck.market_spec.get("splits") or {}).get("test")
+        if not isinstance(test, dict):
+            raise UserError(f"{ck.path} has no test split to start the replay at; pass --replay_start YYYY-MM-DD")
+        first, what = test["start"], f"the checkpoint's test split start ({test['start']})"
+    try:
+        lo = int(np.searchsorted(dates, np.datetime64(date.fromisoformat(str(first)), "D"), side="left"))
+    except ValueError:
+        raise UserError(f"--replay_start {first!r} is not a date (YYYY-MM-DD)") from None
+    last = len(dates) - 1
+    if lo < market.window - 1:
+        raise UserError(f"{what}: the window needs {market.window - 1} trading days of bars before the replay's "
+                        f"first day and the bars begin {_day(dates[0])}; pass a later --replay_start or an "
+                        "earlier --history_start")
+    if lo >= last:
+        raise UserError(f"{what} is not before the decision day {_day(dates[last])}: the replay needs at least one "
+                        "day; pass an earlier --replay_start")
+    return DayRange(lo, last + 1)
+
+
+# ------------------------------------------------------------------------------------------- decision
+
+
+def decide(ck: Checkpoint, model: ActorCritic, market: PreparedMarket, days: DayRange, *, cash: float,
+           shares: np.ndarray, device: torch.device | str = "cpu") -> Decision:
+    """Steps 3-5 of the module docstring for the decision day ``days.stop - 1``.
+
+    :param cash: account cash in dollars (a negative balance, margin in use, counts as 0: no buys)
+    :param shares: [N] account shares of ``market``'s tickers, >= 0 (no shorts: the policy is long-only)
+    """
+    cfg = env_config(ck.cfg, full_episodes=True)
+    t = days.stop - 1
+    shares = np.asarray(shares, dtype=np.float64)
+    notes = []
+    if cash < 0:
+        notes.append(f"account cash is ${cash:,.2f} (margin in use): counted as $0, so nothing is bought")
+        cash = 0.0
+    run = run_policy(ck, model, market, Period(days, "trade", "replay"), torch.device(device))
+    assert run.last_obs is not None
+
+    close = np.asarray(market.data.close[t], dtype=np.float64)
+    cash_t = torch.tensor([cash], dtype=torch.float64)
+    shares_t = torch.as_tensor(shares, dtype=torch.float64).unsqueeze(0)
+    close_t = torch.as_tensor(close).unsqueeze(0)
+    obs = torch.as_tensor(run.last_obs).clone()  # [T, F]; the last row is the decision day's
+    write_portfolio_columns(obs[-1:], cash_t, shares_t, close_t, portfolio_value(cash_t, shares_t, close_t), cfg,
+                            market.normalization.holdings_scale)
+    policy = unwrap(model)
+    with torch.no_grad():
+        action, _, _, _ = policy.act(obs.unsqueeze(0).to(device), run.last_state,
+                                     torch.zeros(1, dtype=torch.bool, device=device), deterministic=True)
+    # As the env hands it to the rule: float32 on the CPU.
+    action_np = action[0].float().cpu().numpy()
+
+    turbulence, threshold = float(market.turbulence[t]), float(market.turbulence_threshold)
+    turbulent = torch.tensor([turbulence >= threshold])
+    new_cash, new_shares, stats = trade_step(cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t,
+                                             turbulent, cfg)
+    requested = np.trunc(np.clip(action_np.astype(np.float64), -1.0, 1.0) * cfg.hmax)
+    decision = Decision(
+        day=_day(market.data.dates[t]), tickers=[str(x) for x in market.data.tickers], prices=close,
+        action=action_np, requested=requested, turbulence=turbulence, threshold=threshold, cash=float(cash),
+        shares=shares, cash_after=float(new_cash[0]), shares_after=new_shares[0].numpy().copy(),
+        costs=float(stats.costs[0]), orders=[], backtest_value=float(run.values[-1]),
+        replay_start=_day(market.data.dates[days.start]), notes=notes,
+    )
+    decision.orders = plan_orders(decision, stats.shares_traded[0].numpy(), cfg.hmax)
+    return decision
+
+
+def plan_orders(d: Decision, traded: np.ndarray, hmax: int) -> list[PlannedOrder]:
+    """The rule's share changes ``traded`` ([N], + bought / - sold) as orders, sells first, with their reasons."""
+    sells, buys = [], []
+    for i, ticker in enumerate(d.tickers):
+        change, asked, held, act = float(traded[i]), float(d.requested[i]), float(d.shares[i]), float(d.action[i])
+        if change < 0:
+            if d.turbulent:
+                reason = f"turbulence {d.turbulence:.2f} >= threshold {d.threshold:.2f}: sell everything"
+            elif -asked > held:
+                reason = f"action {act:+.4f} asks to sell {-asked:g}; capped at the {held:g} held"
+            else:
+                reason = f"action {act:+.4f} x hmax {hmax}"
+            sells.append(PlannedOrder(ticker, "sell", -change, float(d.prices[i]), reason))
+        elif change > 0:
+            if change < asked:
+                reason = f"action {act:+.4f} asks to buy {asked:g}; cut to {change:g} to fit the cash"
+            else:
+                reason = f"action {act:+.4f} x hmax {hmax}"
+            buys.append(PlannedOrder(ticker, "buy", change, float(d.prices[i]), reason))
+    return sells + buys
+
+
+def _day(value: Any) -> date:
+    return date.fromisoformat(str(np.datetime_as_string(np.datetime64(value, "D"), unit="D")))

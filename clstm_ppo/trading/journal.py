@@ -1,0 +1,127 @@
+"""The trading journal: ``trades.jsonl`` (one JSON line per decision and per order event) next to
+``equity.csv`` (one row per session day: the account's value and the backtest's for the same day).
+
+Default folder: ``trading-paper/`` (``trading-live/`` for the live endpoint) next to the checkpoint.
+
+``trades.jsonl`` -- every line has ``time`` (UTC, ISO 8601, when it was written), ``event``, and the run's
+context: ``run`` (the order-id tag), ``endpoint`` ("paper" | "live"), ``mode`` ("dry_run" | "submit").
+Events:
+
+- ``decision``: ``day``, ``checkpoint``, ``account`` (number, cash, equity, buying_power), ``positions``
+  (the checkpoint's tickers: shares), ``unknown_positions`` (other tickers held: shares, left alone), the
+  rule's inputs and outputs (`Decision.to_json`: prices, action, requested shares, turbulence and threshold,
+  cash/shares before and the rule's cash/shares after, costs, backtest_value, replay_start, notes) and
+  ``plan``: the orders (ticker, side, shares, price, value, reason, client_order_id).
+- ``order``: one per planned order when sending (``--submit``): ``client_order_id``, ticker, side, qty,
+  ``outcome`` -- "sent", "already_sent" (found by its client id: an earlier run sent it), "refused" (the
+  broker said no; ``message``), "unknown" (no answer and the lookup failed too: a re-run finds out), or
+  "not_sent" (the batch stopped before it) -- and the broker's ``status``/``order_id`` when known.
+- ``order_status``: what the broker showed later (after the wait, or when a later run reconciles):
+  ``status`` (accepted, new, partially_filled, filled, rejected, expired, canceled, ... or "not_found"),
+  ``filled_qty``, ``filled_avg_price``.
+- ``skipped``: a run that decided nothing (``reason``: no session today).
+
+Lines are appended and flushed to disk one at a time, so after a crash or a dropped connection the journal
+still says exactly which orders went out. Keys never reach the journal: it is given only these fields.
+
+``equity.csv`` -- ``date, equity, cash, long_market_value, backtest_value, recorded_at``: the account
+(dollars, as the broker reported it when the command ran after that session's close) and the replayed
+backtest portfolio's value at that close. A re-run on the same day replaces the day's row.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from envs.atomic import atomic_write
+from envs.errors import UserError
+
+TRADES_FILE, EQUITY_FILE = "trades.jsonl", "equity.csv"
+EQUITY_COLUMNS = ("date", "equity", "cash", "long_market_value", "backtest_value", "recorded_at")
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class Journal:
+    """Appends events to ``folder/trades.jsonl`` and keeps ``folder/equity.csv``; ``context`` joins every event."""
+
+    def __init__(self, folder: str | Path, **context: Any) -> None:
+        self.folder = Path(folder)
+        self.context: dict[str, Any] = dict(context)
+
+    @property
+    def trades_path(self) -> Path:
+        return self.folder / TRADES_FILE
+
+    @property
+    def equity_path(self) -> Path:
+        return self.folder / EQUITY_FILE
+
+    def _ensure(self) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create the journal folder {self.folder}: {err.strerror or err}") from None
+
+    def record(self, event: str, **fields: Any) -> dict[str, Any]:
+        """Append one event line (flushed and fsynced before returning); returns what was written."""
+        self._ensure()
+        line = {"time": utc_now(), "event": event, **self.context, **fields}
+        text = json.dumps(line, allow_nan=False, default=str)
+        try:
+            with open(self.trades_path, "a", encoding="utf-8") as handle:
+                handle.write(text + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as err:
+            raise UserError(f"cannot write the journal {self.trades_path}: {err.strerror or err}") from None
+        return line
+
+    def events(self) -> list[dict[str, Any]]:
+        """Every event, oldest first; a line that does not parse (cut short by a crash) is skipped with a note."""
+        if not self.trades_path.is_file():
+            return []
+        out = []
+        for number, text in enumerate(self.trades_path.read_text(encoding="utf-8").splitlines(), 1):
+            if not text.strip():
+                continue
+            try:
+                item = json.loads(text)
+            except ValueError:
+                print(f"note: {self.trades_path} line {number} is not JSON; skipped", file=sys.stderr)
+                continue
+            if isinstance(item, dict):
+                out.append(item)
+        return out
+
+    def equity_rows(self) -> list[dict[str, str]]:
+        """Rows of equity.csv as strings, in file order (dates ascending)."""
+        if not self.equity_path.is_file():
+            return []
+        with open(self.equity_path, newline="", encoding="utf-8") as handle:
+            return list(csv.DictReader(handle))
+
+    def put_equity(self, day: str, *, equity: float, cash: float, long_market_value: float,
+                   backtest_value: float) -> None:
+        """Write (or replace) ``day``'s row; the file is rewritten atomically, sorted by date."""
+        self._ensure()
+        rows = {r["date"]: r for r in self.equity_rows()}
+        rows[day] = {"date": day, "equity": f"{equity:.2f}", "cash": f"{cash:.2f}",
+                     "long_market_value": f"{long_market_value:.2f}", "backtest_value": f"{backtest_value:.6f}",
+                     "recorded_at": utc_now()}
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=EQUITY_COLUMNS, lineterminator="\n", extrasaction="ignore")
+        writer.writeheader()
+        for key in sorted(rows):
+            writer.writerow(rows[key])
+        data = buffer.getvalue().encode("utf-8")
+        atomic_write(self.equity_path, lambda handle: handle.write(data))

@@ -1,0 +1,148 @@
+"""`clstm-ppo trade report`: the paper account's equity next to what the backtest gave for the same days.
+
+Read from the journal only (no keys, no network): ``equity.csv`` holds, per session day, the account's
+equity when the command ran after that close and ``backtest_value``, the replayed backtest portfolio's value
+at the same close (the replay runs the same policy with the same rules from the same start, so it is the
+backtest over those days). The two start from different capital, so they are compared by returns:
+
+- day return of row i (i >= 1): ``equity[i] / equity[i-1] - 1`` and ``backtest[i] / backtest[i-1] - 1``
+  (over the days between the two rows when a session was skipped); ``gap`` = paper - backtest;
+- total return over the rows: ``equity[-1] / equity[0] - 1`` and the same for the backtest;
+- tracking error: the standard deviation (ddof 1) of the daily gaps, with 2 gaps or more;
+- execution vs close, per decision day: for each order of that day's plan whose fills the journal holds
+  (``order_status``, the latest per client order id), ``(fill price - decision price) x filled shares``
+  for a buy and ``(decision price - fill price) x filled shares`` for a sell; positive = dollars lost to
+  trading at the next open instead of at the close the rule assumed.
+
+Deposits and withdrawals move the equity and are not separated out: the report assumes none.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from clstm_ppo.trading.journal import Journal
+from envs.atomic import atomic_write
+from envs.errors import UserError
+
+REPORT_FILE = "report.csv"
+REPORT_COLUMNS = ("date", "paper_equity", "backtest_value", "paper_return", "backtest_return", "gap",
+                  "execution_cost")
+
+
+@dataclass
+class TradeReport:
+    """Rows (one per equity.csv day) and the totals; returns as fractions, money in dollars."""
+
+    rows: list[dict[str, Any]]
+    paper_return: float
+    backtest_return: float
+    tracking_error: float | None
+    execution_cost: float
+    fills: int
+    path: Path
+
+    @property
+    def gap(self) -> float:
+        return self.paper_return - self.backtest_return
+
+
+def execution_costs(events: list[dict[str, Any]]) -> tuple[dict[str, float], int]:
+    """Dollars lost to fills away from the decision price, per decision day, and the number of orders filled."""
+    planned: dict[str, tuple[str, str, float]] = {}  # client id -> (day, side, decision price)
+    latest: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event.get("event") == "decision":
+            for order in event.get("plan") or []:
+                planned[order["client_order_id"]] = (str(event["day"]), order["side"], float(order["price"]))
+        elif event.get("event") == "order_status" and event.get("client_order_id"):
+            latest[event["client_order_id"]] = event
+    costs: dict[str, float] = {}
+    fills = 0
+    for cid, status in latest.items():
+        qty, price = float(status.get("filled_qty") or 0.0), status.get("filled_avg_price")
+        if cid not in planned or qty <= 0 or price is None:
+            continue
+        day, side, decided = planned[cid]
+        sign = 1.0 if side == "buy" else -1.0
+        costs[day] = costs.get(day, 0.0) + sign * (float(price) - decided) * qty
+        fills += 1
+    return costs, fills
+
+
+def trade_report(folder: str | Path, out: str | Path | None = None) -> TradeReport:
+    """Compare the journal's paper equity with the backtest's values; write ``report.csv`` (or ``out``)."""
+    journal = Journal(folder)
+    rows = journal.equity_rows()
+    if not rows:
+        raise UserError(f"no account values in {journal.equity_path} yet: run `clstm-ppo trade` after a close first")
+    try:
+        equity = np.array([float(r["equity"]) for r in rows])
+        backtest = np.array([float(r["backtest_value"]) for r in rows])
+    except (KeyError, ValueError):
+        raise UserError(f"{journal.equity_path} is not a trade equity file (columns date,equity,...,backtest_value)") from None
+    if not (np.all(equity > 0) and np.all(backtest > 0)):
+        raise UserError(f"{journal.equity_path}: equity and backtest values must be positive")
+    costs, fills = execution_costs(journal.events())
+    paper_r = np.full(len(rows), np.nan)
+    bt_r = np.full(len(rows), np.nan)
+    paper_r[1:] = equity[1:] / equity[:-1] - 1.0
+    bt_r[1:] = backtest[1:] / backtest[:-1] - 1.0
+    gaps = paper_r[1:] - bt_r[1:]
+    out_rows = [{"date": r["date"], "paper_equity": float(e), "backtest_value": float(b),
+                 "paper_return": None if np.isnan(p) else float(p), "backtest_return": None if np.isnan(q) else float(q),
+                 "gap": None if np.isnan(p) else float(p - q), "execution_cost": costs.get(r["date"])}
+                for r, e, b, p, q in zip(rows, equity, backtest, paper_r, bt_r, strict=True)]
+    path = Path(out) if out else journal.folder / REPORT_FILE
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=REPORT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in out_rows:
+        writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    data = buffer.getvalue().encode("utf-8")
+    try:
+        atomic_write(path, lambda handle: handle.write(data))
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror or err}") from None
+    return TradeReport(
+        rows=out_rows, paper_return=float(equity[-1] / equity[0] - 1.0),
+        backtest_return=float(backtest[-1] / backtest[0] - 1.0),
+        tracking_error=float(np.std(gaps, ddof=1)) if len(gaps) >= 2 else None,
+        execution_cost=float(sum(costs.values())), fills=fills, path=path,
+    )
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:+.2f}%"
+
+
+def _money(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
+
+
+def report_table(report: TradeReport) -> str:
+    """The console view: one line per day, then the totals."""
+    header = ("date", "paper equity", "day", "backtest value", "day", "gap", "fills vs close")
+    body = [(r["date"], _money(r["paper_equity"]), _pct(r["paper_return"]), _money(r["backtest_value"]),
+             _pct(r["backtest_return"]), _pct(r["gap"]), _money(r["execution_cost"])) for r in report.rows]
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    lines = ["  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]])
+             for row in [header, *body]]
+    n = len(report.rows)
+    te = "-" if report.tracking_error is None else f"{report.tracking_error * 100:.2f}% per day"
+    lines += [
+        "",
+        f"over {n} session(s) {report.rows[0]['date']} .. {report.rows[-1]['date']}: paper {_pct(report.paper_return)}, "
+        f"backtest {_pct(report.backtest_return)}, gap {report.gap * 100:+.2f} pp; tracking error {te}",
+        f"fills vs decision closes: {_money(report.execution_cost)} over {report.fills} filled order(s) "
+        "(positive = lost to trading at the next open)",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,208 @@
+"""`clstm-ppo trade`: one decision for the session that just closed, shown, journaled and (with ``submit``) sent.
+
+The order of the steps is the order of the checks, so that nothing is sent unless everything before it held:
+
+1. endpoint (paper by default; live only with both live flags), checkpoint, keys;
+2. the broker's clock and calendar: today must be a session day and its close must have passed
+   (`clstm_ppo.trading.schedule`); otherwise one line, nothing sent;
+3. orders journaled earlier and not yet final are looked up (their fills reach the journal);
+4. bars through today's session (stale bars: one line, nothing sent), the checkpoint's market, the account
+   (cash, equity) and positions: the checkpoint's tickers are traded, any other ticker held is left
+   alone and reported;
+5. the decision (`clstm_ppo.trading.decision`), printed as a table and journaled with the day's equity row;
+6. with ``submit``: the orders, sells first, then a wait for fills (`clstm_ppo.trading.orders`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from clstm_ppo.trading.broker import Broker, Endpoint, calendar_window, resolve_endpoint
+from clstm_ppo.trading.decision import Decision, decide, load_trading_market, replay_days
+from clstm_ppo.trading.journal import Journal
+from clstm_ppo.trading.orders import (
+    OrderOutcome,
+    client_order_id,
+    describe,
+    reconcile,
+    run_tag,
+    send_orders,
+    wait_for_fills,
+)
+from clstm_ppo.trading.schedule import NoSessionToday, decision_session
+from clstm_ppo.training.checkpoint import open_checkpoint, restore_policy
+from envs.alpaca import load_credentials, redact_url
+from envs.errors import UserError
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class TradeOptions:
+    """The command's settings (see `clstm_ppo.cli.trade` for each flag's help)."""
+
+    checkpoint: str
+    submit: bool = False
+    live: bool = False
+    confirm_live: bool = False
+    journal: str | None = None
+    replay_start: str | None = None
+    history_start: str | None = None
+    wait_seconds: float = 10.0
+    poll_seconds: float = 1.0
+    order_tag: str | None = None
+    trading_url: str | None = None
+    data_url: str | None = None
+    data_cache_dir: str | None = None
+    device: str = "cpu"
+
+
+@dataclass
+class TradeResult:
+    """What a run did; ``problems`` counts orders refused, unknown or not sent (exit status 2 when > 0)."""
+
+    decision: Decision | None
+    outcomes: list[OrderOutcome]
+    journal: Path
+    problems: int = 0
+
+
+def default_journal(checkpoint: Path, endpoint: Endpoint) -> Path:
+    """``trading-paper/`` (or ``trading-live/``) next to the checkpoint."""
+    return checkpoint.parent / f"trading-{endpoint.label}"
+
+
+def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
+    """Run the steps of the module docstring; `UserError` (one line) for anything that stops the run."""
+    if opts.wait_seconds < 0 or opts.poll_seconds <= 0:
+        raise UserError("--wait_seconds must be >= 0 and --poll_seconds > 0")
+    endpoint = resolve_endpoint(live=opts.live, confirm_live=opts.confirm_live, url=opts.trading_url)
+    ck = open_checkpoint(opts.checkpoint)
+    tag = run_tag(opts.order_tag or ck.cfg.run_name or ck.path.resolve().parent.name)
+    folder = Path(opts.journal) if opts.journal else default_journal(ck.path, endpoint)
+    journal = Journal(folder, run=tag, endpoint=endpoint.label, mode="submit" if opts.submit else "dry_run")
+    broker = Broker(load_credentials(), endpoint)
+
+    now = broker.clock()
+    try:
+        session = decision_session(now, broker.sessions(*calendar_window(now)))
+    except NoSessionToday as why:
+        say(f"no trade: {why}")
+        journal.record("skipped", day=now.date().isoformat(), reason=str(why))
+        return TradeResult(None, [], folder)
+    day = session.day.isoformat()
+    for state in reconcile(broker, journal):
+        say(f"earlier order {state.client_order_id}: {state.status}, filled {state.filled_qty:g} of {state.qty:g}"
+            + (f" at ${state.filled_avg_price:,.2f}" if state.filled_avg_price else ""))
+
+    market = load_trading_market(ck, session.day, history_start=opts.history_start, data_url=opts.data_url,
+                                 cache_dir=opts.data_cache_dir)
+    days = replay_days(ck, market, opts.replay_start)
+    account = broker.account()
+    positions = broker.positions()
+    if opts.submit and (account.blocked or account.status.upper() not in ("ACTIVE", "")):
+        raise UserError(f"the {endpoint.label} account {account.number} cannot trade (status {account.status}, "
+                        "trading or account blocked); nothing was sent")
+    tickers = [str(t) for t in market.data.tickers]
+    shorts = [s for s, p in positions.items() if s in tickers and p.qty < 0]
+    if shorts:
+        raise UserError(f"the account is short {', '.join(shorts)}; the policy trades long only: close the short "
+                        "positions first; nothing was sent")
+    shares = np.array([positions[t].qty if t in positions else 0.0 for t in tickers], dtype=np.float64)
+    unknown = {s: p for s, p in positions.items() if s not in tickers}
+
+    model = restore_policy(ck, market, torch.device(opts.device))
+    decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
+    ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
+    journal.record(
+        "decision", day=day, checkpoint=str(ck.path),
+        account={"number": account.number, "cash": account.cash, "equity": account.equity,
+                 "buying_power": account.buying_power},
+        positions={t: float(q) for t, q in zip(tickers, shares, strict=True) if q},
+        unknown_positions={s: p.qty for s, p in unknown.items()},
+        **{k: v for k, v in decision.to_json().items() if k != "day"},
+        plan=[{"ticker": o.ticker, "side": o.side, "shares": o.shares, "price": o.price, "value": o.value,
+               "reason": o.reason, "client_order_id": cid} for o, cid in zip(decision.orders, ids, strict=True)],
+    )
+    journal.put_equity(day, equity=account.equity, cash=account.cash, long_market_value=account.long_market_value,
+                       backtest_value=decision.backtest_value)
+
+    for line in plan_lines(decision, ck_path=str(ck.path), endpoint=endpoint, account_number=account.number,
+                           equity=account.equity, buying_power=account.buying_power, days=days.stop - days.start,
+                           unknown={s: (p.qty, p.market_value) for s, p in unknown.items()}, submit=opts.submit):
+        say(line)
+    if not opts.submit or not decision.orders:
+        if decision.orders:
+            say(f"dry run: nothing sent (add --submit to send these {len(decision.orders)} orders to the "
+                f"{endpoint.label} account); journal: {journal.trades_path}")
+        else:
+            say(f"no orders today; journal: {journal.trades_path}")
+        return TradeResult(decision, [], folder)
+
+    outcomes = send_orders(broker, list(zip(decision.orders, ids, strict=True)), journal, say, day=day)
+    states = wait_for_fills(broker, outcomes, journal, say, day=day, wait_seconds=opts.wait_seconds,
+                            poll_seconds=opts.poll_seconds)
+    for o in outcomes:
+        o.state = states.get(o.client_order_id, o.state)
+        if o.outcome in ("sent", "already_sent"):
+            say(describe(o) + _fill_text(o))
+    problems = sum(o.outcome in ("refused", "unknown", "not_sent") for o in outcomes)
+    went = sum(o.outcome == "sent" for o in outcomes)
+    before = sum(o.outcome == "already_sent" for o in outcomes)
+    summary = f"sent {went} of {len(outcomes)} orders"
+    if before:
+        summary += f", {before} already sent by an earlier run (not sent again)"
+    if problems:
+        summary += (f"; {problems} did not go out (see above): run the same command again today to send what is "
+                    "missing -- orders already at the broker are recognised by their client ids")
+    say(f"{summary}; journal: {journal.trades_path}")
+    return TradeResult(decision, outcomes, folder, problems)
+
+
+def _fill_text(o: OrderOutcome) -> str:
+    s = o.state
+    if s is None:
+        return ""
+    if s.filled_qty > 0:
+        price = f" at ${s.filled_avg_price:,.2f}" if s.filled_avg_price else ""
+        return f", filled {s.filled_qty:g} of {s.qty:g}{price} (decision price ${o.order.price:,.2f})"
+    if s.status in ("accepted", "new", "pending_new"):
+        return ", not filled yet (orders sent after the close fill at the next open)"
+    return ""
+
+
+def _money(x: float) -> str:
+    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
+
+
+def plan_lines(d: Decision, *, ck_path: str, endpoint: Endpoint, account_number: str, equity: float,
+               buying_power: float, days: int, unknown: dict[str, tuple[float, float]], submit: bool) -> list[str]:
+    """The plan as the console shows it: a header, the orders table, what is left alone."""
+    mode = "submit" if submit else "dry run"
+    lines = [
+        f"trade {d.day.isoformat()} (after the close) | {ck_path} | {endpoint.label} account {account_number} at "
+        f"{redact_url(endpoint.url)} | {mode}",
+        f"account: equity {_money(equity)} | cash {_money(d.cash)} | buying power {_money(buying_power)} | "
+        f"backtest replay from {d.replay_start.isoformat()} ({days} days): value {_money(d.backtest_value)}",
+    ]
+    threshold = f"{d.threshold:.2f}" if np.isfinite(d.threshold) else "off"
+    lines.append(f"turbulence {d.turbulence:.2f} (threshold {threshold})"
+                 + (": turbulent day, sell everything, buy nothing" if d.turbulent else ""))
+    lines += [f"note: {n}" for n in d.notes]
+    if d.orders:
+        header = ("ticker", "side", "shares", "last price", "value", "reason")
+        rows = [(o.ticker, o.side, f"{o.shares:g}", _money(o.price), _money(o.value), o.reason) for o in d.orders]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
+        for r in [header, *rows]:
+            lines.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]),
+                                    *[c.rjust(w) for c, w in zip(r[2:5], widths[2:5], strict=True)], r[5]]))
+        lines.append(f"expected after the orders at the close: cash {_money(d.cash_after)}, costs {_money(d.costs)}")
+    if unknown:
+        held = ", ".join(f"{s} {q:g} shares ({_money(v)})" for s, (q, v) in sorted(unknown.items()))
+        lines.append(f"left alone (not among the checkpoint's tickers): {held}")
+    return lines
