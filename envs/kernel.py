@@ -78,6 +78,8 @@ class StepStats(NamedTuple):
     costs: Tensor  # [B] float64 dollars, buy + sell transaction costs
     shares_traded: Tensor  # [B, N] float64 shares, + bought / - sold
     num_trades: Tensor  # [B] int64, stocks whose holding changed
+    wanted_buy_value: Tensor  # [B] float64 dollars the orders asked to buy (cost included; 0 on a turbulent day)
+    refused_buy_value: Tensor  # [B] float64 dollars of those buys the cash could not pay for
 
 
 def order_shares(actions: Tensor, hmax: int) -> Tensor:
@@ -144,7 +146,7 @@ def execute_orders(
     traded = buy - sell
     new_shares = shares + traded
     num_trades = (traded != 0).sum(1)
-    return new_cash, new_shares, StepStats(costs, traded, num_trades)
+    return new_cash, new_shares, StepStats(costs, traded, num_trades, total, total - spend)
 
 
 def portfolio_value(cash: Tensor, shares: Tensor, prices: Tensor) -> Tensor:

@@ -4,7 +4,8 @@ Sources::
 
     synthetic                         generate_market() with default options and ``seed``
     synthetic:k=v,k=v                 options: tickers (count), days, start, signal (strength in [0, 1)),
-                                      signal_kind (momentum | lead_lag), seed (overrides the seed argument)
+                                      signal_kind (momentum | lead_lag), lag (lead_lag: days from the leader's
+                                      move to the follower's, default 1), seed (overrides the seed argument)
     csv:PATH | parquet:PATH           a long-format file (see envs.data); a bare PATH ending in
                                       .csv / .parquet / .pq works too
     alpaca                            envs.alpaca.fetch_bars(tickers, start, end, **alpaca_kwargs)
@@ -36,6 +37,7 @@ SYNTHETIC_OPTIONS: dict[str, tuple[str, type]] = {
     "start": ("start", str),
     "signal": ("signal_strength", float),
     "signal_kind": ("signal", str),
+    "lag": ("lag", int),
     "seed": ("seed", int),
 }
 

@@ -32,11 +32,14 @@ variance is ``share = 0.5 * s`` of the ticker's calm-regime (v = 1) return varia
   Past 5-20 day returns reveal ``m``, so next-day returns are autocorrelated with past returns
   (lag-k autocorrelation about ``share * 0.9^k``). The trend is persistent, so a strong momentum
   signal also makes prices wander far (a ticker can end at 100x its start over 10 years).
-* ``"lead_lag"``: ticker i's idiosyncratic shock of day t-1 moves ticker i+1 on day t:
-  ``x[t, i+1] = c_i * sigma_i * ze[t-1, i]`` with ``c_i`` scaled so the term's variance is ``share * q_{i+1}``
-  (ticker 0 has no leader, the last ticker leads none). A one-day effect, so prices stay in range.
-  With 5 tickers at s = 0.9 the causal rule "hold ticker i+1 after ticker i rose" earns a test-split
-  Sharpe of 0.6 to 4.3 over seeds 1-4, 0.8 to 2.9 above equal-weight buy-and-hold on the same days.
+* ``"lead_lag"``: ticker i's idiosyncratic shock of day t-k moves ticker i+1 on day t (k = ``lag``, default 1):
+  ``x[t, i+1] = c_i * sigma_i * ze[t-k, i]`` with ``c_i`` scaled so the term's variance is ``share * q_{i+1}``
+  (ticker 0 has no leader, the last ticker leads none). A one-day effect on prices, so they stay in range.
+  With k = 1 the leader's move is today's return, in today's state; with 5 tickers at s = 0.9 the causal rule
+  "hold ticker i+1 after ticker i rose" earns a test-split Sharpe of 0.6 to 4.3 over seeds 1-4, 0.8 to 2.9
+  above equal-weight buy-and-hold on the same days. With k >= 2 (a *memory* market) the move that predicts
+  tomorrow happened k - 1 days before today: today's state does not show it (the 30-day indicators blur one
+  day's shock into noise), an observation window of more than k - 1 days does.
 
 Bars -- ``close[t] = close[t-1] * exp(r[t])`` from a start price ~ exp(U(log 20, log 200)) dollars. The open
 gaps from the previous close, ``open[t] = close[t-1] * exp(g[t])`` with ``g ~ N(0, (0.3 * daily vol)^2)``;
@@ -89,6 +92,7 @@ def generate_market(
     seed: int = 0,
     signal_strength: float = 0.0,
     signal: str = "momentum",
+    lag: int = 1,
 ) -> MarketData:
     """A synthetic OHLCV market, deterministic in its arguments (see the module docstring for the model).
 
@@ -98,10 +102,14 @@ def generate_market(
     :param seed: seed of the PCG64 generator.
     :param signal_strength: s in [0, 1); 0 plants nothing.
     :param signal: "momentum" | "lead_lag".
+    :param lag: k, the days by which a leader's shock precedes its follower's move ("lead_lag" only).
     :returns: MarketData with [D, N] float64 prices (dollars) and volumes (whole shares).
     """
     num_tickers, num_days, seed = _whole(num_tickers, "num_tickers", 1), _whole(num_days, "num_days", 2), \
         _whole(seed, "seed", 0)
+    lag = _whole(lag, "lag", 1)
+    if lag >= num_days:
+        raise UserError(f"synthetic lag {lag} must be shorter than the {num_days} days")
     strength = float(signal_strength)
     if not (0.0 <= strength < 1.0):
         raise UserError(f"signal strength must be in [0, 1), got {signal_strength!r}")
@@ -147,7 +155,7 @@ def generate_market(
     elif share > 0 and signal == "lead_lag" and n > 1:
         # ze has unit variance, so the coefficient sets the term's variance to share * q_{i+1}
         coef = np.sqrt(share * calm_var[1:])
-        planted[1:, 1:] = coef[None, :] * ze[:-1, :-1]
+        planted[lag:, 1:] = coef[None, :] * ze[:-lag, :-1]
     ret = base + planted  # [D, N] close-to-close log returns
 
     start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))

@@ -98,7 +98,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     max_drawdown (fraction of the running peak, >= 0), length (days), costs ($), exposure (mean over
     the episode's days of the fraction of the portfolio value held in stock, in [0, 1]). Other info keys
     describe the step just taken (before any reset): portfolio_value, cash [B] ($), day [B] (index of
-    the day the portfolio was valued at), costs [B] ($), num_trades [B].
+    the day the portfolio was valued at), costs [B] ($), num_trades [B], shares_traded [B, N], wanted_buy_value
+    and refused_buy_value [B] ($ of buys asked for, and of those the cash could not pay for).
 
     Arguments: market (PreparedMarket), split ("train" | "validation" | "test" or a DayRange),
     num_envs (B), config (EnvConfig), device, seed (of the start-day generator).
@@ -340,6 +341,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "costs": stats.costs,
             "num_trades": stats.num_trades,
             "shares_traded": stats.shares_traded,
+            "wanted_buy_value": stats.wanted_buy_value,
+            "refused_buy_value": stats.refused_buy_value,
             "final_obs": obs,
             "_final_obs": done,
         }

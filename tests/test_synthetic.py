@@ -166,3 +166,19 @@ def test_stronger_signal_means_stronger_return_autocorrelation():
 
     a0, a3, a8 = autocorr(0.0), autocorr(0.3), autocorr(0.8)
     assert abs(a0) < 0.03 and a0 < a3 < a8
+
+
+def test_lag_k_lead_lag_hides_the_signal_from_today_and_shows_it_k_days_back():
+    """The memory market: the leader's move that predicts tomorrow is k - 1 days old, not in today's state."""
+    lagged = generate_market(num_tickers=5, num_days=2520, seed=1, signal_strength=0.9, signal="lead_lag", lag=10)
+    r = np.diff(np.log(lagged.close), axis=0)
+
+    def lead(k: int) -> float:  # mean correlation of ticker i's return with ticker i+1's k days later
+        return float(np.mean([np.corrcoef(r[:-k, i], r[k:, i + 1])[0, 1] for i in range(4)]))
+
+    assert lead(10) > 0.25 and abs(lead(1)) < 0.05 and abs(lead(9)) < 0.05
+    one_day = generate_market(num_tickers=5, num_days=300, seed=1, signal_strength=0.9, signal="lead_lag")
+    assert np.array_equal(one_day.close, generate_market(num_tickers=5, num_days=300, seed=1, signal_strength=0.9,
+                                                         signal="lead_lag", lag=1).close)  # lag 1 is the old market
+    with pytest.raises(UserError, match="lag"):
+        generate_market(num_days=10, signal="lead_lag", lag=10)

@@ -26,6 +26,10 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     episodes, updates = read_metrics(run_dir)
     assert len(episodes) == 16 and len(updates) == 2  # 2 ranks x 4 envs x 2 updates
     assert {e["rank"] for e in episodes} == {0, 1}  # metrics of both ranks reached rank 0
+    assert all(0 <= e["exposure"] <= 1 for e in episodes)
+    for key in ("exposure", "clipped_fraction", "refused_buy_fraction", "advantage_std", "return_std", "policy_std"):
+        assert all(u[key] >= 0 for u in updates), key
+    assert all(len(u["action_mean"]) == 4 and len(u["action_std"]) == 4 for u in updates)
     assert [e["episode"] for e in episodes] == list(range(1, 17))
     assert all(e["length"] == 16 and e["final_value"] > 0 for e in episodes)
     # only rank 0's files, and nothing outside the run folder (cwd is tmp_path)

@@ -8,8 +8,10 @@ The trainer appends one JSON object per line, of two kinds (other kinds are igno
      "clip_fraction", "explained_variance", "lr_clstm", "lr_actor_critic", "grad_norm",
      "steps_per_second", "time", ...}
 
-Six panels against the global step (env steps across all ranks): episode reward, final portfolio value,
-policy and value loss, entropy and approximate KL, clip fraction and explained variance, steps/s.
+Ten panels against the global step (env steps across all ranks): episode reward, final portfolio value,
+policy and value loss, entropy and approximate KL, clip fraction and explained variance, the scales of
+advantages and value targets, what the policy does (exposure, actions clipped at +-1, buys refused for cash),
+its actions (mean, sampled std, the policy's std), steps/s, and the learning rates.
 Episode panels show each episode as a dot and a rolling mean as a line.
 """
 
@@ -47,6 +49,9 @@ class TrainingLog:
 
 
 def _number(v: Any) -> float:
+    """A logged value as a float; a per-stock list (e.g. action_mean) as its mean over stocks; NaN otherwise."""
+    if isinstance(v, list) and v and all(isinstance(x, int | float) and not isinstance(x, bool) for x in v):
+        return float(np.mean(v))
     if isinstance(v, bool) or not isinstance(v, int | float):
         return math.nan
     return float(v)
@@ -121,7 +126,7 @@ def rolling_mean(y: np.ndarray, window: int) -> np.ndarray:
 def plot_training(
     log: TrainingLog, out_path: str | Path, *, title: str | None = None, smooth: int = 0
 ) -> Path:
-    """Draw the six training panels of ``log`` into a PNG at ``out_path`` (folders created).
+    """Draw the ten training panels of ``log`` into a PNG at ``out_path`` (folders created).
 
     :param smooth: rolling-mean window for episode panels, in episodes (0: about 1/20 of the episodes).
     :returns: the path written. Agg canvas: no display needed, no global pyplot state touched.
@@ -129,8 +134,8 @@ def plot_training(
     from matplotlib.figure import Figure
     from matplotlib.ticker import EngFormatter, FuncFormatter
 
-    fig = Figure(figsize=(13, 10), dpi=100, layout="constrained")
-    axes = fig.subplots(3, 2, sharex=True)
+    fig = Figure(figsize=(13, 15), dpi=100, layout="constrained")
+    axes = fig.subplots(5, 2, sharex=True)
     n_ep = len(log.episodes)
     window = smooth if smooth > 0 else max(1, n_ep // 20)
 
@@ -186,10 +191,17 @@ def plot_training(
         [("clip_fraction", "clip fraction"), ("explained_variance", "explained variance")],
         "clip fraction / explained variance",
     )
-    updates(axes[2, 1], [("steps_per_second", "steps/s")], "throughput (env steps/s, all ranks)")
+    updates(axes[2, 1], [("advantage_std", "advantage std (raw)"), ("return_std", "return std")],
+            "scales of advantages and value targets", twin=True)
+    updates(axes[3, 0], [("exposure", "exposure (in stock)"), ("clipped_fraction", "actions clipped at +-1"),
+                         ("refused_buy_fraction", "buys refused for cash")], "what the policy does (fractions)")
+    updates(axes[3, 1], [("action_mean", "mean action (avg over stocks)"), ("action_std", "sampled action std"),
+                         ("policy_std", "policy std")], "actions")
+    updates(axes[4, 0], [("steps_per_second", "steps/s")], "throughput (env steps/s, all ranks)")
+    updates(axes[4, 1], [("lr_clstm", "lr stage 1"), ("lr_actor_critic", "lr actor-critic")], "learning rates")
     for ax in axes.flat:
         ax.grid(alpha=0.3)
-    for ax in axes[2]:
+    for ax in axes[4]:
         ax.set_xlabel("global step")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     fig.suptitle(

@@ -41,6 +41,8 @@ class UpdateStats:
     approx_kl: float
     clip_fraction: float
     explained_variance: float
+    advantage_std: float  # of the raw GAE advantages (reward units), before normalisation
+    return_std: float  # of the GAE returns, the value head's targets
     grad_norm: float
     epochs_run: int
     skipped_steps: int  # optimizer steps skipped for NaN/inf gradients
@@ -130,10 +132,11 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter],
     return grad_norm, skipped
 
 
-def advantage_statistics(advantages: Tensor, returns: Tensor, values: Tensor, comm: Comm) -> tuple[float, float, float]:
-    """Global mean and std of advantages and the explained variance of values, over all workers.
+def advantage_statistics(advantages: Tensor, returns: Tensor, values: Tensor,
+                         comm: Comm) -> tuple[float, float, float, float]:
+    """Global mean and std of advantages, the std of returns and the explained variance of values, over all workers.
 
-    :return: ``(adv_mean, adv_std, explained_variance)``.
+    :return: ``(adv_mean, adv_std, return_std, explained_variance)``.
     """
     err = returns - values
     sums = torch.stack([
@@ -148,7 +151,7 @@ def advantage_statistics(advantages: Tensor, returns: Tensor, values: Tensor, co
     var_ret = r2 / n - (r1 / n) ** 2
     var_err = e2 / n - (e1 / n) ** 2
     explained = float("nan") if var_ret <= 1e-12 else 1.0 - var_err / var_ret
-    return adv_mean, adv_std, explained
+    return adv_mean, adv_std, math.sqrt(max(var_ret, 0.0)), explained
 
 
 def ppo_loss(new_log_prob: Tensor, entropy: Tensor, new_value: Tensor, old_log_prob: Tensor, old_value: Tensor,
@@ -198,7 +201,7 @@ def ppo_update(
     windows = buf.obs.windows()  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
     per_mb = cfg.envs_per_minibatch
     per_micro = per_mb // cfg.gradient_accumulation_steps
-    adv_mean, adv_std, explained = advantage_statistics(advantages, returns, buf.values, comm)
+    adv_mean, adv_std, return_std, explained = advantage_statistics(advantages, returns, buf.values, comm)
     if cfg.norm_adv:
         advantages = (advantages - adv_mean) / (adv_std + 1e-8)
     ddp = hasattr(model, "no_sync")
@@ -250,5 +253,6 @@ def ppo_update(
     totals = comm.all_reduce_sum(totals / max(steps, 1)) / comm.world_size
     pg, vl, ent, kl, cf, gn = totals.tolist()
     return UpdateStats(policy_loss=pg, value_loss=vl, entropy=ent, approx_kl=kl, clip_fraction=cf,
-                       explained_variance=explained, grad_norm=gn, epochs_run=epochs_run,
+                       explained_variance=explained, advantage_std=adv_std, return_std=return_std, grad_norm=gn,
+                       epochs_run=epochs_run,
                        skipped_steps=int(skipped_t.item()))

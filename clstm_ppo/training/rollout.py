@@ -81,6 +81,35 @@ def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tens
     return advantages, advantages + values
 
 
+@dataclass
+class RolloutStats:
+    """What the policy did in one rollout, as sums (so workers' rollouts add up with one all-reduce).
+
+    ``sums`` is ``[2N + 5]`` float64: per-stock sums of the sampled actions [N] and of their squares [N], then the
+    number of actions |a| > 1 (clipped by the env), the number of actions, dollars of buys wanted and of buys
+    refused for cash, and the sum over env steps of the exposure (fraction of value in stock after the step).
+    """
+
+    sums: Tensor
+
+    @property
+    def num_tickers(self) -> int:
+        return (self.sums.numel() - 5) // 2
+
+    def as_dict(self) -> dict[str, Any]:
+        """``action_mean`` / ``action_std`` [N] lists, ``clipped_fraction``, ``refused_buy_fraction``, ``exposure``."""
+        n = self.num_tickers
+        s = self.sums.double().cpu()
+        per_stock = max(float(s[2 * n + 1]) / n, 1.0)  # actions of one stock
+        mean = s[:n] / per_stock
+        std = (s[n : 2 * n] / per_stock - mean.square()).clamp_min(0).sqrt()
+        steps = per_stock  # env steps: one action per stock each
+        return {"action_mean": mean.tolist(), "action_std": std.tolist(),
+                "clipped_fraction": float(s[2 * n] / max(float(s[2 * n + 1]), 1.0)),
+                "refused_buy_fraction": float(s[2 * n + 3] / s[2 * n + 2]) if float(s[2 * n + 2]) > 0 else 0.0,
+                "exposure": float(s[2 * n + 4] / steps)}
+
+
 class RolloutCollector:
     """Runs the policy in B envs for ``n_steps`` days per rollout; the envs, the last observation and the
     recurrent state carry over from one rollout to the next.
@@ -106,12 +135,15 @@ class RolloutCollector:
         """Fill ``buf`` with ``buf.n_steps`` days of every env.
 
         :return: finished episodes' rows ``[k, len(EPISODE_KEYS)]`` float64 on the CPU, step-major and in
-            env order within a step.
+            env order within a step. ``self.stats`` then holds the rollout's `RolloutStats`.
         """
         policy, device = self.policy, self.device
         buf.initial_state = tuple(s.clone() for s in self.state)
         ep_masks, ep_fields = [], []  # finished episodes stay on the device until the rollout ends
         reset_before = True  # some env's window is not its previous one moved on a day (host-known)
+        n = buf.actions.shape[2]
+        action_sums = torch.zeros(2 * n + 2, dtype=torch.float64, device=device)  # sum, sum of squares, clipped, count
+        env_sums = torch.zeros(3, dtype=torch.float64, device=self.env.device)  # wanted, refused, exposure
         with torch.no_grad(), self.autocast():
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
@@ -129,6 +161,13 @@ class RolloutCollector:
                     ep = info["episode"]
                     ep_masks.append(info["_episode"].to(device))
                     ep_fields.append(torch.stack([ep[k].to(device, torch.float64) for k in EPISODE_KEYS], dim=1))
+                a = action.double()
+                action_sums[:n] += a.sum(0)
+                action_sums[n : 2 * n] += a.square().sum(0)
+                action_sums[2 * n] += (a.abs() > 1).sum()
+                action_sums[2 * n + 1] += a.numel()
+                env_sums += torch.stack([info["wanted_buy_value"].sum(), info["refused_buy_value"].sum(),
+                                         (1.0 - info["cash"] / info["portfolio_value"]).sum()])
                 buf.actions[step] = action
                 buf.log_probs[step] = log_prob
                 buf.values[step] = value
@@ -136,6 +175,7 @@ class RolloutCollector:
                 done = terminated | truncated
                 buf.dones[step] = done
                 self.next_obs, self.next_start = obs, done
+        self.stats = RolloutStats(torch.cat([action_sums, env_sums.to(device)]))
         if not ep_masks:
             return torch.zeros((0, len(EPISODE_KEYS)), dtype=torch.float64)
         return torch.cat(ep_fields)[torch.cat(ep_masks)].cpu()

@@ -41,7 +41,7 @@ from clstm_ppo.training.distributed import Comm, WorldLayout
 from clstm_ppo.training.faults import FaultSpec
 from clstm_ppo.training.launch import StoppedBySignal
 from clstm_ppo.training.ppo import autocast_factory, build_optimizer, ppo_update
-from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, compute_gae
+from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, RolloutStats, compute_gae
 from clstm_ppo.training.run_log import RunLog
 from envs.errors import UserError
 from envs.features import PreparedMarket
@@ -120,6 +120,7 @@ class Trainer:
                 stats = ppo_update(self.trained, self.optimizer, self.buf, advantages, returns, cfg, comm,
                                    generator=self.shuffle_gen, autocast=self.autocast, scaler=self.scaler)
                 t2 = time.perf_counter()
+                behaviour = RolloutStats(comm.all_reduce_sum(self.rollout.stats.sums)).as_dict()
                 ranks = torch.full((rows.shape[0], 1), float(comm.rank), dtype=torch.float64)
                 all_rows = comm.all_gather_rows(torch.cat([rows, ranks], dim=1))  # every rank sees every episode
                 stopping = comm.all_reduce_sum(torch.tensor([float(self.stop_signal is not None)])).item() > 0
@@ -134,6 +135,7 @@ class Trainer:
                     self.log.record_update(
                         all_rows, first_episode=c["episodes"] - all_rows.shape[0], global_step=c["global_step"],
                         update={"update": c["update"], "global_step": c["global_step"], **stats.as_dict(),
+                                **behaviour, "policy_std": self.model.log_std.detach().exp().mean().item(),
                                 "lr_clstm": self.optimizer.param_groups[0]["lr"],
                                 "lr_actor_critic": self.optimizer.param_groups[1]["lr"],
                                 "rollout_seconds": t1 - t0, "update_seconds": t2 - t1},
