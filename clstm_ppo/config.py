@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
 from envs.errors import UserError
-from envs.state import DEFAULT_PRICE_MODE, MAX_PRICE_RATIO, PORTFOLIO_FEATURES, PRICE_MODES
+from envs.state import (
+    ACTION_MODES,
+    DEFAULT_PRICE_MODE,
+    MAX_PRICE_RATIO,
+    PORTFOLIO_FEATURES,
+    PRICE_MODES,
+    REWARDS,
+)
 
 
 def _f(default: Any, help_: str, **kw: Any) -> Any:
@@ -76,6 +83,13 @@ class TrainConfig:
     portfolio_features: str = _f("shares", "cash and holdings in the state: shares (cash / initial amount and "
                                  "shares / 1,000, as in the paper) or weights (fractions of the portfolio value)",
                                  choices=PORTFOLIO_FEATURES)
+    action_mode: str = _f("shares", "what an action means: shares (buy or sell up to --hmax shares per stock per day, "
+                          "the paper's) or weights (the target portfolio: softmax of 5 x action over the stocks and a "
+                          "cash logit 0, reached by trading)", choices=ACTION_MODES)
+    rebalance_band: float = _f(0.01, "with --action_mode weights: trade a stock only when its order is worth more than "
+                               "this fraction of the portfolio value")
+    reward: str = _f("value", "value: change of portfolio value in dollars x --reward_scaling (the paper's); "
+                     "log_return: 100 x the day's log return of the portfolio", choices=REWARDS)
     use_turbulence: bool = _f(True, "liquidate and block buys when turbulence >= the 90th training percentile")
     # --- model
     policy: str = _f("clstm", "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)",
@@ -104,6 +118,11 @@ class TrainConfig:
     norm_adv: bool = _f(True, "normalise advantages with statistics over all workers' rollouts")
     adam_eps: float = _f(1e-8, "Adam epsilon")
     init_log_std: float = _f(-0.5, "initial log standard deviation of the Gaussian policy")
+    action_dist: str = _f("gaussian", "policy distribution: gaussian (samples clipped to [-1, 1] by the env) or tanh "
+                          "(samples squashed by tanh, log-probabilities corrected; entropy estimated from samples)",
+                          choices=("gaussian", "tanh"))
+    log_std_max: float = _f(float("inf"), "upper bound of the policy's log standard deviation (inf: unbounded; "
+                            "with a bound the lower one is -5)")
     # --- speed
     mixed_precision: str = _f("none", "autocast: none | bf16 | fp16 (fp16 uses a GradScaler; CUDA only)",
                               choices=("none", "bf16", "fp16"))
@@ -210,6 +229,12 @@ class TrainConfig:
         return cls(**values)
 
     @classmethod
+    def from_checkpoint(cls, values: dict[str, Any], *, source: str = "checkpoint") -> TrainConfig:
+        """The settings a checkpoint was trained with: settings added after it was written take the meaning
+        they had then (`LEGACY_SETTINGS`), not today's defaults."""
+        return cls.from_dict({**LEGACY_SETTINGS, **values}, source=source)
+
+    @classmethod
     def from_json(cls, path: str | Path) -> TrainConfig:
         path = Path(path)
         try:
@@ -222,6 +247,12 @@ class TrainConfig:
             raise UserError(f"config file {path} must hold a JSON object of settings")
         return cls.from_dict(values, source=str(path))
 
+
+LEGACY_SETTINGS: dict[str, Any] = {
+    "action_mode": "shares", "rebalance_band": 0.01, "reward": "value", "action_dist": "gaussian",
+    "log_std_max": float("inf"), "init_weights": "", "max_price_ratio": 0.0,
+}
+"""Settings newer than some checkpoints, with the behaviour those checkpoints were trained with."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Zou et al. 2022, Table 1 and the sweeps' winners (window 30, stage-2 LSTM 512, one layer);

@@ -63,7 +63,8 @@ def env_config(cfg: TrainConfig, *, full_episodes: bool = False) -> EnvConfig:
             hmax=cfg.hmax, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
             sell_cost_pct=cfg.sell_cost_pct, reward_scaling=cfg.reward_scaling,
             episode_length=None if full_episodes else cfg.episode_days, random_start=not full_episodes,
-            portfolio_features=cfg.portfolio_features,
+            portfolio_features=cfg.portfolio_features, action_mode=cfg.action_mode, rebalance_band=cfg.rebalance_band,
+            reward=cfg.reward,
         )
     except ValueError as err:
         raise UserError(f"invalid environment settings: {err}") from None

@@ -7,7 +7,13 @@ whatever device the inputs live on (CPU or CUDA); no Python loop over envs or st
 Order execution at day t's close price p (FinRL conventions, pro-rata buy cap instead of FinRL's
 largest-buy-first loop):
 
-1. ``orders = trunc(clip(action, -1, 1) * hmax)``: whole shares, toward zero.
+1. Orders from the actions (`orders_from_actions`). ``action_mode="shares"`` (the paper's):
+   ``orders = trunc(clip(action, -1, 1) * hmax)``, whole shares toward zero. ``action_mode="weights"``: the
+   action names a target portfolio, weights ``softmax([5 clip(a_1), ..., 5 clip(a_N), 0])`` over the N stocks
+   and cash (a = 0 everywhere: equal weights, 1/(N+1) in cash; the scale 5 lets one stock take 94% or cash 97%
+   of the value); each stock's target is ``floor(w_i V / (p_i (1 + buy_cost_pct)))`` shares with V the value at
+   p, and a stock is traded only when its order is worth more than ``rebalance_band x V`` (no daily churn
+   around the target); hmax does not apply.
 2. Sells first: ``sell = min(-orders, held)`` where orders < 0 (never more than held: no shorting).
    Cash receives ``sell * p * (1 - sell_cost_pct)``.
 3. Buys: ``want = orders`` where orders > 0, costing ``want * p * (1 + buy_cost_pct)``. If one env's
@@ -55,10 +61,19 @@ class EnvConfig:
     """how cash and holdings enter the state: "shares" (cash / initial_amount and shares / 1,000, as in
     the paper) or "weights" (cash and each holding's value as fractions of the portfolio value: they
     stay in [0, 1] however large the portfolio grows)"""
+    action_mode: str = "shares"
+    """what an action means: "shares" (up to hmax shares bought or sold per stock per day) or "weights" (a
+    target portfolio: see the module docstring)"""
+    rebalance_band: float = 0.01
+    """with action_mode "weights": trade a stock only when its order is worth more than this fraction of the
+    portfolio value"""
+    reward: str = "value"
+    """"value": (value_{t+1} - value_t) x reward_scaling (the paper's); "log_return": 100 x log(value_{t+1} /
+    value_t)"""
 
     def __post_init__(self) -> None:
         from envs.errors import UserError
-        from envs.state import PORTFOLIO_FEATURES
+        from envs.state import ACTION_MODES, PORTFOLIO_FEATURES, REWARDS
 
         if self.hmax < 1:
             raise UserError(f"hmax must be >= 1, got {self.hmax}")
@@ -66,6 +81,12 @@ class EnvConfig:
             raise UserError(f"initial_amount must be > 0, got {self.initial_amount}")
         if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
             raise UserError("buy_cost_pct and sell_cost_pct must be in [0, 1)")
+        if self.action_mode not in ACTION_MODES:
+            raise UserError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {self.action_mode!r}")
+        if self.reward not in REWARDS:
+            raise UserError(f"reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
+        if not 0 <= self.rebalance_band < 1:
+            raise UserError(f"rebalance_band must be in [0, 1), got {self.rebalance_band}")
         if self.portfolio_features not in PORTFOLIO_FEATURES:
             raise UserError(f"portfolio_features must be 'shares' or 'weights', got {self.portfolio_features!r}")
         if self.episode_length is not None and self.episode_length < 1:
@@ -82,10 +103,20 @@ class StepStats(NamedTuple):
     refused_buy_value: Tensor  # [B] float64 dollars of those buys the cash could not pay for
 
 
-def order_shares(actions: Tensor, hmax: int) -> Tensor:
-    """Actions ``[B, N]`` (any float dtype) -> whole-share orders ``[B, N]`` float64: clipped to [-1, 1], x hmax,
-    truncated toward zero (rule 1 of the module docstring)."""
-    return torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * hmax)
+WEIGHT_LOGIT_SCALE = 5.0  # action_mode "weights": logits = this x clip(action, -1, 1)
+
+
+def orders_from_actions(actions: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, cfg: EnvConfig) -> Tensor:
+    """Rule 1 of the module docstring: actions ``[B, N]`` (any float dtype) -> whole-share orders ``[B, N]``
+    float64 (+ buy, - sell) for portfolios of cash [B] and shares [B, N] at prices [B, N] dollars."""
+    clipped = actions.to(torch.float64).clamp(-1.0, 1.0)
+    if cfg.action_mode == "shares":
+        return torch.trunc(clipped * cfg.hmax)
+    logits = torch.cat([clipped * WEIGHT_LOGIT_SCALE, torch.zeros_like(clipped[:, :1])], dim=1)
+    weights = torch.softmax(logits, dim=1)[:, :-1]
+    value = portfolio_value(cash, shares, prices).unsqueeze(1)
+    orders = torch.floor(weights * value / (prices * (1.0 + cfg.buy_cost_pct))) - shares
+    return torch.where((orders * prices).abs() > cfg.rebalance_band * value, orders, 0.0)
 
 
 def trade_step(
@@ -96,17 +127,18 @@ def trade_step(
     turbulent: Tensor,
     cfg: EnvConfig,
 ) -> tuple[Tensor, Tensor, StepStats]:
-    """Execute one day's actions for B portfolios at the given close prices: `order_shares`, then `execute_orders`.
+    """Execute one day's actions for B portfolios at the given close prices: `orders_from_actions`, then
+    `execute_orders`.
 
     :param cash: [B] float64 dollars, >= 0
     :param shares: [B, N] float64 whole shares, >= 0
-    :param actions: [B, N] any float dtype; clipped to [-1, 1], x hmax, truncated toward zero
+    :param actions: [B, N] any float dtype, clipped to [-1, 1]: see `orders_from_actions`
     :param prices: [B, N] float64 dollars, > 0: the close of the day traded at
     :param turbulent: [B] bool: liquidate everything, no buys
     :param cfg: costs and hmax
     :return: (new_cash [B] float64, new_shares [B, N] float64, StepStats)
     """
-    return execute_orders(cash, shares, order_shares(actions, cfg.hmax), prices, turbulent,
+    return execute_orders(cash, shares, orders_from_actions(actions, cash, shares, prices, cfg), prices, turbulent,
                           buy_cost_pct=cfg.buy_cost_pct, sell_cost_pct=cfg.sell_cost_pct)
 
 

@@ -24,3 +24,11 @@ the paper) or "weights" (cash and each holding's value as fractions of the portf
 
 HOLDINGS_SCALE = 1000.0
 """Shares are divided by this in the observation: 1.0 = 1,000 shares (10 full-size orders at hmax = 100)."""
+
+ACTION_MODES = ("shares", "weights")
+"""What an action in [-1, 1]^N means: "shares" (the paper's: buy or sell up to hmax shares per stock per day) or
+"weights" (the target portfolio: softmax over the N stocks' logits 5 a_i and a cash logit 0, reached by trading)."""
+
+REWARDS = ("value", "log_return")
+"""The reward: "value" (the change of portfolio value in dollars x reward_scaling, the paper's) or "log_return"
+(100 x the day's log return of the portfolio: a 1% day is about 1.0, whatever the portfolio's size)."""

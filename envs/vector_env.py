@@ -293,7 +293,10 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         )
         day = day + 1
         value = portfolio_value(cash, shares, self._close.index_select(0, day))
-        reward64 = (value - s["value"]) * cfg.reward_scaling
+        if cfg.reward == "log_return":
+            reward64 = 100.0 * torch.log(value / s["value"])
+        else:
+            reward64 = (value - s["value"]) * cfg.reward_scaling
 
         # Episode statistics, O(B): running sums of daily simple returns, running peak.
         ret = value / s["value"] - 1.0

@@ -364,3 +364,16 @@ def test_the_shipped_csv_builds_an_env_without_any_warning() -> None:
         env = VectorStockTradingEnv(market, num_envs=2, config=EnvConfig(episode_length=5))
         env.reset(seed=0)
         env.step(torch.zeros(2, market.num_tickers))
+
+
+def test_log_return_reward_is_100_times_the_days_log_return(market: PreparedMarket) -> None:
+    env = VectorStockTradingEnv(market, num_envs=3, config=EnvConfig(reward="log_return", episode_length=None), seed=0)
+    _, info = env.reset(seed=0)
+    before = info["portfolio_value"].clone()
+    for action in _actions(5, 3):
+        _, reward, _, _, info = env.step(action)
+        after = info["portfolio_value"]
+        torch.testing.assert_close(reward.double(), 100 * torch.log(after / before), rtol=1e-5, atol=1e-6)
+        before = after.clone()
+    with pytest.raises(UserError, match="reward"):
+        EnvConfig(reward="sharpe")

@@ -154,3 +154,25 @@ def test_cash_never_negative_at_the_edge_of_affordability(scale, price, act) -> 
 
 def test_portfolio_value() -> None:
     assert portfolio_value(_t([5.0]), _t([[2.0, 3.0]]), _t([[10.0, 1.0]])).item() == 28.0
+
+
+def test_weights_mode_targets_the_softmax_portfolio_with_a_no_trade_band():
+    """a = 0 on every stock: equal weights over the stocks and cash (1/(N+1) each); hmax does not limit it."""
+    from envs.kernel import orders_from_actions
+
+    cfg = EnvConfig(action_mode="weights", hmax=1, buy_cost_pct=0.0, sell_cost_pct=0.0, rebalance_band=0.0)
+    prices = _t([[10.0, 20.0, 50.0]])
+    cash, shares = _t([1000.0]), _t([[0.0, 0.0, 0.0]])
+    orders = orders_from_actions(torch.zeros(1, 3), cash, shares, prices, cfg)
+    assert orders.tolist() == [[25.0, 12.0, 5.0]]  # 250 dollars each: floor(250 / p)
+    new_cash, new_shares, _ = trade_step(cash, shares, torch.zeros(1, 3), prices, _t([False], torch.bool), cfg)
+    assert new_shares.tolist() == [[25.0, 12.0, 5.0]] and float(new_cash) == pytest.approx(1000 - 250 - 240 - 250)
+    # all in on the first stock: logits (5, -5, -5, 0) -> almost everything there, the others sold
+    orders = orders_from_actions(torch.tensor([[1.0, -1.0, -1.0]]), new_cash, new_shares, prices, cfg)
+    w = torch.softmax(torch.tensor([5.0, -5.0, -5.0, 0.0], dtype=torch.float64), 0)
+    assert orders[0, 0] == torch.floor(w[0] * 1000 / 10) - 25 and orders[0, 1] < 0 and orders[0, 2] < 0
+    # inside the band nothing trades: moving 1 share of 10 dollars is under 2% of 1,000
+    banded = EnvConfig(action_mode="weights", rebalance_band=0.02, buy_cost_pct=0.0, sell_cost_pct=0.0)
+    nudged = new_shares + _t([[1.0, 0.0, 0.0]])
+    assert orders_from_actions(torch.zeros(1, 3), new_cash - 10.0, nudged, prices, banded).tolist() == [[0.0, 0.0, 0.0]]
+    assert orders_from_actions(torch.zeros(1, 3), new_cash - 10.0, nudged, prices, cfg).tolist() == [[-1.0, 0.0, 0.0]]

@@ -25,10 +25,11 @@ def test_run_lstm_chunks_equal_step_by_step():
     torch.testing.assert_close(h, hs, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("policy", ["clstm", "lstm", "mlp"])
-def test_update_recomputes_rollout_log_probs_and_values(policy):
+@pytest.mark.parametrize("policy, action_dist", [("clstm", "gaussian"), ("lstm", "gaussian"), ("mlp", "gaussian"),
+                                                 ("clstm", "tanh"), ("mlp", "tanh")])
+def test_update_recomputes_rollout_log_probs_and_values(policy, action_dist):
     """Before any optimizer step, the update's forward must reproduce what the rollout recorded."""
-    model = small_model(policy)
+    model = small_model(policy, action_dist=action_dist)
     buf = fake_rollout(model)
     windows = buf.obs.windows()
     assert windows.rows.shape[1] < buf.n_steps * model.cfg.window  # rows really are shared
@@ -64,3 +65,31 @@ def test_parameter_groups_split_stage1_from_actor_critic():
     assert stage1 and stage2 and not stage1 & stage2
     assert stage1 | stage2 == {id(p) for p in model.parameters()}
     assert id(model.window_lstm.weight_ih_l0) in stage1 and id(model.actor_lstm.weight_ih_l0) in stage2
+
+
+def test_tanh_policy_log_prob_is_the_squashed_gaussians_and_the_env_gets_tanh():
+    """Oracle: torch's own TransformedDistribution(Normal, TanhTransform) at a = tanh(u)."""
+    from torch.distributions import Normal, TanhTransform, TransformedDistribution
+
+    model = small_model("mlp", action_dist="tanh")
+    obs = torch.randn(4, model.cfg.window, model.cfg.num_features)
+    starts = torch.ones(4, dtype=torch.bool)
+    u, log_prob, _, _ = model.act(obs, model.initial_state(4), starts, generator=torch.Generator().manual_seed(1))
+    mean = model.act(obs, model.initial_state(4), starts, deterministic=True)[0]
+    oracle = TransformedDistribution(Normal(mean, model.policy_std().expand_as(mean)), [TanhTransform()])
+    torch.testing.assert_close(log_prob, oracle.log_prob(torch.tanh(u)).sum(-1), rtol=1e-4, atol=1e-4)
+    assert torch.equal(model.env_action(u), torch.tanh(u)) and (model.env_action(u).abs() < 1).all()
+    # the entropy the update reports is the sample estimate -log pi at the scored actions
+    lp, entropy, *_ = model(obs.unsqueeze(0), model.initial_state(4), starts.unsqueeze(0), u.unsqueeze(0))
+    torch.testing.assert_close(entropy, -lp)
+
+
+def test_a_bounded_log_std_caps_the_policy_std_and_the_gaussian_is_left_alone():
+    bounded, free = small_model("mlp", log_std_max=0.0), small_model("mlp")
+    with torch.no_grad():
+        bounded.log_std.fill_(3.0)
+        free.log_std.fill_(3.0)
+    assert torch.allclose(bounded.policy_std(), torch.ones(3)) and torch.allclose(free.policy_std(), torch.full((3,), 20.0855),
+                                                                                   rtol=1e-4)
+    u = torch.tensor([[2.0, -3.0, 0.5]])
+    assert torch.equal(free.env_action(u), u)  # the env clips it

@@ -81,7 +81,7 @@ def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str |
                 obs_t = torch.as_tensor(obs, device=device).unsqueeze(0)
                 action, _, _, state = policy.act(obs_t, state, start, deterministic=deterministic, generator=generator)
                 start = torch.zeros_like(start)
-                obs, _, terminated, truncated, info = env.step(action[0].float().cpu().numpy())
+                obs, _, terminated, truncated, info = env.step(policy.env_action(action)[0].float().cpu().numpy())
                 record.append(info)
                 done = terminated or truncated
     finally:

@@ -34,6 +34,8 @@ from clstm_ppo.config import TrainConfig
 from envs.features import PreparedMarket
 
 LSTMState = tuple[Tensor, ...]
+ACTION_DISTS = ("gaussian", "tanh")
+LOG_STD_MIN = -5.0  # lower bound of a bounded log-std
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class ModelConfig:
     feature_dim: int = 128
     stage2_hidden: int = 512
     init_log_std: float = -0.5
+    action_dist: str = "gaussian"  # gaussian (the env clips samples to [-1, 1]) | tanh (samples squashed by tanh)
+    log_std_max: float | None = None  # upper bound of the policy's log-std (None: unbounded)
 
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
@@ -55,7 +59,8 @@ class ModelConfig:
         checkpoints were trained with (``LEGACY``), not today's default, so old files keep their meaning."""
         return cls(**{**cls.LEGACY, **values})
 
-    LEGACY: ClassVar[dict[str, object]] = {}  # field -> its meaning in checkpoints written before the field existed
+    # field -> its meaning in checkpoints written before the field existed
+    LEGACY: ClassVar[dict[str, object]] = {"action_dist": "gaussian", "log_std_max": None}
 
 
 def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
@@ -63,7 +68,8 @@ def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
     return ModelConfig(
         policy=cfg.policy, num_features=market.num_features, num_tickers=market.num_tickers, window=market.window,
         stage1_hidden=cfg.stage1_hidden, feature_dim=cfg.feature_dim, stage2_hidden=cfg.stage2_hidden,
-        init_log_std=cfg.init_log_std,
+        init_log_std=cfg.init_log_std, action_dist=cfg.action_dist,
+        log_std_max=cfg.log_std_max if math.isfinite(cfg.log_std_max) else None,
     )
 
 
@@ -131,6 +137,8 @@ class ActorCritic(nn.Module):
         super().__init__()
         if cfg.policy not in ("clstm", "lstm", "mlp"):
             raise ValueError(f"unknown policy variant {cfg.policy!r}")
+        if cfg.action_dist not in ACTION_DISTS:
+            raise ValueError(f"unknown action distribution {cfg.action_dist!r}")
         self.cfg = cfg
         f_in = cfg.num_features
         if cfg.policy == "clstm":
@@ -211,11 +219,35 @@ class ActorCritic(nn.Module):
         actor_out, critic_out, state = self.core(feats, state, starts, host_starts)
         mean = self.actor_mean(actor_out)
         value = self.critic(critic_out).squeeze(-1)
-        dist = Normal(mean.float(), self.log_std.float().exp().expand_as(mean))
-        scored = mean if actions is None else actions
-        log_prob = dist.log_prob(scored.float()).sum(-1)
-        entropy = dist.entropy().sum(-1)
+        std = self.policy_std().expand_as(mean)
+        scored = mean.float() if actions is None else actions.float()
+        log_prob = self._log_prob(Normal(mean.float(), std), scored)
+        if self.cfg.action_dist == "tanh":  # no closed form: the sample estimate -log pi(a) at the scored actions
+            entropy = -log_prob
+        else:
+            entropy = Normal(mean.float(), std).entropy().sum(-1)
         return log_prob, entropy, value.float(), mean.float(), state
+
+    def policy_std(self) -> Tensor:
+        """The Gaussian's standard deviation per ticker ``[N]`` float32 (bounded when ``log_std_max`` is set)."""
+        log_std = self.log_std.float()
+        if self.cfg.log_std_max is not None:
+            log_std = log_std.clamp(LOG_STD_MIN, self.cfg.log_std_max)
+        return log_std.exp()
+
+    def _log_prob(self, dist: Normal, u: Tensor) -> Tensor:
+        """log pi of pre-squash samples ``u [..., N]``, summed over tickers. For tanh, the change of variables
+        a = tanh(u) subtracts sum log(1 - tanh(u)^2) = sum 2 (log 2 - u - softplus(-2u)) (stable form); it is the
+        same for the old and the new policy, so PPO's ratio is the Gaussian's."""
+        log_prob = dist.log_prob(u).sum(-1)
+        if self.cfg.action_dist == "tanh":
+            log_prob = log_prob - (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)
+        return log_prob
+
+    def env_action(self, u: Tensor) -> Tensor:
+        """What the env receives for a policy sample (or mean) ``u [B, N]``: ``tanh(u)`` for the tanh distribution,
+        ``u`` itself for the Gaussian (the env clips it to [-1, 1])."""
+        return torch.tanh(u) if self.cfg.action_dist == "tanh" else u
 
     @torch.no_grad()
     def act(
@@ -225,20 +257,21 @@ class ActorCritic(nn.Module):
         """One rollout step for B envs.
 
         :param obs: ``[B, T, F]``; :param starts: ``[B]`` bool.
-        :return: ``(action [B, N] unclipped, log_prob [B], value [B], new_state)``; the env clips
-            actions to [-1, 1]. ``deterministic`` returns the mean action. Sampling noise comes from
-            ``generator`` on its own device (training passes one on the model's device, the backtest a
-            CPU one so sampled backtests match across devices).
+        :return: ``(action [B, N], log_prob [B], value [B], new_state)``: the Gaussian sample ``u`` before any
+            squashing (what the rollout stores and PPO scores); `env_action` turns it into the env's action.
+            ``deterministic`` returns the mean. Sampling noise comes from ``generator`` on its own device
+            (training passes one on the model's device, the backtest a CPU one so sampled backtests match
+            across devices).
         """
         log_prob, _, value, mean, state = self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))
         if deterministic:
             return mean[0], log_prob[0], value[0], state
-        std = self.log_std.float().exp()
+        std = self.policy_std()
         # Drawn on the generator's device: a CPU generator gives the same noise whatever device the model is on.
         noise_device = generator.device if generator is not None else mean.device
         noise = torch.randn(mean.shape[1:], device=noise_device, generator=generator, dtype=mean.dtype).to(mean.device)
         action = mean[0] + std * noise
-        log_prob = Normal(mean[0], std.expand_as(mean[0])).log_prob(action).sum(-1)
+        log_prob = self._log_prob(Normal(mean[0], std.expand_as(mean[0])), action)
         return action, log_prob, value[0], state
 
     @torch.no_grad()

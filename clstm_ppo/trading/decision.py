@@ -48,7 +48,7 @@ from envs.alpaca import parse_timeframe
 from envs.data import DayRange
 from envs.errors import UserError
 from envs.features import PreparedMarket
-from envs.kernel import portfolio_value, trade_step
+from envs.kernel import orders_from_actions, portfolio_value, trade_step
 from envs.vector_env import write_portfolio_columns
 
 
@@ -76,7 +76,7 @@ class Decision:
     tickers: list[str]
     prices: np.ndarray  # [N] float64 closes of ``day``
     action: np.ndarray  # [N] float32 policy mean action (the rule clips it to [-1, 1])
-    requested: np.ndarray  # [N] float64 shares the action asks for, trunc(clip(action) x hmax), + buy / - sell
+    requested: np.ndarray  # [N] float64 shares the action asks for (envs.kernel.orders_from_actions), + buy / - sell
     turbulence: float
     threshold: float  # inf when the run had the turbulence stop off
     cash: float  # account cash the rule used (a negative balance counts as 0)
@@ -205,14 +205,14 @@ def decide(ck: Checkpoint, model: ActorCritic, market: PreparedMarket, days: Day
     with torch.no_grad():
         action, _, _, _ = policy.act(obs.unsqueeze(0).to(device), run.last_state,
                                      torch.zeros(1, dtype=torch.bool, device=device), deterministic=True)
-    # As the env hands it to the rule: float32 on the CPU.
-    action_np = action[0].float().cpu().numpy()
+    # As the env hands it to the rule: the env's action, float32 on the CPU.
+    action_np = policy.env_action(action)[0].float().cpu().numpy()
 
     turbulence, threshold = float(market.turbulence[t]), float(market.turbulence_threshold)
     turbulent = torch.tensor([turbulence >= threshold])
     new_cash, new_shares, stats = trade_step(cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t,
                                              turbulent, cfg)
-    requested = np.trunc(np.clip(action_np.astype(np.float64), -1.0, 1.0) * cfg.hmax)
+    requested = orders_from_actions(torch.as_tensor(action_np).unsqueeze(0), cash_t, shares_t, close_t, cfg)[0].numpy()
     decision = Decision(
         day=_day(market.data.dates[t]), tickers=[str(x) for x in market.data.tickers], prices=close,
         action=action_np, requested=requested, turbulence=turbulence, threshold=threshold, cash=float(cash),

@@ -67,7 +67,7 @@ class Checkpoint:
         """The run's settings; UserError when they do not parse (another version's or a damaged file)."""
         if not isinstance(self.config, dict):
             raise UserError(f"{self.path} is not a clstm-ppo checkpoint (its config is not a mapping)")
-        return TrainConfig.from_dict(self.config, source=f"checkpoint {self.path}")
+        return TrainConfig.from_checkpoint(self.config, source=f"checkpoint {self.path}")
 
     @property
     def tickers(self) -> list[str]:

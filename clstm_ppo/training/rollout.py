@@ -150,7 +150,7 @@ class RolloutCollector:
                 buf.starts[step] = self.next_start
                 action, log_prob, value, self.state = policy.act(self.next_obs, self.state, self.next_start,
                                                                  generator=self.generator)
-                obs, reward, terminated, truncated, info = self.env.step(action.to(self.env.device))
+                obs, reward, terminated, truncated, info = self.env.step(policy.env_action(action).to(self.env.device))
                 obs, reward = obs.to(device), reward.to(device)
                 terminated, truncated = terminated.to(device), truncated.to(device)
                 # The env decides episode ends on the host and sets "_episode" only on steps where some
