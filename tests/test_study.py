@@ -153,6 +153,16 @@ def full_study(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
 
 
 @pytest.mark.slow
+def group_cells(out: Path, group: str) -> list[dict]:
+    """The result.json of each finished cell of one configuration, with its seed."""
+    found = []
+    for folder in sorted((out / "cells").iterdir()):
+        result = folder / "result.json"
+        if folder.name.startswith(f"{group}-") and result.is_file():
+            found.append({"seed": int(folder.name.rsplit("-s", 1)[1]), **json.loads(result.read_text())})
+    return found
+
+
 def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_study):
     out, proc = full_study
     assert proc.returncode == 0, proc.stderr + proc.stdout
@@ -177,7 +187,14 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     assert mlp["verdict"].startswith("mlp: Sharpe ") and "seeds beat it" in mlp["verdict"]
     assert report["overfitting"]["num_configurations"] == 4 and 0 <= report["overfitting"]["pbo"] <= 1
     assert report["trials"]["num_trials"] == 4
+    (pair,) = report["between"]  # mlp against lstm, paired by seed
+    assert (pair["first"], pair["second"], pair["seeds"], pair["num_seeds"]) == ("mlp", "lstm", [1, 2], 2)
+    mlp_sr = [c["policy"]["sharpe"] for c in sorted(group_cells(out, "mlp"), key=lambda c: c["seed"])]
+    lstm_sr = [c["policy"]["sharpe"] for c in sorted(group_cells(out, "lstm"), key=lambda c: c["seed"])]
+    assert pair["seeds_beating"] == sum(a > b for a, b in zip(mlp_sr, lstm_sr, strict=True))
+    assert pair["lo"] <= pair["hi"] and "mlp vs lstm: Sharpe difference" in proc.stdout
     md = (out / "study.md").read_text()
+    assert "## Configurations against each other" in md
     assert "| mlp (2 seeds) |" in md and "## Verdicts" in md and "Probability of backtest overfitting" in md
     cells = pd.read_csv(out / "cells.csv")
     assert len(cells) == 4 and set(cells["status"]) == {"done"} and cells["sharpe"].notna().all()

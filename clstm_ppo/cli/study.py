@@ -133,12 +133,12 @@ def _report(argv: list[str]) -> int:
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
     parser.add_argument("--bootstrap", type=int, default=5000, help="bootstrap draws for the intervals over seeds")
     args = parser.parse_args(argv)
-    from clstm_ppo.study.report import build_report
+    from clstm_ppo.study.report import build_report, verdict_lines
 
     report = build_report(Path(args.folder), confidence=args.confidence, n_boot=args.bootstrap)
     print(f"report: {Path(args.folder) / 'study.md'} ({report['cells']['done']}/{report['cells']['total']} cells done)")
-    for group in report["groups"].values():
-        print(f"  {group['verdict']}")
+    for line in verdict_lines(report):
+        print(f"  {line}")
     return 0
 
 

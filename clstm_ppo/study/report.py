@@ -111,6 +111,7 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
             "verdict": A.verdict(group, summary, against[BUY_AND_HOLD], baselines[BUY_AND_HOLD]["metrics"]["sharpe"],
                                  confidence),
         }
+    between = _between_groups(by_group, confidence=confidence, n_boot=max(500, n_boot // 5))
     pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
     best = max(cells, key=lambda e: e["policy"]["sharpe"]) if cells else None
     counts = {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")}
@@ -120,7 +121,7 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
                    "turbulent_days": int(turbulent.sum())},
         "cells": {"total": len(rows), **counts}, "trials": trials,
         "baselines": {name: b["metrics"] for name, b in baselines.items()},
-        "groups": groups, "overfitting": pbo,
+        "groups": groups, "between": between, "overfitting": pbo,
         "best_cell": None if best is None else {"cell": best["cell"].name, "sharpe": best["policy"]["sharpe"],
                                                 "dsr": best["policy"]["dsr"]},
     }
@@ -129,6 +130,45 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     (study_dir / "study.md").write_text(_markdown(report, spec, rows), encoding="utf-8")
     _plot(study_dir / "study.png", dates, by_group, baselines)
     return report
+
+
+def _between_groups(by_group: dict[str, list[dict[str, Any]]], *, confidence: float,
+                    n_boot: int) -> list[dict[str, Any]]:
+    """Every pair of configurations on the seeds both finished: the paired block-bootstrap interval of the
+    Sharpe difference (first minus second; seed s of one paired with seed s of the other, days resampled)."""
+    out = []
+    names = list(by_group)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            seeds_a = {e["cell"].seed: e for e in by_group[a]}
+            seeds_b = {e["cell"].seed: e for e in by_group[b]}
+            common = sorted(seeds_a.keys() & seeds_b.keys())
+            if not common:
+                continue
+            d = A.compare(np.stack([seeds_a[s]["returns"] for s in common]),
+                          np.stack([seeds_b[s]["returns"] for s in common]), confidence=confidence, n_boot=n_boot,
+                          seed=len(out))
+            out.append({"first": a, "second": b, "seeds": common, **d})
+    return out
+
+
+def between_verdict(pair: dict[str, Any], confidence: float) -> str:
+    """One line, e.g. "clstm vs mlp: Sharpe difference +0.41 [+0.12, +0.70]; clstm beats mlp; 10/12 seeds"."""
+    a, b, lo, hi = pair["first"], pair["second"], pair["lo"], pair["hi"]
+    if lo > 0:
+        word = f"{a} beats {b} (the {confidence:.0%} interval lies above 0)"
+    elif hi < 0:
+        word = f"{b} beats {a} (the {confidence:.0%} interval lies below 0)"
+    else:
+        word = "no difference can be claimed (the interval includes 0)"
+    return (f"{a} vs {b}: Sharpe difference {pair['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]; {word}; "
+            f"{a} ahead in {pair['seeds_beating']}/{pair['num_seeds']} paired seeds")
+
+
+def verdict_lines(report: dict[str, Any]) -> list[str]:
+    """The plain-words lines: one per configuration against buy-and-hold, then one per pair of configurations."""
+    return ([g["verdict"] for g in report["groups"].values()]
+            + [between_verdict(pair, report["confidence"]) for pair in report.get("between", [])])
 
 
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
@@ -168,6 +208,9 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
         for name, d in g["vs"].items():
             lines.append(f"| {group} | {name} | {d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] | "
                          f"{d['seeds_beating']}/{d['num_seeds']} |")
+    if report["between"]:
+        lines += ["", "## Configurations against each other (paired by seed, block bootstrap of daily returns)", "",
+                  *[f"- {between_verdict(pair, report['confidence'])}" for pair in report["between"]]]
     tr, pbo, best = report["trials"], report["overfitting"], report["best_cell"]
     lines += ["", "## Overfitting", ""]
     if best is not None:

@@ -25,7 +25,7 @@ from clstm_ppo.market import load_data
 from clstm_ppo.study.cell import read_status, write_status
 from clstm_ppo.study.grid import Cell, shard
 from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, same_market, save_markets
-from clstm_ppo.study.report import build_report
+from clstm_ppo.study.report import build_report, verdict_lines
 from clstm_ppo.study.schedule import WalkPeriod, walk_forward
 from clstm_ppo.study.spec import SPEC_FILE, StudySpec
 from clstm_ppo.training.checkpoint import check_writable
@@ -193,8 +193,8 @@ def run_study(study_dir: Path, spec: StudySpec, *, layout: Layout, shard_of: tup
     c = report["cells"]
     log(f"[study] report: {study_dir / 'study.md'} ({c['done']}/{c['total']} cells done, {c['failed']} failed; "
         f"statistics and report in {time.perf_counter() - t1:.1f} s)")
-    for group in report["groups"].values():
-        log(f"  {group['verdict']}")
+    for line in verdict_lines(report):
+        log(f"  {line}")
     return 1 if c["failed"] else 0
 
 
