@@ -219,6 +219,16 @@ def _names(tickers: list[str], most: int = 6) -> str:
     return ", ".join(tickers[:most]) + (f", ... ({len(tickers)} in all)" if len(tickers) > most else "")
 
 
+RESUME_MUST_MATCH = ("action_mode", "rebalance_band", "reward", "reward_scaling", "hmax", "initial_amount",
+                     "buy_cost_pct", "sell_cost_pct", "use_turbulence", "price_features", "portfolio_features")
+"""Env settings that give an action or a reward its meaning: a resumed run must keep the checkpoint's."""
+
+
+def _shown(value: object) -> object:
+    """A setting as the user types it (an unbounded log-std is stored as None: shown as inf)."""
+    return "inf" if value is None or value == float("inf") else value
+
+
 def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Path:
     """Fail in the parent, before any worker starts, when ``--resume`` cannot continue this run.
 
@@ -233,9 +243,13 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     ours_model = model_config(cfg, market).__dict__
     stored = ModelConfig.from_dict(ckpt.model_config).__dict__
     flags = {f.name for f in fields(TrainConfig)}
-    diff = [f"{'--' if k in flags else ''}{k} {stored.get(k)} (now {v})" for k, v in ours_model.items() if stored.get(k) != v]
+    diff = [f"{'--' if k in flags else ''}{k} {_shown(stored.get(k))} (now {_shown(v)})"
+            for k, v in ours_model.items() if stored.get(k) != v]
+    then = ckpt.cfg
+    diff += [f"--{k} {_shown(getattr(then, k))} (now {_shown(getattr(cfg, k))})" for k in RESUME_MUST_MATCH
+             if getattr(then, k) != getattr(cfg, k)]
     if diff:
-        raise UserError(f"--resume {path}: it was trained with {', '.join(diff)}; give the same model settings, "
+        raise UserError(f"--resume {path}: it was trained with {', '.join(diff)}; give the same settings, "
                         f"or start a new run")
     return path
 
