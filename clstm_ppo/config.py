@@ -83,12 +83,12 @@ class TrainConfig:
     portfolio_features: str = _f("shares", "cash and holdings in the state: shares (cash / initial amount and "
                                  "shares / 1,000, as in the paper) or weights (fractions of the portfolio value)",
                                  choices=PORTFOLIO_FEATURES)
-    action_mode: str = _f("shares", "what an action means: shares (buy or sell up to --hmax shares per stock per day, "
+    action_mode: str = _f("weights", "what an action means: shares (buy or sell up to --hmax shares per stock per day, "
                           "the paper's) or weights (the target portfolio: softmax of 5 x action over the stocks and a "
                           "cash logit 0, reached by trading)", choices=ACTION_MODES)
     rebalance_band: float = _f(0.01, "with --action_mode weights: trade a stock only when its order is worth more than "
                                "this fraction of the portfolio value")
-    reward: str = _f("value", "value: change of portfolio value in dollars x --reward_scaling (the paper's); "
+    reward: str = _f("log_return", "value: change of portfolio value in dollars x --reward_scaling (the paper's); "
                      "log_return: 100 x the day's log return of the portfolio", choices=REWARDS)
     use_turbulence: bool = _f(True, "liquidate and block buys when turbulence >= the 90th training percentile")
     # --- model
@@ -97,6 +97,8 @@ class TrainConfig:
     stage1_hidden: int = _f(128, "stage-1 LSTM hidden size")
     feature_dim: int = _f(128, "stage-1 output features")
     stage2_hidden: int = _f(512, "stage-2 actor and critic LSTM hidden size (MLP width for --policy mlp)")
+    skip: bool = _f(True, "shortcuts around the LSTMs: clstm's stage 1 also sees today's state, and the heads of "
+                    "clstm/lstm also see the stage-1 features (off: the paper's network)")
     # --- PPO
     num_episodes: int = _f(10_000, "stop after this many finished episodes, counted over all workers")
     num_envs: int = _f(16, "parallel environments per worker")
@@ -111,17 +113,17 @@ class TrainConfig:
     gae_lambda: float = _f(0.95, "GAE lambda")
     clip_coef: float = _f(0.2, "PPO clip range")
     clip_value: float = _f(0.0, "value-function clip range (0: off)")
-    ent_coef: float = _f(0.01, "entropy bonus weight")
+    ent_coef: float = _f(0.0, "entropy bonus weight (0: none, as CleanRL's continuous-action PPO)")
     vf_coef: float = _f(0.5, "value loss weight")
     max_grad_norm: float = _f(0.5, "global gradient-norm clip")
     target_kl: float = _f(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
     norm_adv: bool = _f(True, "normalise advantages with statistics over all workers' rollouts")
     adam_eps: float = _f(1e-8, "Adam epsilon")
     init_log_std: float = _f(-0.5, "initial log standard deviation of the Gaussian policy")
-    action_dist: str = _f("gaussian", "policy distribution: gaussian (samples clipped to [-1, 1] by the env) or tanh "
+    action_dist: str = _f("tanh", "policy distribution: gaussian (samples clipped to [-1, 1] by the env) or tanh "
                           "(samples squashed by tanh, log-probabilities corrected; entropy estimated from samples)",
                           choices=("gaussian", "tanh"))
-    log_std_max: float = _f(float("inf"), "upper bound of the policy's log standard deviation (inf: unbounded; "
+    log_std_max: float = _f(0.0, "upper bound of the policy's log standard deviation (inf: unbounded; "
                             "with a bound the lower one is -5)")
     # --- speed
     mixed_precision: str = _f("none", "autocast: none | bf16 | fp16 (fp16 uses a GradScaler; CUDA only)",
@@ -250,7 +252,7 @@ class TrainConfig:
 
 LEGACY_SETTINGS: dict[str, Any] = {
     "action_mode": "shares", "rebalance_band": 0.01, "reward": "value", "action_dist": "gaussian",
-    "log_std_max": float("inf"), "init_weights": "", "max_price_ratio": 0.0,
+    "log_std_max": float("inf"), "init_weights": "", "max_price_ratio": 0.0, "skip": False,
 }
 """Settings newer than some checkpoints, with the behaviour those checkpoints were trained with."""
 
@@ -262,7 +264,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                   max_grad_norm=0.5, learning_rate_clstm=3e-4, learning_rate_actor_critic=3e-4, adam_eps=1e-8,
                   hmax=100, initial_amount=1_000_000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3,
                   reward_scaling=1e-4, policy="clstm", price_features="level",
-                  portfolio_features="shares"),
+                  portfolio_features="shares", action_mode="shares", reward="value",
+                  # sb3's Gaussian, clipped by the env, unbounded log-std, with an entropy bonus
+                  action_dist="gaussian", log_std_max=float("inf"), skip=False),
 }
 
 

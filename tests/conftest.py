@@ -55,11 +55,11 @@ def files_under(folder: Path) -> set[str]:
 
 
 def small_model(policy: str = "clstm", tickers: int = 3, window: int = 5, features: int = 16,
-                action_dist: str = "gaussian", log_std_max: float | None = None) -> ActorCritic:
+                action_dist: str = "gaussian", log_std_max: float | None = None, skip: bool = False) -> ActorCritic:
     torch.manual_seed(0)
     return ActorCritic(ModelConfig(policy=policy, num_features=features, num_tickers=tickers, window=window,
                                    stage1_hidden=12, feature_dim=10, stage2_hidden=14, action_dist=action_dist,
-                                   log_std_max=log_std_max))
+                                   log_std_max=log_std_max, skip=skip))
 
 
 def fake_rollout(model: ActorCritic, steps: int = 12, envs: int = 4, seed: int = 0) -> RolloutBuffer:

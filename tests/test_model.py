@@ -25,11 +25,12 @@ def test_run_lstm_chunks_equal_step_by_step():
     torch.testing.assert_close(h, hs, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("policy, action_dist", [("clstm", "gaussian"), ("lstm", "gaussian"), ("mlp", "gaussian"),
-                                                 ("clstm", "tanh"), ("mlp", "tanh")])
-def test_update_recomputes_rollout_log_probs_and_values(policy, action_dist):
+@pytest.mark.parametrize("policy, action_dist, skip", [
+    ("clstm", "gaussian", False), ("lstm", "gaussian", False), ("mlp", "gaussian", False), ("clstm", "tanh", False),
+    ("mlp", "tanh", False), ("clstm", "tanh", True), ("lstm", "tanh", True)])
+def test_update_recomputes_rollout_log_probs_and_values(policy, action_dist, skip):
     """Before any optimizer step, the update's forward must reproduce what the rollout recorded."""
-    model = small_model(policy, action_dist=action_dist)
+    model = small_model(policy, action_dist=action_dist, skip=skip)
     buf = fake_rollout(model)
     windows = buf.obs.windows()
     assert windows.rows.shape[1] < buf.n_steps * model.cfg.window  # rows really are shared
@@ -93,3 +94,35 @@ def test_a_bounded_log_std_caps_the_policy_std_and_the_gaussian_is_left_alone():
                                                                                    rtol=1e-4)
     u = torch.tensor([[2.0, -3.0, 0.5]])
     assert torch.equal(free.env_action(u), u)  # the env clips it
+
+
+@pytest.mark.parametrize("policy", ["clstm", "lstm"])
+def test_skip_lets_todays_state_reach_the_heads_around_the_lstms(policy):
+    """With the stage-2 LSTMs (and clstm's window LSTM) silenced, only the shortcuts carry today's state: the
+    action mean then moves with today's row when ``skip`` is on, and not at all when it is off."""
+    obs = torch.randn(1, 4, 5, 16)
+    changed = obs.clone()
+    changed[:, :, -1] += 1.0  # only today's row differs
+    starts = torch.ones(1, 4, dtype=torch.bool)
+    moved = {}
+    for skip in (False, True):
+        model = small_model(policy, skip=skip)
+        lstms = [model.actor_lstm, model.critic_lstm] + ([model.window_lstm] if policy == "clstm" else [])
+        with torch.no_grad():
+            for lstm in lstms:
+                for param in lstm.parameters():
+                    param.zero_()
+        means = [model(o, model.initial_state(4), starts)[3] for o in (obs, changed)]
+        moved[skip] = (means[0] - means[1]).abs().max().item()
+    if policy == "clstm":
+        assert moved[False] == 0.0  # the window LSTM's output is constant: nothing reaches the heads
+    assert moved[True] > 1e-4
+
+
+def test_checkpoints_without_the_skip_setting_rebuild_the_network_they_were_trained_with():
+    model = small_model("clstm", skip=True)
+    stored = {k: v for k, v in model.cfg.__dict__.items() if k != "skip"}
+    from clstm_ppo.agent.model import ModelConfig
+
+    assert ModelConfig.from_dict(stored).skip is False
+    assert model.features[0].in_features == 12 + 16 and model.actor_mean.in_features == 14 + 10

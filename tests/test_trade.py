@@ -1,8 +1,9 @@
 """`clstm-ppo trade` end to end: a tiny checkpoint trained on Alpaca bars, the real alpaca-py clients, two local
 HTTP servers (market data: tests/alpaca_server.py; trading: tests/alpaca_trading_server.py). No mocks.
 
-The checkpoint is trained once per module on 3 tickers x 2 years of served bars (``--hmax 5000`` so the barely
-trained policy's small mean actions are whole shares) and backtested once with `clstm-ppo backtest`: its
+The checkpoint is trained once per module on 3 tickers x 2 years of served bars (share actions with ``--hmax
+5000`` so the barely trained policy's small mean actions are whole shares; a second one with today's default
+target-weight actions checks the plan against its own backtest) and backtested once with `clstm-ppo backtest`: its
 trades.csv and equity.csv are the recorded backtest the plans are checked against. Each test then points
 the command at fresh servers whose clock says "after the close" of a chosen session of that backtest.
 Commands run in-process through `clstm_ppo.cli.main` (the same guarded entry point as the console script).
@@ -50,7 +51,11 @@ TICKERS = ["AAPL", "MSFT", "NVDA"]
 START, END = "2022-01-03", "2023-12-29"
 TINY = ["--window", "5", "--num_envs", "4", "--n_steps", "16", "--batch_size", "32", "--epochs", "2",
         "--episode_length", "16", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
-        "--num_gpus", "0", "--no-progress", "--threads", "1", "--hmax", "5000", "--num_episodes", "8"]
+        "--num_gpus", "0", "--no-progress", "--threads", "1", "--num_episodes", "8"]
+# The scenario tests below were written for the policy these settings train (the defaults before the learning
+# work: share actions; their days have sells, buys cut to cash, ...):
+SHARES = ["--action_mode", "shares", "--hmax", "5000", "--action_dist", "gaussian", "--log_std_max", "inf",
+          "--reward", "value", "--ent_coef", "0.01", "--no-skip"]
 ALPACA_VARS = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY", "ALPACA_DATA_URL",
                "ALPACA_TRADING_URL", "ALPACA_MAX_RETRIES", "ALPACA_RETRY_WAIT_SECONDS", "ALPACA_TIMEOUT_SECONDS")
 MIXED_DAY = date(2023, 12, 22)  # the tiny policy sells MSFT and buys AAPL and NVDA on this day
@@ -91,15 +96,14 @@ class Trained:
         return sorted((r.ticker, r.side, float(r.shares)) for r in rows.itertuples())
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    root = tmp_path_factory.mktemp("trade")
+def train_and_backtest(root: Path, flags: list[str]) -> Trained:
+    """Train a tiny checkpoint on served bars with ``flags`` and backtest it with `clstm-ppo backtest`."""
     bars = daily_bars(TICKERS, START, END)
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=bars)) as data:
         common = ["--data_url", data.url, "--data_cache_dir", str(root / "cache")]
         train = subprocess.run(
-            [sys.executable, SCRIPT, *TINY, "--data", "alpaca", "--tickers", ",".join(TICKERS), "--start", START,
-             "--end", END, *common, "--checkpoint_dir", str(root / "ck"), "--run_name", "alp"],
+            [sys.executable, SCRIPT, *TINY, *flags, "--data", "alpaca", "--tickers", ",".join(TICKERS), "--start",
+             START, "--end", END, *common, "--checkpoint_dir", str(root / "ck"), "--run_name", "alp"],
             cwd=root, env=_subprocess_env(), capture_output=True, text=True, timeout=180)
         assert train.returncode == 0, train.stderr
         with pytest.MonkeyPatch.context() as mp:
@@ -111,6 +115,16 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
                              str(root / "bt"), "--threads", "1"]) == 0
     return Trained(root / "ck" / "alp" / "latest.pt", bars, pd.read_csv(root / "bt" / "trades.csv"),
                    pd.read_csv(root / "bt" / "equity.csv"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    return train_and_backtest(tmp_path_factory.mktemp("trade"), SHARES)
+
+
+@pytest.fixture(scope="module")
+def trained_weights(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    return train_and_backtest(tmp_path_factory.mktemp("trade-weights"), [])
 
 
 @pytest.fixture
@@ -205,6 +219,18 @@ def test_plan_equals_the_backtest_trades_of_recorded_days(trained: Trained, env:
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """For sessions of the recorded backtest: the account holds what the backtest held that day, the servers
     serve the same bars up to that day, and the planned orders are exactly the backtest's trades of the day."""
+    check_plans_equal_backtest(trained, env, data, capsys, monkeypatch)
+
+
+def test_plan_equals_the_backtest_trades_with_target_weight_actions(
+        trained_weights: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same with today's default actions (target weights, a rebalance band, the tanh policy)."""
+    with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_weights.bars)) as data:
+        check_plans_equal_backtest(trained_weights, env, data, capsys, monkeypatch)
+
+
+def check_plans_equal_backtest(trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
     trades = trained.trades
     days = sorted(set(trades["date"]))
     sell_days = sorted(set(trades.loc[trades["side"] == "sell", "date"]))

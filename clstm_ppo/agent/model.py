@@ -14,6 +14,12 @@ T window days, F state numbers per day, N tickers. Observations arrive as dense 
 - ``mlp`` (PPO in the paper's tables): the current day's state through the tanh layers, then
   two-layer tanh MLPs for actor and critic; no recurrent state.
 
+``skip`` (default on; off in the paper's preset and in checkpoints older than the setting) adds two shortcuts
+around the recurrences: stage 1 of ``clstm`` sees the current day's state ``[F]`` next to the window LSTM's
+output, and the actor and critic heads of ``clstm``/``lstm`` see the stage-1 features ``[feature_dim]`` next to
+the stage-2 LSTM's output. The network can then use today's state as directly as the ``mlp`` does and still
+read the window and the past days, instead of having to carry today's numbers through two LSTMs.
+
 Recurrent state is a tuple ``(h_actor, c_actor, h_critic, c_critic)``, each ``[1, B, stage2_hidden]``
 (an empty tuple for ``mlp``). Episode starts reset the state to zeros before that day is processed.
 """
@@ -52,6 +58,7 @@ class ModelConfig:
     init_log_std: float = -0.5
     action_dist: str = "gaussian"  # gaussian (the env clips samples to [-1, 1]) | tanh (samples squashed by tanh)
     log_std_max: float | None = None  # upper bound of the policy's log-std (None: unbounded)
+    skip: bool = False  # shortcuts around the LSTMs (module docstring); the default of TrainConfig is on
 
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
@@ -60,7 +67,7 @@ class ModelConfig:
         return cls(**{**cls.LEGACY, **values})
 
     # field -> its meaning in checkpoints written before the field existed
-    LEGACY: ClassVar[dict[str, object]] = {"action_dist": "gaussian", "log_std_max": None}
+    LEGACY: ClassVar[dict[str, object]] = {"action_dist": "gaussian", "log_std_max": None, "skip": False}
 
 
 def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
@@ -69,7 +76,7 @@ def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
         policy=cfg.policy, num_features=market.num_features, num_tickers=market.num_tickers, window=market.window,
         stage1_hidden=cfg.stage1_hidden, feature_dim=cfg.feature_dim, stage2_hidden=cfg.stage2_hidden,
         init_log_std=cfg.init_log_std, action_dist=cfg.action_dist,
-        log_std_max=cfg.log_std_max if math.isfinite(cfg.log_std_max) else None,
+        log_std_max=cfg.log_std_max if math.isfinite(cfg.log_std_max) else None, skip=cfg.skip,
     )
 
 
@@ -143,7 +150,7 @@ class ActorCritic(nn.Module):
         f_in = cfg.num_features
         if cfg.policy == "clstm":
             self.window_lstm = _orthogonal(nn.LSTM(f_in, cfg.stage1_hidden, batch_first=True), 1.0)
-            f_in = cfg.stage1_hidden
+            f_in = cfg.stage1_hidden + (cfg.num_features if cfg.skip else 0)
         self.features = nn.Sequential(
             _orthogonal(nn.Linear(f_in, cfg.feature_dim)), nn.Tanh(),
             _orthogonal(nn.Linear(cfg.feature_dim, cfg.feature_dim)), nn.Tanh(),
@@ -155,8 +162,10 @@ class ActorCritic(nn.Module):
         else:
             self.actor_lstm = _orthogonal(nn.LSTM(cfg.feature_dim, hidden), 1.0)
             self.critic_lstm = _orthogonal(nn.LSTM(cfg.feature_dim, hidden), 1.0)
-        self.actor_mean = _orthogonal(nn.Linear(hidden, cfg.num_tickers), 0.01)
-        self.critic = _orthogonal(nn.Linear(hidden, 1), 1.0)
+        self.head_skip = cfg.skip and cfg.policy != "mlp"  # heads also see the stage-1 features
+        head_in = hidden + (cfg.feature_dim if self.head_skip else 0)
+        self.actor_mean = _orthogonal(nn.Linear(head_in, cfg.num_tickers), 0.01)
+        self.critic = _orthogonal(nn.Linear(head_in, 1), 1.0)
         self.log_std = nn.Parameter(torch.full((cfg.num_tickers,), float(cfg.init_log_std)))
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
 
@@ -182,9 +191,13 @@ class ActorCritic(nn.Module):
     # ------------------------------------------------------------------ forward pieces
     def encode(self, windows: Windows) -> Tensor:
         """Stage 1: L x E windows -> features ``[L x E, feature_dim]`` (step-major)."""
+        today = windows.last_rows().reshape(windows.steps * windows.envs, -1)  # [L x E, F]
         if self.cfg.policy == "clstm":
-            return self.features(window_last_output(self.window_lstm, windows, self.window_kernel))
-        return self.features(windows.last_rows().reshape(windows.steps * windows.envs, -1))
+            summary = window_last_output(self.window_lstm, windows, self.window_kernel)  # [L x E, stage1_hidden]
+            if self.cfg.skip:
+                summary = torch.cat([summary, today.to(summary.dtype)], dim=-1)
+            return self.features(summary)
+        return self.features(today)
 
     def core(self, feats: Tensor, state: LSTMState, starts: Tensor,
              host_starts: Tensor | None = None) -> tuple[Tensor, Tensor, LSTMState]:
@@ -217,6 +230,9 @@ class ActorCritic(nn.Module):
         windows = obs if isinstance(obs, Windows) else Windows.from_dense(obs)
         feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)
         actor_out, critic_out, state = self.core(feats, state, starts, host_starts)
+        if self.head_skip:  # [L, B, H + D]
+            actor_out = torch.cat([actor_out, feats.to(actor_out.dtype)], dim=-1)
+            critic_out = torch.cat([critic_out, feats.to(critic_out.dtype)], dim=-1)
         mean = self.actor_mean(actor_out)
         value = self.critic(critic_out).squeeze(-1)
         std = self.policy_std().expand_as(mean)
