@@ -1,0 +1,56 @@
+#!/bin/bash
+# The learning studies behind the README's learning tables (issue 14), as run on a 16-core machine:
+#   bash benchmarks/learning_studies.sh synthetic OUTDIR [WORKERS] [SECONDS]   # lead-lag and memory markets,
+#                                                   shares vs weights actions, before the skip connection
+#   bash benchmarks/learning_studies.sh defaults OUTDIR [WORKERS] [SECONDS]    # the same markets, today's defaults
+#   bash benchmarks/learning_studies.sh example OUTDIR [CELLS_PER_GPU] [SECONDS]  # shipped 6-stock data, defaults, GPU
+#   bash benchmarks/learning_studies.sh long OUTDIR                  # 10,000-episode runs on one GPU, then backtests
+# Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
+# (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
+set -u
+which=${1:?synthetic|example}; out=${2:?OUTDIR}; workers=${3:-16}; limit=${4:-1000000}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+run() {  # name, then study flags
+    local name=$1; shift
+    timeout "$limit" python3 -m clstm_ppo.cli study --out "studies/$name" --seeds 1-12 "$@" > "$out/$name.log" 2>&1
+    python3 -m clstm_ppo.cli study report "studies/$name" >> "$out/$name.log" 2>&1
+    for f in study.md study.json cells.csv study.png; do cp "studies/$name/$f" "$out/${name}_$f" 2>/dev/null; done
+    tail -12 "$out/$name.log"
+}
+# Small networks, as the learning test: 5 synthetic tickers over 10 years, the last 2.7 years traded.
+SMALL=(--num_envs 32 --n_steps 32 --batch_size 256 --epochs 4 --episode_length 63 --stage1_hidden 32
+       --feature_dim 32 --stage2_hidden 64 --gamma 0.9 --learning_rate_clstm 1e-3 --learning_rate_actor_critic 1e-3
+       --hmax 2000 --validation_days 63 --retrain none --trade_start 2021-01-04 --workers "$workers" --threads 1 --cpu)
+LEADLAG="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
+MEMORY="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag,lag=5"
+if [ "$which" = synthetic ]; then
+    # run on the 16-core GPU machine with --no-skip's network (the skip connection came after)
+    run leadlag --data "$LEADLAG" --window 5 --num_episodes 3000 "${SMALL[@]}" --policies clstm,lstm,mlp \
+        --vary action_mode=shares,weights --no-skip
+    run memory --data "$MEMORY" --window 10 --num_episodes 4000 "${SMALL[@]}" --policies clstm,lstm,mlp \
+        --vary action_mode=shares,weights --no-skip
+elif [ "$which" = defaults ]; then
+    run leadlag-defaults --data "$LEADLAG" --window 5 --num_episodes 3000 "${SMALL[@]}" --policies clstm,lstm,mlp
+    run memory-defaults --data "$MEMORY" --window 10 --num_episodes 4000 "${SMALL[@]}" --policies clstm,mlp
+elif [ "$which" = example ]; then
+    # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
+    # cells share the GPU (WORKERS cells at once).
+    run example --data csv:examples/data/stocks_daily_6_ohlcv.csv --trade_start 2021-01-04 --retrain none \
+        --policies clstm,mlp --num_episodes 400 --cells_per_gpu "$workers" --threads 1
+else
+    # The mission's 10,000 episodes with default settings (paper-size networks), 1,024 envs on one GPU, bf16;
+    # then the deterministic backtest of best.pt on the held-out test split.
+    for data in "memory synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag,lag=5" \
+                "example csv:examples/data/stocks_daily_6_ohlcv.csv"; do
+        set -- $data
+        for policy in clstm mlp; do
+            timeout "$limit" python3 train_distributed_clstm_ppo.py --data "$2" --policy $policy --num_gpus 1 \
+                --num_envs 1024 --batch_size 32768 --mixed_precision bf16 --num_episodes 10000 --no-progress \
+                --log_every 5000 --checkpoint_dir checkpoints/long --run_name "$1-$policy" > "$out/long-$1-$policy.log" 2>&1
+            python3 -m clstm_ppo.cli backtest --checkpoint "checkpoints/long/$1-$policy/best.pt" \
+                --out "checkpoints/long/$1-$policy/bt" >> "$out/long-$1-$policy.log" 2>&1
+            tail -4 "$out/long-$1-$policy.log"
+        done
+    done
+fi
