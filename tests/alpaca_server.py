@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
@@ -156,13 +156,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"bars": grouped, "next_page_token": _token(offset + limit) if more else None})
 
 
-class AlpacaTestServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer on 127.0.0.1, a free port; ``url`` is what to pass as data_url."""
+_Server = TypeVar("_Server", bound="LocalHTTPServer")
+
+
+class LocalHTTPServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer on 127.0.0.1 at a free port, served from a thread while used as a context manager."""
 
     daemon_threads = True
 
-    def __init__(self, state: ServerState) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], state: Any) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
         self.state = state
         # A short poll interval so shutdown() (which waits for the loop to notice) is quick.
         self._thread = threading.Thread(
@@ -174,12 +177,7 @@ class AlpacaTestServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
-    def bar_requests(self) -> list[dict[str, Any]]:
-        """Recorded requests to /v2/stocks/bars, in arrival order."""
-        with self.state.lock:
-            return [r for r in self.state.requests if r["path"] == "/v2/stocks/bars"]
-
-    def __enter__(self) -> AlpacaTestServer:
+    def __enter__(self: _Server) -> _Server:
         self._thread.start()
         return self
 
@@ -187,3 +185,16 @@ class AlpacaTestServer(ThreadingHTTPServer):
         self.shutdown()
         self.server_close()
         self._thread.join(timeout=5)
+
+
+class AlpacaTestServer(LocalHTTPServer):
+    """The market-data server; ``url`` is what to pass as data_url."""
+
+    def __init__(self, state: ServerState) -> None:
+        super().__init__(_Handler, state)
+
+    def bar_requests(self) -> list[dict[str, Any]]:
+        """Recorded requests to /v2/stocks/bars, in arrival order."""
+        with self.state.lock:
+            return [r for r in self.state.requests if r["path"] == "/v2/stocks/bars"]
+

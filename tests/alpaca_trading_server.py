@@ -54,10 +54,12 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from datetime import time as clock_time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 from zoneinfo import ZoneInfo
+
+from tests.alpaca_server import LocalHTTPServer
 
 NY = ZoneInfo("America/New_York")
 
@@ -688,22 +690,11 @@ def _calendar(state: TradingState, query: dict[str, str]) -> tuple[int, Any]:
     return 200, state.calendar(start, end)
 
 
-class AlpacaTradingServer(ThreadingHTTPServer):
-    """ThreadingHTTPServer on 127.0.0.1, a free port; pass ``url`` as TradingClient's ``url_override``."""
-
-    daemon_threads = True
+class AlpacaTradingServer(LocalHTTPServer):
+    """The trading server; pass ``url`` as TradingClient's ``url_override``."""
 
     def __init__(self, state: TradingState) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.state = state
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        super().__init__(_Handler, state)
 
     # ------------------------------------------------------------------------------------ helpers for tests
 
@@ -744,12 +735,6 @@ class AlpacaTradingServer(ThreadingHTTPServer):
         with self.state.lock:
             return self.state.expire_day_orders()
 
-    def __enter__(self) -> AlpacaTradingServer:
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc: Any) -> None:
-        self.state.release.set()
-        self.shutdown()
-        self.server_close()
-        self._thread.join(timeout=5)
+        self.state.release.set()  # end hanging requests before shutdown waits for them
+        super().__exit__(*exc)
