@@ -59,7 +59,10 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 from zoneinfo import ZoneInfo
 
-from tests.alpaca_server import LocalHTTPServer
+try:  # tests/ is a package in this repo; plain rootdir-relative import if it ever is not
+    from tests.alpaca_server import LocalHTTPServer
+except ImportError:
+    from alpaca_server import LocalHTTPServer
 
 NY = ZoneInfo("America/New_York")
 

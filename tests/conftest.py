@@ -40,6 +40,20 @@ def clean_env() -> dict[str, str]:
     return env
 
 
+ALPACA_VARS = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY", "ALPACA_DATA_URL",
+               "ALPACA_TRADING_URL", "ALPACA_MAX_RETRIES", "ALPACA_RETRY_WAIT_SECONDS", "ALPACA_TIMEOUT_SECONDS")
+"""Every environment variable the Alpaca code reads."""
+
+
+def use_alpaca_keys(monkeypatch: pytest.MonkeyPatch, key: str, secret: str) -> None:
+    """No Alpaca variable but these keys, and fast retries."""
+    for name in ALPACA_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ALPACA_API_KEY", key)
+    monkeypatch.setenv("ALPACA_SECRET_KEY", secret)
+    monkeypatch.setenv("ALPACA_RETRY_WAIT_SECONDS", "0.01")
+
+
 def train(tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
     cmd = [*(launcher or [sys.executable]), SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
     return subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=timeout)

@@ -16,26 +16,21 @@ from envs.errors import UserError
 
 try:  # tests/ is a package in this repo; plain rootdir-relative import if it ever is not
     from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars, intraday_bars
+    from tests.conftest import use_alpaca_keys
 except ImportError:
     from alpaca_server import AlpacaTestServer, ServerState, daily_bars, intraday_bars
+    from conftest import use_alpaca_keys
 
 KEY = "PKTEST7Q2ZKEYIDVALUE"
 SECRET = "s3cr3tVALUEdo-not-leak-9f8e7d6c5b4a"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
 START, END = "2024-01-02", "2024-02-09"
-KEY_ENV = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY", "ALPACA_DATA_URL",
-           "ALPACA_MAX_RETRIES", "ALPACA_RETRY_WAIT_SECONDS", "ALPACA_TIMEOUT_SECONDS")
-
 
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A clean slate: no Alpaca variables, cwd in tmp_path (no .env above it), fast retries, good keys."""
-    for name in KEY_ENV:
-        monkeypatch.delenv(name, raising=False)
+    use_alpaca_keys(monkeypatch, KEY, SECRET)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ALPACA_API_KEY", KEY)
-    monkeypatch.setenv("ALPACA_SECRET_KEY", SECRET)
-    monkeypatch.setenv("ALPACA_RETRY_WAIT_SECONDS", "0.01")
     return tmp_path
 
 

@@ -39,9 +39,11 @@ from envs.errors import UserError
 try:  # tests/ is a package in this repo; plain rootdir-relative import if it ever is not
     from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
     from tests.alpaca_trading_server import NY, AlpacaTradingServer, AssetSpec, Holding, TradingState
+    from tests.conftest import ALPACA_VARS, use_alpaca_keys
 except ImportError:
     from alpaca_server import AlpacaTestServer, ServerState, daily_bars
     from alpaca_trading_server import NY, AlpacaTradingServer, AssetSpec, Holding, TradingState
+    from conftest import ALPACA_VARS, use_alpaca_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
@@ -56,8 +58,6 @@ TINY = ["--window", "5", "--num_envs", "4", "--n_steps", "16", "--batch_size", "
 # work: share actions; their days have sells, buys cut to cash, ...):
 SHARES = ["--action_mode", "shares", "--hmax", "5000", "--action_dist", "gaussian", "--log_std_max", "inf",
           "--reward", "value", "--ent_coef", "0.01", "--no-skip"]
-ALPACA_VARS = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY", "ALPACA_DATA_URL",
-               "ALPACA_TRADING_URL", "ALPACA_MAX_RETRIES", "ALPACA_RETRY_WAIT_SECONDS", "ALPACA_TIMEOUT_SECONDS")
 MIXED_DAY = date(2023, 12, 22)  # the tiny policy sells MSFT and buys AAPL and NVDA on this day
 
 
@@ -107,10 +107,7 @@ def train_and_backtest(root: Path, flags: list[str]) -> Trained:
             cwd=root, env=_subprocess_env(), capture_output=True, text=True, timeout=180)
         assert train.returncode == 0, train.stderr
         with pytest.MonkeyPatch.context() as mp:
-            for name in ALPACA_VARS:
-                mp.delenv(name, raising=False)
-            mp.setenv("ALPACA_API_KEY", KEY)
-            mp.setenv("ALPACA_SECRET_KEY", SECRET)
+            use_alpaca_keys(mp, KEY, SECRET)
             assert cli.main(["backtest", "--checkpoint", str(root / "ck" / "alp" / "latest.pt"), "--out",
                              str(root / "bt"), "--threads", "1"]) == 0
     return Trained(root / "ck" / "alp" / "latest.pt", bars, pd.read_csv(root / "bt" / "trades.csv"),
@@ -130,12 +127,8 @@ def trained_weights(tmp_path_factory: pytest.TempPathFactory) -> Trained:
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """cwd in tmp_path (no .env), good keys, fast retries, a short timeout, one torch thread."""
-    for name in ALPACA_VARS:
-        monkeypatch.delenv(name, raising=False)
+    use_alpaca_keys(monkeypatch, KEY, SECRET)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ALPACA_API_KEY", KEY)
-    monkeypatch.setenv("ALPACA_SECRET_KEY", SECRET)
-    monkeypatch.setenv("ALPACA_RETRY_WAIT_SECONDS", "0.01")
     monkeypatch.setenv("ALPACA_TIMEOUT_SECONDS", "0.5")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
