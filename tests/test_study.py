@@ -307,3 +307,14 @@ def test_study_help_explains_every_flag():
     for flag in ("--policies", "--seeds", "--vary", "--trade_start", "--retrain", "--retrain_from", "--validation_days",
                  "--workers", "--shard", "--max_cells", "--index", "--num_episodes"):
         assert flag in proc.stdout
+
+
+def test_a_damaged_study_spec_is_refused_in_one_line(tmp_path):
+    from clstm_ppo.study.spec import SPEC_FILE, StudySpec
+    from envs.errors import UserError
+
+    for text, message in (("[1, 2]", "must hold a JSON object"), ("{", "not readable JSON"),
+                          ('{"format": 99}', "study format 99")):
+        (tmp_path / SPEC_FILE).write_text(text, encoding="utf-8")
+        with pytest.raises(UserError, match=message):
+            StudySpec.load(tmp_path)

@@ -62,6 +62,8 @@ class StudySpec:
             raise UserError(f"{folder} is not a study folder (no {SPEC_FILE})") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
             raise UserError(f"{path} is not readable JSON: {err}") from None
+        if not isinstance(values, dict):
+            raise UserError(f"{path} is not a study spec (it must hold a JSON object)")
         if values.get("format") != SPEC_FORMAT:
             raise UserError(f"{path} has study format {values.get('format')!r}, this version reads {SPEC_FORMAT}")
         return cls(**values)
