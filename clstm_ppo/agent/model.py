@@ -137,6 +137,11 @@ def run_lstm(lstm: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], starts: Ten
     return torch.cat(outputs, dim=0) if len(outputs) > 1 else outputs[0], (h, c)
 
 
+def _today(windows: Windows) -> Tensor:
+    """Each window's last day, the current state: ``[L x E, F]`` (step-major)."""
+    return windows.last_rows().reshape(windows.steps * windows.envs, -1)
+
+
 class ActorCritic(nn.Module):
     """Recurrent Gaussian actor-critic over windowed market observations (see module docstring)."""
 
@@ -191,13 +196,12 @@ class ActorCritic(nn.Module):
     # ------------------------------------------------------------------ forward pieces
     def encode(self, windows: Windows) -> Tensor:
         """Stage 1: L x E windows -> features ``[L x E, feature_dim]`` (step-major)."""
-        today = windows.last_rows().reshape(windows.steps * windows.envs, -1)  # [L x E, F]
-        if self.cfg.policy == "clstm":
-            summary = window_last_output(self.window_lstm, windows, self.window_kernel)  # [L x E, stage1_hidden]
-            if self.cfg.skip:
-                summary = torch.cat([summary, today.to(summary.dtype)], dim=-1)
-            return self.features(summary)
-        return self.features(today)
+        if self.cfg.policy != "clstm":
+            return self.features(_today(windows))
+        summary = window_last_output(self.window_lstm, windows, self.window_kernel)  # [L x E, stage1_hidden]
+        if self.cfg.skip:
+            summary = torch.cat([summary, _today(windows).to(summary.dtype)], dim=-1)
+        return self.features(summary)
 
     def core(self, feats: Tensor, state: LSTMState, starts: Tensor,
              host_starts: Tensor | None = None) -> tuple[Tensor, Tensor, LSTMState]:
