@@ -115,6 +115,9 @@ class TrainConfig:
     clip_value: float = _f(0.0, "value-function clip range (0: off)")
     ent_coef: float = _f(0.0, "entropy bonus weight (0: none, as CleanRL's continuous-action PPO)")
     vf_coef: float = _f(0.5, "value loss weight")
+    aux_coef: float = _f(0.0, "weight of an auxiliary loss: the actor's latent also predicts tomorrow's price column of "
+                         "the state (each ticker's z-scored return), a dense supervised signal for the window "
+                         "LSTM (0: off; see docs/learning.md)")
     max_grad_norm: float = _f(0.5, "global gradient-norm clip")
     target_kl: float = _f(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
     norm_adv: bool = _f(True, "normalise advantages with statistics over all workers' rollouts")
@@ -203,6 +206,8 @@ class TrainConfig:
             raise UserError(f"--max_price_ratio must be > 1, or 0 to allow any jump; got {self.max_price_ratio:g}")
         if self.initial_amount <= 0:
             raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
+        if not self.aux_coef >= 0:
+            raise UserError(f"--aux_coef must be 0 or more, got {self.aux_coef}")
         return self
 
     # ------------------------------------------------------------------ serialisation
@@ -253,6 +258,7 @@ class TrainConfig:
 LEGACY_SETTINGS: dict[str, Any] = {
     "action_mode": "shares", "rebalance_band": 0.01, "reward": "value", "action_dist": "gaussian",
     "log_std_max": float("inf"), "init_weights": "", "max_price_ratio": 0.0, "skip": False,
+    "aux_coef": 0.0,
 }
 """Settings newer than some checkpoints, with the behaviour those checkpoints were trained with."""
 

@@ -121,8 +121,8 @@ def test_skip_lets_todays_state_reach_the_heads_around_the_lstms(policy):
 
 def test_checkpoints_without_the_skip_setting_rebuild_the_network_they_were_trained_with():
     model = small_model("clstm", skip=True)
-    stored = {k: v for k, v in model.cfg.__dict__.items() if k != "skip"}
+    stored = {k: v for k, v in model.cfg.__dict__.items() if k not in ("skip", "next_day_head")}
     from clstm_ppo.agent.model import ModelConfig
 
-    assert ModelConfig.from_dict(stored).skip is False
+    assert ModelConfig.from_dict(stored).skip is False and ModelConfig.from_dict(stored).next_day_head is False
     assert model.features[0].in_features == 12 + 16 and model.actor_mean.in_features == 14 + 10

@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
 import torch
 
-from clstm_ppo.agent.model import cut_days
+from clstm_ppo.agent.model import ActorCritic, ModelConfig, cut_days
+from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.ppo import PhaseTimer, ppo_update
+from clstm_ppo.training.ppo import PhaseTimer, next_day_targets, ppo_update
 from clstm_ppo.training.rollout import compute_gae
+from envs.vector_env import EnvConfig, VectorStockTradingEnv
 from tests.conftest import fake_rollout, ppo_cfg, small_model
 
 
@@ -139,3 +142,61 @@ def test_phase_timer_sums_each_phase_and_timing_an_update_changes_nothing():
     assert set(timer.seconds) == {"forward", "backward", "optimizer"}
     for a, b in zip(*results, strict=True):
         assert torch.equal(a, b)
+
+
+def test_next_day_targets_are_tomorrows_z_scored_returns_from_the_real_env(window_market):
+    """Oracle from the market data itself: the target of step s is the z-scored log return of the day the env
+    moved to, ``(log(close[d] / close[d-1]) - mean) / std``; steps whose next state starts a new episode, and the
+    rollout's last step, have none."""
+    envs, steps, n = 4, 20, window_market.num_tickers
+    env = VectorStockTradingEnv(window_market, num_envs=envs, config=EnvConfig(episode_length=5), seed=3)
+    obs, _ = env.reset()
+    store = WindowStore(steps, envs, window_market.window, window_market.num_features, "cpu")
+    starts = torch.zeros(steps, envs, dtype=torch.bool)
+    start, anchor = torch.ones(envs, dtype=torch.bool), True
+    moved_to, done_at = [], []
+    gen = torch.Generator().manual_seed(0)
+    for s in range(steps):
+        store.record(s, obs, anchor=anchor)
+        starts[s] = start
+        obs, _, terminated, truncated, info = env.step(torch.rand(envs, n, generator=gen) * 2 - 1)
+        moved_to.append(info["day"].clone())
+        start = terminated | truncated
+        done_at.append(start.clone())
+        anchor = "_episode" in info
+    targets, valid = next_day_targets(store.windows(), starts, n)
+    close = np.asarray(window_market.data.close, dtype=np.float64)
+    norm = window_market.normalization
+    assert sum(bool(d.any()) for d in done_at[:-1]) >= 2  # episodes really ended inside the rollout
+    for s in range(steps):
+        for b in range(envs):
+            if s == steps - 1 or done_at[s][b]:
+                assert valid[s, b] == 0
+                continue
+            d = int(moved_to[s][b])
+            expected = (np.log(close[d] / close[d - 1]) - norm.close_mean) / norm.close_std
+            assert valid[s, b] == 1
+            np.testing.assert_allclose(targets[s, b].numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_aux_loss_trains_the_next_day_head_through_the_window_lstm():
+    """With the PPO terms switched off (no advantages, no value loss), the auxiliary loss alone must move the
+    window LSTM and fit the next-day head: its error on the rollout falls over updates; with aux_coef 0 nothing
+    reaches the network's stage 1."""
+    errors = {}
+    for coef in (0.0, 1.0):
+        torch.manual_seed(0)
+        model = ActorCritic(ModelConfig(policy="clstm", num_features=16, num_tickers=3, window=5, stage1_hidden=12,
+                                        feature_dim=10, stage2_hidden=14, skip=True, next_day_head=True))
+        buf = fake_rollout(model, steps=12, envs=4)
+        cfg = ppo_cfg(aux_coef=coef, vf_coef=0.0, ent_coef=0.0, epochs=10)
+        zeros = torch.zeros_like(buf.rewards)
+        window_before = model.window_lstm.weight_hh_l0.detach().clone()
+        opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+        losses = [ppo_update(model, opt, buf, zeros, zeros, cfg, Comm(),
+                             generator=torch.Generator().manual_seed(k)).aux_loss for k in range(5)]
+        errors[coef] = losses
+        moved = not torch.equal(window_before, model.window_lstm.weight_hh_l0)
+        assert moved == (coef > 0)
+    assert errors[0.0] == [0.0] * 5  # not computed when off
+    assert errors[1.0][-1] < 0.7 * errors[1.0][0]

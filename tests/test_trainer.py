@@ -15,7 +15,8 @@ from tests.conftest import SCRIPT, TINY, clean_env, files_under, read_metrics, t
 
 @pytest.mark.slow
 def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
-    result = train(tmp_path, "--num_workers", "2", "--num_episodes", "16", "--run_name", "two")
+    # with the auxiliary next-day head, whose gradients must be all-reduced like the rest
+    result = train(tmp_path, "--num_workers", "2", "--num_episodes", "16", "--run_name", "two", "--aux_coef", "0.5")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "world size 2" in out and "backend gloo" in out
@@ -30,6 +31,7 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     for key in ("exposure", "clipped_fraction", "refused_buy_fraction", "advantage_std", "return_std", "policy_std"):
         assert all(u[key] >= 0 for u in updates), key
     assert all(len(u["action_mean"]) == 4 and len(u["action_std"]) == 4 for u in updates)
+    assert all(u["aux_loss"] > 0 for u in updates)
     assert [e["episode"] for e in episodes] == list(range(1, 17))
     assert all(e["length"] == 16 and e["final_value"] > 0 for e in episodes)
     # only rank 0's files, and nothing outside the run folder (cwd is tmp_path)
@@ -38,6 +40,7 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     assert ckpt.counters["episodes"] == 16 and ckpt.counters["update"] == 2
     assert len(ckpt.worker_states) == 2
     assert not any(k.startswith(("module.", "_orig_mod.")) for k in ckpt.model_state)
+    assert ckpt.model_config["next_day_head"] is True and "next_day.weight" in ckpt.model_state
 
 
 @pytest.mark.slow

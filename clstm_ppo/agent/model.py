@@ -59,6 +59,7 @@ class ModelConfig:
     action_dist: str = "gaussian"  # gaussian (the env clips samples to [-1, 1]) | tanh (samples squashed by tanh)
     log_std_max: float | None = None  # upper bound of the policy's log-std (None: unbounded)
     skip: bool = False  # shortcuts around the LSTMs (module docstring); the default of TrainConfig is on
+    next_day_head: bool = False  # a linear head predicting tomorrow's price column from the actor's latent (aux loss)
 
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
@@ -67,7 +68,8 @@ class ModelConfig:
         return cls(**{**cls.LEGACY, **values})
 
     # field -> its meaning in checkpoints written before the field existed
-    LEGACY: ClassVar[dict[str, object]] = {"action_dist": "gaussian", "log_std_max": None, "skip": False}
+    LEGACY: ClassVar[dict[str, object]] = {"action_dist": "gaussian", "log_std_max": None, "skip": False,
+                                              "next_day_head": False}
 
 
 def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
@@ -77,6 +79,7 @@ def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
         stage1_hidden=cfg.stage1_hidden, feature_dim=cfg.feature_dim, stage2_hidden=cfg.stage2_hidden,
         init_log_std=cfg.init_log_std, action_dist=cfg.action_dist,
         log_std_max=cfg.log_std_max if math.isfinite(cfg.log_std_max) else None, skip=cfg.skip,
+        next_day_head=cfg.aux_coef > 0,
     )
 
 
@@ -171,6 +174,8 @@ class ActorCritic(nn.Module):
         head_in = hidden + (cfg.feature_dim if self.head_skip else 0)
         self.actor_mean = _orthogonal(nn.Linear(head_in, cfg.num_tickers), 0.01)
         self.critic = _orthogonal(nn.Linear(head_in, 1), 1.0)
+        if cfg.next_day_head:  # tomorrow's price column per ticker, from what the actor head sees
+            self.next_day = _orthogonal(nn.Linear(head_in, cfg.num_tickers), 1.0)
         self.log_std = nn.Parameter(torch.full((cfg.num_tickers,), float(cfg.init_log_std)))
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
 
@@ -220,8 +225,8 @@ class ActorCritic(nn.Module):
 
     def forward(
         self, obs: Tensor | Windows, state: LSTMState, starts: Tensor, actions: Tensor | None = None,
-        host_starts: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor, LSTMState]:
+        host_starts: Tensor | None = None, predict_next: bool = False,
+    ) -> tuple[Tensor, ...]:
         """Evaluate L days of B envs.
 
         :param obs: ``[L, B, T, F]`` float observations, or the same as `Windows`.
@@ -229,7 +234,9 @@ class ActorCritic(nn.Module):
         :param starts: ``[L, B]`` bool episode-start flags.
         :param actions: ``[L, B, N]`` actions to score; None samples nothing and scores the mean.
         :param host_starts: optional CPU copy of ``starts`` (no device sync to find episode cuts).
-        :return: ``(log_prob [L, B], entropy [L, B], value [L, B], mean [L, B, N], new_state)``.
+        :param predict_next: also return the next-day head's prediction (needs ``next_day_head``).
+        :return: ``(log_prob [L, B], entropy [L, B], value [L, B], mean [L, B, N], new_state)``, and with
+            ``predict_next`` a sixth item: the predicted price column of tomorrow's state ``[L, B, N]`` float32.
         """
         windows = obs if isinstance(obs, Windows) else Windows.from_dense(obs)
         feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)
@@ -246,6 +253,8 @@ class ActorCritic(nn.Module):
             entropy = -log_prob
         else:
             entropy = Normal(mean.float(), std).entropy().sum(-1)
+        if predict_next:
+            return log_prob, entropy, value.float(), mean.float(), state, self.next_day(actor_out).float()
         return log_prob, entropy, value.float(), mean.float(), state
 
     def policy_std(self) -> Tensor:

@@ -5,7 +5,7 @@ The trainer appends one JSON object per line, of two kinds (other kinds are igno
     {"kind": "episode", "episode", "global_step", "reward", "final_value", "return", "trades", "sharpe",
      "max_drawdown", "length", "time", ...}
     {"kind": "update", "update", "global_step", "policy_loss", "value_loss", "entropy", "approx_kl",
-     "clip_fraction", "explained_variance", "lr_clstm", "lr_actor_critic", "grad_norm",
+     "clip_fraction", "explained_variance", "lr_clstm", "lr_actor_critic", "grad_norm", "aux_loss",
      "steps_per_second", "time", ...}
 
 Ten panels against the global step (env steps across all ranks): episode reward, final portfolio value,
@@ -161,7 +161,7 @@ def plot_training(
         if not log.updates:
             no_data(ax, "update")
             return
-        targets = [ax, ax.twinx()] if twin else [ax] * len(keys)
+        targets = [ax] + [ax.twinx()] * (len(keys) - 1) if twin else [ax] * len(keys)  # twin: the rest on the right
         colors = ["tab:red", "tab:green", "tab:purple"]
         handles = []
         for (key, name), target, color in zip(keys, targets, colors, strict=False):
@@ -169,7 +169,8 @@ def plot_training(
             (h,) = target.plot(x, y, color=color, lw=1.4, label=name)
             handles.append(h)
             if twin:
-                target.set_ylabel(name, color=color)
+                target.set_ylabel(" / ".join(n for (_k, n), t in zip(keys, targets, strict=True) if t is target),
+                                  color=color)
         ax.legend(handles=handles, loc="best", fontsize=8)
 
     episodes(axes[0, 0], "reward", "episode reward (scaled)")
@@ -182,7 +183,8 @@ def plot_training(
         if np.isfinite(start).any():
             axes[0, 1].axhline(float(np.nanmedian(start)), color="gray", ls="--", lw=1, label="initial value")
             axes[0, 1].legend(loc="best", fontsize=8)
-    updates(axes[1, 0], [("policy_loss", "policy loss"), ("value_loss", "value loss")], "losses", twin=True)
+    aux = [("aux_loss", "next-day loss (--aux_coef)")] if any(u.get("aux_loss", 0) > 0 for u in log.updates) else []
+    updates(axes[1, 0], [("policy_loss", "policy loss"), ("value_loss", "value loss"), *aux], "losses", twin=True)
     updates(
         axes[1, 1], [("entropy", "entropy"), ("approx_kl", "approx KL")], "entropy / approx KL", twin=True
     )

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.rollout import RolloutBuffer
@@ -44,6 +45,7 @@ class UpdateStats:
     advantage_std: float  # of the raw GAE advantages (reward units), before normalisation
     return_std: float  # of the GAE returns, the value head's targets
     grad_norm: float
+    aux_loss: float  # mean squared error of the next-day head (0 without --aux_coef)
     epochs_run: int
     skipped_steps: int  # optimizer steps skipped for NaN/inf gradients
 
@@ -154,6 +156,28 @@ def advantage_statistics(advantages: Tensor, returns: Tensor, values: Tensor,
     return adv_mean, adv_std, math.sqrt(max(var_ret, 0.0)), explained
 
 
+def next_day_targets(windows: Windows, starts: Tensor, num_tickers: int) -> tuple[Tensor, Tensor]:
+    """What the next-day head learns to predict: each step's next state's price column, where one exists.
+
+    :param windows: the rollout's ``S`` steps x ``B`` envs of windows; :param starts: ``[S, B]`` bool.
+    :return: ``(targets [S, B, N], valid [S, B] float)``: the price columns ``[1, 1+N)`` of the state at step
+        ``s + 1`` (tomorrow's z-scored return, or close with ``--price_features level``); not valid at the last
+        step (the next state is not in the buffer) nor where step ``s + 1`` starts a new episode.
+    """
+    today = windows.last_rows()  # [S, B, F]
+    targets = torch.zeros(*today.shape[:2], num_tickers, dtype=torch.float32, device=today.device)
+    targets[:-1] = today[1:, :, 1:1 + num_tickers].float()
+    valid = torch.zeros(today.shape[:2], dtype=torch.float32, device=today.device)
+    valid[:-1] = (~starts[1:]).float()
+    return targets, valid
+
+
+def next_day_loss(predicted: Tensor, targets: Tensor, valid: Tensor) -> Tensor:
+    """Mean squared error of ``predicted [..., N]`` against ``targets [..., N]`` over the ``valid [...]`` steps."""
+    per_step = (predicted - targets).square().mean(-1)
+    return (per_step * valid).sum() / valid.sum().clamp_min(1.0)
+
+
 def ppo_loss(new_log_prob: Tensor, entropy: Tensor, new_value: Tensor, old_log_prob: Tensor, old_value: Tensor,
              advantages: Tensor, returns: Tensor, cfg: TrainConfig) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped-surrogate PPO loss over any matching shapes (here ``[S, E]``); returns loss and parts."""
@@ -207,7 +231,10 @@ def ppo_update(
     ddp = hasattr(model, "no_sync")
     params = [p for group in optimizer.param_groups for p in group["params"]]
     host_starts = buf.starts.cpu()  # one sync per update; minibatches find their LSTM cuts on the host
-    totals = torch.zeros(6, dtype=torch.float64, device=buf.actions.device)  # pg, v, ent, kl, clip, grad_norm
+    aux = cfg.aux_coef > 0
+    if aux:
+        next_targets, next_valid = next_day_targets(windows, buf.starts, buf.actions.shape[-1])
+    totals = torch.zeros(7, dtype=torch.float64, device=buf.actions.device)  # pg, v, ent, kl, clip, grad_norm, aux
     steps = epochs_run = 0
     skipped_t = torch.zeros((), device=buf.actions.device)  # steps skipped for NaN/inf, counted on the device
     for _epoch in range(cfg.epochs):
@@ -227,11 +254,17 @@ def ppo_update(
                     with phase("forward"):
                         with autocast():
                             state = tuple(s[:, cols] for s in buf.initial_state)
-                            new_log_prob, entropy, new_value, _, _ = model(
-                                windows.select(cols), state, buf.starts[:, cols], buf.actions[:, cols],
-                                host_starts=host_starts[:, host_cols])
+                            out = model(windows.select(cols), state, buf.starts[:, cols], buf.actions[:, cols],
+                                        host_starts=host_starts[:, host_cols], predict_next=aux)
+                        new_log_prob, entropy, new_value = out[:3]
                         loss, parts = ppo_loss(new_log_prob, entropy, new_value, buf.log_probs[:, cols],
                                                buf.values[:, cols], advantages[:, cols], returns[:, cols], cfg)
+                        if aux:
+                            parts["aux_loss"] = next_day_loss(out[5], next_targets[:, cols], next_valid[:, cols])
+                            loss = loss + cfg.aux_coef * parts["aux_loss"]
+                            parts["aux_loss"] = parts["aux_loss"].detach()
+                        else:
+                            parts["aux_loss"] = torch.zeros((), device=loss.device)
                         loss = loss / cfg.gradient_accumulation_steps
                     with phase("backward"):
                         (scaler.scale(loss) if scaler is not None else loss).backward()
@@ -242,7 +275,7 @@ def ppo_update(
             k = cfg.gradient_accumulation_steps
             totals += torch.stack([parts_sum["policy_loss"] / k, parts_sum["value_loss"] / k, parts_sum["entropy"] / k,
                                    parts_sum["approx_kl"] / k, parts_sum["clip_fraction"] / k,
-                                   grad_norm.detach().float()]).double()
+                                   grad_norm.detach().float(), parts_sum["aux_loss"] / k]).double()
             epoch_kl += parts_sum["approx_kl"].double() / k
             steps += 1
         epochs_run += 1
@@ -251,8 +284,9 @@ def ppo_update(
             if mean_kl > cfg.target_kl:
                 break
     totals = comm.all_reduce_sum(totals / max(steps, 1)) / comm.world_size
-    pg, vl, ent, kl, cf, gn = totals.tolist()
+    pg, vl, ent, kl, cf, gn, aux_loss = totals.tolist()
     return UpdateStats(policy_loss=pg, value_loss=vl, entropy=ent, approx_kl=kl, clip_fraction=cf,
                        explained_variance=explained, advantage_std=adv_std, return_std=return_std, grad_norm=gn,
+                       aux_loss=aux_loss,
                        epochs_run=epochs_run,
                        skipped_steps=int(skipped_t.item()))
