@@ -18,6 +18,7 @@ from envs.errors import UserError
 from envs.state import (
     ACTION_MODES,
     DEFAULT_PRICE_MODE,
+    INDICATORS,
     MAX_PRICE_RATIO,
     PORTFOLIO_FEATURES,
     PRICE_MODES,
@@ -80,6 +81,8 @@ class TrainConfig:
     episode_length: str = _f("252", "trading days per episode, or 'full' for the whole split")
     price_features: str = _f(DEFAULT_PRICE_MODE, "price column of the state: return (daily log return, MACD / close: "
                              "stationary) or level (the close itself, as in the paper)", choices=PRICE_MODES)
+    indicators: str = _f(",".join(INDICATORS), "technical indicators in each day's state, comma-separated from "
+                         f"{', '.join(INDICATORS)}; 'none' leaves cash, prices and holdings only")
     portfolio_features: str = _f("shares", "cash and holdings in the state: shares (cash / initial amount and "
                                  "shares / 1,000, as in the paper) or weights (fractions of the portfolio value)",
                                  choices=PORTFOLIO_FEATURES)
@@ -164,6 +167,13 @@ class TrainConfig:
         return self.num_envs // self.envs_per_minibatch
 
     @property
+    def indicator_list(self) -> tuple[str, ...]:
+        """The ``--indicators`` as names (empty for 'none')."""
+        if self.indicators.strip().lower() == "none":
+            return ()
+        return tuple(n.strip().lower() for n in self.indicators.split(",") if n.strip())
+
+    @property
     def ticker_list(self) -> list[str] | None:
         names = [t.strip() for t in self.tickers.split(",") if t.strip()]
         return names or None
@@ -206,6 +216,11 @@ class TrainConfig:
             raise UserError(f"--max_price_ratio must be > 1, or 0 to allow any jump; got {self.max_price_ratio:g}")
         if self.initial_amount <= 0:
             raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
+        unknown = [n for n in self.indicator_list if n not in INDICATORS]
+        given = self.indicators.strip().lower() == "none" or self.indicator_list
+        if unknown or not given or len(set(self.indicator_list)) < len(self.indicator_list):
+            raise UserError(f"--indicators {self.indicators!r}: give distinct names from {', '.join(INDICATORS)}, "
+                            f"or none")
         if not self.aux_coef >= 0:
             raise UserError(f"--aux_coef must be 0 or more, got {self.aux_coef}")
         return self

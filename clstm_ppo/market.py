@@ -48,7 +48,7 @@ def build_market(cfg: TrainConfig, data: MarketData | None = None) -> PreparedMa
     splits = split_days(data, window=cfg.window, train_end=cfg.train_end or None,
                         validation_end=cfg.validation_end or None, test_end=cfg.test_end or None)
     return PreparedMarket.prepare(data, splits, window=cfg.window, use_turbulence=cfg.use_turbulence,
-                                  price_mode=cfg.price_features)
+                                  price_mode=cfg.price_features, indicator_names=cfg.indicator_list)
 
 
 def rebuild_market(data: MarketData, spec: dict[str, Any]) -> PreparedMarket:

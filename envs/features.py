@@ -41,9 +41,8 @@ import numpy as np
 
 from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError
-from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, LEGACY_PRICE_MODE, PRICE_MODES
+from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, LEGACY_PRICE_MODE, PRICE_MODES
 
-INDICATORS: tuple[str, ...] = ("macd", "rsi", "cci", "adx")
 """Indicator names in their state order (FinRL/stockstats: macd, rsi_30, cci_30, dx_30)."""
 
 INDICATOR_WINDOW = 30

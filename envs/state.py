@@ -18,6 +18,9 @@ return stays in the training range out of sample, where price levels drift away 
 LEGACY_PRICE_MODE = "level"
 """What a stored market spec without "price_mode" (written before returns existed) meant."""
 
+INDICATORS: tuple[str, ...] = ("macd", "rsi", "cci", "adx")
+"""The technical indicators a state can carry (all by default, FinRL's set; conventions in envs.features)."""
+
 PORTFOLIO_FEATURES = ("shares", "weights")
 """How cash and holdings enter the state: "shares" (cash / initial amount and shares / HOLDINGS_SCALE, as in
 the paper) or "weights" (cash and each holding's value as fractions of the portfolio value)."""

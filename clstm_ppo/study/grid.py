@@ -22,7 +22,7 @@ NOT_VARIABLE = frozenset({
     "policy", "seed", "num_episodes",
 })
 # Settings that change the prepared market (so cells differing in them need their own market per window).
-MARKET_KEYS = ("window", "price_features", "use_turbulence")
+MARKET_KEYS = ("window", "price_features", "use_turbulence", "indicators")
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def market_key(cfg: TrainConfig) -> str:
 def prepare_markets(data: MarketData, cfg: TrainConfig, periods: list[WalkPeriod]) -> list[PreparedMarket]:
     """One PreparedMarket per period for the market settings of ``cfg`` (indicators and turbulence computed once)."""
     base = PreparedMarket.prepare(data, periods[0].splits, window=cfg.window, use_turbulence=cfg.use_turbulence,
-                                  price_mode=cfg.price_features)
+                                  price_mode=cfg.price_features, indicator_names=cfg.indicator_list)
     return [base if k == 0 else base.resplit(p.splits) for k, p in enumerate(periods)]
 
 
