@@ -20,6 +20,10 @@ output, and the actor and critic heads of ``clstm``/``lstm`` see the stage-1 fea
 the stage-2 LSTM's output. The network can then use today's state as directly as the ``mlp`` does and still
 read the window and the past days, instead of having to carry today's numbers through two LSTMs.
 
+``next_day_head`` (built when training with ``--aux_coef`` > 0) is a linear map from the actor's latent (what
+``actor_mean`` sees) to tomorrow's price column ``[N]``; the auxiliary loss that fits it lives in
+`clstm_ppo.training.ppo` (``next_day_targets``). Acting never uses it.
+
 Recurrent state is a tuple ``(h_actor, c_actor, h_critic, c_critic)``, each ``[1, B, stage2_hidden]``
 (an empty tuple for ``mlp``). Episode starts reset the state to zeros before that day is processed.
 """
