@@ -3,6 +3,8 @@
 #   bash benchmarks/learning_studies.sh synthetic OUTDIR [WORKERS] [SECONDS]   # lead-lag and memory markets,
 #                                                   shares vs weights actions, before the skip connection
 #   bash benchmarks/learning_studies.sh defaults OUTDIR [WORKERS] [SECONDS]    # the same markets, today's defaults
+#   bash benchmarks/learning_studies.sh memory OUTDIR [WORKERS] [SECONDS]      # the memory market with and without
+#                                                   indicators, each with and without --aux_coef 1
 #   bash benchmarks/learning_studies.sh example OUTDIR [CELLS_PER_GPU] [SECONDS]  # shipped 6-stock data, defaults, GPU
 #   bash benchmarks/learning_studies.sh long OUTDIR                  # 10,000-episode runs on one GPU, then backtests
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
@@ -33,6 +35,11 @@ if [ "$which" = synthetic ]; then
 elif [ "$which" = defaults ]; then
     run leadlag-defaults --data "$LEADLAG" --window 5 --num_episodes 3000 "${SMALL[@]}" --policies clstm,lstm,mlp
     run memory-defaults --data "$MEMORY" --window 10 --num_episodes 4000 "${SMALL[@]}" --policies clstm,mlp
+elif [ "$which" = memory ]; then
+    run memory-aux --data "$MEMORY" --window 10 --num_episodes 4000 "${SMALL[@]}" --policies clstm,mlp \
+        --vary aux_coef=0,1
+    run memory-noind --data "$MEMORY" --window 10 --num_episodes 4000 "${SMALL[@]}" --policies clstm,mlp \
+        --indicators none --vary aux_coef=0,1
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).

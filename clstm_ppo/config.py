@@ -118,9 +118,9 @@ class TrainConfig:
     clip_value: float = _f(0.0, "value-function clip range (0: off)")
     ent_coef: float = _f(0.0, "entropy bonus weight (0: none, as CleanRL's continuous-action PPO)")
     vf_coef: float = _f(0.5, "value loss weight")
-    aux_coef: float = _f(0.0, "weight of an auxiliary loss: the actor's latent also predicts tomorrow's price column of "
+    aux_coef: float = _f(1.0, "weight of an auxiliary loss: the actor's latent also predicts tomorrow's price column of "
                          "the state (each ticker's z-scored return), a dense supervised signal for the window "
-                         "LSTM (0: off; see docs/learning.md)")
+                         "LSTM (0: off, as in the paper; see docs/learning.md)")
     max_grad_norm: float = _f(0.5, "global gradient-norm clip")
     target_kl: float = _f(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
     norm_adv: bool = _f(True, "normalise advantages with statistics over all workers' rollouts")
@@ -287,7 +287,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                   reward_scaling=1e-4, policy="clstm", price_features="level",
                   portfolio_features="shares", action_mode="shares", reward="value",
                   # sb3's Gaussian, clipped by the env, unbounded log-std, with an entropy bonus
-                  action_dist="gaussian", log_std_max=float("inf"), skip=False),
+                  action_dist="gaussian", log_std_max=float("inf"), skip=False, aux_coef=0.0),
 }
 
 

@@ -29,7 +29,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
 # The flags it was trained with (tests/fixtures/README.md): TINY with 32 episodes.
 # The settings the fixture was trained with, whose defaults have changed since (a resume must repeat them).
 THEN = ["--action_mode", "shares", "--reward", "value", "--action_dist", "gaussian", "--log_std_max", "inf",
-        "--ent_coef", "0.01", "--no-skip"]
+        "--ent_coef", "0.01", "--no-skip", "--aux_coef", "0"]
 FIXTURE_FLAGS = [*TINY, *THEN, "--num_episodes", "32"]
 FINAL_VALUES_THEN = (998156.5636585176, 1000569.8560440058)  # its 2 sampled test-split episodes, seed 0
 
@@ -68,6 +68,7 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
                              cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)
     assert changed.returncode != 0 and "Traceback" not in changed.stderr  # today's defaults: refused in one line
     assert "--action_mode shares (now weights)" in changed.stderr and "--action_dist gaussian (now tanh)" in changed.stderr
+    assert "--aux_coef 0.0 (now 1.0)" in changed.stderr
     proc = subprocess.run([sys.executable, SCRIPT, *TINY, *THEN, "--num_episodes", "48", "--checkpoint_dir",
                            str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest"],
                           cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)

@@ -243,9 +243,11 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     ours_model = model_config(cfg, market).__dict__
     stored = ModelConfig.from_dict(ckpt.model_config).__dict__
     flags = {f.name for f in fields(TrainConfig)}
-    diff = [f"{'--' if k in flags else ''}{k} {_shown(stored.get(k))} (now {_shown(v)})"
-            for k, v in ours_model.items() if stored.get(k) != v]
     then = ckpt.cfg
+    shown_as = {"next_day_head": "aux_coef"}  # model fields a flag decides: name the flag and its values
+    diff = [f"--{shown_as[k]} {_shown(getattr(then, shown_as[k]))} (now {_shown(getattr(cfg, shown_as[k]))})"
+            if k in shown_as else f"{'--' if k in flags else ''}{k} {_shown(stored.get(k))} (now {_shown(v)})"
+            for k, v in ours_model.items() if stored.get(k) != v]
     diff += [f"--{k} {_shown(getattr(then, k))} (now {_shown(getattr(cfg, k))})" for k in RESUME_MUST_MATCH
              if getattr(then, k) != getattr(cfg, k)]
     if diff:
