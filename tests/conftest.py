@@ -102,7 +102,7 @@ def fake_rollout(model: ActorCritic, steps: int = 12, envs: int = 4, seed: int =
 
 
 def ppo_cfg(**kw) -> TrainConfig:
-    base = dict(num_envs=4, n_steps=12, batch_size=24, epochs=3, ent_coef=0.01)
+    base = dict(num_envs=4, n_steps=12, batch_size=24, epochs=3, ent_coef=0.01, aux_coef=0.0)  # small_model: no head
     return TrainConfig(**{**base, **kw}).validate()
 
 

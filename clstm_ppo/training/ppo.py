@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.model import ActorCritic, unwrap
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.training.distributed import Comm
@@ -232,6 +232,8 @@ def ppo_update(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     host_starts = buf.starts.cpu()  # one sync per update; minibatches find their LSTM cuts on the host
     aux = cfg.aux_coef > 0
+    if aux and not unwrap(model).cfg.next_day_head:
+        raise ValueError("aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)")
     if aux:
         next_targets, next_valid = next_day_targets(windows, buf.starts, buf.actions.shape[-1])
     totals = torch.zeros(7, dtype=torch.float64, device=buf.actions.device)  # pg, v, ent, kl, clip, grad_norm, aux
