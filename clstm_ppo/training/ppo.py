@@ -232,9 +232,9 @@ def ppo_update(
     params = [p for group in optimizer.param_groups for p in group["params"]]
     host_starts = buf.starts.cpu()  # one sync per update; minibatches find their LSTM cuts on the host
     aux = cfg.aux_coef > 0
-    if aux and not unwrap(model).cfg.next_day_head:
-        raise ValueError("aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)")
     if aux:
+        if not unwrap(model).cfg.next_day_head:
+            raise ValueError("aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)")
         next_targets, next_valid = next_day_targets(windows, buf.starts, buf.actions.shape[-1])
     totals = torch.zeros(7, dtype=torch.float64, device=buf.actions.device)  # pg, v, ent, kl, clip, grad_norm, aux
     steps = epochs_run = 0
@@ -262,9 +262,9 @@ def ppo_update(
                         loss, parts = ppo_loss(new_log_prob, entropy, new_value, buf.log_probs[:, cols],
                                                buf.values[:, cols], advantages[:, cols], returns[:, cols], cfg)
                         if aux:
-                            parts["aux_loss"] = next_day_loss(out[5], next_targets[:, cols], next_valid[:, cols])
-                            loss = loss + cfg.aux_coef * parts["aux_loss"]
-                            parts["aux_loss"] = parts["aux_loss"].detach()
+                            aux_loss = next_day_loss(out[5], next_targets[:, cols], next_valid[:, cols])
+                            loss = loss + cfg.aux_coef * aux_loss
+                            parts["aux_loss"] = aux_loss.detach()
                         else:
                             parts["aux_loss"] = torch.zeros((), device=loss.device)
                         loss = loss / cfg.gradient_accumulation_steps
@@ -286,9 +286,9 @@ def ppo_update(
             if mean_kl > cfg.target_kl:
                 break
     totals = comm.all_reduce_sum(totals / max(steps, 1)) / comm.world_size
-    pg, vl, ent, kl, cf, gn, aux_loss = totals.tolist()
+    pg, vl, ent, kl, cf, gn, aux_mean = totals.tolist()
     return UpdateStats(policy_loss=pg, value_loss=vl, entropy=ent, approx_kl=kl, clip_fraction=cf,
                        explained_variance=explained, advantage_std=adv_std, return_std=return_std, grad_norm=gn,
-                       aux_loss=aux_loss,
+                       aux_loss=aux_mean,
                        epochs_run=epochs_run,
                        skipped_steps=int(skipped_t.item()))
