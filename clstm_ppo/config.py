@@ -122,6 +122,12 @@ class TrainConfig:
                          "the state (each ticker's z-scored return), a dense supervised signal for the window "
                          "LSTM (0: off, as in the paper; see docs/learning.md)")
     max_grad_norm: float = _f(0.5, "global gradient-norm clip")
+    weight_decay: float = _f(0.0, "decoupled weight decay (AdamW) of the weight matrices; 0: plain Adam")
+    norm_obs: bool = _f(False, "normalise each state number by running mean / std over the training rollouts "
+                              "(kept in the checkpoint and used unchanged by backtest and trade)")
+    norm_reward: bool = _f(False, "divide rewards by the running std of the discounted return (as SB3's VecNormalize)")
+    permute_tickers: bool = _f(False, "augmentation: each training episode shows the tickers in a fresh random order "
+                                      "(the policy must find a stock's role in its numbers, not its column)")
     target_kl: float = _f(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
     norm_adv: bool = _f(True, "normalise advantages with statistics over all workers' rollouts")
     adam_eps: float = _f(1e-8, "Adam epsilon")
@@ -221,6 +227,8 @@ class TrainConfig:
         if unknown or not given or len(set(self.indicator_list)) < len(self.indicator_list):
             raise UserError(f"--indicators {self.indicators!r}: give distinct names from {', '.join(INDICATORS)}, "
                             f"or none")
+        if not self.weight_decay >= 0:
+            raise UserError(f"--weight_decay must be 0 or more, got {self.weight_decay}")
         if not self.aux_coef >= 0:
             raise UserError(f"--aux_coef must be 0 or more, got {self.aux_coef}")
         return self

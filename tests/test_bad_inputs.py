@@ -52,6 +52,7 @@ CASES = [
          "implausible price jump: SYN01 closed at 1e+300 on"),
     Case("--max_price_ratio of 1", "train", (*SYN, *TINY, "--max_price_ratio", "1"), "--max_price_ratio"),
     Case("negative --aux_coef", "train", (*SYN, *TINY, "--aux_coef", "-1"), "--aux_coef must be 0 or more"),
+    Case("negative --weight_decay", "train", (*SYN, *TINY, "--weight_decay", "-0.1"), "--weight_decay must be 0 or more"),
     Case("bad date format", "cli", ("data", "inspect", "{d}/bad_dates.csv"), "date"),
     Case("missing data file", "train", ("--data", "csv:{d}/nope.csv", *TINY), "nope.csv"),
     Case("unknown --data scheme", "train", ("--data", "ftp://example.com/prices", *TINY), "ftp"),

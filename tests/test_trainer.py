@@ -15,8 +15,10 @@ from tests.conftest import SCRIPT, TINY, clean_env, files_under, read_metrics, t
 
 @pytest.mark.slow
 def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
-    # with the auxiliary next-day head, whose gradients must be all-reduced like the rest
-    result = train(tmp_path, "--num_workers", "2", "--num_episodes", "16", "--run_name", "two", "--aux_coef", "0.5")
+    # with the auxiliary next-day head, whose gradients must be all-reduced like the rest, and the running
+    # observation and reward statistics, which every rank must merge alike
+    result = train(tmp_path, "--num_workers", "2", "--num_episodes", "16", "--run_name", "two", "--aux_coef", "0.5",
+                   "--norm_obs", "--norm_reward", "--permute_tickers", "--weight_decay", "0.01")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "world size 2" in out and "backend gloo" in out
@@ -41,19 +43,26 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     assert len(ckpt.worker_states) == 2
     assert not any(k.startswith(("module.", "_orig_mod.")) for k in ckpt.model_state)
     assert ckpt.model_config["next_day_head"] is True and "next_day.weight" in ckpt.model_state
+    rows = 2 * 4 * 16 * 2  # ranks x envs x steps x updates: every rank's states reached the statistics
+    assert ckpt.model_state["obs_count"].item() == rows and ckpt.counters["reward_moments"][0] == rows
+    assert ckpt.model_state["obs_var"].min() > 0 and 0 < updates[-1]["reward_scale"] != 1.0
 
 
 @pytest.mark.slow
-def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path):
-    straight = train(tmp_path, "--num_episodes", "16", "--run_name", "straight")
+@pytest.mark.parametrize("extra", [(), ("--norm_obs", "--norm_reward", "--permute_tickers", "--weight_decay", "0.01",
+                                       "--episode_length", "12")],  # episodes end inside rollouts
+                         ids=["defaults", "normalisers-and-augmentation"])
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
+    straight = train(tmp_path, "--num_episodes", "16", "--run_name", "straight", *extra)
     assert straight.returncode == 0, straight.stderr
-    first = train(tmp_path, "--num_episodes", "8", "--run_name", "split")
+    first = train(tmp_path, "--num_episodes", "8", "--run_name", "split", *extra)
     assert first.returncode == 0, first.stderr
-    second = train(tmp_path, "--num_episodes", "16", "--run_name", "split", "--resume", "latest")
+    second = train(tmp_path, "--num_episodes", "16", "--run_name", "split", "--resume", "latest", *extra)
     assert second.returncode == 0, second.stderr
     a = load_checkpoint(tmp_path / "ck" / "straight" / "latest.pt")
     b = load_checkpoint(tmp_path / "ck" / "split" / "latest.pt")
-    assert a.counters["update"] == b.counters["update"] == 4
+    assert a.counters["update"] == b.counters["update"] >= 3
+    assert a.counters["reward_moments"] == b.counters["reward_moments"]  # the running return statistics too
     for key, value in a.model_state.items():
         assert torch.equal(value, b.model_state[key]), key
     episodes_a, _ = read_metrics(tmp_path / "ck" / "straight")

@@ -20,6 +20,11 @@ output, and the actor and critic heads of ``clstm``/``lstm`` see the stage-1 fea
 the stage-2 LSTM's output. The network can then use today's state as directly as the ``mlp`` does and still
 read the window and the past days, instead of having to carry today's numbers through two LSTMs.
 
+``obs_norm`` (``--norm_obs``) standardises every state number with a running mean and variance over the training
+rollouts (buffers ``obs_count``, ``obs_mean [F]``, ``obs_var [F]``, float64, updated by `update_obs_stats` after each
+update, clipped to +-10 as SB3's VecNormalize does). They are part of the weights, so evaluation, backtest and
+trade apply the statistics training ended with, unchanged. Before any statistics (count 0) it only clips at +-10.
+
 ``next_day_head`` (built when training with ``--aux_coef`` > 0) is a linear map from the actor's latent (what
 ``actor_mean`` sees) to tomorrow's price column ``[N]``; the auxiliary loss that fits it lives in
 `clstm_ppo.training.ppo` (``next_day_targets``). Acting never uses it.
@@ -38,6 +43,7 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Normal
 
+from clstm_ppo.agent.moments import merge_moments
 from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import TrainConfig
@@ -46,6 +52,8 @@ from envs.features import PreparedMarket
 LSTMState = tuple[Tensor, ...]
 ACTION_DISTS = ("gaussian", "tanh")
 LOG_STD_MIN = -5.0  # lower bound of a bounded log-std
+OBS_CLIP = 10.0  # normalised state numbers are clipped to +-this (obs_norm)
+OBS_EPS = 1e-8  # variance floor of the observation normaliser
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,7 @@ class ModelConfig:
     log_std_max: float | None = None  # upper bound of the policy's log-std (None: unbounded)
     skip: bool = False  # shortcuts around the LSTMs (module docstring); the default of TrainConfig is on
     next_day_head: bool = False  # a linear head predicting tomorrow's price column from the actor's latent (aux loss)
+    obs_norm: bool = False  # running mean / std of each state number (module docstring)
 
     @classmethod
     def from_dict(cls, values: dict) -> ModelConfig:
@@ -73,7 +82,7 @@ class ModelConfig:
 
     # field -> its meaning in checkpoints written before the field existed
     LEGACY: ClassVar[dict[str, object]] = {"action_dist": "gaussian", "log_std_max": None, "skip": False,
-                                              "next_day_head": False}
+                                              "next_day_head": False, "obs_norm": False}
 
 
 def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
@@ -83,7 +92,7 @@ def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
         stage1_hidden=cfg.stage1_hidden, feature_dim=cfg.feature_dim, stage2_hidden=cfg.stage2_hidden,
         init_log_std=cfg.init_log_std, action_dist=cfg.action_dist,
         log_std_max=cfg.log_std_max if math.isfinite(cfg.log_std_max) else None, skip=cfg.skip,
-        next_day_head=cfg.aux_coef > 0,
+        next_day_head=cfg.aux_coef > 0, obs_norm=cfg.norm_obs,
     )
 
 
@@ -181,6 +190,11 @@ class ActorCritic(nn.Module):
         if cfg.next_day_head:  # tomorrow's price column per ticker, from what the actor head sees
             self.next_day = _orthogonal(nn.Linear(head_in, cfg.num_tickers), 1.0)
         self.log_std = nn.Parameter(torch.full((cfg.num_tickers,), float(cfg.init_log_std)))
+        if cfg.obs_norm:
+            f64 = torch.float64
+            self.register_buffer("obs_count", torch.zeros((), dtype=f64))
+            self.register_buffer("obs_mean", torch.zeros(cfg.num_features, dtype=f64))
+            self.register_buffer("obs_var", torch.ones(cfg.num_features, dtype=f64))
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
 
     # ------------------------------------------------------------------ parameter groups
@@ -201,6 +215,29 @@ class ActorCritic(nn.Module):
             return ()
         zeros = torch.zeros(1, batch_size, self.cfg.stage2_hidden, device=device)
         return (zeros, zeros.clone(), zeros.clone(), zeros.clone())
+
+    # ------------------------------------------------------------------ observation statistics
+    @torch.no_grad()
+    def update_obs_stats(self, sums: Tensor) -> None:
+        """Merge one batch of state rows into the running statistics (`merge_moments`).
+
+        :param sums: ``[2F + 1]`` float64: the batch's row count, then per state number the sum and the sum of
+            squares (all workers' rollouts added up, so every rank merges the same numbers).
+        """
+        count, mean, var = merge_moments(self.obs_count, self.obs_mean, self.obs_var, sums)
+        self.obs_count.copy_(count)
+        self.obs_mean.copy_(mean)
+        self.obs_var.copy_(var)
+
+    def normalize(self, windows: Windows) -> Windows:
+        """The windows with every state number standardised by the running statistics and clipped to +-10
+        (``obs_norm``; before any statistics: mean 0, variance 1)."""
+        if not self.cfg.obs_norm:
+            return windows
+        rows = windows.rows
+        mean = self.obs_mean.to(rows.dtype)
+        scale = (self.obs_var + OBS_EPS).rsqrt().to(rows.dtype)
+        return Windows(((rows - mean) * scale).clamp(-OBS_CLIP, OBS_CLIP), windows.index)
 
     # ------------------------------------------------------------------ forward pieces
     def encode(self, windows: Windows) -> Tensor:
@@ -242,7 +279,7 @@ class ActorCritic(nn.Module):
         :return: ``(log_prob [L, B], entropy [L, B], value [L, B], mean [L, B, N], new_state)``, and with
             ``predict_next`` a sixth item: the predicted price column of tomorrow's state ``[L, B, N]`` float32.
         """
-        windows = obs if isinstance(obs, Windows) else Windows.from_dense(obs)
+        windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
         feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)
         actor_out, critic_out, state = self.core(feats, state, starts, host_starts)
         if self.head_skip:  # [L, B, H + D]

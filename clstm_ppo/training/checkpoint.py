@@ -244,7 +244,7 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     stored = ModelConfig.from_dict(ckpt.model_config).__dict__
     flags = {f.name for f in fields(TrainConfig)}
     then = ckpt.cfg
-    shown_as = {"next_day_head": "aux_coef"}  # model fields a flag decides: name the flag and its values
+    shown_as = {"next_day_head": "aux_coef", "obs_norm": "norm_obs"}  # model fields a flag decides: name the flag and its values
     diff = [f"--{shown_as[k]} {_shown(getattr(then, shown_as[k]))} (now {_shown(getattr(cfg, shown_as[k]))})"
             if k in shown_as else f"{'--' if k in flags else ''}{k} {_shown(stored.get(k))} (now {_shown(v)})"
             for k, v in ours_model.items() if stored.get(k) != v]

@@ -102,9 +102,22 @@ def build_optimizer(cfg: TrainConfig, model: ActorCritic, world_size: int) -> to
     ], eps=cfg.adam_eps, fused=True)
 
 
+@torch.no_grad()
+def decay_weights(optimizer: torch.optim.Optimizer, weight_decay: float, skipped: Tensor) -> None:
+    """Decoupled weight decay (AdamW's, Loshchilov & Hutter): every weight matrix (``dim >= 2``; not biases nor
+    the log-std) shrinks by ``1 - lr x weight_decay`` of its group, except on a step skipped for NaN/inf
+    (``skipped`` 0-dim, 1.0 there; decided on the device, no host sync)."""
+    for group in optimizer.param_groups:
+        weights = [p for p in group["params"] if p.dim() >= 2]
+        if weights:
+            factor = 1.0 - group["lr"] * weight_decay * (1.0 - skipped.to(weights[0].device))
+            torch._foreach_mul_(weights, factor)
+
+
 def optimizer_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], max_grad_norm: float,
-                   scaler: torch.amp.GradScaler | None = None) -> tuple[Tensor, Tensor]:
-    """Clip the (already all-reduced) gradients, step unless they are NaN/inf, zero them.
+                   scaler: torch.amp.GradScaler | None = None, weight_decay: float = 0.0) -> tuple[Tensor, Tensor]:
+    """Clip the (already all-reduced) gradients, step unless they are NaN/inf, decay the weight matrices by
+    ``weight_decay`` (`decay_weights`), zero the gradients.
 
     Every rank holds the same gradients after DDP's all-reduce, so every rank takes the same decision
     without a collective. With fp16 the GradScaler skips by itself (dynamic loss scaling); the fused
@@ -130,6 +143,8 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter],
         optimizer.step()
     else:
         skipped = torch.ones((), device=grad_norm.device)
+    if weight_decay > 0:
+        decay_weights(optimizer, weight_decay, skipped)
     optimizer.zero_grad(set_to_none=True)
     return grad_norm, skipped
 
@@ -272,7 +287,7 @@ def ppo_update(
                         (scaler.scale(loss) if scaler is not None else loss).backward()
                 parts_sum = parts if parts_sum is None else {k: parts_sum[k] + v for k, v in parts.items()}
             with phase("optimizer"):
-                grad_norm, skipped_now = optimizer_step(optimizer, params, cfg.max_grad_norm, scaler)
+                grad_norm, skipped_now = optimizer_step(optimizer, params, cfg.max_grad_norm, scaler, cfg.weight_decay)
                 skipped_t += skipped_now
             k = cfg.gradient_accumulation_steps
             totals += torch.stack([parts_sum["policy_loss"] / k, parts_sum["value_loss"] / k, parts_sum["entropy"] / k,

@@ -19,7 +19,10 @@ from torch import Tensor
 
 from clstm_ppo.agent.model import ActorCritic, LSTMState
 from clstm_ppo.agent.windows import WindowStore
+from clstm_ppo.training.augment import TickerPermutation
 from envs.vector_env import EPISODE_KEYS, VectorStockTradingEnv
+
+REWARD_CLIP = 10.0  # normalised rewards are clipped to +-this (norm_reward)
 
 
 @dataclass
@@ -118,18 +121,38 @@ class RolloutCollector:
     :param policy: the raw ActorCritic (no DDP wrapper: acting needs no gradient all-reduce).
     :param gamma: discount, for folding a truncated episode's bootstrap value into its last reward.
     :param generator: action-noise generator on the policy's device.
-    :param seed: seed of the envs' first reset.
+    :param seed: seed of the envs' first reset (and of the ticker orders).
+    :param permute_tickers: show every episode's tickers in a fresh random order (`TickerPermutation`).
+    :param norm_reward: record the discounted returns' statistics (``return_sums``) and multiply rewards by
+        ``reward_scale`` (set by the trainer from all workers' statistics: `RewardNormalizer`).
     """
 
     def __init__(self, env: VectorStockTradingEnv, policy: ActorCritic, *, gamma: float, device: torch.device,
                  generator: torch.Generator, seed: int,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext) -> None:
+                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+                 permute_tickers: bool = False, norm_reward: bool = False) -> None:
         self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
         self.generator, self.autocast = generator, autocast
+        B = env.num_envs
+        self.permutation = (TickerPermutation(B, env.num_tickers, env.num_features, device, seed * 3571 + 17)
+                            if permute_tickers else None)
+        self.norm_reward = norm_reward
+        self.reward_scale = 1.0  # rewards are multiplied by this (norm_reward)
+        self.discounted = torch.zeros(B, dtype=torch.float64, device=device)  # [B] running discounted raw return
+        self.return_sums = torch.zeros(3, dtype=torch.float64, device=device)  # count, sum, sum of squares
         obs, _ = env.reset(seed=seed)
-        self.next_obs = obs.to(device)  # [B, T, F] the observation the next step acts on
-        self.next_start = torch.ones(env.num_envs, dtype=torch.bool, device=device)  # [B] it starts an episode
-        self.state = policy.initial_state(env.num_envs, device)  # recurrent state before the next step
+        self.next_start = torch.ones(B, dtype=torch.bool, device=device)  # [B] it starts an episode
+        self.next_obs = self._observe(obs.to(device), self.next_start)  # [B, T, F] what the next step acts on
+        self.state = policy.initial_state(B, device)  # recurrent state before the next step
+
+    def _observe(self, obs: Tensor, starting: Tensor | None = None) -> Tensor:
+        """The env's observations as the policy sees them: in each env's ticker order under ``permute_tickers``,
+        new orders drawn first for the envs where ``starting [B]``."""
+        if self.permutation is None:
+            return obs
+        if starting is not None:
+            self.permutation.redraw(starting)
+        return self.permutation.observe(obs)
 
     def collect(self, buf: RolloutBuffer) -> Tensor:
         """Fill ``buf`` with ``buf.n_steps`` days of every env.
@@ -144,24 +167,34 @@ class RolloutCollector:
         n = buf.actions.shape[2]
         action_sums = torch.zeros(2 * n + 2, dtype=torch.float64, device=device)  # sum, sum of squares, clipped, count
         env_sums = torch.zeros(3, dtype=torch.float64, device=self.env.device)  # wanted, refused, exposure
+        self.return_sums.zero_()
         with torch.no_grad(), self.autocast():
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
                 action, log_prob, value, self.state = policy.act(self.next_obs, self.state, self.next_start,
                                                                  generator=self.generator)
-                obs, reward, terminated, truncated, info = self.env.step(policy.env_action(action).to(self.env.device))
+                env_action = policy.env_action(action)
+                if self.permutation is not None:
+                    env_action, action_in_env = self.permutation.to_env(env_action), self.permutation.to_env(action)
+                else:
+                    action_in_env = action
+                obs, reward, terminated, truncated, info = self.env.step(env_action.to(self.env.device))
                 obs, reward = obs.to(device), reward.to(device)
                 terminated, truncated = terminated.to(device), truncated.to(device)
+                done = terminated | truncated
+                if self.norm_reward:
+                    reward = self._normalize_reward(reward, done)
                 # The env decides episode ends on the host and sets "_episode" only on steps where some
                 # env finished, so other steps need no device sync here.
                 reset_before = "_episode" in info
-                if reset_before:
-                    reward = self._bootstrap_truncated(reward, truncated, info["final_obs"])
+                if reset_before:  # the final observation is in the finished episode's ticker order
+                    final_obs = self._observe(info["final_obs"].to(device))
+                    reward = self._bootstrap_truncated(reward, truncated, final_obs)
                     ep = info["episode"]
                     ep_masks.append(info["_episode"].to(device))
                     ep_fields.append(torch.stack([ep[k].to(device, torch.float64) for k in EPISODE_KEYS], dim=1))
-                a = action.double()
+                a = action_in_env.double()  # per-stock statistics in the env's ticker order
                 action_sums[:n] += a.sum(0)
                 action_sums[n : 2 * n] += a.square().sum(0)
                 action_sums[2 * n] += (a.abs() > 1).sum()
@@ -172,13 +205,21 @@ class RolloutCollector:
                 buf.log_probs[step] = log_prob
                 buf.values[step] = value
                 buf.rewards[step] = reward
-                done = terminated | truncated
                 buf.dones[step] = done
-                self.next_obs, self.next_start = obs, done
+                self.next_obs, self.next_start = self._observe(obs, done if reset_before else None), done
         self.stats = RolloutStats(torch.cat([action_sums, env_sums.to(device)]))
         if not ep_masks:
             return torch.zeros((0, len(EPISODE_KEYS)), dtype=torch.float64)
         return torch.cat(ep_fields)[torch.cat(ep_masks)].cpu()
+
+    def _normalize_reward(self, reward: Tensor, done: Tensor) -> Tensor:
+        """Record the discounted return of every env (restarting after ``done``) and return ``reward [B]`` x
+        ``reward_scale``, clipped to +-10 (SB3's VecNormalize)."""
+        self.discounted = self.discounted * self.gamma + reward.double()
+        self.return_sums += torch.stack([torch.tensor(float(reward.numel()), dtype=torch.float64, device=reward.device),
+                                         self.discounted.sum(), self.discounted.square().sum()])
+        self.discounted = self.discounted.masked_fill(done, 0.0)
+        return (reward * self.reward_scale).clamp(-REWARD_CLIP, REWARD_CLIP)
 
     def _bootstrap_truncated(self, reward: Tensor, truncated: Tensor, final_obs: Tensor) -> Tensor:
         """``reward [B]`` plus gamma x V(final observation) where an episode was cut by its length (not by
@@ -199,7 +240,10 @@ class RolloutCollector:
     def state_dict(self) -> dict[str, Any]:
         """What makes the next rollout bitwise reproducible (tensors on the CPU)."""
         state: dict[str, Any] = {"action_gen": self.generator.get_state(), "next_obs": self.next_obs.cpu(),
-                                 "next_start": self.next_start.cpu(), "recurrent": [s.cpu() for s in self.state]}
+                                 "next_start": self.next_start.cpu(), "recurrent": [s.cpu() for s in self.state],
+                                 "discounted": self.discounted.cpu()}
+        if self.permutation is not None:
+            state["permutation"] = self.permutation.state_dict()
         state["env"] = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in self.env.state_dict().items()}
         return state
 
@@ -210,3 +254,7 @@ class RolloutCollector:
         self.state = tuple(s.to(self.device) for s in state["recurrent"])
         if "env" in state:
             self.env.load_state_dict(state["env"])
+        if "discounted" in state:
+            self.discounted = state["discounted"].to(self.device)
+        if self.permutation is not None and "permutation" in state:
+            self.permutation.load_state_dict(state["permutation"])

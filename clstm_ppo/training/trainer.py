@@ -24,6 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.agent.model import build_model
+from clstm_ppo.agent.moments import merge_moments
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.market import env_config
 from clstm_ppo.training.checkpoint import (
@@ -70,15 +71,18 @@ class Trainer:
                                     seed=env_seed)
         self.rollout = RolloutCollector(
             env, self.model, gamma=cfg.gamma, device=device, autocast=self.autocast, seed=env_seed,
-            generator=torch.Generator(device=device).manual_seed(cfg.seed * 7919 + 104729 * comm.rank + 1))
+            generator=torch.Generator(device=device).manual_seed(cfg.seed * 7919 + 104729 * comm.rank + 1),
+            permute_tickers=cfg.permute_tickers, norm_reward=cfg.norm_reward)
         self.buf = RolloutBuffer.allocate(cfg.n_steps, cfg.num_envs, (market.window, market.num_features),
                                           market.num_tickers, device)
+        # reward_moments: running (count, mean, var) of all workers' discounted returns (--norm_reward)
         self.counters: dict[str, Any] = dict(update=0, global_step=0, episodes=0, best_score=-math.inf,
-                                             bad_updates=0, skipped_steps=0, elapsed=0.0)
+                                             bad_updates=0, skipped_steps=0, elapsed=0.0, reward_moments=[0.0, 0.0, 1.0])
         if cfg.resume:
             self._resume(resolve_resume(cfg.resume, run_dir))
         elif cfg.init_weights:
             self.model.load_state_dict(load_weights(cfg.init_weights, cfg, market))
+        self.rollout.reward_scale = self.reward_scale()
         trained = torch.compile(self.model) if cfg.compile else self.model
         if comm.distributed:
             trained = DDP(trained, device_ids=[device.index] if device.type == "cuda" else None)
@@ -120,6 +124,7 @@ class Trainer:
                 stats = ppo_update(self.trained, self.optimizer, self.buf, advantages, returns, cfg, comm,
                                    generator=self.shuffle_gen, autocast=self.autocast, scaler=self.scaler)
                 t2 = time.perf_counter()
+                self._update_normalizers()
                 behaviour = RolloutStats(comm.all_reduce_sum(self.rollout.stats.sums)).as_dict()
                 ranks = torch.full((rows.shape[0], 1), float(comm.rank), dtype=torch.float64)
                 all_rows = comm.all_gather_rows(torch.cat([rows, ranks], dim=1))  # every rank sees every episode
@@ -136,6 +141,7 @@ class Trainer:
                         all_rows, first_episode=c["episodes"] - all_rows.shape[0], global_step=c["global_step"],
                         update={"update": c["update"], "global_step": c["global_step"], **stats.as_dict(),
                                 **behaviour, "policy_std": self.model.log_std.detach().exp().mean().item(),
+                                **({"reward_scale": self.rollout.reward_scale} if cfg.norm_reward else {}),
                                 "lr_clstm": self.optimizer.param_groups[0]["lr"],
                                 "lr_actor_critic": self.optimizer.param_groups[1]["lr"],
                                 "rollout_seconds": t1 - t0, "update_seconds": t2 - t1},
@@ -157,6 +163,25 @@ class Trainer:
             if self.log is not None:
                 self.log.close()
         return dict(c)
+
+    def _update_normalizers(self) -> None:
+        """After an update: merge this rollout's states (``--norm_obs``) and discounted returns (``--norm_reward``),
+        added up over all workers, into the running statistics the next rollout uses (every rank the same)."""
+        if self.cfg.norm_obs:
+            rows = self.buf.obs.newest.double().flatten(0, 1)  # [S x B, F] each step's current state
+            count = torch.tensor([float(rows.shape[0])], dtype=torch.float64, device=rows.device)
+            self.model.update_obs_stats(self.comm.all_reduce_sum(torch.cat([count, rows.sum(0), rows.square().sum(0)])))
+        if self.cfg.norm_reward:
+            count, mean, var = (torch.tensor(v, dtype=torch.float64) for v in self.counters["reward_moments"])
+            sums = self.comm.all_reduce_sum(self.rollout.return_sums.cpu())
+            self.counters["reward_moments"] = [float(v) for v in merge_moments(count, mean, var, sums)]
+            self.rollout.reward_scale = self.reward_scale()
+
+    def reward_scale(self) -> float:
+        """What rewards are multiplied by: 1 / the running std of the discounted return (1 without --norm_reward
+        or before any return was seen)."""
+        count, _mean, var = self.counters["reward_moments"]
+        return 1.0 / math.sqrt(var + 1e-8) if self.cfg.norm_reward and count > 0 else 1.0
 
     def verify_replicas(self) -> None:
         """Check that every rank holds the same weights (what DDP promises); raise if not."""

@@ -1,0 +1,196 @@
+"""The issue-14 candidates behind flags: ticker permutation, observation and reward normalisation, weight decay."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from clstm_ppo.agent.model import ActorCritic, ModelConfig
+from clstm_ppo.agent.moments import merge_moments
+from clstm_ppo.training.augment import TickerPermutation
+from clstm_ppo.training.ppo import optimizer_step
+from clstm_ppo.training.rollout import REWARD_CLIP, RolloutBuffer, RolloutCollector
+from envs.kernel import EnvConfig
+from envs.vector_env import VectorStockTradingEnv
+
+
+def mlp_for(market, obs_norm: bool = False, seed: int = 0) -> ActorCritic:
+    torch.manual_seed(seed)
+    return ActorCritic(ModelConfig(policy="mlp", num_features=market.num_features, num_tickers=market.num_tickers,
+                                   window=market.window, feature_dim=8, stage2_hidden=16, init_log_std=0.0,
+                                   obs_norm=obs_norm))
+
+
+def collector_for(market, model, *, envs: int = 4, episode_length: int = 7, **kw) -> RolloutCollector:
+    env = VectorStockTradingEnv(market, num_envs=envs, config=EnvConfig(episode_length=episode_length), seed=3)
+    return RolloutCollector(env, model, gamma=0.9, device=torch.device("cpu"),
+                            generator=torch.Generator().manual_seed(1), seed=3, **kw)
+
+
+# ---------------------------------------------------------------------------------------- ticker permutation
+
+
+def test_permutation_moves_every_ticker_block_and_sends_actions_back(window_market):
+    m = window_market
+    n, f = m.num_tickers, m.num_features
+    perm = TickerPermutation(5, n, f, torch.device("cpu"), seed=0)
+    perm.redraw(torch.ones(5, dtype=torch.bool))
+    assert all(sorted(p.tolist()) == list(range(n)) for p in perm.perm)
+    assert len({tuple(p.tolist()) for p in perm.perm}) > 1  # not one order for every env
+    obs = torch.randn(5, m.window, f)
+    seen = perm.observe(obs)
+    blocks = (f - 1) // n  # price, holdings and each indicator
+    for b in range(5):
+        assert torch.equal(seen[b, :, 0], obs[b, :, 0])  # cash stays
+        for k in range(blocks):
+            for j in range(n):
+                assert torch.equal(seen[b, :, 1 + k * n + j], obs[b, :, 1 + k * n + int(perm.perm[b, j])])
+    action = torch.randn(5, n)
+    sent = perm.to_env(action)
+    for b in range(5):
+        for j in range(n):
+            assert sent[b, int(perm.perm[b, j])] == action[b, j]
+    before = perm.perm.clone()
+    perm.redraw(torch.tensor([False, True, False, False, False]))
+    assert torch.equal(perm.perm[[0, 2, 3, 4]], before[[0, 2, 3, 4]])  # only starting envs get a new order
+
+
+def test_permuted_rollout_shows_each_episode_in_one_order_and_trades_the_right_stocks(window_market):
+    """The stored windows are the env's own windows in each episode's order, and the env receives the policy's
+    actions in its ticker order: checked against a plain collector driven by the same noise."""
+    m = window_market
+    model = mlp_for(m)
+    plain, permuted = collector_for(m, model), collector_for(m, model, permute_tickers=True)
+    steps = 20  # episodes of 7 days: every env restarts twice
+    buf_p = RolloutBuffer.allocate(steps, 4, (m.window, m.num_features), m.num_tickers, "cpu")
+    perms, obs_env = [], []
+    orig_step = permuted.env.step
+
+    def spy(action):  # the env's own observation after each step, before the collector permutes it
+        out = orig_step(action)
+        obs_env.append(out[0].clone())
+        return out
+
+    permuted.env.step = spy
+    first_obs = plain.next_obs.clone()
+    perms.append(permuted.permutation.perm.clone())
+    orig_redraw = permuted.permutation.redraw
+
+    def record_redraw(starting):
+        orig_redraw(starting)
+        perms.append(permuted.permutation.perm.clone())
+
+    permuted.permutation.redraw = record_redraw
+    permuted.collect(buf_p)
+    dense = buf_p.obs.windows().dense()  # [S, B, T, F] what the policy saw
+    orders = torch.zeros(steps, 4, m.num_tickers, dtype=torch.int64)
+    current, k = perms[0], 1
+    for s in range(steps):
+        orders[s] = current
+        env_obs = first_obs if s == 0 else obs_env[s - 1]
+        helper = TickerPermutation(4, m.num_tickers, m.num_features, torch.device("cpu"), 0)
+        helper.perm = current
+        assert torch.equal(dense[s], helper.observe(env_obs)), s
+        if buf_p.dones[s].any():
+            current, k = perms[k], k + 1
+    # one order per episode: it changes exactly where an episode starts, and then for that env only
+    for s in range(1, steps):
+        changed = (orders[s] != orders[s - 1]).any(dim=1)
+        assert not (changed & ~buf_p.starts[s]).any()
+    assert (orders[1:] != orders[:-1]).any()
+
+
+# ---------------------------------------------------------------------------------------- running statistics
+
+
+def test_merged_moments_equal_the_statistics_of_all_rows():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, size=(n, 4)) for n in (5, 40, 1, 17)]
+    count, mean, var = torch.zeros((), dtype=torch.float64), torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+    for x in batches:
+        t = torch.tensor(x)
+        count, mean, var = merge_moments(count, mean, var, torch.cat([torch.tensor([float(len(x))], dtype=torch.float64),
+                                                                    t.sum(0), t.square().sum(0)]))
+    everything = np.concatenate(batches)
+    assert count.item() == len(everything)
+    np.testing.assert_allclose(mean.numpy(), everything.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(var.numpy(), everything.var(0), rtol=1e-10)
+    same = merge_moments(count, mean, var, torch.zeros(9, dtype=torch.float64))  # an empty batch changes nothing
+    assert same[0] is count and same[1] is mean
+
+
+def test_observation_normaliser_standardises_states_and_travels_with_the_weights(window_market):
+    m = window_market
+    model = mlp_for(m, obs_norm=True)
+    rows = torch.randn(50, m.num_features, dtype=torch.float64) * 4 + 2
+    model.update_obs_stats(torch.cat([torch.tensor([50.0], dtype=torch.float64), rows.sum(0), rows.square().sum(0)]))
+    obs = torch.randn(1, 3, m.window, m.num_features) * 4 + 2
+    starts = torch.zeros(1, 3, dtype=torch.bool)
+    expected = ((obs.double() - rows.mean(0)) / (rows.var(0, unbiased=False) + 1e-8).sqrt()).clamp(-10, 10).float()
+    plain = mlp_for(m)  # same seed: the same weights, no normaliser
+    plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("obs_")})
+    got, want = model(obs, (), starts), plain(expected, (), starts)
+    torch.testing.assert_close(got[3], want[3], rtol=1e-5, atol=1e-6)  # the action mean
+    restored = mlp_for(m, obs_norm=True, seed=9)
+    restored.load_state_dict(model.state_dict())  # the statistics are part of the weights
+    torch.testing.assert_close(restored(obs, (), starts)[3], got[3])
+
+
+def test_reward_normalisation_scales_rewards_and_records_discounted_returns(window_market):
+    """Same policy, envs and noise with and without --norm_reward: the rewards differ only by the scale (and the
+    clip), and the recorded sums are those of the discounted raw returns, restarting after each episode."""
+    m = window_market
+    model = mlp_for(m)
+    plain = collector_for(m, model, episode_length=60)  # no episode ends in 40 steps: no truncation bootstrap
+    scaled = collector_for(m, model, episode_length=60, norm_reward=True)
+    scaled.reward_scale = 7.0
+    steps = 40
+    bufs = [RolloutBuffer.allocate(steps, 4, (m.window, m.num_features), m.num_tickers, "cpu") for _ in range(2)]
+    plain.collect(bufs[0])
+    scaled.collect(bufs[1])
+    raw = bufs[0].rewards.double()
+    assert not bufs[0].dones.any()
+    torch.testing.assert_close(bufs[1].rewards, (bufs[0].rewards * 7.0).clamp(-REWARD_CLIP, REWARD_CLIP))
+    disc, total, squares = torch.zeros(4, dtype=torch.float64), 0.0, 0.0
+    for s in range(steps):
+        disc = disc * 0.9 + raw[s]
+        total, squares = total + float(disc.sum()), squares + float(disc.square().sum())
+    np.testing.assert_allclose(scaled.return_sums.numpy(), [steps * 4, total, squares], rtol=1e-6)
+    torch.testing.assert_close(scaled.discounted, disc)
+
+
+# ---------------------------------------------------------------------------------------- weight decay
+
+
+def test_weight_decay_shrinks_weight_matrices_only_and_not_on_skipped_steps():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1, fused=True)
+    params = list(model.parameters())
+    before = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)  # Adam moves nothing on zero gradients: only the decay acts
+    _, skipped = optimizer_step(opt, params, max_grad_norm=1.0, weight_decay=0.5)
+    assert skipped.item() == 0
+    for p, b in zip(params, before, strict=True):
+        want = b * (1 - 0.1 * 0.5) if p.dim() >= 2 else b
+        torch.testing.assert_close(p.detach(), want)
+    after = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.full_like(p, float("nan"))
+    _, skipped = optimizer_step(opt, params, max_grad_norm=1.0, weight_decay=0.5)
+    assert skipped.item() == 1
+    for p, a in zip(params, after, strict=True):
+        assert torch.equal(p.detach(), a)
+
+
+@pytest.mark.slow
+def test_resume_names_the_observation_normaliser_when_it_differs(tmp_path):
+    from tests.conftest import train
+
+    first = train(tmp_path, "--num_episodes", "4", "--run_name", "r")
+    assert first.returncode == 0, first.stderr
+    changed = train(tmp_path, "--num_episodes", "8", "--run_name", "r", "--resume", "latest", "--norm_obs")
+    assert changed.returncode != 0 and "Traceback" not in changed.stderr
+    assert "--norm_obs False (now True)" in changed.stderr
