@@ -64,6 +64,35 @@ def test_mean_exposure_by_hand_and_rejects_a_short_book():
         st.mean_exposure(values, [0.0, -10.0, 100.0])
 
 
+def simulate_exposures(market: np.ndarray, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Values and holdings of a portfolio that holds the fraction ``chosen[i]`` of its value in the market from day
+    i-1's close to day i's (chosen[0] unused), rebalanced at each close without costs."""
+    values, holdings = [1000.0], [0.0]
+    for i in range(1, len(market)):
+        invested = chosen[i] * values[-1]
+        holdings.append(invested * market[i] / market[i - 1])
+        values.append(values[-1] - invested + holdings[-1])
+    return np.array(values), np.array(holdings)
+
+
+def test_exposure_timing_recovers_the_chosen_exposures_and_their_foresight():
+    rng = np.random.default_rng(3)
+    market = 100 * np.cumprod(1 + rng.normal(0.0, 0.01, 400))
+    up = np.r_[False, market[1:] > market[:-1]]  # what a clairvoyant knows at day i-1 about day i
+    clairvoyant = np.where(up, 0.9, 0.5)
+    values, holdings = simulate_exposures(market, clairvoyant)
+    std, timing = st.exposure_timing(values, holdings, market)
+    assert std == pytest.approx(np.std(clairvoyant[1:]), rel=1e-9)  # measured at the choice, not after the move
+    r = market[1:] / market[:-1] - 1
+    assert timing == pytest.approx(np.corrcoef(clairvoyant[1:], r)[0, 1], rel=1e-9) and timing > 0.5
+    blind = rng.uniform(0.5, 0.9, 400)
+    assert abs(st.exposure_timing(*simulate_exposures(market, blind), market)[1]) < 0.15
+    assert math.isnan(st.exposure_timing(*simulate_exposures(market, np.full(400, 0.7)), market)[1])  # fixed mix
+    # days a rule forced are left out: with the clairvoyant's down-days all "forced", the rest never moves
+    std, timing = st.exposure_timing(values, holdings, market, forced=np.r_[~up[1:], False])
+    assert std == pytest.approx(0.0, abs=1e-12) and math.isnan(timing)
+
+
 # ------------------------------------------------------------------------------- bootstrap of a mean
 
 

@@ -144,6 +144,44 @@ def mean_exposure(values: Any, holdings_value: Any) -> float:
     return float(np.mean(np.clip(frac, 0.0, 1.0)))
 
 
+def exposure_timing(values: Any, holdings_value: Any, benchmark_values: Any,
+                    forced: Any = None) -> tuple[float, float]:
+    """How much, and how well, a long-only portfolio moves its exposure from day to day.
+
+    Row i's holdings were bought at row i-1's close (`clstm_ppo.agent.evaluate.PolicyRun`) and its cash is what
+    that trade left, so the exposure chosen at day i-1, with what was known then, is
+    ``e[i] = 1 - cash[i] / values[i-1]`` with ``cash = values - holdings_value`` (valued at i-1's close, before
+    that trade's costs; measured at row i's close instead it would rise with the very move it is compared to).
+
+    :param values: ``[D]`` dollars; :param holdings_value: ``[D]`` dollars in stock; :param benchmark_values:
+        ``[D]`` dollars of the market (equal-weight buy-and-hold) on the same days.
+    :param forced: optional ``[D]`` bool, days whose exposure a rule forced (the turbulence stop sells everything
+        at day i-1's close when ``forced[i-1]``): those choices are left out.
+    :return: ``(std, timing)`` over the days left: the standard deviation of ``e`` (a fraction: 0 = the exposure
+        never changes), and the Pearson correlation of ``e`` with the benchmark's return from day i-1 to day i
+        (> 0: more invested on the days the market then rises; NaN when the exposure never changes).
+    """
+    v = _returns_1d(values, "values")
+    h = _returns_1d(holdings_value, "holdings_value")
+    b = _returns_1d(benchmark_values, "benchmark_values")
+    if not v.shape == h.shape == b.shape:
+        raise ValueError(f"values, holdings_value and benchmark_values must cover the same days, got {v.shape}, "
+                         f"{h.shape} and {b.shape}")
+    if v.size < 3:
+        return 0.0, math.nan
+    e = np.clip(1.0 - (v[1:] - h[1:]) / v[:-1], 0.0, 1.0)
+    r = b[1:] / b[:-1] - 1.0
+    if forced is not None:
+        keep = ~np.asarray(forced, dtype=bool)[:-1]
+        e, r = e[keep], r[keep]
+    if e.size < 2:
+        return 0.0, math.nan
+    std = float(e.std())
+    if std < 1e-3 or float(r.std()) < 1e-15:  # under 0.1 point: cash rounding, not a choice
+        return std, math.nan
+    return std, float(np.corrcoef(e, r)[0, 1])
+
+
 # ---------------------------------------------------------------------------------------- bootstraps
 
 

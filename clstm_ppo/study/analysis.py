@@ -4,6 +4,8 @@
   MPB, APPT, SR), annual return and volatility, Sortino, Calmar, turnover, costs, mean gross exposure, beta and
   annualised alpha against equal-weight buy-and-hold, the information ratio against it, and the probabilistic
   Sharpe ratio (PSR, against 0).
+- Per record, over the days the turbulence stop did not force to cash (`exposure_profile`): how much the
+  chosen exposure moves from day to day and how it correlates with the market's next move.
 - Per configuration (a policy and variant over its seeds): mean, std and a 95% percentile-bootstrap interval of
   each metric; the deflated Sharpe ratio (DSR) of each seed with the number of trials = every cell the study ran.
 - Per configuration and baseline: the paired stationary block-bootstrap interval of the Sharpe difference on
@@ -30,6 +32,7 @@ TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
     ("appt", "APPT", "dollars"), ("sharpe", "SR", "ratio"), ("annual_return", "ann. return", "pct"),
     ("annual_volatility", "ann. vol", "pct"), ("sortino", "Sortino", "ratio"), ("calmar", "Calmar", "ratio"),
     ("annual_turnover", "turnover/yr", "times"), ("total_costs", "costs", "dollars"), ("exposure", "exposure", "pct"),
+    ("exposure_std", "exposure sd", "pct"), ("exposure_timing", "timing corr", "ratio"),
     ("beta", "beta", "ratio"), ("alpha", "alpha/yr", "pct"), ("information_ratio", "IR", "ratio"),
     ("psr", "PSR", "prob"), ("dsr", "DSR", "prob"),
 )
@@ -54,6 +57,14 @@ def curve_metrics(values: np.ndarray, holdings_value: np.ndarray, benchmark_valu
     out.update(exposure=S.mean_exposure(values, holdings_value), beta=beta, alpha=alpha,
                information_ratio=S.information_ratio(r, b), psr=S.probabilistic_sharpe_ratio(r) if r.size > 1 else 0.5)
     return {k: float(v) for k, v in out.items()}
+
+
+def exposure_profile(values: np.ndarray, holdings_value: np.ndarray, benchmark_values: np.ndarray,
+                     forced: np.ndarray) -> dict[str, float]:
+    """``{exposure_std, exposure_timing}`` of one record (`S.exposure_timing`), leaving out the days ``forced``
+    ``[D]`` bool (the turbulence stop's), whose exposure no policy chose."""
+    std, timing = S.exposure_timing(values, holdings_value, benchmark_values, forced)
+    return {"exposure_std": std, "exposure_timing": timing}
 
 
 def seed_summary(rows: list[dict[str, float]], keys: list[str], *, confidence: float, n_boot: int,

@@ -68,6 +68,8 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     baselines = {name: {"values": run.values, "metrics": A.curve_metrics(
         run.values, run.holdings_value, bench, trades=run.num_trades, costs=run.costs, traded_value=run.traded_value)}
         for name, run in rules.items()}
+    for name, run in rules.items():
+        baselines[name]["metrics"].update(A.exposure_profile(run.values, run.holdings_value, bench, turbulent))
     if spec.index:
         level = read_index(spec.index, dates)
         values = level / level[0] * base.initial_amount
@@ -84,6 +86,9 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
             result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
             with np.load(folder / "result.npz", allow_pickle=False) as z:
                 values, untrained = z["values"], z["untrained_values"]
+                for record, prefix in ((result["policy"], ""), (result["untrained"], "untrained_")):
+                    record.update(A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench,
+                                                     turbulent))
             entry = {"cell": cell, "policy": result["policy"], "untrained": result["untrained"], "values": values,
                      "untrained_values": untrained, "returns": A.returns_of(values),
                      "untrained_returns": A.returns_of(untrained)}
