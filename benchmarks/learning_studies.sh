@@ -6,6 +6,8 @@
 #   bash benchmarks/learning_studies.sh memory OUTDIR [WORKERS] [SECONDS]      # the memory market with and without
 #                                                   indicators, each with and without --aux_coef 1
 #   bash benchmarks/learning_studies.sh example OUTDIR [CELLS_PER_GPU] [SECONDS]  # shipped 6-stock data, defaults, GPU
+#   bash benchmarks/learning_studies.sh candidates OUTDIR [WORKERS] [SECONDS]  # shipped data, mlp, 4 seeds: the
+#                                                   defaults with one candidate change each (docs/learning.md 2a)
 #   bash benchmarks/learning_studies.sh long OUTDIR                  # 10,000-episode runs on one GPU, then backtests
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
@@ -40,6 +42,25 @@ elif [ "$which" = memory ]; then
         --vary aux_coef=0,1
     run memory-noind --data "$MEMORY" --window 10 --num_episodes 4000 "${SMALL[@]}" --policies clstm,mlp \
         --indicators none --vary aux_coef=0,1
+elif [ "$which" = candidates ]; then
+    EXAMPLE=(--data csv:examples/data/stocks_daily_6_ohlcv.csv --trade_start 2021-01-04 --retrain none
+             --num_episodes 400 --policies mlp --workers "$workers" --threads 1 --cpu)
+    run candidates-defaults "${EXAMPLE[@]}" --seeds 1-4
+    while read -r name flags; do
+        # shellcheck disable=SC2086  # the flags are meant to split
+        run "candidates-$name" "${EXAMPLE[@]}" --seeds 1-4 $flags
+    done <<'LIST'
+norm_obs --norm_obs
+norm_reward --norm_reward
+lr1e-4 --learning_rate_clstm 1e-4 --learning_rate_actor_critic 1e-4
+anneal_lr --anneal_lr
+ent01 --ent_coef 0.01
+episode63 --episode_length 63
+episode_full --episode_length full
+wd0.1 --weight_decay 0.1
+wd1 --weight_decay 1
+permute --permute_tickers
+LIST
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).
