@@ -64,11 +64,12 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
 
     assert check_resume(cfg, build_market(cfg), resolve_run_dir(cfg)) == run / "latest.pt"
     changed = subprocess.run([sys.executable, SCRIPT, *TINY, "--num_episodes", "48", "--checkpoint_dir",
-                              str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest"],
+                              str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest", "--norm_obs"],
                              cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)
     assert changed.returncode != 0 and "Traceback" not in changed.stderr  # today's defaults: refused in one line
     assert "--action_mode shares (now weights)" in changed.stderr and "--action_dist gaussian (now tanh)" in changed.stderr
     assert "--aux_coef 0.0 (now 1.0)" in changed.stderr
+    assert "--norm_obs False (now True)" in changed.stderr  # a model field a flag decides: named by its flag
     proc = subprocess.run([sys.executable, SCRIPT, *TINY, *THEN, "--num_episodes", "48", "--checkpoint_dir",
                            str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest"],
                           cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)

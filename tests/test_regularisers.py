@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from clstm_ppo.agent.model import ActorCritic, ModelConfig
@@ -183,14 +182,3 @@ def test_weight_decay_shrinks_weight_matrices_only_and_not_on_skipped_steps():
     assert skipped.item() == 1
     for p, a in zip(params, after, strict=True):
         assert torch.equal(p.detach(), a)
-
-
-@pytest.mark.slow
-def test_resume_names_the_observation_normaliser_when_it_differs(tmp_path):
-    from tests.conftest import train
-
-    first = train(tmp_path, "--num_episodes", "4", "--run_name", "r")
-    assert first.returncode == 0, first.stderr
-    changed = train(tmp_path, "--num_episodes", "8", "--run_name", "r", "--resume", "latest", "--norm_obs")
-    assert changed.returncode != 0 and "Traceback" not in changed.stderr
-    assert "--norm_obs False (now True)" in changed.stderr
