@@ -124,7 +124,7 @@ class RolloutCollector:
     :param seed: seed of the envs' first reset (and of the ticker orders).
     :param permute_tickers: show every episode's tickers in a fresh random order (`TickerPermutation`).
     :param norm_reward: record the discounted returns' statistics (``return_sums``) and multiply rewards by
-        ``reward_scale`` (set by the trainer from all workers' statistics: `RewardNormalizer`).
+        ``reward_scale`` (set by the trainer from all workers' statistics: `Trainer.reward_scale`).
     """
 
     def __init__(self, env: VectorStockTradingEnv, policy: ActorCritic, *, gamma: float, device: torch.device,
