@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.model import ActorCritic, ModelConfig
-from clstm_ppo.agent.moments import merge_moments
+from clstm_ppo.agent.moments import merge_moments, moment_sums
 from clstm_ppo.training.augment import TickerPermutation
 from clstm_ppo.training.ppo import optimizer_step
 from clstm_ppo.training.rollout import REWARD_CLIP, RolloutBuffer, RolloutCollector
@@ -109,8 +109,7 @@ def test_merged_moments_equal_the_statistics_of_all_rows():
     count, mean, var = torch.zeros((), dtype=torch.float64), torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
     for x in batches:
         t = torch.tensor(x)
-        count, mean, var = merge_moments(count, mean, var, torch.cat([torch.tensor([float(len(x))], dtype=torch.float64),
-                                                                    t.sum(0), t.square().sum(0)]))
+        count, mean, var = merge_moments(count, mean, var, moment_sums(t))
     everything = np.concatenate(batches)
     assert count.item() == len(everything)
     np.testing.assert_allclose(mean.numpy(), everything.mean(0), rtol=1e-12)
@@ -123,7 +122,7 @@ def test_observation_normaliser_standardises_states_and_travels_with_the_weights
     m = window_market
     model = mlp_for(m, obs_norm=True)
     rows = torch.randn(50, m.num_features, dtype=torch.float64) * 4 + 2
-    model.update_obs_stats(torch.cat([torch.tensor([50.0], dtype=torch.float64), rows.sum(0), rows.square().sum(0)]))
+    model.update_obs_stats(moment_sums(rows))
     obs = torch.randn(1, 3, m.window, m.num_features) * 4 + 2
     starts = torch.zeros(1, 3, dtype=torch.bool)
     expected = ((obs.double() - rows.mean(0)) / (rows.var(0, unbiased=False) + 1e-8).sqrt()).clamp(-10, 10).float()

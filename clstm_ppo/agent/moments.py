@@ -6,6 +6,14 @@ import torch
 from torch import Tensor
 
 
+def moment_sums(rows: Tensor) -> Tensor:
+    """What `merge_moments` takes from a batch ``rows [M, K]`` (or ``[M]``): ``[2K + 1]`` float64, the row count,
+    the per-column sums and sums of squares (sums of several workers' batches add up)."""
+    x = rows.double().reshape(rows.shape[0], -1)
+    count = torch.full((1,), float(x.shape[0]), dtype=torch.float64, device=x.device)
+    return torch.cat([count, x.sum(0), x.square().sum(0)])
+
+
 def merge_moments(count: Tensor, mean: Tensor, var: Tensor, sums: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Running ``(count, mean, var)`` after one more batch (Chan et al.'s parallel update; population variance).
 

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.agent.model import ActorCritic, LSTMState
+from clstm_ppo.agent.moments import moment_sums
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.augment import TickerPermutation
 from envs.vector_env import EPISODE_KEYS, VectorStockTradingEnv
@@ -216,8 +217,7 @@ class RolloutCollector:
         """Record the discounted return of every env (restarting after ``done``) and return ``reward [B]`` x
         ``reward_scale``, clipped to +-10 (SB3's VecNormalize)."""
         self.discounted = self.discounted * self.gamma + reward.double()
-        self.return_sums += torch.stack([torch.tensor(float(reward.numel()), dtype=torch.float64, device=reward.device),
-                                         self.discounted.sum(), self.discounted.square().sum()])
+        self.return_sums += moment_sums(self.discounted)
         self.discounted = self.discounted.masked_fill(done, 0.0)
         return (reward * self.reward_scale).clamp(-REWARD_CLIP, REWARD_CLIP)
 

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.agent.model import build_model
-from clstm_ppo.agent.moments import merge_moments
+from clstm_ppo.agent.moments import merge_moments, moment_sums
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.market import env_config
 from clstm_ppo.training.checkpoint import (
@@ -168,9 +168,8 @@ class Trainer:
         """After an update: merge this rollout's states (``--norm_obs``) and discounted returns (``--norm_reward``),
         added up over all workers, into the running statistics the next rollout uses (every rank the same)."""
         if self.cfg.norm_obs:
-            rows = self.buf.obs.newest.double().flatten(0, 1)  # [S x B, F] each step's current state
-            count = torch.tensor([float(rows.shape[0])], dtype=torch.float64, device=rows.device)
-            self.model.update_obs_stats(self.comm.all_reduce_sum(torch.cat([count, rows.sum(0), rows.square().sum(0)])))
+            rows = self.buf.obs.newest.flatten(0, 1)  # [S x B, F] each step's current state
+            self.model.update_obs_stats(self.comm.all_reduce_sum(moment_sums(rows)))
         if self.cfg.norm_reward:
             count, mean, var = (torch.tensor(v, dtype=torch.float64) for v in self.counters["reward_moments"])
             sums = self.comm.all_reduce_sum(self.rollout.return_sums.cpu())
