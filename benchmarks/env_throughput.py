@@ -56,8 +56,9 @@ def _median_rate(run: Callable[[int], None], steps: int, per_step: int, repeats:
 
 
 def bench_vector(market: PreparedMarket, device: str, window: int, num_envs: int, seconds: float) -> float:
-    env = VectorStockTradingEnv(dataclasses.replace(market, window=window), num_envs=num_envs, config=EnvConfig(),
-                                device=device)
+    env = VectorStockTradingEnv(
+        dataclasses.replace(market, window=window), num_envs=num_envs, config=EnvConfig(), device=device
+    )
     env.reset(seed=0)
     g = torch.Generator().manual_seed(0)
     pool = [(torch.rand(num_envs, market.num_tickers, generator=g) * 2 - 1).to(device) for _ in range(16)]
@@ -93,8 +94,7 @@ def memory_1024(market: PreparedMarket, window: int) -> tuple[int, int, int, int
     grown = _rss_bytes() - before
     state = env._buf.nbytes + env._day.nbytes + sum(t.nbytes for t in env._s.values())
     obs, reward, term, trunc, info = out
-    returned = obs.nbytes + reward.nbytes + sum(v.nbytes for v in info.values() if torch.is_tensor(v)
-                                                and v is not obs)
+    returned = obs.nbytes + reward.nbytes + sum(v.nbytes for v in info.values() if torch.is_tensor(v) and v is not obs)
     market_bytes = env._close.nbytes + env._mrows.nbytes + env._turbulent.nbytes
     return state, returned, grown, market_bytes
 
@@ -197,10 +197,21 @@ def bench_finrl(market: PreparedMarket, steps: int) -> tuple[float, str]:
     cls, label = load_finrl_env()
     rng = np.random.default_rng(0)
     if cls is not None:
-        env = cls(df=df, stock_dim=n, hmax=100, initial_amount=1_000_000, num_stock_shares=[0] * n,
-                  buy_cost_pct=[1e-3] * n, sell_cost_pct=[1e-3] * n, reward_scaling=1e-4,
-                  state_space=1 + 2 * n + len(names) * n, action_space=n, tech_indicator_list=names,
-                  turbulence_threshold=market.turbulence_threshold, print_verbosity=10**9)
+        env = cls(
+            df=df,
+            stock_dim=n,
+            hmax=100,
+            initial_amount=1_000_000,
+            num_stock_shares=[0] * n,
+            buy_cost_pct=[1e-3] * n,
+            sell_cost_pct=[1e-3] * n,
+            reward_scaling=1e-4,
+            state_space=1 + 2 * n + len(names) * n,
+            action_space=n,
+            tech_indicator_list=names,
+            turbulence_threshold=market.turbulence_threshold,
+            print_verbosity=10**9,
+        )
         env.reset(seed=0)
 
         def run(k: int) -> None:
@@ -252,17 +263,21 @@ def main() -> None:
         market = PreparedMarket.prepare(data, split_days(data, window=30), window=30)
         print(json.dumps(memory_1024(market, args.memory_only)))
         return
-    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) if args.devices == "auto" \
-        else args.devices.split(",")
+    devices = (
+        ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) if args.devices == "auto" else args.devices.split(",")
+    )
     seconds = 0.3 if args.quick else 1.0
 
     data = generate_market(num_tickers=30, num_days=2520, seed=0)
     market = PreparedMarket.prepare(data, split_days(data, window=30), window=30)
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-          f" ({torch.get_num_threads()} thread)"
-          + (f", {torch.cuda.get_device_name()}" if "cuda" in devices else ""))
-    print(f"data: synthetic {data.num_tickers} tickers x {data.num_days} days, indicators "
-          f"{', '.join(market.indicator_names)}, F = {market.num_features}; train split {market.splits.train}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
+        f" ({torch.get_num_threads()} thread)" + (f", {torch.cuda.get_device_name()}" if "cuda" in devices else "")
+    )
+    print(
+        f"data: synthetic {data.num_tickers} tickers x {data.num_days} days, indicators "
+        f"{', '.join(market.indicator_names)}, F = {market.num_features}; train split {market.splits.train}"
+    )
 
     finrl_rate, finrl_label = bench_finrl(market, 150 if args.quick else 500)
     gym_rate = bench_gym(market, 500 if args.quick else 3000)
@@ -276,17 +291,22 @@ def main() -> None:
         for window in (30, 1):
             for b in (1, 64, 256, 1024) + ((4096, 16384) if device == "cuda" else ()):
                 rate = bench_vector(market, device, window, b, seconds)
-                print(f"| VectorStockTradingEnv | {device} | {window} | {b} | {rate:,.0f} | {rate / finrl_rate:,.0f} |",
-                      flush=True)
+                print(
+                    f"| VectorStockTradingEnv | {device} | {window} | {b} | {rate:,.0f} | {rate / finrl_rate:,.0f} |",
+                    flush=True,
+                )
     print()
     for window in (30, 1):
         # A fresh process each, so the RSS growth is not hidden by memory earlier runs freed.
-        child = subprocess.run([sys.executable, __file__, "--memory-only", str(window)], check=True,
-                               capture_output=True, text=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--memory-only", str(window)], check=True, capture_output=True, text=True
+        )
         state, returned, grown, market_bytes = json.loads(child.stdout.strip().splitlines()[-1])
-        print(f"memory, 1024 envs, T = {window}, CPU: per-env state {state / 2**20:.1f} MiB + one step's returned "
-              f"tensors {returned / 2**20:.1f} MiB; process RSS growth {grown / 2**20:.1f} MiB, which includes "
-              f"the env's market tensors ({market_bytes / 2**20:.1f} MiB)")
+        print(
+            f"memory, 1024 envs, T = {window}, CPU: per-env state {state / 2**20:.1f} MiB + one step's returned "
+            f"tensors {returned / 2**20:.1f} MiB; process RSS growth {grown / 2**20:.1f} MiB, which includes "
+            f"the env's market tensors ({market_bytes / 2**20:.1f} MiB)"
+        )
 
 
 if __name__ == "__main__":

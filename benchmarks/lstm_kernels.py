@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             gates_x = nn.functional.linear(feats[:, 0], lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)
             h = c = feats.new_zeros(1, H2)
             for t in range(DAYS):
-                i, f, g, o = (gates_x[t:t + 1] + h @ lstm.weight_hh_l0.t()).chunk(4, dim=1)
+                i, f, g, o = (gates_x[t : t + 1] + h @ lstm.weight_hh_l0.t()).chunk(4, dim=1)
                 c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                 h = torch.sigmoid(o) * torch.tanh(c)
                 total = total + h.sum()
@@ -109,8 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         ("stage 2, the same as a per-day matmul loop (autograd)", median_ms(stage2_loop, dev, repeats=5)),
         ("floor: 256 float32 mat-vecs 2048 x 512 (stage 2 forward)", median_ms(floor, dev)),
     ]
-    print(f"One paper-preset minibatch (1 env column x 128 days), forward + backward; machine: {machine_name(dev)}"
-          + (f", {args.threads} thread(s)" if dev == "cpu" else ""))
+    print(
+        f"One paper-preset minibatch (1 env column x 128 days), forward + backward; machine: {machine_name(dev)}"
+        + (f", {args.threads} thread(s)" if dev == "cpu" else "")
+    )
     print()
     print("| kernel | ms |")
     print("|---|---:|")

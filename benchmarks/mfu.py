@@ -123,9 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     H1, D, H2 = cfg.stage1_hidden, cfg.feature_dim, cfg.stage2_hidden
     rows = []
     for policy in args.policies.split(","):
-        opts = dict(device=args.device, policy=policy, num_envs=envs, world=1, threads=args.threads,
-                    mixed_precision=args.mixed_precision, compile=False, updates=args.updates,
-                    minibatches=args.minibatches, window_kernel=args.window_kernel)
+        opts = dict(
+            device=args.device,
+            policy=policy,
+            num_envs=envs,
+            world=1,
+            threads=args.threads,
+            mixed_precision=args.mixed_precision,
+            compile=False,
+            updates=args.updates,
+            minibatches=args.minibatches,
+            window_kernel=args.window_kernel,
+        )
         r = spawn_config(opts, 900)
         if r is None:
             continue
@@ -141,26 +150,46 @@ def main(argv: list[str] | None = None) -> int:
         per_step = rollout_fwd + 3 * cfg.epochs * update_fwd
         dense_per_step = rollout_fwd * (1 + 3 * cfg.epochs)
         upd_mfu = update_fwd * 3 * cfg.epochs * steps / upd / peak
-        rows.append((policy, kernel, shared_rows, update_fwd, per_step, dense_per_step, sps, per_step * sps,
-                     per_step * sps / peak, upd_mfu))
+        rows.append(
+            (
+                policy,
+                kernel,
+                shared_rows,
+                update_fwd,
+                per_step,
+                dense_per_step,
+                sps,
+                per_step * sps,
+                per_step * sps / peak,
+                upd_mfu,
+            )
+        )
         print(f"  {policy}: {sps:,.1f} env steps/s", flush=True)
     print()
-    print(f"MFU, paper preset ({envs} envs, {args.mixed_precision}), peak = measured {peak_name} matmul "
-          f"{peak / 1e12:.3f} TFLOP/s; machine: {machine_name(args.device)}"
-          + (f", {args.threads} thread(s)" if args.device == "cpu" else ""))
+    print(
+        f"MFU, paper preset ({envs} envs, {args.mixed_precision}), peak = measured {peak_name} matmul "
+        f"{peak / 1e12:.3f} TFLOP/s; machine: {machine_name(args.device)}"
+        + (f", {args.threads} thread(s)" if args.device == "cpu" else "")
+    )
     print()
-    print("| policy | window kernel (update) | rows projected/window (update) | update fwd MFLOP/env step | "
-          "train MFLOP/env step executed (dense-equivalent) | env steps/s | achieved GFLOP/s | MFU whole loop | "
-          "MFU update only |")
+    print(
+        "| policy | window kernel (update) | rows projected/window (update) | update fwd MFLOP/env step | "
+        "train MFLOP/env step executed (dense-equivalent) | env steps/s | achieved GFLOP/s | MFU whole loop | "
+        "MFU update only |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for policy, kernel, shared_rows, fwd, per_step, dense, sps, achieved, mfu, upd_mfu in rows:
         projected = "-" if policy != "clstm" else (f"{shared_rows:.2f}" if shared_rows is not None else str(T))
-        print(f"| {policy} | {kernel} | {projected} | {fwd / 1e6:.2f} | {per_step / 1e6:.1f} ({dense / 1e6:.1f}) | "
-              f"{sps:,.1f} | {achieved / 1e9:,.1f} | {mfu:.1%} | {upd_mfu:.1%} |")
+        print(
+            f"| {policy} | {kernel} | {projected} | {fwd / 1e6:.2f} | {per_step / 1e6:.1f} ({dense / 1e6:.1f}) | "
+            f"{sps:,.1f} | {achieved / 1e9:,.1f} | {mfu:.1%} | {upd_mfu:.1%} |"
+        )
     print()
     for policy, _k, _r, _fwd, per_step, _dense, sps, achieved, mfu, _ in rows:
-        print(f"- {policy}: {per_step / 1e6:.1f} MFLOP x {sps:,.1f} steps/s = {achieved / 1e9:.2f} GFLOP/s; "
-              f"/ {peak / 1e9:,.1f} GFLOP/s = {mfu:.1%}")
+        print(
+            f"- {policy}: {per_step / 1e6:.1f} MFLOP x {sps:,.1f} steps/s = {achieved / 1e9:.2f} GFLOP/s; "
+            f"/ {peak / 1e9:,.1f} GFLOP/s = {mfu:.1%}"
+        )
     return 0
 
 

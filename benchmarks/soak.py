@@ -23,10 +23,39 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 # small enough for a 2-core box, big enough that every update runs the whole loop (rollout, PPO, gather, save)
-RUN = ["--data", "synthetic:tickers=10,days=1500", "--window", "10", "--num_envs", "8", "--n_steps", "32",
-       "--batch_size", "128", "--epochs", "4", "--episode_length", "64", "--stage1_hidden", "32",
-       "--feature_dim", "32", "--stage2_hidden", "64", "--num_gpus", "0", "--log_every", "50", "--no-progress",
-       "--num_episodes", "100000000", "--checkpoint_every", "5", "--eval_every", "5"]
+RUN = [
+    "--data",
+    "synthetic:tickers=10,days=1500",
+    "--window",
+    "10",
+    "--num_envs",
+    "8",
+    "--n_steps",
+    "32",
+    "--batch_size",
+    "128",
+    "--epochs",
+    "4",
+    "--episode_length",
+    "64",
+    "--stage1_hidden",
+    "32",
+    "--feature_dim",
+    "32",
+    "--stage2_hidden",
+    "64",
+    "--num_gpus",
+    "0",
+    "--log_every",
+    "50",
+    "--no-progress",
+    "--num_episodes",
+    "100000000",
+    "--checkpoint_every",
+    "5",
+    "--eval_every",
+    "5",
+]
 
 
 def rss_mb(pid: int) -> float | None:
@@ -69,10 +98,26 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
-        cmd = [sys.executable, SCRIPT, *RUN, "--num_workers", str(args.num_workers), "--threads", str(args.threads),
-               "--checkpoint_dir", tmp, "--run_name", "soak"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        cmd = [
+            sys.executable,
+            SCRIPT,
+            *RUN,
+            "--num_workers",
+            str(args.num_workers),
+            "--threads",
+            str(args.threads),
+            "--checkpoint_dir",
+            tmp,
+            "--run_name",
+            "soak",
+        ]
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
         while not any("Episode" in line for line in lines):
@@ -93,16 +138,20 @@ def main() -> int:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=120)
         episodes = [line for line in lines if "Episode" in line]
-        print(f"soak: {args.num_workers} CPU workers x {args.threads} thread(s), {args.seconds:.0f} s sampled every "
-              f"{args.interval:g} s; stopped by SIGTERM -> exit {code}")
+        print(
+            f"soak: {args.num_workers} CPU workers x {args.threads} thread(s), {args.seconds:.0f} s sampled every "
+            f"{args.interval:g} s; stopped by SIGTERM -> exit {code}"
+        )
         print(f"last log line: {episodes[-1].strip() if episodes else '-'}")
         print()
         print("| process | pid | samples | RSS first (MB) | RSS last (MB) | last - first (MB) | max (MB) |")
         print("|---|---|---|---|---|---|---|")
         for pid, rows in samples.items():
             values = [v for _, v in rows]
-            print(f"| {labels[pid]} | {pid} | {len(rows)} | {values[0]:.1f} | {values[-1]:.1f} | "
-                  f"{values[-1] - values[0]:+.1f} | {max(values):.1f} |")
+            print(
+                f"| {labels[pid]} | {pid} | {len(rows)} | {values[0]:.1f} | {values[-1]:.1f} | "
+                f"{values[-1] - values[0]:+.1f} | {max(values):.1f} |"
+            )
     return 0
 
 

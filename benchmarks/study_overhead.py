@@ -28,8 +28,14 @@ def study_row(folder: Path) -> dict[str, float]:
     wall = max(s["finished"] for s in done) - min(s["started"] for s in done)
     cell_s = sum(s["seconds"] for s in done)
     train_s = sum(s["train_seconds"] for s in done)
-    return {"cells": len(done), "wall_s": wall, "cells_per_hour": len(done) / wall * 3600, "cell_s": cell_s,
-            "train_s": train_s, "overhead": (cell_s - train_s) / cell_s}
+    return {
+        "cells": len(done),
+        "wall_s": wall,
+        "cells_per_hour": len(done) / wall * 3600,
+        "cell_s": cell_s,
+        "train_s": train_s,
+        "overhead": (cell_s - train_s) / cell_s,
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -40,8 +46,10 @@ def main(argv: list[str]) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in argv:
         r = study_row(Path(name))
-        print(f"| {name} | {r['cells']} | {r['wall_s']:.0f} | {r['cells_per_hour']:.0f} | {r['cell_s']:.0f} | "
-              f"{r['train_s']:.0f} | {r['overhead']:.1%} |")
+        print(
+            f"| {name} | {r['cells']} | {r['wall_s']:.0f} | {r['cells_per_hour']:.0f} | {r['cell_s']:.0f} | "
+            f"{r['train_s']:.0f} | {r['overhead']:.1%} |"
+        )
     return 0
 
 

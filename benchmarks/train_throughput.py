@@ -78,9 +78,16 @@ def machine_name(device: str) -> str:
 def bench_config(opts: dict[str, Any]) -> Any:
     """The TrainConfig of one benchmark configuration (paper preset + the options)."""
     overrides: dict[str, Any] = dict(
-        policy=opts["policy"], num_envs=opts["num_envs"], mixed_precision=opts["mixed_precision"],
-        threads=opts["threads"], progress=False, num_episodes=10**9, compile=opts["compile"],
-        checkpoint_dir=opts["tmp"], run_name="bench", num_gpus=1 if opts["device"] == "cuda" else 0,
+        policy=opts["policy"],
+        num_envs=opts["num_envs"],
+        mixed_precision=opts["mixed_precision"],
+        threads=opts["threads"],
+        progress=False,
+        num_episodes=10**9,
+        compile=opts["compile"],
+        checkpoint_dir=opts["tmp"],
+        run_name="bench",
+        num_gpus=1 if opts["device"] == "cuda" else 0,
         window_kernel=opts.get("window_kernel", "auto"),
     )
     if opts["minibatches"]:
@@ -123,12 +130,24 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
         t0 = time.perf_counter()
         rows = trainer.rollout.collect(trainer.buf)
         last_value = trainer.rollout.bootstrap_value()
-        adv, ret = compute_gae(trainer.buf.rewards, trainer.buf.values, trainer.buf.dones, last_value,
-                               run_cfg.gamma, run_cfg.gae_lambda)
+        adv, ret = compute_gae(
+            trainer.buf.rewards, trainer.buf.values, trainer.buf.dones, last_value, run_cfg.gamma, run_cfg.gae_lambda
+        )
         sync()
         t1 = time.perf_counter()
-        ppo_update(trainer.trained, trainer.optimizer, trainer.buf, adv, ret, run_cfg, comm,
-                   generator=trainer.shuffle_gen, autocast=trainer.autocast, scaler=trainer.scaler, timer=timer)
+        ppo_update(
+            trainer.trained,
+            trainer.optimizer,
+            trainer.buf,
+            adv,
+            ret,
+            run_cfg,
+            comm,
+            generator=trainer.shuffle_gen,
+            autocast=trainer.autocast,
+            scaler=trainer.scaler,
+            timer=timer,
+        )
         comm.all_gather_rows(rows)
         sync()
         return t1 - t0, time.perf_counter() - t1
@@ -149,10 +168,16 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     mean = statistics.mean
     local = dict(
-        rank=comm.rank, rollout=mean(rollout_s), update=mean(update_s),
-        forward=mean(p.get("forward", 0.0) for p in phases), backward=mean(p.get("backward", 0.0) for p in phases),
-        optimizer=mean(p.get("optimizer", 0.0) for p in phases), allreduce_one=allreduce, peak_bytes=peak,
-        obs_store_bytes=trainer.buf.obs.nbytes(), obs_rows_per_env=trainer.buf.obs.rows_per_env,
+        rank=comm.rank,
+        rollout=mean(rollout_s),
+        update=mean(update_s),
+        forward=mean(p.get("forward", 0.0) for p in phases),
+        backward=mean(p.get("backward", 0.0) for p in phases),
+        optimizer=mean(p.get("optimizer", 0.0) for p in phases),
+        allreduce_one=allreduce,
+        peak_bytes=peak,
+        obs_store_bytes=trainer.buf.obs.nbytes(),
+        obs_rows_per_env=trainer.buf.obs.rows_per_env,
         dense_obs_bytes=cfg.rollout_steps * cfg.window * market.num_features * 4,
     )
     gathered = comm.gather_objects(local)
@@ -160,9 +185,15 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
         steps = cfg.rollout_steps * comm.world_size
         per_update = local["rollout"] + local["update"]
         result = dict(
-            opts={k: v for k, v in opts.items() if k != "tmp"}, world=comm.world_size, params=numel,
-            grad_bytes=numel * 4, optimizer_steps=cfg.epochs * cfg.num_minibatches, env_steps_per_update=steps,
-            steps_per_second=steps / per_update, rank0=local, peak_bytes_max=max(g["peak_bytes"] for g in gathered),
+            opts={k: v for k, v in opts.items() if k != "tmp"},
+            world=comm.world_size,
+            params=numel,
+            grad_bytes=numel * 4,
+            optimizer_steps=cfg.epochs * cfg.num_minibatches,
+            env_steps_per_update=steps,
+            steps_per_second=steps / per_update,
+            rank0=local,
+            peak_bytes_max=max(g["peak_bytes"] for g in gathered),
             batch_size=cfg.batch_size,
         )
         Path(out_path).write_text(json.dumps(result), encoding="utf-8")
@@ -177,8 +208,9 @@ def run_one(opts: dict[str, Any]) -> None:
         backend = "nccl" if world > 1 else "none"
         layout = WorldLayout(world, "cuda", backend, "127.0.0.1", find_free_port() if world > 1 else 0, False)
     else:
-        layout = WorldLayout(world, "cpu", "gloo" if world > 1 else "none", "127.0.0.1",
-                             find_free_port() if world > 1 else 0, False)
+        layout = WorldLayout(
+            world, "cpu", "gloo" if world > 1 else "none", "127.0.0.1", find_free_port() if world > 1 else 0, False
+        )
     code = launch(layout, _worker, (opts, market, opts["out"]))
     sys.exit(code)
 
@@ -190,8 +222,14 @@ def spawn_config(opts: dict[str, Any], timeout: float) -> dict[str, Any] | None:
         child = {**opts, "tmp": tmp, "out": str(out)}
         env = {**os.environ, "OMP_NUM_THREADS": str(opts["threads"])}
         try:
-            proc = subprocess.run([sys.executable, __file__, "--_child", json.dumps(child)], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--_child", json.dumps(child)],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             print(f"  skipped {describe(opts)}: over {timeout:.0f} s", flush=True)
             return None
@@ -203,14 +241,18 @@ def spawn_config(opts: dict[str, Any], timeout: float) -> dict[str, Any] | None:
 
 
 def describe(opts: dict[str, Any]) -> str:
-    return (f"{opts['policy']} world {opts['world']} envs {opts['num_envs']} threads {opts['threads']} "
-            f"{opts['mixed_precision']} kernel {opts.get('window_kernel', 'auto')}")
+    return (
+        f"{opts['policy']} world {opts['world']} envs {opts['num_envs']} threads {opts['threads']} "
+        f"{opts['mixed_precision']} kernel {opts.get('window_kernel', 'auto')}"
+    )
 
 
 def table(results: list[dict[str, Any]], device: str) -> str:
-    head = ("| policy | window kernel | workers x threads | envs/worker | minibatch | precision | env steps/s | "
-            "rollout s | forward s | backward s (+DDP) | optimizer s | all-reduce s (bare x steps) | "
-            "rollout obs (dense) | peak mem/worker |")
+    head = (
+        "| policy | window kernel | workers x threads | envs/worker | minibatch | precision | env steps/s | "
+        "rollout s | forward s | backward s (+DDP) | optimizer s | all-reduce s (bare x steps) | "
+        "rollout obs (dense) | peak mem/worker |"
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in results:
         o, r0 = r["opts"], r["rank0"]
@@ -222,7 +264,8 @@ def table(results: list[dict[str, Any]], device: str) -> str:
         lines.append(
             f"| {o['policy']} | {kernel} | {workers} | {o['num_envs']} | {r['batch_size']} | {o['mixed_precision']} | "
             f"{r['steps_per_second']:,.1f} | {r0['rollout']:.2f} | {r0['forward']:.2f} | {r0['backward']:.2f} | "
-            f"{r0['optimizer']:.2f} | {ar:.3f} | {obs} | {r['peak_bytes_max'] / 2**20:,.0f} MiB {unit} |")
+            f"{r0['optimizer']:.2f} | {ar:.3f} | {obs} | {r['peak_bytes_max'] / 2**20:,.0f} MiB {unit} |"
+        )
     return "\n".join(lines)
 
 
@@ -249,12 +292,16 @@ def projection(results: list[dict[str, Any]], bus_gbps: float) -> list[str]:
         else:
             per = one["grad_bytes"] * 2 * 7 / 8 / (bus_gbps * 1e9)
             ar_8 = per * steps
-            source = (f"ASSUMED bus bandwidth {bus_gbps:g} GB/s: {one['grad_bytes'] / 1e6:.1f} MB x 2*7/8 / bw "
-                      f"= {per * 1e3:.3f} ms x {steps} steps")
+            source = (
+                f"ASSUMED bus bandwidth {bus_gbps:g} GB/s: {one['grad_bytes'] / 1e6:.1f} MB x 2*7/8 / bw "
+                f"= {per * 1e3:.3f} ms x {steps} steps"
+            )
         eff = t1 / (t1 + ar_8)
         label = f"{policy} ({kernel} window kernel)" if policy == "clstm" else policy
-        out.append(f"- {label}, {envs} envs/worker, {prec}: t(1 worker) = {t1:.2f} s/update; all-reduce(8) = "
-                   f"{ar_8:.3f} s ({source}); efficiency = {t1:.2f} / ({t1:.2f} + {ar_8:.3f}) = {eff:.1%}")
+        out.append(
+            f"- {label}, {envs} envs/worker, {prec}: t(1 worker) = {t1:.2f} s/update; all-reduce(8) = "
+            f"{ar_8:.3f} s ({source}); efficiency = {t1:.2f} / ({t1:.2f} + {ar_8:.3f}) = {eff:.1%}"
+        )
     return out
 
 
@@ -265,15 +312,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--world_sizes", default="1", help="comma list, e.g. 1,2 (CPU: gloo processes; GPU: GPUs)")
     p.add_argument("--policies", default="clstm", help="comma list of clstm,lstm,mlp")
     p.add_argument("--num_envs", default="", help="comma list of envs per worker (default 8 on CPU, 1024 on GPU)")
-    p.add_argument("--minibatches", type=int, default=0,
-                   help="minibatches per epoch (0: the paper's 128-step minibatch, i.e. one env column each)")
+    p.add_argument(
+        "--minibatches",
+        type=int,
+        default=0,
+        help="minibatches per epoch (0: the paper's 128-step minibatch, i.e. one env column each)",
+    )
     p.add_argument("--mixed_precision", default="none", choices=("none", "bf16", "fp16"))
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--window_kernels", default="auto",
-                   help="comma list of window-LSTM kernels to compare (clstm): auto, shared, fused")
+    p.add_argument(
+        "--window_kernels",
+        default="auto",
+        help="comma list of window-LSTM kernels to compare (clstm): auto, shared, fused",
+    )
     p.add_argument("--updates", type=int, default=1, help="timed updates per configuration (after a warm-up)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per configuration")
-    p.add_argument("--bus_gbps", type=float, default=100.0, help="assumed all-reduce bus bandwidth for 1-GPU projections")
+    p.add_argument(
+        "--bus_gbps", type=float, default=100.0, help="assumed all-reduce bus bandwidth for 1-GPU projections"
+    )
     p.add_argument("--json", default="", help="also write the results to this JSON file")
     p.add_argument("--_child", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -286,22 +342,39 @@ def main(argv: list[str] | None = None) -> int:
     envs = [int(x) for x in (args.num_envs or ("8" if args.device == "cpu" else "1024")).split(",")]
     results = []
     print(f"machine: {machine_name(args.device)}", flush=True)
-    configs = [(policy, kernel, n, world) for policy in args.policies.split(",")
-               for kernel in (args.window_kernels.split(",") if policy == "clstm" else ["auto"])
-               for n in envs for world in (int(x) for x in args.world_sizes.split(","))]
+    configs = [
+        (policy, kernel, n, world)
+        for policy in args.policies.split(",")
+        for kernel in (args.window_kernels.split(",") if policy == "clstm" else ["auto"])
+        for n in envs
+        for world in (int(x) for x in args.world_sizes.split(","))
+    ]
     for policy, kernel, n, world in configs:
-        opts = dict(device=args.device, policy=policy, num_envs=n, world=world, threads=args.threads,
-                    mixed_precision=args.mixed_precision, compile=args.compile, updates=args.updates,
-                    minibatches=args.minibatches, window_kernel=kernel)
+        opts = dict(
+            device=args.device,
+            policy=policy,
+            num_envs=n,
+            world=world,
+            threads=args.threads,
+            mixed_precision=args.mixed_precision,
+            compile=args.compile,
+            updates=args.updates,
+            minibatches=args.minibatches,
+            window_kernel=kernel,
+        )
         t0 = time.perf_counter()
         r = spawn_config(opts, args.timeout)
         if r is not None:
             results.append(r)
-            print(f"  {describe(opts)}: {r['steps_per_second']:,.1f} env steps/s "
-                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+            print(
+                f"  {describe(opts)}: {r['steps_per_second']:,.1f} env steps/s ({time.perf_counter() - t0:.0f} s)",
+                flush=True,
+            )
     print()
-    print(f"Training throughput, paper preset, synthetic 30 tickers x 2,520 days (F=181, T=30); machine: "
-          f"{machine_name(args.device)}")
+    print(
+        f"Training throughput, paper preset, synthetic 30 tickers x 2,520 days (F=181, T=30); machine: "
+        f"{machine_name(args.device)}"
+    )
     print()
     print(table(results, args.device))
     print()
@@ -309,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     for line in projection(results, args.bus_gbps):
         print(line)
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(machine=machine_name(args.device), results=results), indent=1),
-                                   encoding="utf-8")
+        Path(args.json).write_text(
+            json.dumps(dict(machine=machine_name(args.device), results=results), indent=1), encoding="utf-8"
+        )
     return 0
 
 

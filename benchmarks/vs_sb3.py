@@ -55,8 +55,9 @@ def make_extractor_class() -> type:
         def __init__(self, observation_space, lstm_hidden: int = 128, features_dim: int = 128) -> None:
             super().__init__(observation_space, features_dim)
             self.lstm = nn.LSTM(observation_space.shape[-1], lstm_hidden, batch_first=True)
-            self.head = nn.Sequential(nn.Linear(lstm_hidden, features_dim), nn.Tanh(),
-                                      nn.Linear(features_dim, features_dim), nn.Tanh())
+            self.head = nn.Sequential(
+                nn.Linear(lstm_hidden, features_dim), nn.Tanh(), nn.Linear(features_dim, features_dim), nn.Tanh()
+            )
 
         def forward(self, obs: torch.Tensor) -> torch.Tensor:
             out, _ = self.lstm(obs)
@@ -75,17 +76,35 @@ def bench_sb3(market, cfg, n_envs: int, steps: int, device: str = "cpu") -> tupl
 
     econf = env_config(cfg)
     # Monitor: sb3's episode bookkeeping (it replaces our info["episode"] with its own {"r", "l", "t"}).
-    venv = DummyVecEnv([lambda i=i: Monitor(StockTradingEnv(market, split="train", config=econf, seed=i))
-                        for i in range(n_envs)])
+    venv = DummyVecEnv(
+        [lambda i=i: Monitor(StockTradingEnv(market, split="train", config=econf, seed=i)) for i in range(n_envs)]
+    )
     model = RecurrentPPO(
-        "MlpLstmPolicy", venv, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.epochs,
-        gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_coef, ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef, max_grad_norm=cfg.max_grad_norm, learning_rate=cfg.learning_rate_actor_critic,
-        policy_kwargs=dict(features_extractor_class=make_extractor_class(),
-                           features_extractor_kwargs=dict(lstm_hidden=cfg.stage1_hidden, features_dim=cfg.feature_dim),
-                           lstm_hidden_size=cfg.stage2_hidden, n_lstm_layers=1, shared_lstm=False,
-                           enable_critic_lstm=True, net_arch=[], optimizer_kwargs=dict(eps=cfg.adam_eps)),
-        device=device, seed=0, verbose=0,
+        "MlpLstmPolicy",
+        venv,
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        n_epochs=cfg.epochs,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=cfg.clip_coef,
+        ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        learning_rate=cfg.learning_rate_actor_critic,
+        policy_kwargs=dict(
+            features_extractor_class=make_extractor_class(),
+            features_extractor_kwargs=dict(lstm_hidden=cfg.stage1_hidden, features_dim=cfg.feature_dim),
+            lstm_hidden_size=cfg.stage2_hidden,
+            n_lstm_layers=1,
+            shared_lstm=False,
+            enable_critic_lstm=True,
+            net_arch=[],
+            optimizer_kwargs=dict(eps=cfg.adam_eps),
+        ),
+        device=device,
+        seed=0,
+        verbose=0,
     )
     model.learn(total_timesteps=cfg.n_steps * n_envs)  # warm-up: one rollout + one update
     t0 = time.perf_counter()
@@ -107,10 +126,21 @@ def bench_ours(market, cfg, updates: int, device: str) -> tuple[float, float, in
         def update(run_cfg) -> None:
             rows = trainer.rollout.collect(trainer.buf)
             last = trainer.rollout.bootstrap_value()
-            adv, ret = compute_gae(trainer.buf.rewards, trainer.buf.values, trainer.buf.dones, last,
-                                   run_cfg.gamma, run_cfg.gae_lambda)
-            ppo_update(trainer.trained, trainer.optimizer, trainer.buf, adv, ret, run_cfg, comm,
-                       generator=trainer.shuffle_gen, autocast=trainer.autocast, scaler=trainer.scaler)
+            adv, ret = compute_gae(
+                trainer.buf.rewards, trainer.buf.values, trainer.buf.dones, last, run_cfg.gamma, run_cfg.gae_lambda
+            )
+            ppo_update(
+                trainer.trained,
+                trainer.optimizer,
+                trainer.buf,
+                adv,
+                ret,
+                run_cfg,
+                comm,
+                generator=trainer.shuffle_gen,
+                autocast=trainer.autocast,
+                scaler=trainer.scaler,
+            )
             comm.all_gather_rows(rows)
 
         update(dataclasses.replace(cfg, epochs=1))
@@ -133,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sb3_steps", type=int, default=2048)
     p.add_argument("--our_envs", type=int, default=16)
     p.add_argument("--our_updates", type=int, default=2)
-    p.add_argument("--our_minibatches", type=int, default=0,
-                   help="minibatches per epoch for ours (0: the paper's 128 env steps per minibatch)")
+    p.add_argument(
+        "--our_minibatches",
+        type=int,
+        default=0,
+        help="minibatches per epoch for ours (0: the paper's 128 env steps per minibatch)",
+    )
     p.add_argument("--skip_sb3", action="store_true", help="time ours only")
     args = p.parse_args(argv)
     try:
@@ -155,14 +189,28 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine_name('cpu')}" + (f"; ours on {machine_name('cuda')}" if args.device == "cuda" else ""))
     ours_sps, ours_s, ours_steps = bench_ours(market, cfg, args.our_updates, args.device)
     print(f"  ours: {ours_steps:,} env steps in {ours_s:.1f} s", flush=True)
-    rows = [("clstm-ppo (this repo)", f"VectorStockTradingEnv x {args.our_envs}, {args.device}", ours_steps, ours_s,
-             ours_sps)]
+    rows = [
+        (
+            "clstm-ppo (this repo)",
+            f"VectorStockTradingEnv x {args.our_envs}, {args.device}",
+            ours_steps,
+            ours_s,
+            ours_sps,
+        )
+    ]
     if not args.skip_sb3:
         sb3_cfg = preset("paper", num_envs=args.sb3_envs, progress=False, num_episodes=10**9)
         sb3_sps, sb3_s = bench_sb3(market, sb3_cfg, args.sb3_envs, args.sb3_steps, args.sb3_device)
         print(f"  sb3: {args.sb3_steps:,} env steps in {sb3_s:.1f} s", flush=True)
-        rows.append(("sb3-contrib RecurrentPPO + CLSTM extractor", f"DummyVecEnv(StockTradingEnv) x {args.sb3_envs}, {args.sb3_device}",
-                     args.sb3_steps, sb3_s, sb3_sps))
+        rows.append(
+            (
+                "sb3-contrib RecurrentPPO + CLSTM extractor",
+                f"DummyVecEnv(StockTradingEnv) x {args.sb3_envs}, {args.sb3_device}",
+                args.sb3_steps,
+                sb3_s,
+                sb3_sps,
+            )
+        )
     print()
     print(f"Paper preset training throughput, {args.threads} torch thread(s); machine: {machine_name('cpu')}")
     print()

@@ -18,9 +18,15 @@ if "envs/StockTrading-v0" not in gymnasium.registry:
     gymnasium.register(id="envs/StockTrading-v0", entry_point="envs.trading_env:StockTradingEnv")
 
 _EXPORTS = {
-    "StockTradingEnv": "envs.trading_env", "VectorStockTradingEnv": "envs.vector_env", "EnvConfig": "envs.kernel",
-    "MarketData": "envs.data", "split_days": "envs.data", "PreparedMarket": "envs.features",
-    "generate_market": "envs.synthetic", "load_market_data": "envs.sources", "UserError": "envs.errors",
+    "StockTradingEnv": "envs.trading_env",
+    "VectorStockTradingEnv": "envs.vector_env",
+    "EnvConfig": "envs.kernel",
+    "MarketData": "envs.data",
+    "split_days": "envs.data",
+    "PreparedMarket": "envs.features",
+    "generate_market": "envs.synthetic",
+    "load_market_data": "envs.sources",
+    "UserError": "envs.errors",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -138,8 +138,9 @@ def redact_url(url: str) -> str:
         return "<unparseable URL>"
 
 
-def retry_settings(max_retries: int | None, retry_wait_seconds: float | None,
-                    timeout_seconds: float | None = None) -> tuple[int, float, float]:
+def retry_settings(
+    max_retries: int | None, retry_wait_seconds: float | None, timeout_seconds: float | None = None
+) -> tuple[int, float, float]:
     """(retries, first retry wait s, per-request timeout s) from the arguments, else the environment."""
     env = read_settings([RETRIES_VAR, RETRY_WAIT_VAR, TIMEOUT_VAR])
     try:
@@ -149,11 +150,13 @@ def retry_settings(max_retries: int | None, retry_wait_seconds: float | None,
             if retry_wait_seconds is not None
             else env.get(RETRY_WAIT_VAR, DEFAULT_RETRY_WAIT_SECONDS)
         )
-        timeout = float(timeout_seconds if timeout_seconds is not None
-                        else env.get(TIMEOUT_VAR, DEFAULT_TIMEOUT_SECONDS))
+        timeout = float(
+            timeout_seconds if timeout_seconds is not None else env.get(TIMEOUT_VAR, DEFAULT_TIMEOUT_SECONDS)
+        )
     except ValueError as err:
-        raise UserError(f"{RETRIES_VAR} must be an integer, {RETRY_WAIT_VAR} and {TIMEOUT_VAR} numbers of "
-                        "seconds") from err
+        raise UserError(
+            f"{RETRIES_VAR} must be an integer, {RETRY_WAIT_VAR} and {TIMEOUT_VAR} numbers of seconds"
+        ) from err
     if retries < 0 or wait < 0:
         raise UserError(f"{RETRIES_VAR} and {RETRY_WAIT_VAR} must be >= 0")
     if not timeout > 0:
@@ -165,7 +168,7 @@ def retry_settings(max_retries: int | None, retry_wait_seconds: float | None,
 
 
 def parse_timeframe(text: str) -> Any:
-    """"1Day", "1D", "day", "1Hour", "15Min", "1Week", "1Month" -> alpaca-py ``TimeFrame``."""
+    """ "1Day", "1D", "day", "1Hour", "15Min", "1Week", "1Month" -> alpaca-py ``TimeFrame``."""
     from alpaca.data.timeframe import TimeFrame, TimeFrameUnit
 
     match = re.fullmatch(r"\s*(\d*)\s*([A-Za-z]+)\s*", str(text))
@@ -266,8 +269,7 @@ def _read_cache(path: Path, tickers: Sequence[str]) -> pd.DataFrame | None:
             raise ValueError("unexpected columns or tickers")
         return _tidy(frame)
     except Exception as err:  # noqa: BLE001 -- any unreadable file is a miss, never a crash
-        print(f"note: ignoring unreadable cache file {path} ({type(err).__name__}); downloading again",
-              file=sys.stderr)
+        print(f"note: ignoring unreadable cache file {path} ({type(err).__name__}); downloading again", file=sys.stderr)
         return None
 
 
@@ -358,7 +360,8 @@ def _make_client(creds: Credentials, url: str, retries: int, wait: float, timeou
     from alpaca.data.historical.stock import StockHistoricalDataClient
 
     client = patient_client_class(StockHistoricalDataClient, wait, timeout)(
-        creds.key, creds.secret, raw_data=True, url_override=url)
+        creds.key, creds.secret, raw_data=True, url_override=url
+    )
     client._retry = retries
     return client
 
@@ -374,12 +377,16 @@ def _api_error_message(err: Exception, url: str, retries: int) -> str:
         detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
     where = redact_url(url)
     if status in (401, 403) and "subscription" not in detail.lower():
-        return (f"Alpaca rejected the API keys (HTTP {status} from {where}); check ALPACA_API_KEY/"
-                "ALPACA_SECRET_KEY (or APCA_API_KEY_ID/APCA_API_SECRET_KEY) and that they are "
-                "market-data keys")
+        return (
+            f"Alpaca rejected the API keys (HTTP {status} from {where}); check ALPACA_API_KEY/"
+            "ALPACA_SECRET_KEY (or APCA_API_KEY_ID/APCA_API_SECRET_KEY) and that they are "
+            "market-data keys"
+        )
     if status == 429:
-        return (f"Alpaca rate limit (HTTP 429) still hit after {retries} retries from {where}; wait a minute "
-                f"and run again (downloads already cached are reused)")
+        return (
+            f"Alpaca rate limit (HTTP 429) still hit after {retries} retries from {where}; wait a minute "
+            f"and run again (downloads already cached are reused)"
+        )
     hint = f": {detail}" if detail else ""
     if status == 403:
         return f"Alpaca refused the request (HTTP 403){hint}; try --feed iex or an end date further back"
@@ -424,8 +431,7 @@ def _download(
         raise UserError(message) from None
     except requests.exceptions.JSONDecodeError:
         raise UserError(
-            f"malformed response from the Alpaca data API at {redact_url(url)} (not JSON); "
-            "is the data URL right?"
+            f"malformed response from the Alpaca data API at {redact_url(url)} (not JSON); is the data URL right?"
         ) from None
     except requests.exceptions.ConnectionError:
         raise UserError(
@@ -433,12 +439,12 @@ def _download(
             f"connection refused); check the network or {URL_VAR}/--data_url"
         ) from None
     except requests.exceptions.Timeout:
-        raise UserError(f"the Alpaca data API at {redact_url(url)} did not answer within {timeout:g} s "
-                        f"({TIMEOUT_VAR}); try again later") from None
-    except requests.exceptions.RequestException as err:
         raise UserError(
-            f"request to the Alpaca data API at {redact_url(url)} failed: {type(err).__name__}"
+            f"the Alpaca data API at {redact_url(url)} did not answer within {timeout:g} s "
+            f"({TIMEOUT_VAR}); try again later"
         ) from None
+    except requests.exceptions.RequestException as err:
+        raise UserError(f"request to the Alpaca data API at {redact_url(url)} failed: {type(err).__name__}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as err:
         # JSON decode errors, alpaca-py's "does not match any known keys", and our own shape checks.
         raise UserError(
@@ -501,12 +507,15 @@ def fetch_bars(
     frame = frame[frame["tic"].isin(symbols)].reset_index(drop=True)
     span = f"between {start} and {end} ({frame_spec.value}, feed {feed})"
     if frame.empty:
-        raise UserError(f"Alpaca returned no bars at all for {', '.join(symbols)} {span}; "
-                        "check the dates (weekends/holidays, future) and the tickers")
+        raise UserError(
+            f"Alpaca returned no bars at all for {', '.join(symbols)} {span}; "
+            "check the dates (weekends/holidays, future) and the tickers"
+        )
     missing = sorted(set(symbols) - set(frame["tic"].unique()))
     if missing:
-        raise UserError(f"Alpaca returned no bars for {', '.join(missing)} {span}: unknown ticker, "
-                        "or not trading in that range")
+        raise UserError(
+            f"Alpaca returned no bars for {', '.join(missing)} {span}: unknown ticker, or not trading in that range"
+        )
     if window[1] < pd.Timestamp.now(tz="UTC"):
         _write_cache(path, frame)
     else:

@@ -107,9 +107,7 @@ def _resolve_columns(columns: Sequence[Any]) -> dict[str, str]:
             # an exact canonical name wins over an alias (e.g. "date" and "timestamp" both present)
             exact = [c for c in found if str(c).strip().lower() == canonical]
             if len(exact) != 1:
-                raise UserError(
-                    f"ambiguous columns for {canonical!r}: {', '.join(map(str, found))}; keep one of them"
-                )
+                raise UserError(f"ambiguous columns for {canonical!r}: {', '.join(map(str, found))}; keep one of them")
             found = exact
         if found:
             mapping[canonical] = found[0]
@@ -168,8 +166,10 @@ def _parse_numbers(raw: pd.Series, name: str, frame: pd.DataFrame) -> np.ndarray
     except (ValueError, TypeError):
         numbers = pd.to_numeric(text, errors="coerce")
         bad = (numbers.isna() & ~missing).to_numpy()
-        shown = [f"{v!r} ({t} {d})" for v, t, d in zip(
-            raw[bad][:_SHOW], frame["tic"][bad][:_SHOW], frame["date"][bad][:_SHOW], strict=True)]
+        shown = [
+            f"{v!r} ({t} {d})"
+            for v, t, d in zip(raw[bad][:_SHOW], frame["tic"][bad][:_SHOW], frame["date"][bad][:_SHOW], strict=True)
+        ]
         shown = [s.replace(" 00:00:00", "") for s in shown]
         more = f", ... ({int(bad.sum())} rows in all)" if bad.sum() > _SHOW else ""
         raise UserError(f"non-numeric values in column {name!r}: {', '.join(shown)}{more}") from None
@@ -375,13 +375,16 @@ class MarketData:
             counts = frame.groupby("date")["tic"].size()
             dates = pd.DatetimeIndex(counts.index[counts.to_numpy() == len(tickers)])
             if len(dates) == 0:
-                raise UserError(f"the {len(tickers)} tickers share no common date; gap_policy 'intersect' leaves nothing")
+                raise UserError(
+                    f"the {len(tickers)} tickers share no common date; gap_policy 'intersect' leaves nothing"
+                )
         arrays = {c: _pivot(frame, c, dates, tickers) for c in ("open", "high", "low", "close", "volume")}
         if gaps and gap_policy == "ffill":
             arrays = _forward_fill(arrays, dates, tickers, max_ffill_days)
         check_price_jumps(arrays["close"], dates, tickers, max_price_ratio)
-        return cls(dates=dates.to_numpy(dtype="datetime64[ns]"), tickers=tuple(tickers), close_only=close_only,
-                   **arrays)
+        return cls(
+            dates=dates.to_numpy(dtype="datetime64[ns]"), tickers=tuple(tickers), close_only=close_only, **arrays
+        )
 
     @classmethod
     def from_csv(cls, path: str | Path, **kw: Any) -> MarketData:
@@ -402,15 +405,17 @@ class MarketData:
     def to_frame(self) -> pd.DataFrame:
         """Long format: date, tic, open, high, low, close, volume, sorted by (date, tic); D*N rows."""
         d, n = self.num_days, self.num_tickers
-        return pd.DataFrame({
-            "date": np.repeat(self.dates, n),
-            "tic": np.tile(np.asarray(self.tickers, dtype=object), d),
-            "open": self.open.reshape(-1),
-            "high": self.high.reshape(-1),
-            "low": self.low.reshape(-1),
-            "close": self.close.reshape(-1),
-            "volume": self.volume.reshape(-1),
-        })
+        return pd.DataFrame(
+            {
+                "date": np.repeat(self.dates, n),
+                "tic": np.tile(np.asarray(self.tickers, dtype=object), d),
+                "open": self.open.reshape(-1),
+                "high": self.high.reshape(-1),
+                "low": self.low.reshape(-1),
+                "close": self.close.reshape(-1),
+                "volume": self.volume.reshape(-1),
+            }
+        )
 
     def to_path(self, path: str | Path) -> Path:
         """Write :meth:`to_frame` as CSV or Parquet by extension; creates parent folders. Returns the path."""
@@ -429,9 +434,16 @@ class MarketData:
         if not (0 <= start < stop <= self.num_days):
             raise UserError(f"day range [{start}, {stop}) is empty or outside 0..{self.num_days}")
         sl = slice(start, stop)
-        return MarketData(dates=self.dates[sl].copy(), tickers=self.tickers, open=self.open[sl].copy(),
-                          high=self.high[sl].copy(), low=self.low[sl].copy(), close=self.close[sl].copy(),
-                          volume=self.volume[sl].copy(), close_only=self.close_only)
+        return MarketData(
+            dates=self.dates[sl].copy(),
+            tickers=self.tickers,
+            open=self.open[sl].copy(),
+            high=self.high[sl].copy(),
+            low=self.low[sl].copy(),
+            close=self.close[sl].copy(),
+            volume=self.volume[sl].copy(),
+            close_only=self.close_only,
+        )
 
     def select_tickers(self, tickers: Iterable[str]) -> MarketData:
         """The given tickers, in the given order; UserError naming any unknown or repeated ticker."""
@@ -446,9 +458,16 @@ class MarketData:
         if repeated:
             raise UserError(f"tickers selected more than once: {', '.join(repeated)}")
         cols = [index[t] for t in wanted]
-        return MarketData(dates=self.dates.copy(), tickers=tuple(wanted), open=self.open[:, cols],
-                          high=self.high[:, cols], low=self.low[:, cols], close=self.close[:, cols],
-                          volume=self.volume[:, cols], close_only=self.close_only)
+        return MarketData(
+            dates=self.dates.copy(),
+            tickers=tuple(wanted),
+            open=self.open[:, cols],
+            high=self.high[:, cols],
+            low=self.low[:, cols],
+            close=self.close[:, cols],
+            volume=self.volume[:, cols],
+            close_only=self.close_only,
+        )
 
     def select_dates(self, start: str | None = None, end: str | None = None) -> MarketData:
         """Days with start <= date <= end (either bound optional); UserError when none remain."""
@@ -462,8 +481,10 @@ class MarketData:
         if hi is not None:
             keep &= self.dates <= hi.to_datetime64()
         if not keep.any():
-            raise UserError(f"no trading days between {start or 'the start'} and {end or 'the end'}; "
-                            f"the data covers {self.date_str(0)} .. {self.date_str(-1)}")
+            raise UserError(
+                f"no trading days between {start or 'the start'} and {end or 'the end'}; "
+                f"the data covers {self.date_str(0)} .. {self.date_str(-1)}"
+            )
         idx = np.flatnonzero(keep)
         return self.slice_days(int(idx[0]), int(idx[-1]) + 1)
 
@@ -478,8 +499,9 @@ class MarketData:
             and self.tickers == other.tickers
             and self.close_only == other.close_only
             and np.array_equal(self.dates, other.dates)
-            and all(np.array_equal(getattr(self, c), getattr(other, c))
-                    for c in ("open", "high", "low", "close", "volume"))
+            and all(
+                np.array_equal(getattr(self, c), getattr(other, c)) for c in ("open", "high", "low", "close", "volume")
+            )
         )
 
 
@@ -507,8 +529,9 @@ def check_price_jumps(close: np.ndarray, dates: Any, tickers: Sequence[str], max
     )
 
 
-def _forward_fill(arrays: dict[str, np.ndarray], dates: pd.DatetimeIndex, tickers: list[str],
-                  max_days: int) -> dict[str, np.ndarray]:
+def _forward_fill(
+    arrays: dict[str, np.ndarray], dates: pd.DatetimeIndex, tickers: list[str], max_days: int
+) -> dict[str, np.ndarray]:
     """Fill missing bars with flat bars at the last close; refuse leading gaps and runs > max_days."""
     close = arrays["close"]
     missing = np.isnan(close)
@@ -585,8 +608,9 @@ def read_frame(path: str | Path, kind: str | None = None) -> pd.DataFrame:
     tic_cols = [c for c in header.columns if str(c).strip().lower() in ALIASES["tic"]]
     na_values = {c: _NA_STRINGS for c in header.columns if c not in tic_cols}
     try:
-        return pd.read_csv(path, dtype={c: str for c in tic_cols}, keep_default_na=False, na_values=na_values,
-                           **_ROUND_TRIP)
+        return pd.read_csv(
+            path, dtype={c: str for c in tic_cols}, keep_default_na=False, na_values=na_values, **_ROUND_TRIP
+        )
     except (UnicodeDecodeError, pd.errors.ParserError, ValueError) as err:
         raise UserError(f"cannot read CSV file {path}: {str(err).splitlines()[0][:200]}") from None
 
@@ -674,8 +698,10 @@ def split_days(
             ts = parse_date(value, name)
             lo, hi = pd.Timestamp(data.dates[first]), pd.Timestamp(data.dates[-1])
             if ts < lo or ts > hi:
-                raise UserError(f"{name} {ts.date()} is outside the usable dates {lo.date()} .. {hi.date()} "
-                                f"(the first {first} days are the window's lookback)")
+                raise UserError(
+                    f"{name} {ts.date()} is outside the usable dates {lo.date()} .. {hi.date()} "
+                    f"(the first {first} days are the window's lookback)"
+                )
             stops.append(int(np.searchsorted(data.dates, ts.to_datetime64(), side="right")))
         for (n1, v1), (n2, v2), s1, s2 in zip(given, given[1:], stops, stops[1:], strict=False):
             if s2 <= s1:
@@ -704,6 +730,8 @@ def split_days(
     splits = Splits(train, validation, test)
     for name, r in splits.as_dict().items():
         if r is not None and r.num_days < MIN_SPLIT_DAYS:
-            raise UserError(f"the {name} split has {r.num_days} trading day(s), needs at least {MIN_SPLIT_DAYS} "
-                            f"({data.num_days} days in the data, window {window})")
+            raise UserError(
+                f"the {name} split has {r.num_days} trading day(s), needs at least {MIN_SPLIT_DAYS} "
+                f"({data.num_days} days in the data, window {window})"
+            )
     return splits

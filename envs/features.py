@@ -227,8 +227,9 @@ def _safe_std(x: np.ndarray, axis: int) -> np.ndarray:
 PRICE_RELATIVE_INDICATORS = ("macd",)  # in dollars: divided by the close in "return" mode
 
 
-def price_features(close: np.ndarray, indicators: np.ndarray, mode: str,
-                   relative: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
+def price_features(
+    close: np.ndarray, indicators: np.ndarray, mode: str, relative: tuple[int, ...] = ()
+) -> tuple[np.ndarray, np.ndarray]:
     """The raw (not yet z-scored) price column and indicators of each day's state.
 
     :param close: [D, N] float64 dollars; :param indicators: [D, N, K] float64.
@@ -273,8 +274,15 @@ class Normalization:
     price_relative: tuple[int, ...] = ()
 
     @classmethod
-    def fit(cls, close: np.ndarray, indicators: np.ndarray, days: DayRange, *, price_mode: str = DEFAULT_PRICE_MODE,
-            price_relative: tuple[int, ...] = ()) -> Normalization:
+    def fit(
+        cls,
+        close: np.ndarray,
+        indicators: np.ndarray,
+        days: DayRange,
+        *,
+        price_mode: str = DEFAULT_PRICE_MODE,
+        price_relative: tuple[int, ...] = (),
+    ) -> Normalization:
         """Statistics from ``days`` only. close: [D, N] float64; indicators: [D, N, K] float64."""
         price, ind_all = price_features(close, indicators, price_mode, price_relative)
         c = price[days.start : days.stop]
@@ -344,8 +352,11 @@ def turbulence_threshold(turbulence: np.ndarray, train: DayRange, lookback: int,
         return float("inf")
     defined = turbulence[max(train.start, lookback + 1) : train.stop]
     if defined.size == 0:
-        warnings.warn(f"training split has no day with {lookback} days of return history: turbulence stop disabled",
-                      UserWarning, stacklevel=3)
+        warnings.warn(
+            f"training split has no day with {lookback} days of return history: turbulence stop disabled",
+            UserWarning,
+            stacklevel=3,
+        )
         return float("inf")
     return float(np.quantile(defined, TURBULENCE_QUANTILE))
 
@@ -416,7 +427,10 @@ class PreparedMarket:
             turbulence=turbulence,
             turbulence_threshold=turbulence_threshold(turbulence, splits.train, turbulence_lookback, use_turbulence),
             normalization=Normalization.fit(
-                np.asarray(data.close, dtype=np.float64), indicators, splits.train, price_mode=price_mode,
+                np.asarray(data.close, dtype=np.float64),
+                indicators,
+                splits.train,
+                price_mode=price_mode,
                 price_relative=tuple(i for i, n in enumerate(indicator_names) if n in PRICE_RELATIVE_INDICATORS),
             ),
             splits=splits,
@@ -433,11 +447,16 @@ class PreparedMarket:
         return dataclasses.replace(
             self,
             splits=splits,
-            turbulence_threshold=turbulence_threshold(self.turbulence, splits.train, self.turbulence_lookback,
-                                                      self.use_turbulence),
-            normalization=Normalization.fit(np.asarray(self.data.close, dtype=np.float64), self.indicators,
-                                            splits.train, price_mode=norm.price_mode,
-                                            price_relative=norm.price_relative),
+            turbulence_threshold=turbulence_threshold(
+                self.turbulence, splits.train, self.turbulence_lookback, self.use_turbulence
+            ),
+            normalization=Normalization.fit(
+                np.asarray(self.data.close, dtype=np.float64),
+                self.indicators,
+                splits.train,
+                price_mode=norm.price_mode,
+                price_relative=norm.price_relative,
+            ),
         )
 
     @property
@@ -498,9 +517,7 @@ class PreparedMarket:
             missing = [t for t in want if t not in have]
             extra = [t for t in have if t not in want]
             if missing or extra:
-                raise UserError(
-                    f"data tickers differ from the checkpoint's: missing {missing}, unexpected {extra}"
-                )
+                raise UserError(f"data tickers differ from the checkpoint's: missing {missing}, unexpected {extra}")
             data = data.select_tickers(want)  # same set, different order: use the spec's order
         names = tuple(spec["indicator_names"])
         lookback = int(spec.get("turbulence_lookback", TURBULENCE_LOOKBACK))

@@ -138,8 +138,15 @@ def trade_step(
     :param cfg: costs and hmax
     :return: (new_cash [B] float64, new_shares [B, N] float64, StepStats)
     """
-    return execute_orders(cash, shares, orders_from_actions(actions, cash, shares, prices, cfg), prices, turbulent,
-                          buy_cost_pct=cfg.buy_cost_pct, sell_cost_pct=cfg.sell_cost_pct)
+    return execute_orders(
+        cash,
+        shares,
+        orders_from_actions(actions, cash, shares, prices, cfg),
+        prices,
+        turbulent,
+        buy_cost_pct=cfg.buy_cost_pct,
+        sell_cost_pct=cfg.sell_cost_pct,
+    )
 
 
 def execute_orders(

@@ -43,7 +43,7 @@ SYNTHETIC_OPTIONS: dict[str, tuple[str, type]] = {
 
 
 def parse_synthetic_options(text: str) -> dict[str, Any]:
-    """"tickers=10,days=1000,signal=0.5" -> generate_market keyword arguments; UserError on bad options."""
+    """ "tickers=10,days=1000,signal=0.5" -> generate_market keyword arguments; UserError on bad options."""
     kwargs: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
@@ -60,8 +60,9 @@ def parse_synthetic_options(text: str) -> dict[str, Any]:
     return kwargs
 
 
-def _filter_frame(frame: pd.DataFrame, tickers: list[str] | None, start: str | None,
-                  end: str | None, what: str) -> pd.DataFrame:
+def _filter_frame(
+    frame: pd.DataFrame, tickers: list[str] | None, start: str | None, end: str | None, what: str
+) -> pd.DataFrame:
     """Keep the given tickers and dates of a standardised long frame, before alignment."""
     attrs = dict(frame.attrs)
     if tickers is not None:
@@ -84,8 +85,9 @@ def _filter_frame(frame: pd.DataFrame, tickers: list[str] | None, start: str | N
         keep &= dates <= hi.to_datetime64()
     if not keep.any():
         first, last = (str(pd.Timestamp(x).date()) for x in (dates.min(), dates.max()))
-        raise UserError(f"no rows of {what} between {start or 'the start'} and {end or 'the end'}; "
-                        f"it covers {first} .. {last}")
+        raise UserError(
+            f"no rows of {what} between {start or 'the start'} and {end or 'the end'}; it covers {first} .. {last}"
+        )
     frame = frame.loc[keep].reset_index(drop=True)
     frame.attrs.update(attrs)
     return frame

@@ -105,8 +105,11 @@ def generate_market(
     :param lag: k, the days by which a leader's shock precedes its follower's move ("lead_lag" only).
     :returns: MarketData with [D, N] float64 prices (dollars) and volumes (whole shares).
     """
-    num_tickers, num_days, seed = _whole(num_tickers, "num_tickers", 1), _whole(num_days, "num_days", 2), \
-        _whole(seed, "seed", 0)
+    num_tickers, num_days, seed = (
+        _whole(num_tickers, "num_tickers", 1),
+        _whole(num_days, "num_days", 2),
+        _whole(seed, "seed", 0),
+    )
     lag = _whole(lag, "lag", 1)
     if lag >= num_days:
         raise UserError(f"synthetic lag {lag} must be shorter than the {num_days} days")
@@ -174,8 +177,15 @@ def generate_market(
     )
     width = max(2, len(str(n - 1)))
     tickers = tuple(f"SYN{i:0{width}d}" for i in range(n))
-    return MarketData(dates=dates.to_numpy(dtype="datetime64[ns]"), tickers=tickers, open=open_, high=high,
-                      low=low, close=close, volume=volume)
+    return MarketData(
+        dates=dates.to_numpy(dtype="datetime64[ns]"),
+        tickers=tickers,
+        open=open_,
+        high=high,
+        low=low,
+        close=close,
+        volume=volume,
+    )
 
 
 def regime_path(*, num_days: int = 2520, seed: int = 0) -> np.ndarray:

@@ -49,8 +49,9 @@ EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_draw
 """Fields of ``info["episode"]``, in the order the trainer packs them for its all-gather."""
 
 
-def write_portfolio_columns(rows: Tensor, cash: Tensor, shares: Tensor, close: Tensor, value: Tensor,
-                            config: EnvConfig, holdings_scale: float) -> None:
+def write_portfolio_columns(
+    rows: Tensor, cash: Tensor, shares: Tensor, close: Tensor, value: Tensor, config: EnvConfig, holdings_scale: float
+) -> None:
     """Write the portfolio part of state rows in place (the one encoding of cash and holdings).
 
     :param rows: [B, F] float32 state rows, or [B, T, F] windows whose every row gets the same portfolio;
@@ -174,7 +175,9 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
     def _write_portfolio(self, rows: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, value: Tensor) -> None:
         """`write_portfolio_columns` with this env's settings."""
-        write_portfolio_columns(rows, cash, shares, prices, value, self.config, self.market.normalization.holdings_scale)
+        write_portfolio_columns(
+            rows, cash, shares, prices, value, self.config, self.market.normalization.holdings_scale
+        )
 
     def _window_rows(self, starts: Tensor, cash: Tensor, shares: Tensor) -> Tensor:
         """[n, T, F] float32 observation of portfolios (cash [n], shares [n, N]) starting at days `starts`
@@ -422,9 +425,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from ``state_dict`` (same num_envs, tickers and window)."""
         if tuple(state["buf"].shape) != tuple(self._buf.shape):
-            raise UserError(
-                f"env state has shape {tuple(state['buf'].shape)}, this env {tuple(self._buf.shape)}"
-            )
+            raise UserError(f"env state has shape {tuple(state['buf'].shape)}, this env {tuple(self._buf.shape)}")
         dev = self.device
         # Statistics added after a state was saved (e.g. exposure) start from zero for the running episodes.
         fresh = self._fresh_state(self.num_envs)

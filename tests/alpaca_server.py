@@ -108,8 +108,9 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("APCA-API-KEY-ID")
         secret = self.headers.get("APCA-API-SECRET-KEY")
         with state.lock:
-            state.requests.append({"path": parts.path, "params": params, "key": key, "secret": secret,
-                                   "time": time.monotonic()})
+            state.requests.append(
+                {"path": parts.path, "params": params, "key": key, "secret": secret, "time": time.monotonic()}
+            )
             throttle = state.fail_429 > 0
             if throttle:
                 state.fail_429 -= 1
@@ -168,9 +169,7 @@ class LocalHTTPServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), handler)
         self.state = state
         # A short poll interval so shutdown() (which waits for the loop to notice) is quick.
-        self._thread = threading.Thread(
-            target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
+        self._thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def url(self) -> str:
@@ -197,4 +196,3 @@ class AlpacaTestServer(LocalHTTPServer):
         """Recorded requests to /v2/stocks/bars, in arrival order."""
         with self.state.lock:
             return [r for r in self.state.requests if r["path"] == "/v2/stocks/bars"]
-

@@ -265,8 +265,10 @@ class TradingState:
         if day.weekday() >= 5 or day.isoformat() in self.holidays:
             return None
         hours, minutes = (int(p) for p in self.early_closes.get(day.isoformat(), "16:00").split(":"))
-        return (datetime.combine(day, clock_time(9, 30), tzinfo=NY),
-                datetime.combine(day, clock_time(hours, minutes), tzinfo=NY))
+        return (
+            datetime.combine(day, clock_time(9, 30), tzinfo=NY),
+            datetime.combine(day, clock_time(hours, minutes), tzinfo=NY),
+        )
 
     def _sessions_from(self, day: date) -> Any:
         for offset in range(370):
@@ -287,8 +289,12 @@ class TradingState:
         next_close = next(c for _, c in self._sessions_from(now.date()) if c > now)
         # Alpaca's clock timestamp carries nanoseconds; next_open/next_close whole seconds.
         stamp = now.isoformat(timespec="microseconds")
-        return {"timestamp": stamp[:26] + "000" + stamp[26:], "is_open": self.market_is_open(),
-                "next_open": next_open.isoformat(), "next_close": next_close.isoformat()}
+        return {
+            "timestamp": stamp[:26] + "000" + stamp[26:],
+            "is_open": self.market_is_open(),
+            "next_open": next_open.isoformat(),
+            "next_close": next_close.isoformat(),
+        }
 
     def calendar(self, start: date, end: date) -> list[dict[str, str]]:
         out = []
@@ -298,10 +304,16 @@ class TradingState:
             if found:
                 settle = next(o for o, _ in self._sessions_from(day + timedelta(days=1)))
                 early = found[1].hour < 16
-                out.append({"date": day.isoformat(), "open": found[0].strftime("%H:%M"),
-                            "close": found[1].strftime("%H:%M"), "session_open": "0400",
-                            "session_close": "1700" if early else "2000",
-                            "settlement_date": settle.date().isoformat()})
+                out.append(
+                    {
+                        "date": day.isoformat(),
+                        "open": found[0].strftime("%H:%M"),
+                        "close": found[1].strftime("%H:%M"),
+                        "session_open": "0400",
+                        "session_close": "1700" if early else "2000",
+                        "settlement_date": settle.date().isoformat(),
+                    }
+                )
             day += timedelta(days=1)
         return out
 
@@ -309,8 +321,9 @@ class TradingState:
 
     def buying_power(self) -> float:
         """Cash less what open buy orders would cost at the last price (a multiplier-1 account)."""
-        reserved = sum(o.remaining * self.prices.get(o.symbol, 0.0)
-                       for o in self.orders if o.is_open and o.side == "buy")
+        reserved = sum(
+            o.remaining * self.prices.get(o.symbol, 0.0) for o in self.orders if o.is_open and o.side == "buy"
+        )
         return max(self.cash - reserved, 0.0)
 
     def held_for_orders(self, symbol: str) -> float:
@@ -411,8 +424,10 @@ class TradingState:
                 if part > EPS:
                     self._fill(order, min(part, order.remaining))
                     order.partial_at_poll = order.polls
-            elif (self.partial_completes_after_polls is not None
-                  and order.polls - order.partial_at_poll >= self.partial_completes_after_polls):
+            elif (
+                self.partial_completes_after_polls is not None
+                and order.polls - order.partial_at_poll >= self.partial_completes_after_polls
+            ):
                 self._fill(order, order.remaining)
 
     def submit(self, body: Any) -> tuple[int, Any]:
@@ -462,8 +477,12 @@ class TradingState:
             cost = qty * self.prices[symbol]
             power = self.buying_power()
             if cost > power + EPS:
-                return 403, {"buying_power": num(power), "code": 40310000, "cost_basis": num(cost),
-                             "message": "insufficient buying power"}
+                return 403, {
+                    "buying_power": num(power),
+                    "code": 40310000,
+                    "cost_basis": num(cost),
+                    "message": "insufficient buying power",
+                }
         else:
             holding = self.positions.get(symbol)
             existing = holding.qty if holding else 0.0
@@ -471,19 +490,31 @@ class TradingState:
             available = max(existing - held, 0.0)
             if qty > available + EPS:
                 related = [o.id for o in self.orders if o.is_open and o.side == "sell" and o.symbol == symbol]
-                return 403, {"available": num(available), "code": 40310000, "existing_qty": num(existing),
-                             "held_for_orders": num(held),
-                             "message": f"insufficient qty available for order (requested: {num(qty)}, "
-                                        f"available: {num(available)})",
-                             "related_orders": related, "symbol": symbol}
+                return 403, {
+                    "available": num(available),
+                    "code": 40310000,
+                    "existing_qty": num(existing),
+                    "held_for_orders": num(held),
+                    "message": f"insufficient qty available for order (requested: {num(qty)}, "
+                    f"available: {num(available)})",
+                    "related_orders": related,
+                    "symbol": symbol,
+                }
         now = self.now.astimezone(NY)
         open_now = self.market_is_open() or self.fill_when_closed
         close = next((c for _, c in self._sessions_from(now.date()) if c > now), None)
         order = SimOrder(
-            id=str(uuid.uuid4()), client_order_id=client_order_id, symbol=symbol, asset_id=asset.id,
-            side=body["side"], qty=qty, time_in_force=body["time_in_force"],
-            extended_hours=bool(body.get("extended_hours", False)), submitted_at=self.now,
-            expires_at=close if body["time_in_force"] == "day" else None, seq=len(self.orders),
+            id=str(uuid.uuid4()),
+            client_order_id=client_order_id,
+            symbol=symbol,
+            asset_id=asset.id,
+            side=body["side"],
+            qty=qty,
+            time_in_force=body["time_in_force"],
+            extended_hours=bool(body.get("extended_hours", False)),
+            submitted_at=self.now,
+            expires_at=close if body["time_in_force"] == "day" else None,
+            seq=len(self.orders),
             status="new" if open_now else "accepted",
         )
         self.orders.append(order)
@@ -600,8 +631,14 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(status, answer, headers)
 
     def _answer(
-        self, state: TradingState, method: str, path: str, query: dict[str, str], body: Any,
-        key: str | None, secret: str | None,
+        self,
+        state: TradingState,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        body: Any,
+        key: str | None,
+        secret: str | None,
     ) -> tuple[int, Any, dict[str, str]]:
         """(status, JSON body or None or _DROP, extra headers); called with ``state.lock`` held."""
         if not key or not secret:
@@ -658,7 +695,8 @@ class _Handler(BaseHTTPRequestHandler):
             if match := _ASSET_PATH.match(path):
                 wanted = match.group(1)
                 asset = state.assets.get(wanted.upper()) or next(
-                    (a for a in state.assets.values() if a.id == wanted), None)
+                    (a for a in state.assets.values() if a.id == wanted), None
+                )
                 if asset is None:
                     return 404, {"code": 40410000, "message": f"asset not found for {wanted}"}
                 return 200, asset.to_json()

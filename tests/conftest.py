@@ -27,21 +27,58 @@ from envs.vector_env import VectorStockTradingEnv
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 
-TINY = ["--data", "synthetic:tickers=4,days=400", "--window", "5", "--num_envs", "4", "--n_steps", "16",
-        "--batch_size", "32", "--epochs", "2", "--episode_length", "16", "--stage1_hidden", "8",
-        "--feature_dim", "8", "--stage2_hidden", "16", "--num_gpus", "0", "--log_every", "1", "--no-progress",
-        "--threads", "1"]
+TINY = [
+    "--data",
+    "synthetic:tickers=4,days=400",
+    "--window",
+    "5",
+    "--num_envs",
+    "4",
+    "--n_steps",
+    "16",
+    "--batch_size",
+    "32",
+    "--epochs",
+    "2",
+    "--episode_length",
+    "16",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--log_every",
+    "1",
+    "--no-progress",
+    "--threads",
+    "1",
+]
 
 
 def clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+    }
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
-ALPACA_VARS = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY", "ALPACA_DATA_URL",
-               "ALPACA_TRADING_URL", "ALPACA_MAX_RETRIES", "ALPACA_RETRY_WAIT_SECONDS", "ALPACA_TIMEOUT_SECONDS")
+ALPACA_VARS = (
+    "ALPACA_API_KEY",
+    "ALPACA_SECRET_KEY",
+    "APCA_API_KEY_ID",
+    "APCA_API_SECRET_KEY",
+    "ALPACA_DATA_URL",
+    "ALPACA_TRADING_URL",
+    "ALPACA_MAX_RETRIES",
+    "ALPACA_RETRY_WAIT_SECONDS",
+    "ALPACA_TIMEOUT_SECONDS",
+)
 """Every environment variable the Alpaca code reads."""
 
 
@@ -54,7 +91,9 @@ def use_alpaca_keys(monkeypatch: pytest.MonkeyPatch, key: str, secret: str) -> N
     monkeypatch.setenv("ALPACA_RETRY_WAIT_SECONDS", "0.01")
 
 
-def train(tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240) -> subprocess.CompletedProcess:
+def train(
+    tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240
+) -> subprocess.CompletedProcess:
     cmd = [*(launcher or [sys.executable]), SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
     return subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=timeout)
 
@@ -68,12 +107,30 @@ def files_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
 
 
-def small_model(policy: str = "clstm", tickers: int = 3, window: int = 5, features: int = 16,
-                action_dist: str = "gaussian", log_std_max: float | None = None, skip: bool = False) -> ActorCritic:
+def small_model(
+    policy: str = "clstm",
+    tickers: int = 3,
+    window: int = 5,
+    features: int = 16,
+    action_dist: str = "gaussian",
+    log_std_max: float | None = None,
+    skip: bool = False,
+) -> ActorCritic:
     torch.manual_seed(0)
-    return ActorCritic(ModelConfig(policy=policy, num_features=features, num_tickers=tickers, window=window,
-                                   stage1_hidden=12, feature_dim=10, stage2_hidden=14, action_dist=action_dist,
-                                   log_std_max=log_std_max, skip=skip))
+    return ActorCritic(
+        ModelConfig(
+            policy=policy,
+            num_features=features,
+            num_tickers=tickers,
+            window=window,
+            stage1_hidden=12,
+            feature_dim=10,
+            stage2_hidden=14,
+            action_dist=action_dist,
+            log_std_max=log_std_max,
+            skip=skip,
+        )
+    )
 
 
 def fake_rollout(model: ActorCritic, steps: int = 12, envs: int = 4, seed: int = 0) -> RolloutBuffer:
@@ -113,8 +170,9 @@ WINDOW_MARKET_WINDOW = 6
 def window_market() -> PreparedMarket:
     """3 synthetic tickers, 300 days, 6-day windows, no turbulence stop."""
     data = generate_market(num_tickers=3, num_days=300, seed=5)
-    return PreparedMarket.prepare(data, split_days(data, window=WINDOW_MARKET_WINDOW), window=WINDOW_MARKET_WINDOW,
-                                  use_turbulence=False)
+    return PreparedMarket.prepare(
+        data, split_days(data, window=WINDOW_MARKET_WINDOW), window=WINDOW_MARKET_WINDOW, use_turbulence=False
+    )
 
 
 def record_env_rollout(market: PreparedMarket, steps: int, envs: int = 4) -> tuple[WindowStore, torch.Tensor]:

@@ -26,6 +26,7 @@ SECRET = "s3cr3tVALUEdo-not-leak-9f8e7d6c5b4a"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
 START, END = "2024-01-02", "2024-02-09"
 
+
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """A clean slate: no Alpaca variables, cwd in tmp_path (no .env above it), fast retries, good keys."""
@@ -92,8 +93,16 @@ def test_multi_page_multi_symbol_download_is_complete(env: Path, server: AlpacaT
 
 def test_feed_adjustment_timeframe_are_sent(env: Path, server: AlpacaTestServer) -> None:
     server.state.bars = intraday_bars(["AAPL"], "2024-01-03", minutes=15)
-    got = fetch(server, env, tickers=["aapl"], start="2024-01-03", end="2024-01-03", timeframe="15Min",
-                adjustment="split", feed="sip")
+    got = fetch(
+        server,
+        env,
+        tickers=["aapl"],
+        start="2024-01-03",
+        end="2024-01-03",
+        timeframe="15Min",
+        adjustment="split",
+        feed="sip",
+    )
     params = server.bar_requests()[0]["params"]
     assert (params["timeframe"], params["adjustment"], params["feed"]) == ("15Min", "split", "sip")
     # Intraday bars keep their New York start time.
@@ -110,8 +119,17 @@ def test_summer_and_winter_midnights_map_to_calendar_days(env: Path, server: Alp
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("1Day", "1Day"), ("1D", "1Day"), ("day", "1Day"), ("1Hour", "1Hour"), ("4h", "4Hour"),
-     ("15Min", "15Min"), ("5minutes", "5Min"), ("1Week", "1Week"), ("3Month", "3Month")],
+    [
+        ("1Day", "1Day"),
+        ("1D", "1Day"),
+        ("day", "1Day"),
+        ("1Hour", "1Hour"),
+        ("4h", "4Hour"),
+        ("15Min", "15Min"),
+        ("5minutes", "5Min"),
+        ("1Week", "1Week"),
+        ("3Month", "3Month"),
+    ],
 )
 def test_parse_timeframe(text: str, value: str) -> None:
     assert parse_timeframe(text).value == value
@@ -124,9 +142,14 @@ def test_parse_timeframe_rejects(text: str) -> None:
 
 
 def test_bad_arguments_are_user_errors_before_any_request(env: Path, server: AlpacaTestServer) -> None:
-    for kw, pattern in [({"adjustment": "splits"}, "adjustment"), ({"feed": "otc"}, "feed"),
-                        ({"start": "2024-02-10"}, "after end"), ({"start": "yesterday-ish"}, "start date"),
-                        ({"tickers": []}, "no tickers"), ({"tickers": ["AA PL"]}, "not a ticker")]:
+    for kw, pattern in [
+        ({"adjustment": "splits"}, "adjustment"),
+        ({"feed": "otc"}, "feed"),
+        ({"start": "2024-02-10"}, "after end"),
+        ({"start": "yesterday-ish"}, "start date"),
+        ({"tickers": []}, "no tickers"),
+        ({"tickers": ["AA PL"]}, "not a ticker"),
+    ]:
         with pytest.raises(UserError, match=pattern):
             fetch(server, env, **kw)
     assert server.bar_requests() == []
@@ -145,8 +168,9 @@ def test_data_url_resolution(env: Path, monkeypatch: pytest.MonkeyPatch) -> None
 # ------------------------------------------------------------------------------------ cache
 
 
-def test_second_call_reads_cache_without_requests_or_keys(env: Path, server: AlpacaTestServer,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_second_call_reads_cache_without_requests_or_keys(
+    env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     first = fetch(server, env)
     n = len(server.bar_requests())
     monkeypatch.delenv("ALPACA_API_KEY")
@@ -177,18 +201,26 @@ def test_cache_files_hold_no_keys_and_no_temp_leftovers(env: Path, server: Alpac
 
 
 def test_cache_key_covers_request_not_keys_or_url(env: Path) -> None:
-    base = dict(cache_dir="c", tickers=["AAPL", "MSFT"], start=START, end=END, timeframe="1Day",
-                adjustment="all", feed="iex")
+    base = dict(
+        cache_dir="c", tickers=["AAPL", "MSFT"], start=START, end=END, timeframe="1Day", adjustment="all", feed="iex"
+    )
     path = cache_path(**base)
     assert cache_path(**{**base, "tickers": ["MSFT", "AAPL"]}) == path
-    for change in ({"tickers": ["AAPL"]}, {"start": "2024-01-03"}, {"end": "2024-02-08"},
-                   {"timeframe": "1Hour"}, {"adjustment": "raw"}, {"feed": "sip"}):
+    for change in (
+        {"tickers": ["AAPL"]},
+        {"start": "2024-01-03"},
+        {"end": "2024-02-08"},
+        {"timeframe": "1Hour"},
+        {"adjustment": "raw"},
+        {"feed": "sip"},
+    ):
         assert cache_path(**{**base, **change}) != path, change
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "wrong_tickers"])
-def test_damaged_cache_file_is_downloaded_again(env: Path, server: AlpacaTestServer, damage: str,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_damaged_cache_file_is_downloaded_again(
+    env: Path, server: AlpacaTestServer, damage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     good = fetch(server, env)
     n = len(server.bar_requests())
     (path,) = (env / "cache").glob("*.parquet")
@@ -209,8 +241,7 @@ def test_damaged_cache_file_is_downloaded_again(env: Path, server: AlpacaTestSer
 # ------------------------------------------------------------------------------------ keys
 
 
-def test_missing_keys_name_the_variables(env: Path, server: AlpacaTestServer,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_keys_name_the_variables(env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ALPACA_SECRET_KEY")
     with pytest.raises(UserError) as info:
         fetch(server, env)
@@ -238,8 +269,7 @@ def test_environment_wins_over_dotenv(env: Path, server: AlpacaTestServer) -> No
     assert len(fetch(server, env)) > 0
 
 
-def test_apca_variables_are_accepted(env: Path, server: AlpacaTestServer,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apca_variables_are_accepted(env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ALPACA_API_KEY")
     monkeypatch.delenv("ALPACA_SECRET_KEY")
     monkeypatch.setenv("APCA_API_KEY_ID", KEY)
@@ -247,8 +277,7 @@ def test_apca_variables_are_accepted(env: Path, server: AlpacaTestServer,
     assert len(fetch(server, env)) > 0
 
 
-def test_data_url_from_environment(env: Path, server: AlpacaTestServer,
-                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_data_url_from_environment(env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ALPACA_DATA_URL", server.url)
     fetch_bars(["AAPL"], START, END, cache_dir=env / "cache")
     assert len(server.bar_requests()) > 0
@@ -257,11 +286,14 @@ def test_data_url_from_environment(env: Path, server: AlpacaTestServer,
 # ------------------------------------------------------------------------------------ errors
 
 
-@pytest.mark.parametrize(("key", "secret", "status"),
-                         [("wrong", "wrong", "403"), (KEY, "bad" + SECRET, "403")],
-                         ids=["both-wrong", "secret-wrong"])
-def test_bad_keys(env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch,
-                  key: str, secret: str, status: str) -> None:
+@pytest.mark.parametrize(
+    ("key", "secret", "status"),
+    [("wrong", "wrong", "403"), (KEY, "bad" + SECRET, "403")],
+    ids=["both-wrong", "secret-wrong"],
+)
+def test_bad_keys(
+    env: Path, server: AlpacaTestServer, monkeypatch: pytest.MonkeyPatch, key: str, secret: str, status: str
+) -> None:
     monkeypatch.setenv("ALPACA_API_KEY", key)
     monkeypatch.setenv("ALPACA_SECRET_KEY", secret)
     with pytest.raises(UserError, match=f"rejected the API keys \\(HTTP {status}") as info:
@@ -347,8 +379,16 @@ def test_env_example_lists_every_variable_read() -> None:
     import envs.alpaca as alpaca
 
     text = (Path(__file__).resolve().parents[1] / ".env.example").read_text()
-    names = (*alpaca.KEY_VARS, *alpaca.SECRET_VARS, alpaca.URL_VAR, alpaca.RETRIES_VAR, alpaca.RETRY_WAIT_VAR,
-             alpaca.TIMEOUT_VAR, "MASTER_ADDR", "MASTER_PORT")
+    names = (
+        *alpaca.KEY_VARS,
+        *alpaca.SECRET_VARS,
+        alpaca.URL_VAR,
+        alpaca.RETRIES_VAR,
+        alpaca.RETRY_WAIT_VAR,
+        alpaca.TIMEOUT_VAR,
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    )
     for name in names:
         assert name in text, name
 
@@ -364,8 +404,9 @@ def test_env_example_copied_as_is_means_no_keys(env: Path, monkeypatch: pytest.M
 def test_alpaca_source_builds_market_data(env: Path, server: AlpacaTestServer) -> None:
     from envs.sources import load_market_data
 
-    data = load_market_data("alpaca", tickers=TICKERS, start=START, end=END, cache_dir=env / "cache",
-                            data_url=server.url)
+    data = load_market_data(
+        "alpaca", tickers=TICKERS, start=START, end=END, cache_dir=env / "cache", data_url=server.url
+    )
     want = expected_frame(server.state.bars, TICKERS, START, END)
     assert data.tickers == tuple(TICKERS) and data.num_days == 29
     assert data.close[:, 1].tolist() == want.loc[want["tic"] == "MSFT", "close"].tolist()
@@ -378,8 +419,7 @@ def test_subscription_403_is_not_blamed_on_keys(env: Path, server: AlpacaTestSer
     assert "API keys" not in str(info.value)
 
 
-def test_range_not_over_is_not_cached(env: Path, server: AlpacaTestServer,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_range_not_over_is_not_cached(env: Path, server: AlpacaTestServer, capsys: pytest.CaptureFixture[str]) -> None:
     got = fetch(server, env, start="2024-03-25", end="2999-12-31")
     assert got["date"].max() == pd.Timestamp("2024-03-29")
     assert "not cached" in capsys.readouterr().err

@@ -34,21 +34,37 @@ def server():
         yield srv
 
 
-def run_cli(cwd: Path, args: list[str], module: tuple[str, ...] = ("clstm_ppo.cli", "data", "download"),
-            **env_vars: str) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    cwd: Path, args: list[str], module: tuple[str, ...] = ("clstm_ppo.cli", "data", "download"), **env_vars: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ALPACA_", "APCA_"))}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env["ALPACA_RETRY_WAIT_SECONDS"] = "0.01"
     env.update(env_vars)
     return subprocess.run(
         [sys.executable, "-m", *module, *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=60,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
 def download_args(url: str, *extra: str) -> list[str]:
-    return ["--tickers", ",".join(TICKERS), "--start", "2024-01-02", "--end", "2024-01-31",
-            "--data_url", url, "--cache_dir", "cache", *extra]
+    return [
+        "--tickers",
+        ",".join(TICKERS),
+        "--start",
+        "2024-01-02",
+        "--end",
+        "2024-01-31",
+        "--data_url",
+        url,
+        "--cache_dir",
+        "cache",
+        *extra,
+    ]
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -65,8 +81,7 @@ def test_download_end_to_end_never_writes_or_prints_keys(tmp_path: Path, server:
     proc = run_cli(tmp_path, download_args(server.url, "--out", "out/bars.csv", "--debug"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines() == [
-        "44 bars for 2 tickers, 22 dates 2024-01-02..2024-01-31 (1Day, all, iex), cache cache; "
-        "wrote out/bars.csv"
+        "44 bars for 2 tickers, 22 dates 2024-01-02..2024-01-31 (1Day, all, iex), cache cache; wrote out/bars.csv"
     ]
     frame = pd.read_csv(tmp_path / "out" / "bars.csv", parse_dates=["date"])
     assert list(frame.columns) == ["date", "tic", "open", "high", "low", "close", "volume"]
@@ -93,16 +108,16 @@ def test_missing_keys(tmp_path: Path, server: AlpacaTestServer) -> None:
 
 
 def test_bad_keys(tmp_path: Path, server: AlpacaTestServer) -> None:
-    proc = run_cli(tmp_path, download_args(server.url),
-                   APCA_API_KEY_ID="PKWRONGKEY", APCA_API_SECRET_KEY="wrongsecret")
+    proc = run_cli(tmp_path, download_args(server.url), APCA_API_KEY_ID="PKWRONGKEY", APCA_API_SECRET_KEY="wrongsecret")
     assert_one_error_line(proc, "rejected the API keys", "HTTP 403")
     assert "PKWRONGKEY" not in proc.stderr and "wrongsecret" not in proc.stderr
 
 
 def test_rate_limit_exhausted(tmp_path: Path, server: AlpacaTestServer) -> None:
     server.state.fail_429 = 1000
-    proc = run_cli(tmp_path, download_args(server.url), ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET,
-                   ALPACA_MAX_RETRIES="2")
+    proc = run_cli(
+        tmp_path, download_args(server.url), ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET, ALPACA_MAX_RETRIES="2"
+    )
     assert_one_error_line(proc, "HTTP 429", "after 2 retries")
     assert len(server.bar_requests()) == 3
 
@@ -111,13 +126,18 @@ def test_connection_refused(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = run_cli(tmp_path, download_args(f"http://127.0.0.1:{port}"),
-                   ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET)
+    proc = run_cli(tmp_path, download_args(f"http://127.0.0.1:{port}"), ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET)
     assert_one_error_line(proc, "cannot connect", f"127.0.0.1:{port}")
 
 
 def test_unknown_ticker_through_clstm_ppo_data_download(tmp_path: Path, server: AlpacaTestServer) -> None:
     args = ["--tickers", "AAPL,NOPE", "--start", "2024-01-02", "--end", "2024-01-31"]
-    proc = run_cli(tmp_path, args, module=("clstm_ppo.cli", "data", "download"),
-                   ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET, ALPACA_DATA_URL=server.url)
+    proc = run_cli(
+        tmp_path,
+        args,
+        module=("clstm_ppo.cli", "data", "download"),
+        ALPACA_API_KEY=KEY,
+        ALPACA_SECRET_KEY=SECRET,
+        ALPACA_DATA_URL=server.url,
+    )
     assert_one_error_line(proc, "no bars for NOPE")

@@ -73,10 +73,16 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return taken
 
 
-def market(symbol: str, qty: float, side: str = "buy", cid: str | None = None,
-           tif: TimeInForce = TimeInForce.DAY) -> MarketOrderRequest:
-    return MarketOrderRequest(symbol=symbol, qty=qty, side=OrderSide(side), time_in_force=tif,
-                              client_order_id=cid or f"test-{uuid.uuid4().hex[:12]}")
+def market(
+    symbol: str, qty: float, side: str = "buy", cid: str | None = None, tif: TimeInForce = TimeInForce.DAY
+) -> MarketOrderRequest:
+    return MarketOrderRequest(
+        symbol=symbol,
+        qty=qty,
+        side=OrderSide(side),
+        time_in_force=tif,
+        client_order_id=cid or f"test-{uuid.uuid4().hex[:12]}",
+    )
 
 
 def refusal(excinfo: pytest.ExceptionInfo[APIError]) -> tuple[int | None, int, str]:
@@ -104,7 +110,11 @@ def test_account_parses_as_trade_account(server: AlpacaTradingServer, client: Tr
     assert account.status == AccountStatus.ACTIVE and account.currency == "USD"
     assert account.account_number == "PA3TESTSRV01" and account.trading_blocked is False
     assert (account.cash, account.buying_power, account.equity, account.portfolio_value) == (
-        "100000", "100000", "100000", "100000")
+        "100000",
+        "100000",
+        "100000",
+        "100000",
+    )
     assert account.last_equity == "100000" and account.multiplier == "1"
     (request,) = server.requests_to("GET", "/v2/account")
     assert request["headers"]["APCA-API-KEY-ID"] == KEY and request["secret_sent"]
@@ -112,16 +122,22 @@ def test_account_parses_as_trade_account(server: AlpacaTradingServer, client: Tr
     assert SECRET not in repr(server.state.requests)
 
 
-def test_buy_then_sell_moves_cash_positions_and_marks(server: AlpacaTradingServer, client: TradingClient,
-                                                      state: TradingState) -> None:
+def test_buy_then_sell_moves_cash_positions_and_marks(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.commission = 1.0
     order = client.submit_order(market("AAPL", 10, cid="buy-1"))
     assert order.status == OrderStatus.FILLED and order.client_order_id == "buy-1"
     assert (order.qty, order.filled_qty, order.filled_avg_price) == ("10", "10", "190")
     # alpaca-py sends qty as a JSON float and enums as their values; nothing else.
     assert server.requests_to("POST", "/v2/orders")[0]["json"] == {
-        "symbol": "AAPL", "qty": 10.0, "side": "buy", "type": "market", "time_in_force": "day",
-        "client_order_id": "buy-1"}
+        "symbol": "AAPL",
+        "qty": 10.0,
+        "side": "buy",
+        "type": "market",
+        "time_in_force": "day",
+        "client_order_id": "buy-1",
+    }
     state.fill_prices["AAPL"] = 190.5
     client.submit_order(market("AAPL", 10))
     state.prices["AAPL"] = 200.0
@@ -158,8 +174,7 @@ def test_fill_after_polls(server: AlpacaTradingServer, client: TradingClient, st
     assert server.position_qty("MSFT") == 3
 
 
-def test_partial_fill_then_completion(server: AlpacaTradingServer, client: TradingClient,
-                                      state: TradingState) -> None:
+def test_partial_fill_then_completion(server: AlpacaTradingServer, client: TradingClient, state: TradingState) -> None:
     state.fill_mode["AAPL"] = "partial"
     state.partial_fraction = 0.3
     state.partial_completes_after_polls = 2
@@ -173,7 +188,8 @@ def test_partial_fill_then_completion(server: AlpacaTradingServer, client: Tradi
 
 
 def test_partial_fill_of_whole_shares_then_cancel_keeps_the_filled_part(
-        server: AlpacaTradingServer, client: TradingClient, state: TradingState) -> None:
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.fill_mode["BRKX"] = "partial"  # not fractionable: half of 3 shares rounds down to 1
     order = client.submit_order(market("BRKX", 3))
     assert (order.status, order.filled_qty) == (OrderStatus.PARTIALLY_FILLED, "1")
@@ -185,8 +201,9 @@ def test_partial_fill_of_whole_shares_then_cancel_keeps_the_filled_part(
     assert client.get_account().buying_power == "99400"
 
 
-def test_rejected_order_changes_nothing(server: AlpacaTradingServer, client: TradingClient,
-                                        state: TradingState) -> None:
+def test_rejected_order_changes_nothing(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.fill_mode["AAPL"] = "reject"
     order = client.submit_order(market("AAPL", 5))
     assert order.status == OrderStatus.REJECTED and order.failed_at is not None and order.filled_qty == "0"
@@ -195,8 +212,9 @@ def test_rejected_order_changes_nothing(server: AlpacaTradingServer, client: Tra
     assert (account.cash, account.buying_power) == ("100000", "100000")
 
 
-def test_never_filled_order_cancel_expire_and_unknown_ids(server: AlpacaTradingServer, client: TradingClient,
-                                                          state: TradingState) -> None:
+def test_never_filled_order_cancel_expire_and_unknown_ids(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.fill_mode["MSFT"] = "never"
     first = client.submit_order(market("MSFT", 1))
     second = client.submit_order(market("MSFT", 1))
@@ -223,8 +241,9 @@ def test_never_filled_order_cancel_expire_and_unknown_ids(server: AlpacaTradingS
 # ------------------------------------------------------------------------------------ refusals
 
 
-def test_insufficient_buying_power_counts_open_buys(server: AlpacaTradingServer, client: TradingClient,
-                                                    state: TradingState) -> None:
+def test_insufficient_buying_power_counts_open_buys(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     with pytest.raises(APIError) as excinfo:
         client.submit_order(market("AAPL", 600))  # 114,000 > 100,000
     assert refusal(excinfo) == (403, 40310000, "insufficient buying power")
@@ -240,8 +259,9 @@ def test_insufficient_buying_power_counts_open_buys(server: AlpacaTradingServer,
     assert client.submit_order(market("AAPL", 30)).status == OrderStatus.NEW
 
 
-def test_selling_more_than_available_is_refused(server: AlpacaTradingServer, client: TradingClient,
-                                                state: TradingState) -> None:
+def test_selling_more_than_available_is_refused(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     client.submit_order(market("AAPL", 10))
     with pytest.raises(APIError) as excinfo:
         client.submit_order(market("AAPL", 11, side="sell"))
@@ -258,8 +278,9 @@ def test_selling_more_than_available_is_refused(server: AlpacaTradingServer, cli
     assert refusal(excinfo)[:2] == (403, 40310000)
 
 
-def test_duplicate_client_order_id_even_after_cancel(server: AlpacaTradingServer, client: TradingClient,
-                                                     state: TradingState) -> None:
+def test_duplicate_client_order_id_even_after_cancel(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.fill_mode["AAPL"] = "never"
     order = client.submit_order(market("AAPL", 1, cid="once"))
     client.cancel_order_by_id(order.id)
@@ -271,14 +292,23 @@ def test_duplicate_client_order_id_even_after_cancel(server: AlpacaTradingServer
 
 @pytest.mark.parametrize(
     ("symbol", "qty", "tif", "code", "message"),
-    [("OTCX", 1, TimeInForce.DAY, 42210000, 'asset "OTCX" is not tradable'),
-     ("DEAD", 1, TimeInForce.DAY, 40010001, "asset DEAD is not active"),
-     ("ZZZZ", 1, TimeInForce.DAY, 42210000, 'asset "ZZZZ" not found'),
-     ("BRKX", 0.5, TimeInForce.DAY, 42210000, 'asset "BRKX" is not fractionable'),
-     ("AAPL", 0.5, TimeInForce.GTC, 42210000, "fractional orders must be DAY orders")],
+    [
+        ("OTCX", 1, TimeInForce.DAY, 42210000, 'asset "OTCX" is not tradable'),
+        ("DEAD", 1, TimeInForce.DAY, 40010001, "asset DEAD is not active"),
+        ("ZZZZ", 1, TimeInForce.DAY, 42210000, 'asset "ZZZZ" not found'),
+        ("BRKX", 0.5, TimeInForce.DAY, 42210000, 'asset "BRKX" is not fractionable'),
+        ("AAPL", 0.5, TimeInForce.GTC, 42210000, "fractional orders must be DAY orders"),
+    ],
 )
-def test_asset_refusals_are_422(server: AlpacaTradingServer, client: TradingClient, symbol: str, qty: float,
-                                tif: TimeInForce, code: int, message: str) -> None:
+def test_asset_refusals_are_422(
+    server: AlpacaTradingServer,
+    client: TradingClient,
+    symbol: str,
+    qty: float,
+    tif: TimeInForce,
+    code: int,
+    message: str,
+) -> None:
     with pytest.raises(APIError) as excinfo:
         client.submit_order(market(symbol, qty, tif=tif))
     assert refusal(excinfo) == (422, code, message)
@@ -301,12 +331,15 @@ def test_get_order_by_client_id(server: AlpacaTradingServer, client: TradingClie
         client.get_order_by_client_id("never-sent")
     assert refusal(excinfo) == (404, 40410000, "order not found for never-sent")
     requests_made = server.requests_to("GET", "/v2/orders:by_client_order_id")
-    assert [r["query"] for r in requests_made] == [{"client_order_id": "run7-step3-AAPL"},
-                                                  {"client_order_id": "never-sent"}]
+    assert [r["query"] for r in requests_made] == [
+        {"client_order_id": "run7-step3-AAPL"},
+        {"client_order_id": "never-sent"},
+    ]
 
 
-def test_get_orders_filters_and_query_strings(server: AlpacaTradingServer, client: TradingClient,
-                                              state: TradingState) -> None:
+def test_get_orders_filters_and_query_strings(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     t0 = state.now
     state.fill_mode["MSFT"] = "never"
     o1 = client.submit_order(market("AAPL", 1)).id
@@ -354,8 +387,9 @@ def test_clock_follows_now_and_the_calendar(server: AlpacaTradingServer, client:
     assert clock.next_close == datetime(2024, 7, 5, 16, 0, tzinfo=NY)
 
 
-def test_calendar_skips_weekends_and_holidays(server: AlpacaTradingServer, client: TradingClient,
-                                              state: TradingState) -> None:
+def test_calendar_skips_weekends_and_holidays(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     days = client.get_calendar(GetCalendarRequest(start=date(2024, 7, 1), end=date(2024, 7, 8)))
     assert [d.date for d in days] == [date(2024, 7, d) for d in (1, 2, 3, 5, 8)]
     # alpaca-py builds naive local (New York) datetimes from "date" + "HH:MM".
@@ -368,7 +402,8 @@ def test_calendar_skips_weekends_and_holidays(server: AlpacaTradingServer, clien
 
 
 def test_order_placed_while_closed_is_accepted_and_fills_after_the_open(
-        server: AlpacaTradingServer, client: TradingClient) -> None:
+    server: AlpacaTradingServer, client: TradingClient
+) -> None:
     server.set_now("2024-01-06T12:00:00-05:00")  # Saturday
     order = client.submit_order(market("AAPL", 10))
     assert (order.status, order.filled_qty) == (OrderStatus.ACCEPTED, "0")
@@ -385,7 +420,10 @@ def test_get_asset(client: TradingClient) -> None:
     asset = client.get_asset("AAPL")
     assert (asset.symbol, asset.tradable, asset.fractionable) == ("AAPL", True, True)
     assert (asset.status, asset.exchange, asset.asset_class) == (
-        AssetStatus.ACTIVE, AssetExchange.NASDAQ, AssetClass.US_EQUITY)
+        AssetStatus.ACTIVE,
+        AssetExchange.NASDAQ,
+        AssetClass.US_EQUITY,
+    )
     assert client.get_asset("BRKX").fractionable is False
     assert client.get_asset("OTCX").tradable is False
     assert client.get_asset(asset.id).symbol == "AAPL"  # by asset id as well
@@ -422,7 +460,8 @@ def test_missing_key_headers_are_403_without_a_code(server: AlpacaTradingServer)
 
 
 def test_defaults_retry_429_three_times_three_seconds_apart_ignoring_retry_after(
-        server: AlpacaTradingServer, state: TradingState, sleeps: list[float]) -> None:
+    server: AlpacaTradingServer, state: TradingState, sleeps: list[float]
+) -> None:
     plain = TradingClient(KEY, SECRET, paper=True, url_override=server.url)
     assert (plain._retry, plain._retry_wait, plain._retry_codes) == (3, 3, [429, 504])
     state.fail_429, state.retry_after = 3, 30
@@ -435,8 +474,9 @@ def test_defaults_retry_429_three_times_three_seconds_apart_ignoring_retry_after
     assert len(server.requests_to("GET", "/v2/account")) == 8 and sleeps == [3] * 6
 
 
-def test_post_orders_is_retried_on_429_like_any_request(server: AlpacaTradingServer, client: TradingClient,
-                                                        state: TradingState) -> None:
+def test_post_orders_is_retried_on_429_like_any_request(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.fail_429 = 2
     assert client.submit_order(market("AAPL", 1, cid="r1")).status == OrderStatus.FILLED
     posts = server.requests_to("POST", "/v2/orders")
@@ -445,8 +485,9 @@ def test_post_orders_is_retried_on_429_like_any_request(server: AlpacaTradingSer
 
 
 @pytest.mark.parametrize(("status", "attempts", "fails"), [(504, 2, False), (503, 1, True), (500, 1, True)])
-def test_only_429_and_504_are_retried(server: AlpacaTradingServer, client: TradingClient, state: TradingState,
-                                      status: int, attempts: int, fails: bool) -> None:
+def test_only_429_and_504_are_retried(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState, status: int, attempts: int, fails: bool
+) -> None:
     state.fail_429, state.fail_status = 1, status
     if fails:
         with pytest.raises(APIError) as excinfo:
@@ -460,8 +501,9 @@ def test_only_429_and_504_are_retried(server: AlpacaTradingServer, client: Tradi
 # ------------------------------------------------------------------------------------ hangs, timeouts, drops
 
 
-def test_alpaca_py_sets_no_timeout_and_waits_out_a_hang(server: AlpacaTradingServer, client: TradingClient,
-                                                        state: TradingState) -> None:
+def test_alpaca_py_sets_no_timeout_and_waits_out_a_hang(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.hang, state.hang_seconds = ("GET", "/v2/account", 1), 0.4
     sent: list[dict] = []
     real_request = client._session.request
@@ -478,7 +520,8 @@ def test_alpaca_py_sets_no_timeout_and_waits_out_a_hang(server: AlpacaTradingSer
 
 
 def test_timeout_subclass_fires_and_the_order_is_recovered_by_client_id(
-        server: AlpacaTradingServer, state: TradingState) -> None:
+    server: AlpacaTradingServer, state: TradingState
+) -> None:
     timed = TimeoutTradingClient(KEY, SECRET, paper=True, url_override=server.url, timeout=0.25)
     state.hang, state.hang_seconds = ("POST", "/v2/orders", 2), 5.0  # processed; the answer held back
     timed.submit_order(market("AAPL", 1, cid="first"))
@@ -493,7 +536,8 @@ def test_timeout_subclass_fires_and_the_order_is_recovered_by_client_id(
 
 
 def test_lost_request_times_out_and_is_safe_to_resend_with_the_same_id(
-        server: AlpacaTradingServer, state: TradingState) -> None:
+    server: AlpacaTradingServer, state: TradingState
+) -> None:
     timed = TimeoutTradingClient(KEY, SECRET, paper=True, url_override=server.url, timeout=0.25)
     state.hang, state.hang_mode, state.hang_seconds = ("POST", "/v2/orders", 1), "lost", 5.0
     with pytest.raises(requests.exceptions.ReadTimeout):
@@ -505,9 +549,9 @@ def test_lost_request_times_out_and_is_safe_to_resend_with_the_same_id(
     assert len(server.orders()) == 1
 
 
-def test_dropped_answer_is_a_connection_error_but_the_order_exists(server: AlpacaTradingServer,
-                                                                   client: TradingClient,
-                                                                   state: TradingState) -> None:
+def test_dropped_answer_is_a_connection_error_but_the_order_exists(
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.drop_after_orders = 1
     client.submit_order(market("AAPL", 1, cid="a"))
     with pytest.raises(requests.exceptions.ConnectionError):
@@ -523,7 +567,8 @@ def test_dropped_answer_is_a_connection_error_but_the_order_exists(server: Alpac
 
 
 def test_504_after_the_order_landed_turns_alpaca_py_retry_into_a_duplicate_error(
-        server: AlpacaTradingServer, client: TradingClient, state: TradingState) -> None:
+    server: AlpacaTradingServer, client: TradingClient, state: TradingState
+) -> None:
     state.drop_after_orders, state.drop_status = 0, 504
     with pytest.raises(APIError) as excinfo:
         client.submit_order(market("AAPL", 3, cid="gw"))

@@ -28,16 +28,41 @@ def test_train_on_alpaca_bars_and_never_store_keys(tmp_path):
         tiny = [a for a in TINY if not a.startswith("synthetic")]
         tiny.remove("--data")
         env = clean_env() | {"ALPACA_API_KEY": KEY, "ALPACA_SECRET_KEY": SECRET}
-        cmd = [sys.executable, SCRIPT, *tiny, "--data", "alpaca", "--tickers", ",".join(TICKERS),
-               "--start", "2022-01-03", "--end", "2023-12-29", "--data_url", server.url,
-               "--data_cache_dir", str(tmp_path / "cache"), "--checkpoint_dir", str(tmp_path / "ck"),
-               "--run_name", "alp", "--num_episodes", "8"]
+        cmd = [
+            sys.executable,
+            SCRIPT,
+            *tiny,
+            "--data",
+            "alpaca",
+            "--tickers",
+            ",".join(TICKERS),
+            "--start",
+            "2022-01-03",
+            "--end",
+            "2023-12-29",
+            "--data_url",
+            server.url,
+            "--data_cache_dir",
+            str(tmp_path / "cache"),
+            "--checkpoint_dir",
+            str(tmp_path / "ck"),
+            "--run_name",
+            "alp",
+            "--num_episodes",
+            "8",
+        ]
         result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
         requests_first = len(server.bar_requests())
         assert requests_first > 0
         assert result.returncode == 0, result.stderr
-        again = subprocess.run(cmd[:-4] + ["--run_name", "alp2", "--num_episodes", "4"], cwd=tmp_path, env=env,
-                               capture_output=True, text=True, timeout=240)
+        again = subprocess.run(
+            cmd[:-4] + ["--run_name", "alp2", "--num_episodes", "4"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert again.returncode == 0, again.stderr
         assert len(server.bar_requests()) == requests_first  # the second run read the cache
     ckpt = load_checkpoint(tmp_path / "ck" / "alp" / "latest.pt")
@@ -62,19 +87,61 @@ def test_backtest_of_an_alpaca_run_fetches_the_bars_it_was_trained_on(tmp_path):
         env = clean_env() | {"ALPACA_API_KEY": KEY, "ALPACA_SECRET_KEY": SECRET}
         cache = tmp_path / "run-cache"
         train = subprocess.run(
-            [sys.executable, SCRIPT, *tiny, "--data", "alpaca", "--tickers", ",".join(TICKERS), "--start",
-             "2022-01-03", "--end", "2023-12-29", "--data_url", server.url, "--data_cache_dir", str(cache),
-             "--alpaca_adjustment", "raw", "--alpaca_feed", "sip", "--checkpoint_dir", str(tmp_path / "ck"),
-             "--run_name", "raw", "--num_episodes", "4"],
-            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+            [
+                sys.executable,
+                SCRIPT,
+                *tiny,
+                "--data",
+                "alpaca",
+                "--tickers",
+                ",".join(TICKERS),
+                "--start",
+                "2022-01-03",
+                "--end",
+                "2023-12-29",
+                "--data_url",
+                server.url,
+                "--data_cache_dir",
+                str(cache),
+                "--alpaca_adjustment",
+                "raw",
+                "--alpaca_feed",
+                "sip",
+                "--checkpoint_dir",
+                str(tmp_path / "ck"),
+                "--run_name",
+                "raw",
+                "--num_episodes",
+                "4",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert train.returncode == 0, train.stderr
         trained_with = [r["params"] for r in server.bar_requests()]
         assert {(p["adjustment"], p["feed"], p["timeframe"]) for p in trained_with} == {("raw", "sip", "1Day")}
         shutil.rmtree(cache)  # the backtest must fetch again, and show what it asks for
         state.requests.clear()
-        bt = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint",
-                             str(tmp_path / "ck" / "raw" / "latest.pt"), "--out", str(tmp_path / "bt")],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+        bt = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "clstm_ppo.cli",
+                "backtest",
+                "--checkpoint",
+                str(tmp_path / "ck" / "raw" / "latest.pt"),
+                "--out",
+                str(tmp_path / "bt"),
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert bt.returncode == 0, bt.stderr
         asked = [r["params"] for r in server.bar_requests()]
     assert asked and {(p["adjustment"], p["feed"], p["timeframe"]) for p in asked} == {("raw", "sip", "1Day")}

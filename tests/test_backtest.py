@@ -27,14 +27,43 @@ from envs.synthetic import generate_market
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
-TINY = ["--window", "5", "--num_envs", "4", "--n_steps", "16", "--batch_size", "32", "--epochs", "2",
-        "--episode_length", "16", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
-        "--num_gpus", "0", "--num_episodes", "8", "--no-progress", "--threads", "1", "--hmax", "5000"]
+TINY = [
+    "--window",
+    "5",
+    "--num_envs",
+    "4",
+    "--n_steps",
+    "16",
+    "--batch_size",
+    "32",
+    "--epochs",
+    "2",
+    "--episode_length",
+    "16",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--num_episodes",
+    "8",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--hmax",
+    "5000",
+]
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+    }
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -45,9 +74,14 @@ def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("bt")
     runs = {"a": "synthetic:tickers=4,days=400", "b": "synthetic:tickers=3,days=400"}
     procs = {
-        name: subprocess.Popen([sys.executable, SCRIPT, "--data", data, *TINY, "--checkpoint_dir", str(root / "ck"),
-                                "--run_name", name], cwd=root, env=_env(), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+        name: subprocess.Popen(
+            [sys.executable, SCRIPT, "--data", data, *TINY, "--checkpoint_dir", str(root / "ck"), "--run_name", name],
+            cwd=root,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         for name, data in runs.items()
     }
     for name, proc in procs.items():
@@ -103,8 +137,18 @@ def assert_report_consistent(out: Path) -> dict:
 
 def test_backtest_cli_end_to_end_and_deterministic(ckpts: dict[str, Path], tmp_path: Path) -> None:
     ck = ckpts["a"] / "latest.pt"
-    first = run_cli("-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "one"),
-                    "--threads", "1", cwd=tmp_path)
+    first = run_cli(
+        "-m",
+        "clstm_ppo.cli",
+        "backtest",
+        "--checkpoint",
+        str(ck),
+        "--out",
+        str(tmp_path / "one"),
+        "--threads",
+        "1",
+        cwd=tmp_path,
+    )
     assert first.returncode == 0, first.stderr
     assert "Cumulative return (CR)" in first.stdout and "baseline" in first.stdout
     for name in ("report.json", "equity.csv", "trades.csv", "equity.png"):
@@ -122,16 +166,27 @@ def test_backtest_cli_end_to_end_and_deterministic(ckpts: dict[str, Path], tmp_p
     assert report["metadata"]["tickers"] == spec["tickers"]
 
     # Same checkpoint again through the console entry point: byte-identical outputs.
-    second = run_cli("-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "two"),
-                     "--threads", "1", cwd=tmp_path)
+    second = run_cli(
+        "-m",
+        "clstm_ppo.cli",
+        "backtest",
+        "--checkpoint",
+        str(ck),
+        "--out",
+        str(tmp_path / "two"),
+        "--threads",
+        "1",
+        cwd=tmp_path,
+    )
     assert second.returncode == 0, second.stderr
     for name in ("equity.csv", "trades.csv"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes(), name
 
 
 def test_default_out_folder_next_to_checkpoint(ckpts, capsys, one_thread) -> None:
-    code, out, err = in_process(capsys, "backtest", "--checkpoint", str(ckpts["a"] / "best.pt"), "--split",
-                                "validation")
+    code, out, err = in_process(
+        capsys, "backtest", "--checkpoint", str(ckpts["a"] / "best.pt"), "--split", "validation"
+    )
     assert code == 0, err
     folder = ckpts["a"] / "backtest-best-validation"
     assert (folder / "report.json").is_file() and str(folder) in out
@@ -148,22 +203,53 @@ def test_custom_period_uses_lookback_and_exact_dates(ckpts, tmp_path, capsys, on
     lo, hi = gaps[0] + 1, gaps[-1]
     start, end = dates[lo - 1] + pd.Timedelta(days=1), dates[hi] + pd.Timedelta(days=1)
     assert start not in dates and end not in dates
-    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "c"),
-                              "--start", start.strftime("%Y-%m-%d"), "--end", end.strftime("%Y-%m-%d"))
+    code, _, err = in_process(
+        capsys,
+        "backtest",
+        "--checkpoint",
+        str(ck),
+        "--out",
+        str(tmp_path / "c"),
+        "--start",
+        start.strftime("%Y-%m-%d"),
+        "--end",
+        end.strftime("%Y-%m-%d"),
+    )
     assert code == 0, err
     report = assert_report_consistent(tmp_path / "c")
-    assert report["period"] == {"start": dates[lo].strftime("%Y-%m-%d"), "end": dates[hi].strftime("%Y-%m-%d"),
-                                "num_days": hi - lo + 1}
+    assert report["period"] == {
+        "start": dates[lo].strftime("%Y-%m-%d"),
+        "end": dates[hi].strftime("%Y-%m-%d"),
+        "num_days": hi - lo + 1,
+    }
     assert report["metadata"]["period_source"] == "--start/--end"
 
     # The window (5 days) needs 4 earlier trading days in the data: day index 4 is the earliest start.
-    code, out, err = in_process(capsys, "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "d"),
-                                "--start", dates[2].strftime("%Y-%m-%d"))
+    code, out, err = in_process(
+        capsys,
+        "backtest",
+        "--checkpoint",
+        str(ck),
+        "--out",
+        str(tmp_path / "d"),
+        "--start",
+        dates[2].strftime("%Y-%m-%d"),
+    )
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("error: --start")
     assert f"earliest --start is {dates[4].strftime('%Y-%m-%d')}" in err
-    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "e"),
-                              "--start", dates[4].strftime("%Y-%m-%d"), "--end", dates[20].strftime("%Y-%m-%d"))
+    code, _, err = in_process(
+        capsys,
+        "backtest",
+        "--checkpoint",
+        str(ck),
+        "--out",
+        str(tmp_path / "e"),
+        "--start",
+        dates[4].strftime("%Y-%m-%d"),
+        "--end",
+        dates[20].strftime("%Y-%m-%d"),
+    )
     assert code == 0, err
 
 
@@ -189,7 +275,9 @@ def test_stochastic_episodes_are_seeded_and_reported(ckpts, tmp_path, capsys, on
 
     code, _, err = in_process(capsys, *args, "--out", str(tmp_path / "s2"))
     assert code == 0, err
-    assert (tmp_path / "s1" / "equity_episodes.csv").read_bytes() == (tmp_path / "s2" / "equity_episodes.csv").read_bytes()
+    assert (tmp_path / "s1" / "equity_episodes.csv").read_bytes() == (
+        tmp_path / "s2" / "equity_episodes.csv"
+    ).read_bytes()
 
     code, _, err = in_process(capsys, "backtest", "--checkpoint", ck, "--episodes", "3")
     assert code == 2 and "needs --stochastic" in err
@@ -200,8 +288,18 @@ def test_index_csv_is_aligned_scored_and_written(ckpts, tmp_path, capsys, one_th
     levels = pd.DataFrame({"date": dates.strftime("%Y-%m-%d"), "value": np.linspace(100.0, 140.0, len(dates))})
     levels = levels.drop(index=[300, 301])  # days missing from the index take the last earlier level
     levels.to_csv(tmp_path / "index.csv", index=False)
-    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), "--out",
-                              str(tmp_path / "i"), "--index", str(tmp_path / "index.csv"), "--risk_free", "0.02")
+    code, _, err = in_process(
+        capsys,
+        "backtest",
+        "--checkpoint",
+        str(ckpts["a"] / "latest.pt"),
+        "--out",
+        str(tmp_path / "i"),
+        "--index",
+        str(tmp_path / "index.csv"),
+        "--risk_free",
+        "0.02",
+    )
     assert code == 0, err
     report = json.loads((tmp_path / "i" / "report.json").read_text())
     equity = pd.read_csv(tmp_path / "i" / "equity.csv")
@@ -219,8 +317,18 @@ def test_index_csv_is_aligned_scored_and_written(ckpts, tmp_path, capsys, one_th
 
 def test_other_universe_is_refused_naming_the_difference(ckpts, tmp_path, capsys, one_thread) -> None:
     # Checkpoint of 4 tickers on data of 3: one line naming the missing ticker (real subprocess).
-    proc = run_cli("-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), "--data",
-                   "synthetic:tickers=3,days=400", "--out", str(tmp_path / "x"), cwd=tmp_path)
+    proc = run_cli(
+        "-m",
+        "clstm_ppo.cli",
+        "backtest",
+        "--checkpoint",
+        str(ckpts["a"] / "latest.pt"),
+        "--data",
+        "synthetic:tickers=3,days=400",
+        "--out",
+        str(tmp_path / "x"),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith("error: ") and "missing SYN03" in proc.stderr
@@ -230,22 +338,28 @@ def test_other_universe_is_refused_naming_the_difference(ckpts, tmp_path, capsys
     frame = generate_market(num_tickers=3, num_days=60, seed=3).to_frame()
     frame["tic"] = frame["tic"].astype(str).str.replace("SYN", "ZZZ")
     frame.to_csv(tmp_path / "other.csv", index=False)
-    code, _, err = in_process(capsys, "backtest", "--checkpoint", str(ckpts["b"] / "latest.pt"), "--data",
-                              f"csv:{tmp_path / 'other.csv'}")
+    code, _, err = in_process(
+        capsys, "backtest", "--checkpoint", str(ckpts["b"] / "latest.pt"), "--data", f"csv:{tmp_path / 'other.csv'}"
+    )
     assert code == 2 and err.count("\n") == 1
     assert "missing SYN00, SYN01, SYN02" in err and "unexpected ZZZ00, ZZZ01, ZZZ02" in err
 
     # compare across universes: refused before any backtest runs.
-    code, _, err = in_process(capsys, "compare", str(ckpts["a"] / "latest.pt"), str(ckpts["b"] / "latest.pt"),
-                              "--out", str(tmp_path / "cmp"))
+    code, _, err = in_process(
+        capsys, "compare", str(ckpts["a"] / "latest.pt"), str(ckpts["b"] / "latest.pt"), "--out", str(tmp_path / "cmp")
+    )
     assert code == 2 and err.count("\n") == 1 and "missing SYN03" in err
     assert not (tmp_path / "cmp").exists()
 
 
 def _corrupt_files(ckpts: dict[str, Path], folder: Path) -> dict[str, Path]:
     raw = (ckpts["a"] / "latest.pt").read_bytes()
-    files = {"truncated": folder / "truncated.pt", "random": folder / "random.pt", "plain_dict": folder / "plain.pt",
-             "wrong_sizes": folder / "sizes.pt"}
+    files = {
+        "truncated": folder / "truncated.pt",
+        "random": folder / "random.pt",
+        "plain_dict": folder / "plain.pt",
+        "wrong_sizes": folder / "sizes.pt",
+    }
     files["truncated"].write_bytes(raw[: len(raw) // 2])
     files["random"].write_bytes(np.random.default_rng(0).bytes(4096))
     torch.save({"weights": torch.zeros(3), "step": 5}, files["plain_dict"])
@@ -262,11 +376,13 @@ def test_corrupt_checkpoints_give_one_error_line(ckpts, tmp_path, capsys, one_th
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"error: {files['truncated']} is not a readable clstm-ppo checkpoint")
 
-    expect = {"random": "is not a readable clstm-ppo checkpoint", "plain_dict": "is not a clstm-ppo checkpoint",
-              "wrong_sizes": "stored weights do not match its model config"}
+    expect = {
+        "random": "is not a readable clstm-ppo checkpoint",
+        "plain_dict": "is not a clstm-ppo checkpoint",
+        "wrong_sizes": "stored weights do not match its model config",
+    }
     for name, phrase in expect.items():
-        code, out, err = in_process(capsys, "backtest", "--checkpoint", str(files[name]), "--out",
-                                    str(tmp_path / name))
+        code, out, err = in_process(capsys, "backtest", "--checkpoint", str(files[name]), "--out", str(tmp_path / name))
         assert code == 2 and out == "", name
         assert err.count("\n") == 1 and err.startswith(f"error: {files[name]}") and phrase in err, err
     code, _, err = in_process(capsys, "backtest", "--checkpoint", str(tmp_path / "nope.pt"))
@@ -278,8 +394,9 @@ def test_corrupt_checkpoints_give_one_error_line(ckpts, tmp_path, capsys, one_th
 
 def test_compare_two_checkpoints_writes_table_and_png(ckpts, tmp_path, capsys, one_thread) -> None:
     a_latest, a_best = ckpts["a"] / "latest.pt", ckpts["a"] / "best.pt"
-    code, out, err = in_process(capsys, "compare", str(a_latest), str(a_best), "--labels", "last,best",
-                                "--out", str(tmp_path / "cmp"))
+    code, out, err = in_process(
+        capsys, "compare", str(a_latest), str(a_best), "--labels", "last,best", "--out", str(tmp_path / "cmp")
+    )
     assert code == 0, err
     header = next(line for line in out.splitlines() if line.startswith("metric"))
     assert header.split() == ["metric", "last", "best", "buy-and-hold"]
@@ -297,7 +414,9 @@ def test_compare_two_checkpoints_writes_table_and_png(ckpts, tmp_path, capsys, o
     assert np.array_equal(table["buy-and-hold"].to_numpy(), single["baseline_value"].to_numpy())
     report = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert set(report["metrics"]) == {"last", "best", "buy-and-hold"}
-    assert report["metrics"]["best"]["num_trades"] == pytest.approx(len(pd.read_csv(tmp_path / "single" / "trades.csv")))
+    assert report["metrics"]["best"]["num_trades"] == pytest.approx(
+        len(pd.read_csv(tmp_path / "single" / "trades.csv"))
+    )
 
     code, _, err = in_process(capsys, "compare", str(a_latest), str(a_best), "--labels", "only-one")
     assert code == 2 and "--labels needs 2" in err

@@ -19,12 +19,49 @@ import torch
 from envs.synthetic import generate_market
 from tests.conftest import SCRIPT
 
-TINY = ["--window", "5", "--num_envs", "2", "--n_steps", "8", "--batch_size", "16", "--epochs", "1",
-        "--episode_length", "8", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
-        "--num_gpus", "0", "--no-progress", "--threads", "1", "--num_episodes", "2"]
+TINY = [
+    "--window",
+    "5",
+    "--num_envs",
+    "2",
+    "--n_steps",
+    "8",
+    "--batch_size",
+    "16",
+    "--epochs",
+    "1",
+    "--episode_length",
+    "8",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--num_episodes",
+    "2",
+]
 SYN = ["--data", "synthetic:tickers=3,days=200"]
-STUDY = ("study", "--out", "{d}/study", "--data", "synthetic:tickers=3,days=200", "--policies", "mlp", "--seeds", "1",
-         "--window", "5", "--validation_days", "5")
+STUDY = (
+    "study",
+    "--out",
+    "{d}/study",
+    "--data",
+    "synthetic:tickers=3,days=200",
+    "--policies",
+    "mlp",
+    "--seeds",
+    "1",
+    "--window",
+    "5",
+    "--validation_days",
+    "5",
+)
 SECRET_ENV = ("ALPACA_API_KEY", "ALPACA_SECRET_KEY", "APCA_API_KEY_ID", "APCA_API_SECRET_KEY")
 
 
@@ -48,19 +85,29 @@ CASES = [
     Case("negative prices", "cli", ("data", "inspect", "{d}/negative.csv"), "positive"),
     Case("duplicate rows", "train", ("--data", "csv:{d}/duplicates.csv", *TINY), "duplicate"),
     Case("ticker with gaps", "train", ("--data", "csv:{d}/gaps.csv", *TINY), "gap"),
-    Case("one bad tick (a close of 1e300)", "train", ("--data", "csv:{d}/bad_tick.csv", *TINY),
-         "implausible price jump: SYN01 closed at 1e+300 on"),
+    Case(
+        "one bad tick (a close of 1e300)",
+        "train",
+        ("--data", "csv:{d}/bad_tick.csv", *TINY),
+        "implausible price jump: SYN01 closed at 1e+300 on",
+    ),
     Case("--max_price_ratio of 1", "train", (*SYN, *TINY, "--max_price_ratio", "1"), "--max_price_ratio"),
     Case("negative --aux_coef", "train", (*SYN, *TINY, "--aux_coef", "-1"), "--aux_coef must be 0 or more"),
-    Case("negative --weight_decay", "train", (*SYN, *TINY, "--weight_decay", "-0.1"), "--weight_decay must be 0 or more"),
+    Case(
+        "negative --weight_decay", "train", (*SYN, *TINY, "--weight_decay", "-0.1"), "--weight_decay must be 0 or more"
+    ),
     Case("bad date format", "cli", ("data", "inspect", "{d}/bad_dates.csv"), "date"),
     Case("missing data file", "train", ("--data", "csv:{d}/nope.csv", *TINY), "nope.csv"),
     Case("unknown --data scheme", "train", ("--data", "ftp://example.com/prices", *TINY), "ftp"),
     Case("unknown synthetic option", "train", ("--data", "synthetic:colour=red", *TINY), "colour"),
     Case("unknown --tickers", "train", (*SYN, "--tickers", "NOPE", *TINY), "NOPE"),
     Case("bad --train_end date", "train", (*SYN, "--train_end", "not-a-date", *TINY), "not-a-date"),
-    Case("missing alpaca keys", "train", ("--data", "alpaca", "--tickers", "AAPL", "--start", "2020-01-01",
-                                          "--end", "2020-06-30", *TINY), "ALPACA_API_KEY"),
+    Case(
+        "missing alpaca keys",
+        "train",
+        ("--data", "alpaca", "--tickers", "AAPL", "--start", "2020-01-01", "--end", "2020-06-30", *TINY),
+        "ALPACA_API_KEY",
+    ),
     # --- flags and config
     Case("zero --num_episodes", "train", (*SYN, *TINY, "--num_episodes", "0"), "--num_episodes"),
     Case("negative --num_episodes", "train", (*SYN, *TINY, "--num_episodes", "-5"), "--num_episodes"),
@@ -75,42 +122,117 @@ CASES = [
     Case("missing --config file", "train", ("--config", "{d}/none.json", *SYN, *TINY), "none.json"),
     Case("unknown sub-command", "cli", ("trian",), "trian"),
     # --- studies
-    Case("study trade window after the data", "cli", (*STUDY, "--trade_start", "2031-01-01"), "after the data's last day"),
-    Case("study training window too short", "cli", (*STUDY, "--trade_start", "2014-01-20"),
-         "first training window is too short"),
-    Case("study grid above --max_cells", "cli", (*STUDY, "--trade_start", "2014-06-02", "--seeds", "1-6", "--max_cells", "5"),
-         "more than --max_cells"),
-    Case("study folder under a regular file", "cli", (*STUDY, "--trade_start", "2014-06-02", "--out", "{d}/a_file/s"),
-         "a_file"),
+    Case(
+        "study trade window after the data", "cli", (*STUDY, "--trade_start", "2031-01-01"), "after the data's last day"
+    ),
+    Case(
+        "study training window too short",
+        "cli",
+        (*STUDY, "--trade_start", "2014-01-20"),
+        "first training window is too short",
+    ),
+    Case(
+        "study grid above --max_cells",
+        "cli",
+        (*STUDY, "--trade_start", "2014-06-02", "--seeds", "1-6", "--max_cells", "5"),
+        "more than --max_cells",
+    ),
+    Case(
+        "study folder under a regular file",
+        "cli",
+        (*STUDY, "--trade_start", "2014-06-02", "--out", "{d}/a_file/s"),
+        "a_file",
+    ),
     Case("study shard 5/4", "cli", (*STUDY, "--trade_start", "2014-06-02", "--shard", "5/4"), "--shard 5/4"),
-    Case("study varying the data", "cli", (*STUDY, "--trade_start", "2014-06-02", "--vary", "tickers=A,B"),
-         "the study sets tickers"),
+    Case(
+        "study varying the data",
+        "cli",
+        (*STUDY, "--trade_start", "2014-06-02", "--vary", "tickers=A,B"),
+        "the study sets tickers",
+    ),
     Case("study unknown policy", "cli", (*STUDY, "--trade_start", "2014-06-02", "--policies", "cnn"), "--policies"),
     # --- checkpoints and run folders
-    Case("--resume latest with no run", "train", (*SYN, *TINY, "--checkpoint_dir", "{d}/empty_ck", "--resume", "latest"),
-         "no run"),
+    Case(
+        "--resume latest with no run",
+        "train",
+        (*SYN, *TINY, "--checkpoint_dir", "{d}/empty_ck", "--resume", "latest"),
+        "no run",
+    ),
     Case("--resume missing path", "train", (*SYN, *TINY, "--resume", "{d}/missing.pt"), "missing.pt"),
-    Case("--resume another universe", "train", ("--data", "synthetic:tickers=5,days=200", *TINY, "--checkpoint_dir",
-                                                "{d}/ck2", "--resume", "{d}/ck/good/latest.pt"), "trained on 3 tickers"),
-    Case("--resume another model size", "train", (*SYN, *TINY, "--stage2_hidden", "32", "--checkpoint_dir", "{d}/ck2",
-                                                  "--resume", "{d}/ck/good/latest.pt"), "--stage2_hidden 16 (now 32)"),
-    Case("--resume truncated checkpoint", "train", (*SYN, *TINY, "--checkpoint_dir", "{d}/ck2", "--resume",
-                                                    "{d}/truncated.pt"), "truncated.pt"),
-    Case("backtest another universe", "cli", ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--data",
-                                              "synthetic:tickers=5,days=200", "--out", "{d}/bt"), "ticker"),
-    Case("backtest truncated checkpoint", "cli", ("backtest", "--checkpoint", "{d}/truncated.pt", "--out", "{d}/bt"),
-         "truncated.pt"),
-    Case("backtest file that is not a checkpoint", "cli", ("backtest", "--checkpoint", "{d}/not_a_checkpoint.pt",
-                                                           "--out", "{d}/bt"), "not_a_checkpoint.pt is not a readable clstm-ppo checkpoint"),
-    Case("backtest torch file of another kind", "cli", ("backtest", "--checkpoint", "{d}/other_torch.pt",
-                                                        "--out", "{d}/bt"), "other_torch.pt"),
+    Case(
+        "--resume another universe",
+        "train",
+        (
+            "--data",
+            "synthetic:tickers=5,days=200",
+            *TINY,
+            "--checkpoint_dir",
+            "{d}/ck2",
+            "--resume",
+            "{d}/ck/good/latest.pt",
+        ),
+        "trained on 3 tickers",
+    ),
+    Case(
+        "--resume another model size",
+        "train",
+        (*SYN, *TINY, "--stage2_hidden", "32", "--checkpoint_dir", "{d}/ck2", "--resume", "{d}/ck/good/latest.pt"),
+        "--stage2_hidden 16 (now 32)",
+    ),
+    Case(
+        "--resume truncated checkpoint",
+        "train",
+        (*SYN, *TINY, "--checkpoint_dir", "{d}/ck2", "--resume", "{d}/truncated.pt"),
+        "truncated.pt",
+    ),
+    Case(
+        "backtest another universe",
+        "cli",
+        (
+            "backtest",
+            "--checkpoint",
+            "{d}/ck/good/latest.pt",
+            "--data",
+            "synthetic:tickers=5,days=200",
+            "--out",
+            "{d}/bt",
+        ),
+        "ticker",
+    ),
+    Case(
+        "backtest truncated checkpoint",
+        "cli",
+        ("backtest", "--checkpoint", "{d}/truncated.pt", "--out", "{d}/bt"),
+        "truncated.pt",
+    ),
+    Case(
+        "backtest file that is not a checkpoint",
+        "cli",
+        ("backtest", "--checkpoint", "{d}/not_a_checkpoint.pt", "--out", "{d}/bt"),
+        "not_a_checkpoint.pt is not a readable clstm-ppo checkpoint",
+    ),
+    Case(
+        "backtest torch file of another kind",
+        "cli",
+        ("backtest", "--checkpoint", "{d}/other_torch.pt", "--out", "{d}/bt"),
+        "other_torch.pt",
+    ),
     Case("backtest missing checkpoint", "cli", ("backtest", "--checkpoint", "{d}/missing.pt"), "missing.pt"),
-    Case("backtest bad --start date", "cli", ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--start",
-                                              "someday", "--out", "{d}/bt"), "someday"),
-    Case("checkpoint folder under a regular file", "train", (*SYN, *TINY, "--checkpoint_dir", "{d}/a_file/ck"),
-         "a_file"),
-    Case("backtest --out under a regular file", "cli", ("backtest", "--checkpoint", "{d}/ck/good/latest.pt",
-                                                        "--out", "{d}/a_file/report"), "a_file"),
+    Case(
+        "backtest bad --start date",
+        "cli",
+        ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--start", "someday", "--out", "{d}/bt"),
+        "someday",
+    ),
+    Case(
+        "checkpoint folder under a regular file", "train", (*SYN, *TINY, "--checkpoint_dir", "{d}/a_file/ck"), "a_file"
+    ),
+    Case(
+        "backtest --out under a regular file",
+        "cli",
+        ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--out", "{d}/a_file/report"),
+        "a_file",
+    ),
 ]
 
 
@@ -160,8 +282,14 @@ def files(tmp_path_factory) -> Path:
     _write(d / "a_file", "a regular file where a folder should be\n")
     (d / "empty_ck").mkdir()
     # one real checkpoint (3 tickers, tiny model) for the universe / size / truncation cases
-    result = subprocess.run([sys.executable, SCRIPT, *SYN, *TINY, "--checkpoint_dir", str(d / "ck"), "--run_name",
-                             "good"], cwd=d, env=_env(), capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, SCRIPT, *SYN, *TINY, "--checkpoint_dir", str(d / "ck"), "--run_name", "good"],
+        cwd=d,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     blob = (d / "ck" / "good" / "latest.pt").read_bytes()
     (d / "truncated.pt").write_bytes(blob[: len(blob) // 2])
@@ -183,8 +311,12 @@ def test_bad_inputs_fail_with_one_clear_line(files):
     problems = []
     for case, result in zip(CASES, results, strict=True):
         errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-        ok = (result.returncode != 0 and "Traceback" not in result.stderr + result.stdout and len(errors) == 1
-              and case.expect.lower() in errors[0].lower())
+        ok = (
+            result.returncode != 0
+            and "Traceback" not in result.stderr + result.stdout
+            and len(errors) == 1
+            and case.expect.lower() in errors[0].lower()
+        )
         if not ok:
             problems.append(f"{case.name}: exit {result.returncode}, stderr:\n{result.stderr[-1500:]}")
     assert len(CASES) >= 20

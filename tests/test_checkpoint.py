@@ -28,8 +28,21 @@ from tests.conftest import ROOT, SCRIPT, TINY, clean_env, read_metrics
 FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
 # The flags it was trained with (tests/fixtures/README.md): TINY with 32 episodes.
 # The settings the fixture was trained with, whose defaults have changed since (a resume must repeat them).
-THEN = ["--action_mode", "shares", "--reward", "value", "--action_dist", "gaussian", "--log_std_max", "inf",
-        "--ent_coef", "0.01", "--no-skip", "--aux_coef", "0"]
+THEN = [
+    "--action_mode",
+    "shares",
+    "--reward",
+    "value",
+    "--action_dist",
+    "gaussian",
+    "--log_std_max",
+    "inf",
+    "--ent_coef",
+    "0.01",
+    "--no-skip",
+    "--aux_coef",
+    "0",
+]
 FIXTURE_FLAGS = [*TINY, *THEN, "--num_episodes", "32"]
 FINAL_VALUES_THEN = (998156.5636585176, 1000569.8560440058)  # its 2 sampled test-split episodes, seed 0
 
@@ -45,9 +58,30 @@ def test_an_old_checkpoint_opens_and_rebuilds_its_policy_and_market():
 
 def test_an_old_checkpoint_backtests_to_the_numbers_it_gave_when_written(tmp_path):
     out = tmp_path / "bt"
-    proc = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(FIXTURE), "--out",
-                           str(out), "--stochastic", "--episodes", "2", "--seed", "0", "--threads", "1"],
-                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "clstm_ppo.cli",
+            "backtest",
+            "--checkpoint",
+            str(FIXTURE),
+            "--out",
+            str(out),
+            "--stochastic",
+            "--episodes",
+            "2",
+            "--seed",
+            "0",
+            "--threads",
+            "1",
+        ],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     runs = json.loads((out / "report.json").read_text())["stochastic"]["runs"]
     assert [r["final_value"] for r in runs] == pytest.approx(FINAL_VALUES_THEN, rel=1e-9)
@@ -58,23 +92,61 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     run = tmp_path / "ck" / "pre"
     run.mkdir(parents=True)
     shutil.copy(FIXTURE, run / "latest.pt")
-    cfg = parse_config([*FIXTURE_FLAGS, "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "pre",
-                        "--resume", "latest"])
+    cfg = parse_config(
+        [*FIXTURE_FLAGS, "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest"]
+    )
     from clstm_ppo.market import build_market
 
     assert check_resume(cfg, build_market(cfg), resolve_run_dir(cfg)) == run / "latest.pt"
-    changed = subprocess.run([sys.executable, SCRIPT, *TINY, "--num_episodes", "48", "--checkpoint_dir",
-                              str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest", "--norm_obs"],
-                             cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)
+    changed = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            *TINY,
+            "--num_episodes",
+            "48",
+            "--checkpoint_dir",
+            str(tmp_path / "ck"),
+            "--run_name",
+            "pre",
+            "--resume",
+            "latest",
+            "--norm_obs",
+        ],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert changed.returncode != 0 and "Traceback" not in changed.stderr  # today's defaults: refused in one line
-    assert "--action_mode shares (now weights)" in changed.stderr and "--action_dist gaussian (now tanh)" in changed.stderr
+    assert (
+        "--action_mode shares (now weights)" in changed.stderr and "--action_dist gaussian (now tanh)" in changed.stderr
+    )
     assert "--aux_coef 0.0 (now 1.0)" in changed.stderr
     assert "--norm_obs False (now True)" in changed.stderr  # a model field a flag decides: named by its flag
-    proc = subprocess.run([sys.executable, SCRIPT, *TINY, *THEN, "--num_episodes", "48", "--checkpoint_dir",
-                           str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest"],
-                          cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=240)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            *TINY,
+            *THEN,
+            "--num_episodes",
+            "48",
+            "--checkpoint_dir",
+            str(tmp_path / "ck"),
+            "--run_name",
+            "pre",
+            "--resume",
+            "latest",
+        ],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert proc.returncode == 0, proc.stderr
     episodes, _ = read_metrics(run)
     assert [e["episode"] for e in episodes][:1] == [33] and episodes[-1]["episode"] == 48
     assert load_checkpoint(run / "latest.pt").counters["episodes"] == 48
-

@@ -21,6 +21,12 @@ def test_paper_preset_has_the_papers_settings():
     cfg = preset("paper", num_envs=8)
     assert (cfg.window, cfg.stage1_hidden, cfg.feature_dim, cfg.stage2_hidden) == (30, 128, 128, 512)
     assert (cfg.gamma, cfg.n_steps, cfg.vf_coef, cfg.ent_coef, cfg.clip_coef, cfg.max_grad_norm) == (
-        0.99, 128, 0.5, 0.01, 0.2, 0.5)
+        0.99,
+        128,
+        0.5,
+        0.01,
+        0.2,
+        0.5,
+    )
     assert cfg.learning_rate_clstm == cfg.learning_rate_actor_critic == 3e-4 and cfg.adam_eps == 1e-8
     cfg.validate()

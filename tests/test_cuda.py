@@ -33,8 +33,15 @@ def test_gpu_training_with_autocast(tmp_path, precision):
 
 
 def test_torchrun_single_gpu_uses_nccl_and_ddp(tmp_path):
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1",
-                "--master_port", str(find_free_port())]
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "1",
+        "--master_port",
+        str(find_free_port()),
+    ]
     result = run(tmp_path, "--num_episodes", "8", "--run_name", "nccl", launcher=launcher)
     assert result.returncode == 0, result.stderr
     assert "backend nccl" in result.stdout

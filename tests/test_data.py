@@ -71,7 +71,8 @@ def test_fixture_use_adjusted_rescales_ohlc_by_adjusted_over_close():
 def test_aliases_case_insensitive_and_unsorted_input_is_sorted():
     df = make_frame()
     shuffled = df.sample(frac=1.0, random_state=1).rename(
-        columns={"tic": " Symbol ", "date": "TimeStamp", "close": "Close", "volume": "VOL"})
+        columns={"tic": " Symbol ", "date": "TimeStamp", "close": "Close", "volume": "VOL"}
+    )
     data = MarketData.from_frame(shuffled)
     assert data.equals(MarketData.from_frame(df))
     df2 = df.rename(columns={"tic": "ticker", "date": "datetime"})
@@ -169,8 +170,10 @@ BAD_FRAMES = {
     "missing close": (lambda df: df.drop(columns="close"), "missing columns close"),
     "missing date and tic": (lambda df: df.drop(columns=["date", "tic"]), "missing columns date, tic"),
     "partial ohlc": (lambda df: df.drop(columns=["high", "low"]), "missing columns high, low"),
-    "unparseable date": (lambda df: _with(df.assign(date=df["date"].dt.strftime("%Y-%m-%d")), 4, date="not-a-date"),
-                         "unparseable dates in column 'date': BBB 'not-a-date'"),
+    "unparseable date": (
+        lambda df: _with(df.assign(date=df["date"].dt.strftime("%Y-%m-%d")), 4, date="not-a-date"),
+        "unparseable dates in column 'date': BBB 'not-a-date'",
+    ),
     "duplicate rows": (lambda df: pd.concat([df, df.iloc[[5]]]), "duplicate (date, tic) rows: CCC 2021-03-02"),
     "nan close": (lambda df: _with(df, 7, close=np.nan), "missing (NaN) close prices at BBB 2021-03-03"),
     "inf open": (lambda df: _with(df, 7, open=np.inf), "infinite open prices at BBB 2021-03-03"),
@@ -215,7 +218,8 @@ def gappy_frame() -> pd.DataFrame:
     """AAA misses 2021-03-03 and 03-04 (a 2-day hole); CCC misses 2021-03-10; 12 business days."""
     df = make_frame(days=12)
     drop = ((df.tic == "AAA") & df.date.isin(pd.to_datetime(["2021-03-03", "2021-03-04"]))) | (
-        (df.tic == "CCC") & (df.date == pd.Timestamp("2021-03-10")))
+        (df.tic == "CCC") & (df.date == pd.Timestamp("2021-03-10"))
+    )
     return df[~drop].reset_index(drop=True)
 
 
@@ -322,8 +326,7 @@ def test_fraction_splits_with_zero_validation_and_leftover():
 def test_date_splits_include_their_end_date():
     data = bdays_data(60)
     idx = {data.date_str(i): i for i in range(data.num_days)}
-    splits = split_days(data, window=5, train_end="2021-04-01", validation_end="2021-04-15",
-                        test_end="2021-05-04")
+    splits = split_days(data, window=5, train_end="2021-04-01", validation_end="2021-04-15", test_end="2021-05-04")
     assert splits.train == DayRange(4, idx["2021-04-01"] + 1)
     assert splits.validation == DayRange(idx["2021-04-01"] + 1, idx["2021-04-15"] + 1)
     assert splits.test == DayRange(idx["2021-04-15"] + 1, idx["2021-05-04"] + 1)
@@ -341,19 +344,25 @@ def test_date_splits_weekend_end_and_test_to_the_end():
     assert last.test is None
 
 
-@pytest.mark.parametrize("kwargs,expected", [
-    ({"train_end": "2020-01-01"}, "train_end 2020-01-01 is outside the usable dates"),
-    ({"train_end": "2031-01-01"}, "outside the usable dates"),
-    ({"train_end": "2021-04-15", "validation_end": "2021-04-01"}, "validation_end 2021-04-01 must be after train_end"),
-    ({"train_end": "2021-04-16", "validation_end": "2021-04-18"}, "must be after train_end"),  # same last day
-    ({"validation_end": "2021-04-15"}, "train_end is required"),
-    ({"train_end": "2021-03-05"}, "the train split has 1 trading day(s)"),
-    ({"train_end": "2021-04-15", "fractions": (0.5, 0.2, 0.3)}, "not both"),
-    ({"fractions": (0.8, 0.3, 0.2)}, "add up to 1.3"),
-    ({"fractions": (0.0, 0.5, 0.5)}, "train > 0"),
-    ({"fractions": (0.98, 0.01, 0.01)}, "the validation split has"),
-    ({"train_end": "not a date"}, "is not a date"),
-])
+@pytest.mark.parametrize(
+    "kwargs,expected",
+    [
+        ({"train_end": "2020-01-01"}, "train_end 2020-01-01 is outside the usable dates"),
+        ({"train_end": "2031-01-01"}, "outside the usable dates"),
+        (
+            {"train_end": "2021-04-15", "validation_end": "2021-04-01"},
+            "validation_end 2021-04-01 must be after train_end",
+        ),
+        ({"train_end": "2021-04-16", "validation_end": "2021-04-18"}, "must be after train_end"),  # same last day
+        ({"validation_end": "2021-04-15"}, "train_end is required"),
+        ({"train_end": "2021-03-05"}, "the train split has 1 trading day(s)"),
+        ({"train_end": "2021-04-15", "fractions": (0.5, 0.2, 0.3)}, "not both"),
+        ({"fractions": (0.8, 0.3, 0.2)}, "add up to 1.3"),
+        ({"fractions": (0.0, 0.5, 0.5)}, "train > 0"),
+        ({"fractions": (0.98, 0.01, 0.01)}, "the validation split has"),
+        ({"train_end": "not a date"}, "is not a date"),
+    ],
+)
 def test_split_errors(kwargs, expected):
     data = bdays_data(60)
     assert expected in error_of(split_days, data, window=5, **kwargs)
@@ -362,7 +371,8 @@ def test_split_errors(kwargs, expected):
 def test_too_few_days_for_the_window():
     data = bdays_data(30)
     assert "too few trading days: the data has 30, a window of 30 needs at least 31" in error_of(
-        split_days, data, window=30)
+        split_days, data, window=30
+    )
     assert "window must be a whole number" in error_of(require_days, data, 0)
     require_days(data, 29)
 
@@ -377,8 +387,11 @@ def test_fixture_splits_by_date():
 
 
 @settings(max_examples=200, deadline=None)
-@given(days=st.integers(2, 120), window=st.integers(1, 40),
-       fr=st.tuples(st.floats(0.01, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0)))
+@given(
+    days=st.integers(2, 120),
+    window=st.integers(1, 40),
+    fr=st.tuples(st.floats(0.01, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0)),
+)
 def test_fraction_splits_property(days, window, fr):
     """Any fractions/days/window: either a clean UserError or ordered, adjacent, in-range splits >= 2 days."""
     data = _PROPERTY_DATA.slice_days(0, days)

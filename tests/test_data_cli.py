@@ -23,8 +23,14 @@ FIXTURE = ROOT / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "data", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", "data", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_generate_csv_is_deterministic_and_loads(tmp_path, capsys):
@@ -35,8 +41,9 @@ def test_generate_csv_is_deterministic_and_loads(tmp_path, capsys):
     assert main(["generate", "--out", str(b), "--seed", "5", *flags]) == 0
     assert main(["generate", "--out", str(c), "--seed", "6", *flags]) == 0
     assert a.read_bytes() == b.read_bytes() != c.read_bytes()
-    expected = generate_market(num_tickers=4, num_days=60, seed=5, signal_strength=0.5, signal="lead_lag",
-                               start="2020-01-01")
+    expected = generate_market(
+        num_tickers=4, num_days=60, seed=5, signal_strength=0.5, signal="lead_lag", start="2020-01-01"
+    )
     assert MarketData.from_csv(a).equals(expected)
 
 
@@ -109,7 +116,8 @@ def test_help_exits_zero():
 
 # ---------------------------------------------------------------------- the real CLI on bad files
 GOOD = "date,tic,open,high,low,close,volume\n" + "".join(
-    f"2021-03-0{d},{t},10,11,9,10.5,100\n" for d in range(1, 6) for t in ("AAA", "BBB"))
+    f"2021-03-0{d},{t},10,11,9,10.5,100\n" for d in range(1, 6) for t in ("AAA", "BBB")
+)
 
 
 def _replace_line(text: str, line_no: int, new: str) -> str:
@@ -123,24 +131,39 @@ BAD_FILES: dict[str, tuple[str, str, list[str]]] = {
     "empty.csv": ("", "data file is empty", []),
     "header_only.csv": ("date,tic,open,high,low,close,volume\n", "no rows of market data", []),
     "no_close.csv": ("date,tic,open\n2021-03-01,AAA,1\n", "missing columns close", []),
-    "bad_date.csv": (_replace_line(GOOD, 3, "2021-13-45,BBB,10,11,9,10.5,100"),
-                     "unparseable dates in column 'date': BBB '2021-13-45'", []),
+    "bad_date.csv": (
+        _replace_line(GOOD, 3, "2021-13-45,BBB,10,11,9,10.5,100"),
+        "unparseable dates in column 'date': BBB '2021-13-45'",
+        [],
+    ),
     "dup.csv": (GOOD + "2021-03-01,AAA,10,11,9,10.5,100\n", "duplicate (date, tic) rows: AAA 2021-03-01", []),
-    "nan.csv": (_replace_line(GOOD, 4, "2021-03-02,BBB,10,11,9,,100"),
-                "missing (NaN) close prices at BBB 2021-03-02", []),
-    "inf.csv": (_replace_line(GOOD, 4, "2021-03-02,BBB,10,inf,9,10,100"),
-                "infinite high prices at BBB 2021-03-02", []),
-    "zero.csv": (_replace_line(GOOD, 5, "2021-03-03,AAA,0,11,9,10,100"),
-                 "non-positive open prices at AAA 2021-03-03", []),
+    "nan.csv": (
+        _replace_line(GOOD, 4, "2021-03-02,BBB,10,11,9,,100"),
+        "missing (NaN) close prices at BBB 2021-03-02",
+        [],
+    ),
+    "inf.csv": (_replace_line(GOOD, 4, "2021-03-02,BBB,10,inf,9,10,100"), "infinite high prices at BBB 2021-03-02", []),
+    "zero.csv": (
+        _replace_line(GOOD, 5, "2021-03-03,AAA,0,11,9,10,100"),
+        "non-positive open prices at AAA 2021-03-03",
+        [],
+    ),
     "high_low.csv": (_replace_line(GOOD, 5, "2021-03-03,AAA,10,9,11,10,100"), "high below low at AAA 2021-03-03", []),
-    "text_price.csv": (_replace_line(GOOD, 6, "2021-03-03,BBB,10,11,9,$10.5,100"),
-                       "non-numeric values in column 'close': '$10.5' (BBB 2021-03-03)", []),
-    "gaps.csv": ("\n".join(GOOD.splitlines()[:-1]) + "\n",
-                 "tickers do not cover the same dates: BBB misses 1 of 5 dates (2021-03-05)", ["--gap_policy", "fail"]),
-    "gaps_ffill.csv": (GOOD.replace("2021-03-02,BBB,10,11,9,10.5,100\n", "").replace(
-        "2021-03-03,BBB,10,11,9,10.5,100\n", ""),
+    "text_price.csv": (
+        _replace_line(GOOD, 6, "2021-03-03,BBB,10,11,9,$10.5,100"),
+        "non-numeric values in column 'close': '$10.5' (BBB 2021-03-03)",
+        [],
+    ),
+    "gaps.csv": (
+        "\n".join(GOOD.splitlines()[:-1]) + "\n",
+        "tickers do not cover the same dates: BBB misses 1 of 5 dates (2021-03-05)",
+        ["--gap_policy", "fail"],
+    ),
+    "gaps_ffill.csv": (
+        GOOD.replace("2021-03-02,BBB,10,11,9,10.5,100\n", "").replace("2021-03-03,BBB,10,11,9,10.5,100\n", ""),
         "cannot forward-fill: BBB misses 2 days in a row from 2021-03-02 (max_ffill_days=1)",
-        ["--gap_policy", "ffill", "--max_ffill_days", "1"]),
+        ["--gap_policy", "ffill", "--max_ffill_days", "1"],
+    ),
     "prices.txt": (GOOD, "cannot tell the format of", []),
 }
 

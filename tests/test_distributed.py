@@ -18,9 +18,16 @@ TOTAL_ENVS, STEPS = 8, 12
 
 
 def column_slice(buf: RolloutBuffer, cols: slice) -> RolloutBuffer:
-    return RolloutBuffer(obs=buf.obs.columns(cols), actions=buf.actions[:, cols], log_probs=buf.log_probs[:, cols],
-                         values=buf.values[:, cols], rewards=buf.rewards[:, cols], dones=buf.dones[:, cols],
-                         starts=buf.starts[:, cols], initial_state=tuple(s[:, cols] for s in buf.initial_state))
+    return RolloutBuffer(
+        obs=buf.obs.columns(cols),
+        actions=buf.actions[:, cols],
+        log_probs=buf.log_probs[:, cols],
+        values=buf.values[:, cols],
+        rewards=buf.rewards[:, cols],
+        dones=buf.dones[:, cols],
+        starts=buf.starts[:, cols],
+        initial_state=tuple(s[:, cols] for s in buf.initial_state),
+    )
 
 
 def run_update(model, buf, comm, num_envs, through_ddp=True):

@@ -65,11 +65,25 @@ def test_gym_env_and_vector_env_agree_step_by_step(market: PreparedMarket) -> No
 def test_hand_worked_two_stocks_three_days() -> None:
     close = np.array([[10.0, 20.0], [11.0, 19.0], [12.0, 18.0]])
     dates = pd.bdate_range("2021-03-01", periods=3).to_numpy().astype("datetime64[ns]")
-    data = MarketData(dates=dates, tickers=("AAA", "BBB"), open=close, high=close * 1.01, low=close * 0.99,
-                      close=close, volume=np.ones_like(close))
+    data = MarketData(
+        dates=dates,
+        tickers=("AAA", "BBB"),
+        open=close,
+        high=close * 1.01,
+        low=close * 0.99,
+        close=close,
+        volume=np.ones_like(close),
+    )
     market = PreparedMarket.prepare(data, Splits(DayRange(0, 3), None, None), window=1, use_turbulence=False)
-    cfg = EnvConfig(hmax=100, initial_amount=1000.0, buy_cost_pct=0.01, sell_cost_pct=0.02,
-                    reward_scaling=1.0, episode_length=None, random_start=False)
+    cfg = EnvConfig(
+        hmax=100,
+        initial_amount=1000.0,
+        buy_cost_pct=0.01,
+        sell_cost_pct=0.02,
+        reward_scaling=1.0,
+        episode_length=None,
+        random_start=False,
+    )
     env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
     obs, info = env.reset()
     assert obs.shape == (1, 1, 1 + 2 + 2 + 8) and obs[0, 0, 0] == 1.0 and int(info["day"][0]) == 0
@@ -164,8 +178,13 @@ def _recompute(values: list[float], initial: float) -> dict[str, float]:
     r = v[1:] / v[:-1] - 1
     sharpe = r.mean() / r.std(ddof=1) * math.sqrt(252) if len(r) > 1 and r.std(ddof=1) > 0 else 0.0
     peak = np.maximum.accumulate(v)
-    return {"sharpe": sharpe, "max_drawdown": float((1 - v / peak).max()), "final_value": v[-1],
-            "return": v[-1] / initial - 1, "length": len(r)}
+    return {
+        "sharpe": sharpe,
+        "max_drawdown": float((1 - v / peak).max()),
+        "final_value": v[-1],
+        "return": v[-1] / initial - 1,
+        "length": len(r),
+    }
 
 
 def test_auto_reset_and_episode_statistics(market: PreparedMarket) -> None:
@@ -256,8 +275,15 @@ def test_observation_window_and_no_look_ahead(market: PreparedMarket) -> None:
     data = market.data
     bump = np.ones_like(data.close)
     bump[t + 1 :] = 1.7
-    later = MarketData(dates=data.dates, tickers=data.tickers, open=data.open * bump, high=data.high * bump,
-                       low=data.low * bump, close=data.close * bump, volume=data.volume)
+    later = MarketData(
+        dates=data.dates,
+        tickers=data.tickers,
+        open=data.open * bump,
+        high=data.high * bump,
+        low=data.low * bump,
+        close=data.close * bump,
+        volume=data.volume,
+    )
     other = PreparedMarket.from_spec(later, market.to_spec())
     env2 = VectorStockTradingEnv(other, num_envs=1, config=cfg)
     env2.reset(options={"start_day": t - 5})
@@ -282,8 +308,7 @@ def test_gymnasium_make_and_check_env(market: PreparedMarket) -> None:
         env = gymnasium.make("envs/StockTrading-v0")
         assert env.observation_space.shape == (30, 181) and env.action_space.shape == (30,)
         check_env(env.unwrapped)
-        env = gymnasium.make("envs/StockTrading-v0", market=market, split="test",
-                             config=EnvConfig(episode_length=20))
+        env = gymnasium.make("envs/StockTrading-v0", market=market, split="test", config=EnvConfig(episode_length=20))
         check_env(env.unwrapped)
         obs, info = env.reset(seed=0)
         assert obs.shape == (WINDOW, market.num_features) and obs.dtype == np.float32

@@ -15,9 +15,12 @@ def test_weights_encoding_sums_to_one_and_matches_the_portfolio():
     data = generate_market(num_tickers=3, num_days=400, seed=5)
     market = PreparedMarket.prepare(data, split_days(data, window=4), window=4)
     n = market.num_tickers
-    envs = {mode: VectorStockTradingEnv(market, num_envs=5, seed=3,
-                                        config=EnvConfig(hmax=500, episode_length=40, portfolio_features=mode))
-            for mode in ("shares", "weights")}
+    envs = {
+        mode: VectorStockTradingEnv(
+            market, num_envs=5, seed=3, config=EnvConfig(hmax=500, episode_length=40, portfolio_features=mode)
+        )
+        for mode in ("shares", "weights")
+    }
     gen = torch.Generator().manual_seed(0)
     for _ in range(30):
         actions = torch.rand(5, n, generator=gen) * 2 - 1

@@ -26,19 +26,60 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 # 4 tickers, 5-day windows, tiny nets; 16-day episodes end with each 16-step rollout, so one update of
 # 2 workers x 4 envs finishes 8 episodes.
-TINY = ["--data", "synthetic:tickers=4,days=400", "--window", "5", "--num_envs", "4", "--n_steps", "16",
-        "--batch_size", "32", "--epochs", "2", "--episode_length", "16", "--stage1_hidden", "8",
-        "--feature_dim", "8", "--stage2_hidden", "16", "--num_gpus", "0", "--log_every", "8", "--no-progress",
-        "--threads", "1", "--num_workers", "2", "--checkpoint_every", "1"]
+TINY = [
+    "--data",
+    "synthetic:tickers=4,days=400",
+    "--window",
+    "5",
+    "--num_envs",
+    "4",
+    "--n_steps",
+    "16",
+    "--batch_size",
+    "32",
+    "--epochs",
+    "2",
+    "--episode_length",
+    "16",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--log_every",
+    "8",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--num_workers",
+    "2",
+    "--checkpoint_every",
+    "1",
+]
 FAULT = "CLSTM_PPO_FAULT_INJECT"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process checks read /proc")
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", FAULT,
-                        "CLSTM_PPO_DEBUG")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "RANK",
+            "LOCAL_RANK",
+            "WORLD_SIZE",
+            "MASTER_ADDR",
+            "MASTER_PORT",
+            "LOCAL_WORLD_SIZE",
+            FAULT,
+            "CLSTM_PPO_DEBUG",
+        )
+    }
     return {**env, "PYTHONUNBUFFERED": "1", **extra}
 
 
@@ -75,13 +116,16 @@ class Job:
 
     def __init__(self, tmp_path: Path, *args: str, **env: str) -> None:
         cmd = [sys.executable, SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
-        self.proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(**env), stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         self.out: list[str] = []
         self.err: list[str] = []
         self.workers: set[int] = set()
-        self._threads = [threading.Thread(target=self._pump, args=(s, b), daemon=True)
-                         for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))]
+        self._threads = [
+            threading.Thread(target=self._pump, args=(s, b), daemon=True)
+            for s, b in ((self.proc.stdout, self.out), (self.proc.stderr, self.err))
+        ]
         for t in self._threads:
             t.start()
 
@@ -163,8 +207,10 @@ def test_exception_in_a_rank_ends_the_job_with_its_error_once(tmp_path, rank):
     code = job.finish(timeout=60)
     assert code == 1
     line = one_error_line(job.stderr)
-    assert line == (f"error: worker rank {rank} failed: RuntimeError: injected fault ({FAULT}) on rank {rank} "
-                    f"at update 3 (--debug shows the traceback)")
+    assert line == (
+        f"error: worker rank {rank} failed: RuntimeError: injected fault ({FAULT}) on rank {rank} "
+        f"at update 3 (--debug shows the traceback)"
+    )
     run_dir = tmp_path / "ck" / "crash"
     assert load_checkpoint(run_dir / "latest.pt").counters["update"] == 2  # the last update before the crash
     if rank == 1:
@@ -241,8 +287,9 @@ while True:
 def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_path):
     path = tmp_path / "run" / "latest.pt"
     for _attempt in range(5):
-        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], cwd=ROOT, env=_env(),
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True
+        )
         for line in proc.stdout:
             if line.startswith("writing 2"):
                 break
@@ -265,10 +312,24 @@ def test_sigkill_during_a_checkpoint_write_leaves_the_previous_one_loadable(tmp_
 @pytest.mark.slow
 def test_a_nan_update_is_skipped_and_counted_and_training_goes_on(tmp_path):
     # rank 1's rewards are NaN in update 2 only: the all-reduced gradients are NaN on both ranks
-    result = subprocess.run([sys.executable, SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"),
-                             "--num_episodes", "32", "--run_name", "nan1"], cwd=tmp_path,
-                            env=_env(**{FAULT: "rank=1,update=2,kind=nan,count=1"}), capture_output=True,
-                            text=True, timeout=180)
+    result = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            *TINY,
+            "--checkpoint_dir",
+            str(tmp_path / "ck"),
+            "--num_episodes",
+            "32",
+            "--run_name",
+            "nan1",
+        ],
+        cwd=tmp_path,
+        env=_env(**{FAULT: "rank=1,update=2,kind=nan,count=1"}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     updates = [m for m in metrics(tmp_path / "ck" / "nan1") if m["kind"] == "update"]
     assert [u["skipped_steps"] for u in updates] == [0, 4, 0, 0]  # 2 epochs x 2 minibatches skipped
@@ -278,15 +339,32 @@ def test_a_nan_update_is_skipped_and_counted_and_training_goes_on(tmp_path):
 
 @pytest.mark.slow
 def test_nan_in_a_row_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):
-    result = subprocess.run([sys.executable, SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"),
-                             "--num_episodes", "1000", "--run_name", "nan", "--max_bad_updates", "3"], cwd=tmp_path,
-                            env=_env(**{FAULT: "rank=0,update=3,kind=nan"}), capture_output=True, text=True,
-                            timeout=180)
+    result = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            *TINY,
+            "--checkpoint_dir",
+            str(tmp_path / "ck"),
+            "--num_episodes",
+            "1000",
+            "--run_name",
+            "nan",
+            "--max_bad_updates",
+            "3",
+        ],
+        cwd=tmp_path,
+        env=_env(**{FAULT: "rank=0,update=3,kind=nan"}),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 2
     run_dir = tmp_path / "ck" / "nan"
     assert one_error_line(result.stderr) == (
         f"error: stopped: 3 updates in a row had NaN/inf loss or gradients (their optimizer steps were skipped); "
-        f"the last good checkpoint is kept: {run_dir / 'latest.pt'}; try a lower learning rate or --max_grad_norm")
+        f"the last good checkpoint is kept: {run_dir / 'latest.pt'}; try a lower learning rate or --max_grad_norm"
+    )
     ckpt = load_checkpoint(run_dir / "latest.pt")
     assert ckpt.counters["update"] == 2 and ckpt.counters["bad_updates"] == 0
     assert all(torch.isfinite(v).all() for v in ckpt.model_state.values())

@@ -30,8 +30,15 @@ def _random_ohlc(num_days: int = 400, num_tickers: int = 3, seed: int = 0) -> Ma
     low = close * (1 - rng.uniform(0, 0.03, close.shape))
     dates = pd.bdate_range("2015-01-02", periods=num_days).to_numpy().astype("datetime64[ns]")
     tickers = tuple(f"T{i}" for i in range(num_tickers))
-    return MarketData(dates=dates, tickers=tickers, open=close.copy(), high=high, low=low, close=close,
-                      volume=np.full(close.shape, 1e6))
+    return MarketData(
+        dates=dates,
+        tickers=tickers,
+        open=close.copy(),
+        high=high,
+        low=low,
+        close=close,
+        volume=np.full(close.shape, 1e6),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +67,7 @@ def test_macd_rsi_cci_match_ta_where_ta_is_defined(ohlc: MarketData, indicators:
     for name, want in expected.items():
         defined = ~np.isnan(want)
         assert defined.sum() > 300  # ta leaves only its warm-up undefined
-        np.testing.assert_allclose(indicators[defined, i, k[name]], want[defined], rtol=0, atol=1e-6,
-                                   err_msg=name)
+        np.testing.assert_allclose(indicators[defined, i, k[name]], want[defined], rtol=0, atol=1e-6, err_msg=name)
 
 
 def _dx_oracle(high: np.ndarray, low: np.ndarray, close: np.ndarray, window: int = 30) -> np.ndarray:
@@ -110,8 +116,16 @@ def test_hand_worked_flat_and_linear_series() -> None:
     flat = np.full((days, 1), 10.0)
     rising = (10.0 + np.arange(days, dtype=float))[:, None]
     close = np.hstack([flat, rising])
-    data = MarketData(dates=dates, tickers=("FLAT", "UP"), open=close, high=close, low=close, close=close,
-                      volume=np.ones_like(close), close_only=True)
+    data = MarketData(
+        dates=dates,
+        tickers=("FLAT", "UP"),
+        open=close,
+        high=close,
+        low=close,
+        close=close,
+        volume=np.ones_like(close),
+        close_only=True,
+    )
     with pytest.warns(UserWarning, match="closes only"):
         ind = compute_indicators(data)
     macd, rsi, cci, adx = (ind[:, :, k] for k in range(4))
@@ -133,8 +147,16 @@ def test_hand_worked_flat_and_linear_series() -> None:
 
 def test_close_only_warns_once_per_call() -> None:
     data = generate_market(num_tickers=2, num_days=80, seed=1)
-    flat = MarketData(dates=data.dates, tickers=data.tickers, open=data.close, high=data.close, low=data.close,
-                      close=data.close, volume=data.volume, close_only=True)
+    flat = MarketData(
+        dates=data.dates,
+        tickers=data.tickers,
+        open=data.close,
+        high=data.close,
+        low=data.close,
+        close=data.close,
+        volume=data.volume,
+        close_only=True,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         compute_indicators(flat)
@@ -157,9 +179,15 @@ def test_no_look_ahead_in_indicators_and_turbulence() -> None:
     for t in (0, 29, 41, 42, 90, 138):
         bump = np.ones_like(data.close)
         bump[t + 1 :] = rng.uniform(0.5, 1.5, bump[t + 1 :].shape)  # every price after day t changes
-        changed = MarketData(dates=data.dates, tickers=data.tickers, open=data.open * bump,
-                             high=data.high * bump, low=data.low * bump, close=data.close * bump,
-                             volume=data.volume)
+        changed = MarketData(
+            dates=data.dates,
+            tickers=data.tickers,
+            open=data.open * bump,
+            high=data.high * bump,
+            low=data.low * bump,
+            close=data.close * bump,
+            volume=data.volume,
+        )
         ind = compute_indicators(changed)
         turb = turbulence_index(changed.close, lookback=40)
         np.testing.assert_array_equal(ind[: t + 1], base_ind[: t + 1], err_msg=f"indicators look ahead at {t}")
@@ -205,8 +233,15 @@ def test_normalisation_and_threshold_use_training_days_only() -> None:
     # Change every price after the training split: statistics and threshold must not move.
     bump = np.ones_like(data.close)
     bump[train.stop :] = 3.0
-    later = MarketData(dates=data.dates, tickers=data.tickers, open=data.open * bump, high=data.high * bump,
-                       low=data.low * bump, close=data.close * bump, volume=data.volume)
+    later = MarketData(
+        dates=data.dates,
+        tickers=data.tickers,
+        open=data.open * bump,
+        high=data.high * bump,
+        low=data.low * bump,
+        close=data.close * bump,
+        volume=data.volume,
+    )
     other = PreparedMarket.prepare(later, splits, window=10, price_mode="level")
     for name in ("close_mean", "close_std", "indicator_mean", "indicator_std"):
         np.testing.assert_array_equal(getattr(market.normalization, name), getattr(other.normalization, name))
@@ -316,7 +351,7 @@ def test_indicators_setting_picks_the_states_indicators_and_the_spec_keeps_them(
     np.testing.assert_allclose(rows[:, :3], full_rows[:, :3])  # the price columns do not depend on the choice
     for j, name in enumerate(names):
         k = INDICATORS.index(name)
-        np.testing.assert_allclose(rows[:, 3 + 3 * j: 6 + 3 * j], full_rows[:, 3 + 3 * k: 6 + 3 * k])
+        np.testing.assert_allclose(rows[:, 3 + 3 * j : 6 + 3 * j], full_rows[:, 3 + 3 * k : 6 + 3 * k])
     back = rebuild_market(data, json.loads(json.dumps(market.to_spec())))
     np.testing.assert_array_equal(back.normalization.market_rows(data.close, back.indicators), rows)
 

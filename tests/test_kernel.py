@@ -26,8 +26,12 @@ def test_hand_worked_sell_then_buy_with_costs() -> None:
     # buy 25 x $20 = $500 + 1% = $505 > $394 of cash -> factor 394 / 505 -> floor(25 x 0.780...) = 19 shares,
     # 19 x 20.2 = $383.80; cash left 394 - 383.80 = $10.20; costs 6 + 3.80 = $9.80.
     cash, shares, stats = trade_step(
-        _t([100.0]), _t([[30.0, 0.0]]), _t([[-0.5, 0.259]], torch.float32), _t([[10.0, 20.0]]),
-        _t([False], torch.bool), CFG,
+        _t([100.0]),
+        _t([[30.0, 0.0]]),
+        _t([[-0.5, 0.259]], torch.float32),
+        _t([[10.0, 20.0]]),
+        _t([False], torch.bool),
+        CFG,
     )
     assert shares.tolist() == [[0.0, 19.0]]
     assert cash.item() == pytest.approx(10.2, abs=1e-9)
@@ -38,8 +42,12 @@ def test_hand_worked_sell_then_buy_with_costs() -> None:
 
 def test_actions_are_clipped_and_truncated_toward_zero() -> None:
     cash, shares, stats = trade_step(
-        _t([1e9]), _t([[500.0, 500.0, 500.0, 500.0]]), _t([[3.0, -7.0, 0.0199, -0.0199]]),
-        _t([[1.0, 1.0, 1.0, 1.0]]), _t([False], torch.bool), EnvConfig(buy_cost_pct=0.0, sell_cost_pct=0.0),
+        _t([1e9]),
+        _t([[500.0, 500.0, 500.0, 500.0]]),
+        _t([[3.0, -7.0, 0.0199, -0.0199]]),
+        _t([[1.0, 1.0, 1.0, 1.0]]),
+        _t([False], torch.bool),
+        EnvConfig(buy_cost_pct=0.0, sell_cost_pct=0.0),
     )
     # 3 -> 1 -> +100; -7 -> -1 -> -100; 0.0199 x 100 = 1.99 -> 1; -1.99 -> -1
     assert stats.shares_traded.tolist() == [[100.0, -100.0, 1.0, -1.0]]
@@ -49,7 +57,11 @@ def test_actions_are_clipped_and_truncated_toward_zero() -> None:
 def test_pro_rata_cap_is_one_factor_for_all_buys() -> None:
     # Wanted: 100 x $10 and 100 x $30 = $4,000 (no costs); cash $1,000 -> factor 1/4 -> 25 and 25 shares.
     cash, shares, _ = trade_step(
-        _t([1000.0]), _t([[0.0, 0.0]]), _t([[1.0, 1.0]]), _t([[10.0, 30.0]]), _t([False], torch.bool),
+        _t([1000.0]),
+        _t([[0.0, 0.0]]),
+        _t([[1.0, 1.0]]),
+        _t([[10.0, 30.0]]),
+        _t([False], torch.bool),
         EnvConfig(buy_cost_pct=0.0, sell_cost_pct=0.0),
     )
     # 1 - 1e-12 of the exact factor: 24.999... -> 24 (the margin that keeps cash >= 0 in floating point)
@@ -62,16 +74,19 @@ def test_exactly_affordable_buys_are_not_scaled() -> None:
     prices = _t([[13.37, 101.01, 7.77]])
     want = _t([[100.0, 50.0, 3.0]])
     exact = (want * (prices * (1 + cfg.buy_cost_pct))).sum(1)  # the kernel's own expression
-    cash, shares, _ = trade_step(exact, torch.zeros(1, 3, dtype=f64), want / 100, prices,
-                                 _t([False], torch.bool), cfg)
+    cash, shares, _ = trade_step(exact, torch.zeros(1, 3, dtype=f64), want / 100, prices, _t([False], torch.bool), cfg)
     assert shares.tolist() == want.tolist()
     assert cash.item() == 0.0
 
 
 def test_turbulent_day_sells_everything_and_buys_nothing() -> None:
     cash, shares, stats = trade_step(
-        _t([50.0, 50.0]), _t([[250.0, 3.0], [250.0, 3.0]]), _t([[1.0, 1.0], [1.0, 1.0]]),
-        _t([[2.0, 4.0], [2.0, 4.0]]), _t([True, False], torch.bool), CFG,
+        _t([50.0, 50.0]),
+        _t([[250.0, 3.0], [250.0, 3.0]]),
+        _t([[1.0, 1.0], [1.0, 1.0]]),
+        _t([[2.0, 4.0], [2.0, 4.0]]),
+        _t([True, False], torch.bool),
+        CFG,
     )
     assert shares[0].tolist() == [0.0, 0.0]  # all 250 sold although hmax is 100
     assert cash[0].item() == pytest.approx(50 + (500 + 12) * 0.98)
@@ -122,10 +137,10 @@ def test_trade_step_invariants(batch) -> None:
     assert np.all(bought[calm] <= np.maximum(orders, 0)[calm])
     # Costs are exactly the per-side percentages of the traded value, and cash is conserved.
     sell_value, buy_value = (sold * price).sum(1), (bought * price).sum(1)
-    np.testing.assert_allclose(stats.costs.numpy(), sell_value * sell_pct + buy_value * buy_pct,
-                               rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(new_cash.numpy(), cash + sell_value - buy_value - stats.costs.numpy(),
-                               rtol=1e-9, atol=1e-6)
+    np.testing.assert_allclose(stats.costs.numpy(), sell_value * sell_pct + buy_value * buy_pct, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(
+        new_cash.numpy(), cash + sell_value - buy_value - stats.costs.numpy(), rtol=1e-9, atol=1e-6
+    )
     assert np.array_equal(stats.num_trades.numpy(), (traded.numpy() != 0).sum(1))
     # The cap is tight: either every wanted buy happened, or less than one more share of each wanted
     # stock would have fitted in the cash that is left.
@@ -136,8 +151,11 @@ def test_trade_step_invariants(batch) -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.floats(1.0, 1e7), arrays(np.float64, (5,), elements=st.floats(0.01, 1e4)),
-       arrays(np.float32, (5,), elements=st.floats(0.0, 1.0, width=32)))
+@given(
+    st.floats(1.0, 1e7),
+    arrays(np.float64, (5,), elements=st.floats(0.01, 1e4)),
+    arrays(np.float32, (5,), elements=st.floats(0.0, 1.0, width=32)),
+)
 def test_cash_never_negative_at_the_edge_of_affordability(scale, price, act) -> None:
     # Cash set to exactly the cost of the wanted buys, times a factor just below or at 1.
     cfg = EnvConfig(hmax=100, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
@@ -145,8 +163,9 @@ def test_cash_never_negative_at_the_edge_of_affordability(scale, price, act) -> 
     want = torch.trunc(torch.from_numpy(act).double() * 100)[None]
     exact = (want * (p * (1 + 1e-3))).sum(1)  # the kernel's own expression: no rounding gap
     for f in (1.0, 1 - 1e-15, 1 - 1e-9, 0.5):
-        new_cash, new_shares, _ = trade_step(exact * f, torch.zeros_like(p), torch.from_numpy(act)[None], p,
-                                             torch.tensor([False]), cfg)
+        new_cash, new_shares, _ = trade_step(
+            exact * f, torch.zeros_like(p), torch.from_numpy(act)[None], p, torch.tensor([False]), cfg
+        )
         assert new_cash.item() >= 0
         if f == 1.0:
             assert torch.equal(new_shares, want)

@@ -101,7 +101,9 @@ def test_no_module_imports_another_modules_private_names() -> None:
         for target, names, line in imports_of(module, tree):
             if target not in modules or target == module:
                 continue
-            wrong += [f"{module}:{line} imports {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")]
+            wrong += [
+                f"{module}:{line} imports {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")
+            ]
         for node in ast.walk(tree):  # `import x.y as m` / `from x import y as m`, then m._private
             if isinstance(node, ast.ImportFrom) and node.module:
                 for alias in node.names:
@@ -112,8 +114,13 @@ def test_no_module_imports_another_modules_private_names() -> None:
                     if alias.asname and alias.name in modules:
                         aliases[alias.asname] = alias.name
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                    and node.attr.startswith("_") and not node.attr.startswith("__")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
                 wrong.append(f"{module}:{node.lineno} uses {aliases[node.value.id]}.{node.attr}")
     assert not wrong, "\n".join(wrong)
 
@@ -121,6 +128,10 @@ def test_no_module_imports_another_modules_private_names() -> None:
 def test_the_checker_sees_a_wrong_way_import() -> None:
     """The rule itself can fail: an agent module importing training is caught."""
     tree = ast.parse("from clstm_ppo.training.checkpoint import load_checkpoint\n")
-    (target, _, _), = imports_of("clstm_ppo.agent.model", tree)
+    ((target, _, _),) = imports_of("clstm_ppo.agent.model", tree)
     assert layer(target) == 3 > layer("clstm_ppo.agent.model") == 2
-    assert layer("envs.kernel") == 0 and layer("clstm_ppo.cli.trade") == 6 and unit("clstm_ppo.study.grid") == "clstm_ppo.study"
+    assert (
+        layer("envs.kernel") == 0
+        and layer("clstm_ppo.cli.trade") == 6
+        and unit("clstm_ppo.study.grid") == "clstm_ppo.study"
+    )

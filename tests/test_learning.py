@@ -26,11 +26,45 @@ from clstm_ppo.cli.train import parse_config
 from clstm_ppo.market import build_market, env_config
 from tests.conftest import SCRIPT, clean_env
 
-LEARN = ["--data", "synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag",
-         "--window", "5", "--stage1_hidden", "32", "--num_envs", "32", "--n_steps", "32", "--batch_size", "256", "--epochs", "4",
-         "--episode_length", "63", "--stage2_hidden", "64", "--feature_dim", "32", "--num_episodes", "3000",
-         "--gamma", "0.9", "--learning_rate_clstm", "1e-3", "--learning_rate_actor_critic", "1e-3",
-         "--ent_coef", "0", "--num_gpus", "0", "--threads", "1", "--no-progress", "--log_every", "1000"]
+LEARN = [
+    "--data",
+    "synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag",
+    "--window",
+    "5",
+    "--stage1_hidden",
+    "32",
+    "--num_envs",
+    "32",
+    "--n_steps",
+    "32",
+    "--batch_size",
+    "256",
+    "--epochs",
+    "4",
+    "--episode_length",
+    "63",
+    "--stage2_hidden",
+    "64",
+    "--feature_dim",
+    "32",
+    "--num_episodes",
+    "3000",
+    "--gamma",
+    "0.9",
+    "--learning_rate_clstm",
+    "1e-3",
+    "--learning_rate_actor_critic",
+    "1e-3",
+    "--ent_coef",
+    "0",
+    "--num_gpus",
+    "0",
+    "--threads",
+    "1",
+    "--no-progress",
+    "--log_every",
+    "1000",
+]
 SEEDS = (2, 4)
 POLICIES = ("clstm", "mlp")
 
@@ -39,10 +73,26 @@ POLICIES = ("clstm", "mlp")
 def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_path):
     runs = [(policy, seed) for policy in POLICIES for seed in SEEDS]
     procs = {
-        (policy, seed): subprocess.Popen([sys.executable, SCRIPT, *LEARN, "--policy", policy, "--seed", str(seed),
-                                          "--run_name", f"{policy}{seed}", "--checkpoint_dir", str(tmp_path / "ck")],
-                                         cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE, text=True)
+        (policy, seed): subprocess.Popen(
+            [
+                sys.executable,
+                SCRIPT,
+                *LEARN,
+                "--policy",
+                policy,
+                "--seed",
+                str(seed),
+                "--run_name",
+                f"{policy}{seed}",
+                "--checkpoint_dir",
+                str(tmp_path / "ck"),
+            ],
+            cwd=tmp_path,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for policy, seed in runs
     }
     for run, proc in procs.items():
@@ -51,10 +101,25 @@ def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_pa
     failures = []
     for policy, seed in runs:
         out = tmp_path / f"bt-{policy}{seed}"
-        result = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint",
-                                 str(tmp_path / "ck" / f"{policy}{seed}" / "best.pt"), "--out", str(out),
-                                 "--threads", "1"], cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
-                                timeout=300)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "clstm_ppo.cli",
+                "backtest",
+                "--checkpoint",
+                str(tmp_path / "ck" / f"{policy}{seed}" / "best.pt"),
+                "--out",
+                str(out),
+                "--threads",
+                "1",
+            ],
+            cwd=tmp_path,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr
         report = json.loads((out / "report.json").read_text())
         trained = report["metrics"]["policy"]["sharpe"]
@@ -63,9 +128,15 @@ def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_pa
         cfg = parse_config([*LEARN, "--policy", policy, "--seed", str(seed)])
         market = build_market(cfg)
         torch.manual_seed(cfg.seed)  # the trainer's initial weights
-        untrained = evaluate_policy(build_model(cfg, market), market, "test", env_config(cfg, full_episodes=True)).sharpe
-        print(f"{policy} seed {seed}: trained {trained:.3f}, buy-and-hold {buy_and_hold:.3f}, untrained {untrained:.3f}")
+        untrained = evaluate_policy(
+            build_model(cfg, market), market, "test", env_config(cfg, full_episodes=True)
+        ).sharpe
+        print(
+            f"{policy} seed {seed}: trained {trained:.3f}, buy-and-hold {buy_and_hold:.3f}, untrained {untrained:.3f}"
+        )
         if not (trained > buy_and_hold + 0.2 and trained > untrained + 0.2):
-            failures.append(f"{policy} seed {seed}: trained {trained:.3f} vs buy-and-hold {buy_and_hold:.3f}, "
-                            f"untrained {untrained:.3f}")
+            failures.append(
+                f"{policy} seed {seed}: trained {trained:.3f} vs buy-and-hold {buy_and_hold:.3f}, "
+                f"untrained {untrained:.3f}"
+            )
     assert not failures, "; ".join(failures)

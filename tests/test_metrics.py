@@ -207,9 +207,7 @@ def test_summarize_with_trades_table_count_and_overrides():
 def test_trades_from_holdings():
     holdings = np.array([[0.0, 5.0], [3.0, 5.0], [1.0, 0.0]])
     prices = np.array([[10.0, 20.0], [11.0, 21.0], [12.0, 22.0]])
-    t = m.trades_from_holdings(
-        ["d0", "d1", "d2"], ["A", "B"], holdings, prices, buy_cost_pct=0.01, sell_cost_pct=0.02
-    )
+    t = m.trades_from_holdings(["d0", "d1", "d2"], ["A", "B"], holdings, prices, buy_cost_pct=0.01, sell_cost_pct=0.02)
     # day 2: both sells (A 2 shares, B 5), A listed first by ticker order
     assert list(t["date"]) == ["d0", "d1", "d2", "d2"]
     assert list(t["ticker"]) == ["B", "A", "A", "B"]
@@ -218,9 +216,7 @@ def test_trades_from_holdings():
     np.testing.assert_allclose(t["price"], [20, 11, 12, 22])
     np.testing.assert_allclose(t["cost"], [1.0, 0.33, 0.48, 2.2])
     # a sell before a buy on the same day comes first
-    t2 = m.trades_from_holdings(
-        [0, 1], ["A", "B"], [[4, 0], [0, 4]], np.ones((2, 2)), buy_cost_pct=0, sell_cost_pct=0
-    )
+    t2 = m.trades_from_holdings([0, 1], ["A", "B"], [[4, 0], [0, 4]], np.ones((2, 2)), buy_cost_pct=0, sell_cost_pct=0)
     assert list(t2["side"]) == ["buy", "sell", "buy"] and list(t2["ticker"]) == ["A", "A", "B"]
 
 

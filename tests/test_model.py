@@ -25,9 +25,18 @@ def test_run_lstm_chunks_equal_step_by_step():
     torch.testing.assert_close(h, hs, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("policy, action_dist, skip", [
-    ("clstm", "gaussian", False), ("lstm", "gaussian", False), ("mlp", "gaussian", False), ("clstm", "tanh", False),
-    ("mlp", "tanh", False), ("clstm", "tanh", True), ("lstm", "tanh", True)])
+@pytest.mark.parametrize(
+    "policy, action_dist, skip",
+    [
+        ("clstm", "gaussian", False),
+        ("lstm", "gaussian", False),
+        ("mlp", "gaussian", False),
+        ("clstm", "tanh", False),
+        ("mlp", "tanh", False),
+        ("clstm", "tanh", True),
+        ("lstm", "tanh", True),
+    ],
+)
 def test_update_recomputes_rollout_log_probs_and_values(policy, action_dist, skip):
     """Before any optimizer step, the update's forward must reproduce what the rollout recorded."""
     model = small_model(policy, action_dist=action_dist, skip=skip)
@@ -40,8 +49,9 @@ def test_update_recomputes_rollout_log_probs_and_values(policy, action_dist, ski
         torch.testing.assert_close(value, buf.values, rtol=1e-5, atol=1e-5)
     # and column subsets (a minibatch) give the same numbers
     cols = torch.tensor([2, 0])
-    lp_cols, _, v_cols, _, _ = model(windows.select(cols), tuple(s[:, cols] for s in buf.initial_state),
-                                     buf.starts[:, cols], buf.actions[:, cols])
+    lp_cols, _, v_cols, _, _ = model(
+        windows.select(cols), tuple(s[:, cols] for s in buf.initial_state), buf.starts[:, cols], buf.actions[:, cols]
+    )
     torch.testing.assert_close(lp_cols, buf.log_probs[:, cols], rtol=1e-5, atol=1e-5)
 
 
@@ -90,8 +100,9 @@ def test_a_bounded_log_std_caps_the_policy_std_and_the_gaussian_is_left_alone():
     with torch.no_grad():
         bounded.log_std.fill_(3.0)
         free.log_std.fill_(3.0)
-    assert torch.allclose(bounded.policy_std(), torch.ones(3)) and torch.allclose(free.policy_std(), torch.full((3,), 20.0855),
-                                                                                   rtol=1e-4)
+    assert torch.allclose(bounded.policy_std(), torch.ones(3)) and torch.allclose(
+        free.policy_std(), torch.full((3,), 20.0855), rtol=1e-4
+    )
     u = torch.tensor([[2.0, -3.0, 0.5]])
     assert torch.equal(free.env_action(u), u)  # the env clips it
 

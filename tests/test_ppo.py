@@ -136,8 +136,17 @@ def test_phase_timer_sums_each_phase_and_timing_an_update_changes_nothing():
         cfg = ppo_cfg(epochs=1)
         adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
         timer = PhaseTimer("cpu") if timed else None
-        ppo_update(model, torch.optim.Adam(model.parameters(), lr=1e-3), buf, adv, ret, cfg, Comm(),
-                   generator=torch.Generator().manual_seed(0), timer=timer)
+        ppo_update(
+            model,
+            torch.optim.Adam(model.parameters(), lr=1e-3),
+            buf,
+            adv,
+            ret,
+            cfg,
+            Comm(),
+            generator=torch.Generator().manual_seed(0),
+            timer=timer,
+        )
         results.append([p.detach().clone() for p in model.parameters()])
     assert set(timer.seconds) == {"forward", "backward", "optimizer"}
     for a, b in zip(*results, strict=True):
@@ -186,15 +195,28 @@ def test_aux_loss_trains_the_next_day_head_through_the_window_lstm():
     errors = {}
     for coef in (0.0, 1.0):
         torch.manual_seed(0)
-        model = ActorCritic(ModelConfig(policy="clstm", num_features=16, num_tickers=3, window=5, stage1_hidden=12,
-                                        feature_dim=10, stage2_hidden=14, skip=True, next_day_head=True))
+        model = ActorCritic(
+            ModelConfig(
+                policy="clstm",
+                num_features=16,
+                num_tickers=3,
+                window=5,
+                stage1_hidden=12,
+                feature_dim=10,
+                stage2_hidden=14,
+                skip=True,
+                next_day_head=True,
+            )
+        )
         buf = fake_rollout(model, steps=12, envs=4)
         cfg = ppo_cfg(aux_coef=coef, vf_coef=0.0, ent_coef=0.0, epochs=10)
         zeros = torch.zeros_like(buf.rewards)
         window_before = model.window_lstm.weight_hh_l0.detach().clone()
         opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-        losses = [ppo_update(model, opt, buf, zeros, zeros, cfg, Comm(),
-                             generator=torch.Generator().manual_seed(k)).aux_loss for k in range(5)]
+        losses = [
+            ppo_update(model, opt, buf, zeros, zeros, cfg, Comm(), generator=torch.Generator().manual_seed(k)).aux_loss
+            for k in range(5)
+        ]
         errors[coef] = losses
         moved = not torch.equal(window_before, model.window_lstm.weight_hh_l0)
         assert moved == (coef > 0)

@@ -16,15 +16,25 @@ from envs.vector_env import VectorStockTradingEnv
 
 def mlp_for(market, obs_norm: bool = False, seed: int = 0) -> ActorCritic:
     torch.manual_seed(seed)
-    return ActorCritic(ModelConfig(policy="mlp", num_features=market.num_features, num_tickers=market.num_tickers,
-                                   window=market.window, feature_dim=8, stage2_hidden=16, init_log_std=0.0,
-                                   obs_norm=obs_norm))
+    return ActorCritic(
+        ModelConfig(
+            policy="mlp",
+            num_features=market.num_features,
+            num_tickers=market.num_tickers,
+            window=market.window,
+            feature_dim=8,
+            stage2_hidden=16,
+            init_log_std=0.0,
+            obs_norm=obs_norm,
+        )
+    )
 
 
 def collector_for(market, model, *, envs: int = 4, episode_length: int = 7, **kw) -> RolloutCollector:
     env = VectorStockTradingEnv(market, num_envs=envs, config=EnvConfig(episode_length=episode_length), seed=3)
-    return RolloutCollector(env, model, gamma=0.9, device=torch.device("cpu"),
-                            generator=torch.Generator().manual_seed(1), seed=3, **kw)
+    return RolloutCollector(
+        env, model, gamma=0.9, device=torch.device("cpu"), generator=torch.Generator().manual_seed(1), seed=3, **kw
+    )
 
 
 # ---------------------------------------------------------------------------------------- ticker permutation
@@ -106,7 +116,11 @@ def test_permuted_rollout_shows_each_episode_in_one_order_and_trades_the_right_s
 def test_merged_moments_equal_the_statistics_of_all_rows():
     rng = np.random.default_rng(0)
     batches = [rng.normal(3.0, 2.0, size=(n, 4)) for n in (5, 40, 1, 17)]
-    count, mean, var = torch.zeros((), dtype=torch.float64), torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+    count, mean, var = (
+        torch.zeros((), dtype=torch.float64),
+        torch.zeros(4, dtype=torch.float64),
+        torch.ones(4, dtype=torch.float64),
+    )
     for x in batches:
         t = torch.tensor(x)
         count, mean, var = merge_moments(count, mean, var, moment_sums(t))

@@ -148,9 +148,7 @@ def test_compare_table_formats():
     assert row["Profit per trade (APPT)"] == ["$10.50", "n/a"]
     assert row["Final value"] == ["$121", "$100"]
     assert row["Sharpe ratio (SR)"][1] == "0.000"
-    assert (
-        R.compare_table({"x": hand}, keys=["sharpe"]).splitlines()[2].split()[-1] == f"{hand['sharpe']:.3f}"
-    )
+    assert R.compare_table({"x": hand}, keys=["sharpe"]).splitlines()[2].split()[-1] == f"{hand['sharpe']:.3f}"
 
 
 def test_write_comparison(tmp_path):

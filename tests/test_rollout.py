@@ -35,7 +35,9 @@ def test_gae_matches_plain_loop_with_resets(seed):
     dones = rng.random((steps, envs)) < 0.2
     last = rng.normal(size=envs)
     expected = gae_reference(rewards, values, dones, last, 0.97, 0.9)
-    adv, ret = compute_gae(torch.tensor(rewards), torch.tensor(values), torch.tensor(dones), torch.tensor(last), 0.97, 0.9)
+    adv, ret = compute_gae(
+        torch.tensor(rewards), torch.tensor(values), torch.tensor(dones), torch.tensor(last), 0.97, 0.9
+    )
     np.testing.assert_allclose(adv.numpy(), expected, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(ret.numpy(), expected + values, rtol=1e-10, atol=1e-10)
 
@@ -81,8 +83,9 @@ def test_gae_bootstraps_on_truncation_not_on_termination(seed):
     terminated = ends & ~truncated
     final_values, last = rng.normal(size=(steps, envs)), rng.normal(size=envs)
     folded = rewards + gamma * final_values * truncated
-    adv, _ = compute_gae(torch.tensor(folded), torch.tensor(values), torch.tensor(terminated | truncated),
-                         torch.tensor(last), gamma, lam)
+    adv, _ = compute_gae(
+        torch.tensor(folded), torch.tensor(values), torch.tensor(terminated | truncated), torch.tensor(last), gamma, lam
+    )
     expected = gae_reference_with_truncation(rewards, values, terminated, truncated, final_values, last, gamma, lam)
     np.testing.assert_allclose(adv.numpy(), expected, rtol=1e-10, atol=1e-10)
     assert truncated.any() and terminated.any()
@@ -97,12 +100,22 @@ def test_rollout_statistics_describe_what_the_policy_did(window_market):
 
     m = window_market
     torch.manual_seed(0)
-    model = ActorCritic(ModelConfig(policy="mlp", num_features=m.num_features, num_tickers=m.num_tickers,
-                                    window=m.window, feature_dim=8, stage2_hidden=16, init_log_std=0.5))
+    model = ActorCritic(
+        ModelConfig(
+            policy="mlp",
+            num_features=m.num_features,
+            num_tickers=m.num_tickers,
+            window=m.window,
+            feature_dim=8,
+            stage2_hidden=16,
+            init_log_std=0.5,
+        )
+    )
     # hmax far above what the cash buys: the wanted buys cannot all be paid for
     env = VectorStockTradingEnv(m, num_envs=4, config=EnvConfig(hmax=100_000, episode_length=20), seed=0)
-    collector = RolloutCollector(env, model, gamma=0.99, device=torch.device("cpu"),
-                                 generator=torch.Generator().manual_seed(0), seed=0)
+    collector = RolloutCollector(
+        env, model, gamma=0.99, device=torch.device("cpu"), generator=torch.Generator().manual_seed(0), seed=0
+    )
     buf = RolloutBuffer.allocate(30, 4, (m.window, m.num_features), m.num_tickers, "cpu")
     collector.collect(buf)
     stats = RolloutStats(collector.stats.sums.clone()).as_dict()
@@ -114,4 +127,5 @@ def test_rollout_statistics_describe_what_the_policy_did(window_market):
     assert 0 < stats["refused_buy_fraction"] < 1 and 0 < stats["exposure"] <= 1
     doubled = RolloutStats(collector.stats.sums * 2).as_dict()  # two workers' sums, as the all-reduce adds them
     assert doubled["action_mean"] == pytest.approx(stats["action_mean"]) and doubled["exposure"] == pytest.approx(
-        stats["exposure"])
+        stats["exposure"]
+    )

@@ -14,10 +14,41 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
-TINY = ["--data", "synthetic:tickers=3,days=300", "--window", "5", "--num_envs", "2", "--n_steps", "8",
-        "--batch_size", "16", "--epochs", "1", "--episode_length", "8", "--stage1_hidden", "8", "--feature_dim", "8",
-        "--stage2_hidden", "16", "--num_gpus", "0", "--no-progress", "--threads", "1", "--num_episodes", "8",
-        "--num_workers", "2", "--checkpoint_every", "1", "--save_every", "4"]
+TINY = [
+    "--data",
+    "synthetic:tickers=3,days=300",
+    "--window",
+    "5",
+    "--num_envs",
+    "2",
+    "--n_steps",
+    "8",
+    "--batch_size",
+    "16",
+    "--epochs",
+    "1",
+    "--episode_length",
+    "8",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--num_episodes",
+    "8",
+    "--num_workers",
+    "2",
+    "--checkpoint_every",
+    "1",
+    "--save_every",
+    "4",
+]
 ENV_KEYS = {"ALPACA_API_KEY": "PKENVFAKEKEY0123456789", "ALPACA_SECRET_KEY": "envFakeSecret0123456789abcdefghijklmnop"}
 DOTENV_KEYS = {"APCA_API_KEY_ID": "PKDOTENVFAKEKEY98765", "APCA_API_SECRET_KEY": "dotenvFakeSecretZYXWVU9876543210"}
 
@@ -29,15 +60,31 @@ def _files(folder: Path) -> set[Path]:
 @pytest.mark.slow
 def test_keys_reach_no_file_and_no_output_and_nothing_is_written_elsewhere(tmp_path):
     (tmp_path / ".env").write_text("".join(f"{k}={v}\n" for k, v in DOTENV_KEYS.items()), encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ALPACA_", "APCA_", "CLSTM_PPO_"))
-           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ALPACA_", "APCA_", "CLSTM_PPO_"))
+        and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
     env.update(ENV_KEYS, PYTHONUNBUFFERED="1")
     before = _files(tmp_path)
-    train = subprocess.run([sys.executable, SCRIPT, *TINY, "--checkpoint_dir", "ck", "--run_name", "r"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    train = subprocess.run(
+        [sys.executable, SCRIPT, *TINY, "--checkpoint_dir", "ck", "--run_name", "r"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert train.returncode == 0, train.stderr
-    backtest = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint", "ck/r/latest.pt",
-                               "--out", "reports"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    backtest = subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint", "ck/r/latest.pt", "--out", "reports"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert backtest.returncode == 0, backtest.stderr
 
     written = _files(tmp_path) - before

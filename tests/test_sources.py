@@ -33,23 +33,29 @@ def test_synthetic_options_are_passed_to_the_generator():
     data = load_market_data("synthetic:tickers=10,days=1000,signal=0.5,signal_kind=momentum,seed=3", seed=99)
     assert data.equals(generate_market(num_tickers=10, num_days=1000, signal_strength=0.5, signal="momentum", seed=3))
     assert parse_synthetic_options(" start=2020-01-01 , signal_kind=lead_lag ") == {
-        "start": "2020-01-01", "signal": "lead_lag"}
+        "start": "2020-01-01",
+        "signal": "lead_lag",
+    }
 
 
-@pytest.mark.parametrize("source,expected", [
-    ("synthetic:ticker=3", "unknown synthetic option 'ticker'; accepted: tickers, days, start, signal"),
-    ("synthetic:tickers=three", "synthetic option tickers='three' is not a valid int"),
-    ("synthetic:tickers", "must look like key=value"),
-    ("synthetic:signal=1.5", "signal strength must be in [0, 1)"),
-    ("synthetic:signal_kind=noise", "unknown synthetic signal 'noise'"),
-])
+@pytest.mark.parametrize(
+    "source,expected",
+    [
+        ("synthetic:ticker=3", "unknown synthetic option 'ticker'; accepted: tickers, days, start, signal"),
+        ("synthetic:tickers=three", "synthetic option tickers='three' is not a valid int"),
+        ("synthetic:tickers", "must look like key=value"),
+        ("synthetic:signal=1.5", "signal strength must be in [0, 1)"),
+        ("synthetic:signal_kind=noise", "unknown synthetic signal 'noise'"),
+    ],
+)
 def test_bad_synthetic_options(source, expected):
     assert expected in error_of(load_market_data, source)
 
 
 def test_synthetic_filters():
-    data = load_market_data("synthetic:tickers=5,days=50", tickers=["SYN03", "SYN01"], start="2014-01-06",
-                            end="2014-01-10")
+    data = load_market_data(
+        "synthetic:tickers=5,days=50", tickers=["SYN03", "SYN01"], start="2014-01-06", end="2014-01-10"
+    )
     assert data.tickers == ("SYN03", "SYN01")
     assert [data.date_str(i) for i in range(data.num_days)] == [f"2014-01-{d:02d}" for d in range(6, 11)]
     assert "unknown tickers SYN09" in error_of(load_market_data, "synthetic:tickers=5,days=50", tickers=["SYN09"])
@@ -73,7 +79,7 @@ def test_file_ticker_and_date_filters():
     assert data.num_days == 253
     full = MarketData.from_csv(FIXTURE)
     i0 = int(np.searchsorted(full.dates, np.datetime64("2020-01-02")))
-    np.testing.assert_array_equal(data.close[:, 1], full.close[i0:i0 + 253, 0])
+    np.testing.assert_array_equal(data.close[:, 1], full.close[i0 : i0 + 253, 0])
 
 
 def test_filters_apply_before_gap_check(tmp_path):
@@ -88,22 +94,28 @@ def test_filters_apply_before_gap_check(tmp_path):
     assert load_market_data(f"csv:{path}", gap_policy="intersect").date_str(0) == "2015-01-02"
 
 
-@pytest.mark.parametrize("source,kwargs,expected", [
-    ("yahoo:AAPL", {}, "unknown data source 'yahoo:AAPL'; use one of synthetic, synthetic:k=v,..., csv:PATH, "
-                       "parquet:PATH, alpaca"),
-    ("", {}, "empty data source"),
-    ("csv:/no/such/file.csv", {}, "data file not found: /no/such/file.csv"),
-    ("parquet:/no/such/file.parquet", {}, "data file not found: /no/such/file.parquet"),
-    ("csv:", {}, "csv: needs a path"),
-    (f"csv:{FIXTURE}", {"tickers": ["AAPL", "TSLA", "IBM"]}, "unknown tickers TSLA, IBM in"),
-    (f"csv:{FIXTURE}", {"start": "2030-01-01"}, "no rows of"),
-    (f"csv:{FIXTURE}", {"start": "2021-01-01", "end": "2020-01-01"}, "start 2021-01-01 is after end 2020-01-01"),
-    (f"csv:{FIXTURE}", {"end": "last tuesday"}, "end date 'last tuesday' is not a date"),
-    (f"csv:{FIXTURE}", {"feed": "sip"}, "only apply to the alpaca source"),
-    ("alpaca", {}, "the alpaca source needs tickers"),
-    ("alpaca", {"tickers": ["AAPL"]}, "needs a start and an end date"),
-    ("alpaca:feed=sip", {"tickers": ["AAPL"]}, "takes no options"),
-])
+@pytest.mark.parametrize(
+    "source,kwargs,expected",
+    [
+        (
+            "yahoo:AAPL",
+            {},
+            "unknown data source 'yahoo:AAPL'; use one of synthetic, synthetic:k=v,..., csv:PATH, parquet:PATH, alpaca",
+        ),
+        ("", {}, "empty data source"),
+        ("csv:/no/such/file.csv", {}, "data file not found: /no/such/file.csv"),
+        ("parquet:/no/such/file.parquet", {}, "data file not found: /no/such/file.parquet"),
+        ("csv:", {}, "csv: needs a path"),
+        (f"csv:{FIXTURE}", {"tickers": ["AAPL", "TSLA", "IBM"]}, "unknown tickers TSLA, IBM in"),
+        (f"csv:{FIXTURE}", {"start": "2030-01-01"}, "no rows of"),
+        (f"csv:{FIXTURE}", {"start": "2021-01-01", "end": "2020-01-01"}, "start 2021-01-01 is after end 2020-01-01"),
+        (f"csv:{FIXTURE}", {"end": "last tuesday"}, "end date 'last tuesday' is not a date"),
+        (f"csv:{FIXTURE}", {"feed": "sip"}, "only apply to the alpaca source"),
+        ("alpaca", {}, "the alpaca source needs tickers"),
+        ("alpaca", {"tickers": ["AAPL"]}, "needs a start and an end date"),
+        ("alpaca:feed=sip", {"tickers": ["AAPL"]}, "takes no options"),
+    ],
+)
 def test_source_errors(source, kwargs, expected):
     assert expected in error_of(load_market_data, source, **kwargs)
 

@@ -233,10 +233,7 @@ def test_pairing_narrows_the_interval_against_an_unpaired_oracle():
     draw = np.random.default_rng(12)
     idx_p = st.stationary_bootstrap_indices(days, n_boot, block, draw)
     idx_b = st.stationary_bootstrap_indices(days, n_boot, block, draw)
-    diffs = [
-        sharpe_from_returns(policy[i]) - sharpe_from_returns(base[j])
-        for i, j in zip(idx_p, idx_b, strict=True)
-    ]
+    diffs = [sharpe_from_returns(policy[i]) - sharpe_from_returns(base[j]) for i, j in zip(idx_p, idx_b, strict=True)]
     lo, hi = np.quantile(diffs, [0.025, 0.975])
     assert paired["hi"] - paired["lo"] < (hi - lo) / 4
 
@@ -248,9 +245,7 @@ def test_psr_normal_closed_form():
     # g3 = 0, g4 = 3: PSR = Phi((SR - SR*) sqrt(n - 1) / sqrt(1 + SR^2 / 2))
     for sr, bench, n in [(0.1, 0.0, 250), (0.05, 0.08, 1000), (-0.02, 0.0, 30)]:
         expected = PHI((sr - bench) * math.sqrt(n - 1) / math.sqrt(1 + sr * sr / 2))
-        assert st.probabilistic_sharpe_from_moments(sr, 0.0, 3.0, n, bench) == pytest.approx(
-            expected, rel=1e-12
-        )
+        assert st.probabilistic_sharpe_from_moments(sr, 0.0, 3.0, n, bench) == pytest.approx(expected, rel=1e-12)
 
 
 def test_psr_of_returns_uses_sample_moments_by_hand():
@@ -381,9 +376,7 @@ def test_pbo_vectorised_sharpe_matches_the_plain_loop(days, n, splits):
 def test_pbo_of_identical_noise_configurations_is_one_half_on_average():
     # one data set's PBO is very noisy (sd ~0.2 here); by symmetry its mean over data sets is 1/2
     rng = np.random.default_rng(18)
-    pbos = [
-        st.probability_of_backtest_overfitting(rng.normal(0, 0.01, (400, 12)), 8)["pbo"] for _ in range(50)
-    ]
+    pbos = [st.probability_of_backtest_overfitting(rng.normal(0, 0.01, (400, 12)), 8)["pbo"] for _ in range(50)]
     assert np.mean(pbos) == pytest.approx(0.5, abs=0.08)
 
 

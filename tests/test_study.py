@@ -27,17 +27,52 @@ from envs.synthetic import generate_market
 from tests.conftest import clean_env
 
 # 3 tickers, 5-day windows, tiny networks, 8 episodes of 16 days per window: a few seconds per cell.
-TINY_STUDY = ["--window", "5", "--num_envs", "4", "--n_steps", "16", "--batch_size", "32", "--epochs", "2",
-              "--episode_length", "16", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
-              "--num_episodes", "8", "--bootstrap", "500"]
+TINY_STUDY = [
+    "--window",
+    "5",
+    "--num_envs",
+    "4",
+    "--n_steps",
+    "16",
+    "--batch_size",
+    "32",
+    "--epochs",
+    "2",
+    "--episode_length",
+    "16",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_episodes",
+    "8",
+    "--bootstrap",
+    "500",
+]
 DATA = "synthetic:tickers=3,days=700"
-WINDOW_FLAGS = ["--trade_start", "2016-03-01", "--trade_end", "2016-08-31", "--retrain", "quarterly",
-                "--validation_days", "20"]
+WINDOW_FLAGS = [
+    "--trade_start",
+    "2016-03-01",
+    "--trade_end",
+    "2016-08-31",
+    "--retrain",
+    "quarterly",
+    "--validation_days",
+    "20",
+]
 
 
 def study(cwd: Path, *args: str, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "study", *args], cwd=cwd, env=env or clean_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
+        cwd=cwd,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- units
@@ -45,8 +80,9 @@ def study(cwd: Path, *args: str, timeout: int = 300, env: dict | None = None) ->
 
 def test_quarterly_walk_forward_windows_expand_and_never_reach_their_trade_days():
     dates = pd.bdate_range("2015-01-01", "2016-12-30").to_numpy()
-    periods = walk_forward(dates, window=5, trade_start="2016-02-15", trade_end="2016-08-31", retrain="quarterly",
-                           validation_days=10)
+    periods = walk_forward(
+        dates, window=5, trade_start="2016-02-15", trade_end="2016-08-31", retrain="quarterly", validation_days=10
+    )
     index = pd.DatetimeIndex(dates)
     starts = [str(index[p.trade.start].date()) for p in periods]
     assert starts == ["2016-02-15", "2016-04-01", "2016-07-01"]  # trade start, then each new quarter
@@ -61,13 +97,16 @@ def test_quarterly_walk_forward_windows_expand_and_never_reach_their_trade_days(
     assert len(single) == 1 and single[0].validation is None and single[0].trade.stop == len(dates)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(trade_start="2030-01-01", trade_end=None), "after the data's last day"),
-    (dict(trade_start="2014-01-01", trade_end="2014-06-30"), "outside the data"),
-    (dict(trade_start="2015-02-01", trade_end=None), "first training window is too short"),
-    (dict(trade_start="2016-05-01", trade_end="2016-03-01"), "before --trade_start"),
-    (dict(trade_start="sometime", trade_end=None), "not a date"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(trade_start="2030-01-01", trade_end=None), "after the data's last day"),
+        (dict(trade_start="2014-01-01", trade_end="2014-06-30"), "outside the data"),
+        (dict(trade_start="2015-02-01", trade_end=None), "first training window is too short"),
+        (dict(trade_start="2016-05-01", trade_end="2016-03-01"), "before --trade_start"),
+        (dict(trade_start="sometime", trade_end=None), "not a date"),
+    ],
+)
 def test_walk_forward_refuses_bad_windows_in_one_line(kwargs, message):
     dates = pd.bdate_range("2015-01-01", "2016-12-30").to_numpy()
     with pytest.raises(UserError, match=message):
@@ -77,8 +116,12 @@ def test_walk_forward_refuses_bad_windows_in_one_line(kwargs, message):
 def test_grid_seeds_variants_and_shards():
     assert parse_seeds("1-3,7,2") == [1, 2, 3, 7]
     variants = parse_variants(["window=5,30", "ent_coef=0,0.01"])
-    assert variants == [(("window", 5), ("ent_coef", 0.0)), (("window", 5), ("ent_coef", 0.01)),
-                        (("window", 30), ("ent_coef", 0.0)), (("window", 30), ("ent_coef", 0.01))]
+    assert variants == [
+        (("window", 5), ("ent_coef", 0.0)),
+        (("window", 5), ("ent_coef", 0.01)),
+        (("window", 30), ("ent_coef", 0.0)),
+        (("window", 30), ("ent_coef", 0.01)),
+    ]
     cells = build_grid(["clstm", "mlp"], [1, 2], variants)
     assert len(cells) == 16 and len({c.name for c in cells}) == 16
     assert cells[0].name == "clstm-window=5-ent_coef=0.0-s1" and cells[0].group == "clstm window=5 ent_coef=0.0"
@@ -88,8 +131,12 @@ def test_grid_seeds_variants_and_shards():
     for bad in ("5/4", "0/3", "x"):
         with pytest.raises(UserError, match="--shard"):
             parse_shard(bad)
-    for bad, message in ((["data=x"], "the study sets data"), (["nope=1"], "not a training setting"),
-                         (["window=5", "window=6"], "given twice"), (["window=big"], "not a valid int")):
+    for bad, message in (
+        (["data=x"], "the study sets data"),
+        (["nope=1"], "not a training setting"),
+        (["window=5", "window=6"], "given twice"),
+        (["window=big"], "not a valid int"),
+    ):
         with pytest.raises(UserError, match=message):
             parse_variants(bad)
     cfg = Cell("mlp", 3, (("window", 5),)).config(TrainConfig())
@@ -131,14 +178,22 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
     market = build_market(cfg)
     Trainer(cfg, market, Comm(), tmp_path / "a").train()
     source = load_checkpoint(tmp_path / "a" / "latest.pt").model_state
-    warm = Trainer(parse_config([*TINY, "--seed", "9", "--init_weights", str(tmp_path / "a" / "latest.pt")]), market,
-                   Comm(), tmp_path / "b")
+    warm = Trainer(
+        parse_config([*TINY, "--seed", "9", "--init_weights", str(tmp_path / "a" / "latest.pt")]),
+        market,
+        Comm(),
+        tmp_path / "b",
+    )
     assert all(torch.equal(v, warm.model.state_dict()[k]) for k, v in source.items())
     cold = Trainer(parse_config([*TINY, "--seed", "9"]), market, Comm(), tmp_path / "c")
     assert not all(torch.equal(v, cold.model.state_dict()[k]) for k, v in source.items())
     with pytest.raises(UserError, match="another model"):
-        Trainer(parse_config([*TINY, "--stage2_hidden", "24", "--init_weights", str(tmp_path / "a" / "latest.pt")]),
-                market, Comm(), tmp_path / "d")
+        Trainer(
+            parse_config([*TINY, "--stage2_hidden", "24", "--init_weights", str(tmp_path / "a" / "latest.pt")]),
+            market,
+            Comm(),
+            tmp_path / "d",
+        )
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -147,8 +202,21 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
 @pytest.fixture(scope="module")
 def full_study(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     cwd = tmp_path_factory.mktemp("study")
-    proc = study(cwd, "--out", "full", "--data", DATA, "--policies", "mlp,lstm", "--seeds", "1-2", *WINDOW_FLAGS,
-                 *TINY_STUDY, "--workers", "2")
+    proc = study(
+        cwd,
+        "--out",
+        "full",
+        "--data",
+        DATA,
+        "--policies",
+        "mlp,lstm",
+        "--seeds",
+        "1-2",
+        *WINDOW_FLAGS,
+        *TINY_STUDY,
+        "--workers",
+        "2",
+    )
     return cwd / "full", proc
 
 
@@ -180,8 +248,23 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     assert set(report["baselines"]) == {"buy-and-hold", "buy-and-hold + turbulence stop", "1/N monthly"}
     mlp = report["groups"]["mlp"]
     assert mlp["seeds"] == [1, 2] and set(mlp["vs"]) >= {"buy-and-hold", "untrained mlp"}
-    for key in ("cumulative_return", "max_earning_rate", "max_drawdown", "appt", "sharpe", "exposure", "beta", "alpha",
-                "information_ratio", "psr", "dsr", "sortino", "calmar", "annual_turnover", "total_costs"):
+    for key in (
+        "cumulative_return",
+        "max_earning_rate",
+        "max_drawdown",
+        "appt",
+        "sharpe",
+        "exposure",
+        "beta",
+        "alpha",
+        "information_ratio",
+        "psr",
+        "dsr",
+        "sortino",
+        "calmar",
+        "annual_turnover",
+        "total_costs",
+    ):
         stat = mlp["summary"][key]
         assert stat["n"] == 2 and (stat["lo"] <= stat["mean"] <= stat["hi"])
     assert mlp["verdict"].startswith("mlp: Sharpe ") and "seeds beat it" in mlp["verdict"]
@@ -217,7 +300,9 @@ def test_each_cell_trades_every_traded_day_carrying_its_portfolio_across_windows
     np.testing.assert_allclose(equity["value"].to_numpy(), stitched)
     cfg = json.loads((folder / "periods" / "001" / "config.json").read_text())
     assert cfg["init_weights"].endswith("periods/000/best.pt")  # warm start from the selected weights
-    assert load_checkpoint(folder / "periods" / "001" / "best.pt").market_spec["splits"]["test"]["start"] == "2016-04-01"
+    assert (
+        load_checkpoint(folder / "periods" / "001" / "best.pt").market_spec["splits"]["test"]["start"] == "2016-04-01"
+    )
 
 
 @pytest.mark.slow
@@ -236,8 +321,21 @@ def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(tmp_path):
     data.to_frame().to_csv(tmp_path / "real.csv", index=False)
     frame.to_csv(tmp_path / "changed.csv", index=False)
     for name in ("real", "changed"):
-        proc = study(tmp_path, "--out", name, "--data", f"csv:{tmp_path / name}.csv", "--policies", "mlp", "--seeds", "1",
-                     *WINDOW_FLAGS, *TINY_STUDY, "--workers", "1")
+        proc = study(
+            tmp_path,
+            "--out",
+            name,
+            "--data",
+            f"csv:{tmp_path / name}.csv",
+            "--policies",
+            "mlp",
+            "--seeds",
+            "1",
+            *WINDOW_FLAGS,
+            *TINY_STUDY,
+            "--workers",
+            "1",
+        )
         assert proc.returncode == 0, proc.stderr + proc.stdout
 
     def weights(name: str, k: int) -> dict:
@@ -252,8 +350,23 @@ def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(tmp_path):
 def test_shards_merge_into_the_same_study(full_study, tmp_path):
     out, _ = full_study
     for i in (1, 2):
-        proc = study(tmp_path, "--out", f"part{i}", "--data", DATA, "--policies", "mlp,lstm", "--seeds", "1-2",
-                     *WINDOW_FLAGS, *TINY_STUDY, "--workers", "2", "--shard", f"{i}/2")
+        proc = study(
+            tmp_path,
+            "--out",
+            f"part{i}",
+            "--data",
+            DATA,
+            "--policies",
+            "mlp,lstm",
+            "--seeds",
+            "1-2",
+            *WINDOW_FLAGS,
+            *TINY_STUDY,
+            "--workers",
+            "2",
+            "--shard",
+            f"{i}/2",
+        )
         assert proc.returncode == 0, proc.stderr + proc.stdout
         assert "2 cell(s) (shard" in proc.stdout
     merged = study(tmp_path, "merge", "--out", "merged", "part1", "part2", "--bootstrap", "500")
@@ -266,11 +379,36 @@ def test_shards_merge_into_the_same_study(full_study, tmp_path):
 
 @pytest.mark.slow
 def test_a_failed_cell_is_recorded_and_a_killed_study_continues_where_it_stopped(tmp_path):
-    args = ["--out", "run", "--data", DATA, "--policies", "mlp", "--seeds", "1-3", *TINY_STUDY, "--workers", "1",
-            "--num_episodes", "24", "--trade_start", "2016-03-01", "--trade_end", "2016-08-31", "--retrain", "none"]
+    args = [
+        "--out",
+        "run",
+        "--data",
+        DATA,
+        "--policies",
+        "mlp",
+        "--seeds",
+        "1-3",
+        *TINY_STUDY,
+        "--workers",
+        "1",
+        "--num_episodes",
+        "24",
+        "--trade_start",
+        "2016-03-01",
+        "--trade_end",
+        "2016-08-31",
+        "--retrain",
+        "none",
+    ]
     env = clean_env() | {"CLSTM_PPO_STUDY_FAIL_CELL": "mlp-s2"}
-    proc = subprocess.Popen([sys.executable, "-m", "clstm_ppo.cli", "study", *args], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = tmp_path / "run" / "cells" / "mlp-s1" / "status.json"
     deadline = time.time() + 240
     while time.time() < deadline and not (first.is_file() and json.loads(first.read_text())["status"] == "done"):
@@ -281,8 +419,14 @@ def test_a_failed_cell_is_recorded_and_a_killed_study_continues_where_it_stopped
     assert proc.returncode == 128 + signal.SIGTERM, err + out
     assert "run the same command again to continue" in out
     done_at = (tmp_path / "run" / "cells" / "mlp-s1" / "result.json").stat().st_mtime_ns
-    again = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "study", *args], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 1, again.stderr + again.stdout  # a cell failed: nonzero, but the study finished
     assert "already done (kept)" in again.stdout
     assert (tmp_path / "run" / "cells" / "mlp-s1" / "result.json").stat().st_mtime_ns == done_at  # not recomputed
@@ -301,11 +445,28 @@ def _is_cell_of(proc_dir: Path, tmp_path: Path) -> bool:
 
 
 def test_study_help_explains_every_flag():
-    proc = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "study", "--help"], capture_output=True, text=True,
-                          timeout=60, env={**os.environ})
+    proc = subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", "study", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert proc.returncode == 0
-    for flag in ("--policies", "--seeds", "--vary", "--trade_start", "--retrain", "--retrain_from", "--validation_days",
-                 "--workers", "--shard", "--max_cells", "--index", "--num_episodes"):
+    for flag in (
+        "--policies",
+        "--seeds",
+        "--vary",
+        "--trade_start",
+        "--retrain",
+        "--retrain_from",
+        "--validation_days",
+        "--workers",
+        "--shard",
+        "--max_cells",
+        "--index",
+        "--num_episodes",
+    ):
         assert flag in proc.stdout
 
 
@@ -313,8 +474,11 @@ def test_a_damaged_study_spec_is_refused_in_one_line(tmp_path):
     from clstm_ppo.study.spec import SPEC_FILE, StudySpec
     from envs.errors import UserError
 
-    for text, message in (("[1, 2]", "must hold a JSON object"), ("{", "not readable JSON"),
-                          ('{"format": 99}', "study format 99")):
+    for text, message in (
+        ("[1, 2]", "must hold a JSON object"),
+        ("{", "not readable JSON"),
+        ('{"format": 99}', "study format 99"),
+    ):
         (tmp_path / SPEC_FILE).write_text(text, encoding="utf-8")
         with pytest.raises(UserError, match=message):
             StudySpec.load(tmp_path)

@@ -92,15 +92,18 @@ def test_signal_strength_zero_is_identical_for_both_kinds():
     assert a.equals(b)
 
 
-@pytest.mark.parametrize("kwargs,expected", [
-    ({"signal_strength": 1.0}, "signal strength must be in [0, 1)"),
-    ({"signal_strength": -0.1}, "signal strength must be in [0, 1)"),
-    ({"signal": "mean_reversion"}, "unknown synthetic signal 'mean_reversion'"),
-    ({"num_tickers": 0}, "num_tickers must be a whole number >= 1"),
-    ({"num_days": 1}, "num_days must be a whole number >= 2"),
-    ({"num_days": 2.5}, "num_days must be a whole number"),
-    ({"start": "yesterday-ish"}, "start date 'yesterday-ish' is not a date"),
-])
+@pytest.mark.parametrize(
+    "kwargs,expected",
+    [
+        ({"signal_strength": 1.0}, "signal strength must be in [0, 1)"),
+        ({"signal_strength": -0.1}, "signal strength must be in [0, 1)"),
+        ({"signal": "mean_reversion"}, "unknown synthetic signal 'mean_reversion'"),
+        ({"num_tickers": 0}, "num_tickers must be a whole number >= 1"),
+        ({"num_days": 1}, "num_days must be a whole number >= 2"),
+        ({"num_days": 2.5}, "num_days must be a whole number"),
+        ({"start": "yesterday-ish"}, "start date 'yesterday-ish' is not a date"),
+    ],
+)
 def test_bad_arguments(kwargs, expected):
     with pytest.raises(UserError, match=None) as info:
         generate_market(**{"num_days": 10, **kwargs})
@@ -148,7 +151,7 @@ def test_lead_lag_signal_gives_a_causal_rule_a_clear_edge_on_test_days():
         rel = r - r.mean(axis=1, keepdims=True)
         start = split_days(m, window=30).test.start
         # yesterday's move of ticker i (known at today's close) -> position in ticker i+1 for tomorrow
-        w = np.sign(rel[start - 1:-1, :-1])
+        w = np.sign(rel[start - 1 : -1, :-1])
         return (w * rel[start:, 1:]).mean(axis=1)
 
     with_signal = pnl(generate_market(seed=2, signal_strength=0.5, signal="lead_lag"))
@@ -161,7 +164,7 @@ def test_stronger_signal_means_stronger_return_autocorrelation():
     def autocorr(s: float) -> float:
         r = np.diff(np.log(generate_market(num_tickers=30, num_days=2520, seed=4, signal_strength=s).close), axis=0)
         r = r - r.mean(axis=1, keepdims=True)  # remove the market factor
-        past = np.stack([r[t - 5:t].sum(axis=0) for t in range(5, len(r))])
+        past = np.stack([r[t - 5 : t].sum(axis=0) for t in range(5, len(r))])
         return float(np.corrcoef(past.ravel(), r[5:].ravel())[0, 1])
 
     a0, a3, a8 = autocorr(0.0), autocorr(0.3), autocorr(0.8)
@@ -178,7 +181,9 @@ def test_lag_k_lead_lag_hides_the_signal_from_today_and_shows_it_k_days_back():
 
     assert lead(10) > 0.25 and abs(lead(1)) < 0.05 and abs(lead(9)) < 0.05
     one_day = generate_market(num_tickers=5, num_days=300, seed=1, signal_strength=0.9, signal="lead_lag")
-    assert np.array_equal(one_day.close, generate_market(num_tickers=5, num_days=300, seed=1, signal_strength=0.9,
-                                                         signal="lead_lag", lag=1).close)  # lag 1 is the old market
+    assert np.array_equal(
+        one_day.close,
+        generate_market(num_tickers=5, num_days=300, seed=1, signal_strength=0.9, signal="lead_lag", lag=1).close,
+    )  # lag 1 is the old market
     with pytest.raises(UserError, match="lag"):
         generate_market(num_days=10, signal="lead_lag", lag=10)

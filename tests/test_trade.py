@@ -51,19 +51,60 @@ KEY = "PKTRADECMDKEY0MUSTNOTLEAK"
 SECRET = "tradeCmdSecret-must-not-leak-7f6e5d4c"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
 START, END = "2022-01-03", "2023-12-29"
-TINY = ["--window", "5", "--num_envs", "4", "--n_steps", "16", "--batch_size", "32", "--epochs", "2",
-        "--episode_length", "16", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
-        "--num_gpus", "0", "--no-progress", "--threads", "1", "--num_episodes", "8"]
+TINY = [
+    "--window",
+    "5",
+    "--num_envs",
+    "4",
+    "--n_steps",
+    "16",
+    "--batch_size",
+    "32",
+    "--epochs",
+    "2",
+    "--episode_length",
+    "16",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--num_episodes",
+    "8",
+]
 # The scenario tests below were written for the policy these settings train (the defaults before the learning
 # work: share actions; their days have sells, buys cut to cash, ...):
-SHARES = ["--action_mode", "shares", "--hmax", "5000", "--action_dist", "gaussian", "--log_std_max", "inf",
-          "--reward", "value", "--ent_coef", "0.01", "--no-skip"]
+SHARES = [
+    "--action_mode",
+    "shares",
+    "--hmax",
+    "5000",
+    "--action_dist",
+    "gaussian",
+    "--log_std_max",
+    "inf",
+    "--reward",
+    "value",
+    "--ent_coef",
+    "0.01",
+    "--no-skip",
+]
 MIXED_DAY = date(2023, 12, 22)  # the tiny policy sells MSFT and buys AAPL and NVDA on this day
 
 
 def _subprocess_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ALPACA_VARS
-           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ALPACA_VARS
+        and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE")
+    }
     env.update(PYTHONUNBUFFERED="1", PYTHONPATH=str(ROOT), ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET)
     return env
 
@@ -102,16 +143,54 @@ def train_and_backtest(root: Path, flags: list[str]) -> Trained:
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=bars)) as data:
         common = ["--data_url", data.url, "--data_cache_dir", str(root / "cache")]
         train = subprocess.run(
-            [sys.executable, SCRIPT, *TINY, *flags, "--data", "alpaca", "--tickers", ",".join(TICKERS), "--start",
-             START, "--end", END, *common, "--checkpoint_dir", str(root / "ck"), "--run_name", "alp"],
-            cwd=root, env=_subprocess_env(), capture_output=True, text=True, timeout=180)
+            [
+                sys.executable,
+                SCRIPT,
+                *TINY,
+                *flags,
+                "--data",
+                "alpaca",
+                "--tickers",
+                ",".join(TICKERS),
+                "--start",
+                START,
+                "--end",
+                END,
+                *common,
+                "--checkpoint_dir",
+                str(root / "ck"),
+                "--run_name",
+                "alp",
+            ],
+            cwd=root,
+            env=_subprocess_env(),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
         assert train.returncode == 0, train.stderr
         with pytest.MonkeyPatch.context() as mp:
             use_alpaca_keys(mp, KEY, SECRET)
-            assert cli.main(["backtest", "--checkpoint", str(root / "ck" / "alp" / "latest.pt"), "--out",
-                             str(root / "bt"), "--threads", "1"]) == 0
-    return Trained(root / "ck" / "alp" / "latest.pt", bars, pd.read_csv(root / "bt" / "trades.csv"),
-                   pd.read_csv(root / "bt" / "equity.csv"))
+            assert (
+                cli.main(
+                    [
+                        "backtest",
+                        "--checkpoint",
+                        str(root / "ck" / "alp" / "latest.pt"),
+                        "--out",
+                        str(root / "bt"),
+                        "--threads",
+                        "1",
+                    ]
+                )
+                == 0
+            )
+    return Trained(
+        root / "ck" / "alp" / "latest.pt",
+        bars,
+        pd.read_csv(root / "bt" / "trades.csv"),
+        pd.read_csv(root / "bt" / "equity.csv"),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -146,9 +225,16 @@ def after_close(day: date, hour: int = 17) -> datetime:
     return datetime(day.year, day.month, day.day, hour, 0, tzinfo=NY)
 
 
-def account(trained: Trained, day: date, *, cash: float = 100_000.0, positions: dict[str, float] | None = None,
-            extra_prices: dict[str, float] | None = None, cls: type[TradingState] = TradingState,
-            **knobs: Any) -> TradingState:
+def account(
+    trained: Trained,
+    day: date,
+    *,
+    cash: float = 100_000.0,
+    positions: dict[str, float] | None = None,
+    extra_prices: dict[str, float] | None = None,
+    cls: type[TradingState] = TradingState,
+    **knobs: Any,
+) -> TradingState:
     """The trading server's state after ``day``'s close: last prices = that day's closes."""
     prices = {**trained.closes(day), **(extra_prices or {})}
     held = {s: Holding.at(q, prices[s]) for s, q in (positions or {}).items()}
@@ -177,9 +263,24 @@ def trade(capsys: pytest.CaptureFixture, trained: Trained, data: AlpacaTestServe
     """Run the command; ``events`` are the journal lines this run added."""
     path = journal / "trades.jsonl"
     before = len(path.read_text().splitlines()) if path.is_file() else 0
-    code = cli.main(["trade", "--checkpoint", str(trained.ckpt), "--data_url", data.url, "--data_cache_dir",
-                     str(journal.parent / "cache"), "--journal", str(journal), "--wait_seconds", "1",
-                     "--poll_seconds", "0.05", *flags])
+    code = cli.main(
+        [
+            "trade",
+            "--checkpoint",
+            str(trained.ckpt),
+            "--data_url",
+            data.url,
+            "--data_cache_dir",
+            str(journal.parent / "cache"),
+            "--journal",
+            str(journal),
+            "--wait_seconds",
+            "1",
+            "--poll_seconds",
+            "0.05",
+            *flags,
+        ]
+    )
     cap = capsys.readouterr()
     events = [json.loads(line) for line in path.read_text().splitlines()[before:]] if path.is_file() else []
     return Run(code, cap.out, cap.err, events)
@@ -187,8 +288,10 @@ def trade(capsys: pytest.CaptureFixture, trained: Trained, data: AlpacaTestServe
 
 def posted(server: AlpacaTradingServer) -> list[tuple[str, str, float, str]]:
     """(symbol, side, qty, client order id) of every POST /v2/orders, in arrival order (refused ones too)."""
-    return [(r["json"]["symbol"], r["json"]["side"], float(r["json"]["qty"]), r["json"]["client_order_id"])
-            for r in server.requests_to("POST", "/v2/orders")]
+    return [
+        (r["json"]["symbol"], r["json"]["side"], float(r["json"]["qty"]), r["json"]["client_order_id"])
+        for r in server.requests_to("POST", "/v2/orders")
+    ]
 
 
 # ------------------------------------------------------------------------------------ the decision rule
@@ -199,31 +302,37 @@ def test_client_order_ids_are_deterministic_short_and_distinct() -> None:
     assert tag == run_tag("clstm-20261122-220100") and tag.startswith("clstm-20261122-220100-")
     one = client_order_id(tag, date(2024, 1, 3), "AAPL")
     assert one == f"cp-{tag}-20240103-AAPL" and one == client_order_id(tag, date(2024, 1, 3), "aapl")
-    ids = {client_order_id(t, d, s) for t in (tag, run_tag("other")) for d in (date(2024, 1, 3), date(2024, 1, 4))
-           for s in ("AAPL", "MSFT", "BRK.B")}
+    ids = {
+        client_order_id(t, d, s)
+        for t in (tag, run_tag("other"))
+        for d in (date(2024, 1, 3), date(2024, 1, 4))
+        for s in ("AAPL", "MSFT", "BRK.B")
+    }
     assert len(ids) == 12
     longest = client_order_id(run_tag("x" * 300), date(2024, 1, 3), "VERYLONGTICKER.WARRANT")
     assert len(longest) <= 64 <= MAX_ID_LENGTH
     assert run_tag("a/b c") != run_tag("a-b-c")  # same slug, different names: the hash tells them apart
 
 
-def test_plan_equals_the_backtest_trades_of_recorded_days(trained: Trained, env: Path, data: AlpacaTestServer,
-                                                         capsys: pytest.CaptureFixture,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plan_equals_the_backtest_trades_of_recorded_days(
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """For sessions of the recorded backtest: the account holds what the backtest held that day, the servers
     serve the same bars up to that day, and the planned orders are exactly the backtest's trades of the day."""
     check_plans_equal_backtest(trained, env, data, capsys, monkeypatch)
 
 
 def test_plan_equals_the_backtest_trades_with_target_weight_actions(
-        trained_weights: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    trained_weights: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same with today's default actions (target weights, a rebalance band, the tanh policy)."""
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_weights.bars)) as data:
         check_plans_equal_backtest(trained_weights, env, data, capsys, monkeypatch)
 
 
-def check_plans_equal_backtest(trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-                               monkeypatch: pytest.MonkeyPatch) -> None:
+def check_plans_equal_backtest(
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     trades = trained.trades
     days = sorted(set(trades["date"]))
     sell_days = sorted(set(trades.loc[trades["side"] == "sell", "date"]))
@@ -242,14 +351,15 @@ def check_plans_equal_backtest(trained: Trained, env: Path, data: AlpacaTestServ
         planned = sorted((o["ticker"], o["side"], o["shares"]) for o in decision["plan"])
         assert planned == trained.trades_on(day), day_text
         assert decision["backtest_value"] == pytest.approx(
-            float(trained.equity.loc[trained.equity["date"] == day_text, "value"].iloc[0]), rel=1e-12)
+            float(trained.equity.loc[trained.equity["date"] == day_text, "value"].iloc[0]), rel=1e-12
+        )
         assert decision["replay_start"] == trained.equity["date"].iloc[0]  # the backtest's first day
         assert not posted(server)  # a dry run
 
 
 def test_the_account_not_the_replay_is_what_the_policy_sees_and_trades(
-        trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Same day, same replay, two accounts: the action changes with the account's cash and shares (they are
     the decision row's portfolio columns), and a holding the backtest never had (MSFT) is sold."""
     day = MIXED_DAY
@@ -262,11 +372,13 @@ def test_the_account_not_the_replay_is_what_the_policy_sees_and_trades(
         assert decision["cash"] == pytest.approx(cash) and decision["shares"] == [held.get(t, 0.0) for t in TICKERS]
         assert decision["replay_start"] == trained.equity["date"].iloc[0]
         actions.append(decision["action"])
-    assert decision["backtest_value"] == pytest.approx(float(
-        trained.equity.loc[trained.equity["date"] == day.isoformat(), "value"].iloc[0]))  # same replay
+    assert decision["backtest_value"] == pytest.approx(
+        float(trained.equity.loc[trained.equity["date"] == day.isoformat(), "value"].iloc[0])
+    )  # same replay
     assert actions[0] != actions[1]
-    assert "MSFT" not in trained.holdings_at(day) and ("MSFT", "sell") in {(o["ticker"], o["side"])
-                                                                           for o in decision["plan"]}
+    assert "MSFT" not in trained.holdings_at(day) and ("MSFT", "sell") in {
+        (o["ticker"], o["side"]) for o in decision["plan"]
+    }
 
 
 def test_a_checkpoint_trained_on_intraday_bars_is_refused(trained: Trained) -> None:
@@ -276,8 +388,9 @@ def test_a_checkpoint_trained_on_intraday_bars_is_refused(trained: Trained) -> N
         load_trading_market(hourly, MIXED_DAY)
 
 
-def test_buys_are_cut_to_the_account_cash(trained: Trained, env: Path, data: AlpacaTestServer,
-                                          capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_buys_are_cut_to_the_account_cash(
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with broker(account(trained, MIXED_DAY, cash=300.0), monkeypatch):
         run = trade(capsys, trained, data, env / "j")
     assert run.code == 0, run.err
@@ -292,8 +405,8 @@ def test_buys_are_cut_to_the_account_cash(trained: Trained, env: Path, data: Alp
 
 
 def test_dry_run_prints_journals_sends_nothing_and_leaves_other_tickers_alone(
-        trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = account(trained, MIXED_DAY, positions={"MSFT": 20, "TSLA": 10}, extra_prices={"TSLA": 250.0})
     with broker(state, monkeypatch) as server:
         run = trade(capsys, trained, data, env / "j")
@@ -325,10 +438,16 @@ def test_dry_run_prints_journals_sends_nothing_and_leaves_other_tickers_alone(
 
 
 def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejections(
-        trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    state = account(trained, MIXED_DAY, positions={"MSFT": 20}, fill_when_closed=True,
-                    fill_mode={"AAPL": "partial", "NVDA": "reject"}, fill_after_polls=1)
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = account(
+        trained,
+        MIXED_DAY,
+        positions={"MSFT": 20},
+        fill_when_closed=True,
+        fill_mode={"AAPL": "partial", "NVDA": "reject"},
+        fill_after_polls=1,
+    )
     with broker(state, monkeypatch) as server:
         run = trade(capsys, trained, data, env / "j", "--submit")
         sent = posted(server)
@@ -337,8 +456,10 @@ def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejectio
     plan = run.of("decision")[-1]["plan"]
     assert [(s, side, q) for s, side, q, _ in sent] == [(o["ticker"], o["side"], o["shares"]) for o in plan]
     assert [side for _, side, _, _ in sent] == ["sell", "buy", "buy"]  # MSFT sell first, then AAPL, NVDA
-    assert all(r["json"]["type"] == "market" and r["json"]["time_in_force"] == "day"
-               for r in server.requests_to("POST", "/v2/orders"))
+    assert all(
+        r["json"]["type"] == "market" and r["json"]["time_in_force"] == "day"
+        for r in server.requests_to("POST", "/v2/orders")
+    )
     assert [cid for *_, cid in sent] == [o["client_order_id"] for o in plan]
     statuses = {e["ticker"]: e for e in run.of("order_status")}
     assert statuses["MSFT"]["status"] == "filled" and statuses["MSFT"]["filled_qty"] == 10
@@ -352,9 +473,9 @@ def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejectio
     assert "sent 3 of 3 orders" in run.out
 
 
-def test_rerun_on_the_same_day_sends_nothing_twice(trained: Trained, env: Path, data: AlpacaTestServer,
-                                                   capsys: pytest.CaptureFixture,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_rerun_on_the_same_day_sends_nothing_twice(
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # After the close the orders wait for the next open: the account is unchanged, so the plan is the same.
     with broker(account(trained, MIXED_DAY, positions={"MSFT": 20}), monkeypatch) as server:
         started = time.monotonic()
@@ -372,10 +493,14 @@ def test_rerun_on_the_same_day_sends_nothing_twice(trained: Trained, env: Path, 
 
 
 @pytest.mark.parametrize("drop_status", [None, 504])
-def test_dropped_answer_mid_batch_is_recovered_by_client_id(trained: Trained, env: Path, data: AlpacaTestServer,
-                                                            capsys: pytest.CaptureFixture,
-                                                            monkeypatch: pytest.MonkeyPatch,
-                                                            drop_status: int | None) -> None:
+def test_dropped_answer_mid_batch_is_recovered_by_client_id(
+    trained: Trained,
+    env: Path,
+    data: AlpacaTestServer,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    drop_status: int | None,
+) -> None:
     """The second order is stored but its answer is lost: the connection closes (None), or a gateway answers
     504, alpaca-py retries the POST and the retry is refused as a duplicate client order id (422)."""
     state = account(trained, MIXED_DAY, positions={"MSFT": 20}, drop_after_orders=1, drop_status=drop_status)
@@ -394,12 +519,18 @@ def test_dropped_answer_mid_batch_is_recovered_by_client_id(trained: Trained, en
 
 @pytest.mark.parametrize("mode", ["processed", "lost"])
 def test_timeout_mid_batch_then_the_order_is_found_or_resent_once(
-        trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch, mode: str) -> None:
+    trained: Trained,
+    env: Path,
+    data: AlpacaTestServer,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+) -> None:
     """The second POST gets no answer within the 0.5 s timeout: handled and held back ("processed": found by
     its client id) or never handled ("lost": not found, sent again with the same id). Either way once."""
-    state = account(trained, MIXED_DAY, positions={"MSFT": 20}, hang=("POST", "/v2/orders", 2), hang_mode=mode,
-                    hang_seconds=1.5)
+    state = account(
+        trained, MIXED_DAY, positions={"MSFT": 20}, hang=("POST", "/v2/orders", 2), hang_mode=mode, hang_seconds=1.5
+    )
     with broker(state, monkeypatch) as server:
         run = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "0")
         assert len(server.orders()) == 3 and len({o["symbol"] for o in server.orders()}) == 3
@@ -421,14 +552,17 @@ class SilentAfterSecondOrder(TradingState):
         if status == 200 and len(self.orders) == 2:
             self.drop_after_orders = 1
             lookups = sum(r["path"] == "/v2/orders:by_client_order_id" for r in self.requests)
-            self.hang, self.hang_mode, self.hang_seconds = ("GET", "/v2/orders:by_client_order_id", lookups + 1), \
-                "lost", 1.5
+            self.hang, self.hang_mode, self.hang_seconds = (
+                ("GET", "/v2/orders:by_client_order_id", lookups + 1),
+                "lost",
+                1.5,
+            )
         return status, answer
 
 
 def test_server_gone_mid_batch_one_line_journal_says_what_went_out_and_rerun_continues(
-        trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = account(trained, MIXED_DAY, positions={"MSFT": 20}, cls=SilentAfterSecondOrder)
     with broker(state, monkeypatch) as server:
         run = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "0")
@@ -462,10 +596,9 @@ class RateLimitedOrders(TradingState):
         return super().submit(body)
 
 
-def test_429_on_an_order_is_retried_and_the_order_goes_out_once(trained: Trained, env: Path,
-                                                                data: AlpacaTestServer,
-                                                                capsys: pytest.CaptureFixture,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_429_on_an_order_is_retried_and_the_order_goes_out_once(
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = account(trained, MIXED_DAY, positions={"MSFT": 20}, cls=RateLimitedOrders)
     with broker(state, monkeypatch) as server:
         run = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "0")
@@ -479,8 +612,8 @@ def test_429_on_an_order_is_retried_and_the_order_goes_out_once(trained: Trained
 
 
 def test_refusals_one_line_each_and_the_journal_says_which_went_out(
-        trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The MSFT sell is accepted but not filled (after the close): the AAPL buy fits the $500 of cash, the NVDA
     buy needs the sale's proceeds and is refused for buying power. Then AAPL not tradable."""
     state = account(trained, MIXED_DAY, cash=500.0, positions={"MSFT": 20})
@@ -495,9 +628,12 @@ def test_refusals_one_line_each_and_the_journal_says_which_went_out(
     assert lines == [f"NVDA buy {plan[2]['shares']:g}: refused: insufficient buying power (HTTP 403)"]
     assert [o["symbol"] for o in server.orders()] == ["MSFT", "AAPL"]
 
-    state = account(trained, MIXED_DAY, positions={"MSFT": 20},
-                    assets={"AAPL": AssetSpec("AAPL", tradable=False), "MSFT": AssetSpec("MSFT"),
-                            "NVDA": AssetSpec("NVDA")})
+    state = account(
+        trained,
+        MIXED_DAY,
+        positions={"MSFT": 20},
+        assets={"AAPL": AssetSpec("AAPL", tradable=False), "MSFT": AssetSpec("MSFT"), "NVDA": AssetSpec("NVDA")},
+    )
     with broker(state, monkeypatch) as server:
         run = trade(capsys, trained, data, env / "j2", "--submit", "--wait_seconds", "0")
     assert run.code == 2
@@ -507,29 +643,34 @@ def test_refusals_one_line_each_and_the_journal_says_which_went_out(
 
 
 def test_not_fractionable_sell_on_a_turbulent_day_is_refused_in_one_line(
-        trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A turbulent day of the backtest: the rule sells everything held, 12.5 MSFT shares included, and Alpaca
     refuses a fractional order on a non-fractionable asset."""
     turbulent = date.fromisoformat(sorted(set(trained.trades.loc[trained.trades["side"] == "sell", "date"]))[-1])
-    state = account(trained, turbulent, positions={"MSFT": 12.5, "NVDA": 3},
-                    assets={"MSFT": AssetSpec("MSFT", fractionable=False), "AAPL": AssetSpec("AAPL"),
-                            "NVDA": AssetSpec("NVDA")})
+    state = account(
+        trained,
+        turbulent,
+        positions={"MSFT": 12.5, "NVDA": 3},
+        assets={"MSFT": AssetSpec("MSFT", fractionable=False), "AAPL": AssetSpec("AAPL"), "NVDA": AssetSpec("NVDA")},
+    )
     with broker(state, monkeypatch) as server:
         run = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "0")
     assert run.code == 2
     decision = run.of("decision")[-1]
     assert decision["turbulent"] and "turbulent day, sell everything, buy nothing" in run.out
-    assert [(o["ticker"], o["side"], o["shares"]) for o in decision["plan"]] == [("MSFT", "sell", 12.5),
-                                                                                   ("NVDA", "sell", 3.0)]
+    assert [(o["ticker"], o["side"], o["shares"]) for o in decision["plan"]] == [
+        ("MSFT", "sell", 12.5),
+        ("NVDA", "sell", 3.0),
+    ]
     assert 'MSFT sell 12.5: refused: asset "MSFT" is not fractionable (HTTP 422)' in run.out
     assert [e["outcome"] for e in run.of("order")] == ["refused", "sent"]
     assert [o["symbol"] for o in server.orders()] == ["NVDA"]
 
 
-def test_wrong_keys_are_one_line_and_nothing_is_sent(trained: Trained, env: Path, data: AlpacaTestServer,
-                                                     capsys: pytest.CaptureFixture,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wrong_keys_are_one_line_and_nothing_is_sent(
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = account(trained, MIXED_DAY, positions={"MSFT": 20})
     state.secret = "the-server-expects-another-secret"
     with broker(state, monkeypatch) as server:
@@ -545,8 +686,13 @@ def test_wrong_keys_are_one_line_and_nothing_is_sent(trained: Trained, env: Path
 
 @pytest.mark.parametrize("case", ["weekend", "holiday", "session_open", "before_open", "stale_bars"])
 def test_no_session_before_the_close_or_stale_bars_one_line_nothing_sent(
-        trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture,
-        monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    trained: Trained,
+    env: Path,
+    data: AlpacaTestServer,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    case: str,
+) -> None:
     state = account(trained, MIXED_DAY, positions={"MSFT": 20})
     state.now = {
         "weekend": datetime(2023, 12, 23, 17, 0, tzinfo=NY),  # a Saturday
@@ -566,17 +712,25 @@ def test_no_session_before_the_close_or_stale_bars_one_line_nothing_sent(
     else:
         assert run.code == 2 and text.startswith("error: ")
         assert not run.of("decision") and not run.of("order")
-        want = "stale bars: the newest daily bars are from 2023-12-29 but the last session was 2024-01-02" \
-            if case == "stale_bars" else "closes at 16:00 ET and the decision uses its closing bars"
+        want = (
+            "stale bars: the newest daily bars are from 2023-12-29 but the last session was 2024-01-02"
+            if case == "stale_bars"
+            else "closes at 16:00 ET and the decision uses its closing bars"
+        )
         assert want in text
 
 
-@pytest.mark.parametrize("flags,url", [(["--live"], None), (["--confirm_live_trading"], None),
-                                       ([], "https://api.alpaca.markets")])
-def test_live_without_both_flags_is_refused_before_any_request(trained: Trained, env: Path,
-                                                                capsys: pytest.CaptureFixture,
-                                                                monkeypatch: pytest.MonkeyPatch, flags: list[str],
-                                                                url: str | None) -> None:
+@pytest.mark.parametrize(
+    "flags,url", [(["--live"], None), (["--confirm_live_trading"], None), ([], "https://api.alpaca.markets")]
+)
+def test_live_without_both_flags_is_refused_before_any_request(
+    trained: Trained,
+    env: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    flags: list[str],
+    url: str | None,
+) -> None:
     if url:
         monkeypatch.setenv("ALPACA_TRADING_URL", url)
     code = cli.main(["trade", "--checkpoint", str(trained.ckpt), "--submit", *flags])
@@ -585,12 +739,23 @@ def test_live_without_both_flags_is_refused_before_any_request(trained: Trained,
     assert "--live" in cap.err and "--confirm_live_trading" in cap.err
 
 
-def test_live_with_both_flags_uses_the_live_journal(trained: Trained, env: Path, data: AlpacaTestServer,
-                                                    capsys: pytest.CaptureFixture,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_live_with_both_flags_uses_the_live_journal(
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with broker(account(trained, MIXED_DAY), monkeypatch) as server:
-        code = cli.main(["trade", "--checkpoint", str(trained.ckpt), "--live", "--confirm_live_trading",
-                         "--data_url", data.url, "--data_cache_dir", str(env / "cache")])
+        code = cli.main(
+            [
+                "trade",
+                "--checkpoint",
+                str(trained.ckpt),
+                "--live",
+                "--confirm_live_trading",
+                "--data_url",
+                data.url,
+                "--data_cache_dir",
+                str(env / "cache"),
+            ]
+        )
         assert not posted(server)
     cap = capsys.readouterr()
     assert code == 0, cap.err
@@ -600,10 +765,9 @@ def test_live_with_both_flags_uses_the_live_journal(trained: Trained, env: Path,
 # ------------------------------------------------------------------------------------ journal, report, keys
 
 
-def test_next_run_records_yesterdays_fills_and_report_uses_them(trained: Trained, env: Path,
-                                                               data: AlpacaTestServer,
-                                                               capsys: pytest.CaptureFixture,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_next_run_records_yesterdays_fills_and_report_uses_them(
+    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     state = account(trained, MIXED_DAY, positions={"MSFT": 20}, fill_prices={"MSFT": 70.0, "AAPL": 90.0})
     with broker(state, monkeypatch) as server:
         first = trade(capsys, trained, data, env / "j", "--submit", "--wait_seconds", "0")
@@ -621,9 +785,11 @@ def test_next_run_records_yesterdays_fills_and_report_uses_them(trained: Trained
     assert "earlier order cp-" in second.out
     plan = {o["ticker"]: o for o in first.of("decision")[0]["plan"]}
     nvda_fill = trained.closes(nxt)["NVDA"]  # no fill price knob: filled at the server's last price
-    expected = ((70.0 - plan["MSFT"]["price"]) * -plan["MSFT"]["shares"]
-                + (90.0 - plan["AAPL"]["price"]) * plan["AAPL"]["shares"]
-                + (nvda_fill - plan["NVDA"]["price"]) * plan["NVDA"]["shares"])
+    expected = (
+        (70.0 - plan["MSFT"]["price"]) * -plan["MSFT"]["shares"]
+        + (90.0 - plan["AAPL"]["price"]) * plan["AAPL"]["shares"]
+        + (nvda_fill - plan["NVDA"]["price"]) * plan["NVDA"]["shares"]
+    )
     report = trade_report(env / "j")
     assert report.fills == 3 and report.execution_cost == pytest.approx(expected, abs=1e-6)
     assert [r["date"] for r in report.rows] == ["2023-12-22", "2023-12-26"]
@@ -636,17 +802,38 @@ def test_report_numbers_match_a_hand_computation(tmp_path: Path, capsys: pytest.
         "date,equity,cash,long_market_value,backtest_value,recorded_at\n"
         "2024-01-02,100000.00,100000.00,0.00,1000000.0,t\n"
         "2024-01-03,101000.00,50000.00,51000.00,1020000.0,t\n"
-        "2024-01-04,100500.00,50000.00,50500.00,1010000.0,t\n")
+        "2024-01-04,100500.00,50000.00,50500.00,1010000.0,t\n"
+    )
     events = [
-        {"event": "decision", "day": "2024-01-02", "plan": [
-            {"ticker": "AAPL", "side": "buy", "shares": 10, "price": 100.0, "client_order_id": "cp-a"},
-            {"ticker": "MSFT", "side": "sell", "shares": 4, "price": 50.0, "client_order_id": "cp-b"}]},
-        {"event": "order_status", "client_order_id": "cp-a", "status": "accepted", "filled_qty": 0,
-         "filled_avg_price": None},
-        {"event": "order_status", "client_order_id": "cp-a", "status": "filled", "filled_qty": 10,
-         "filled_avg_price": 101.5},
-        {"event": "order_status", "client_order_id": "cp-b", "status": "partially_filled", "filled_qty": 2,
-         "filled_avg_price": 49.0},
+        {
+            "event": "decision",
+            "day": "2024-01-02",
+            "plan": [
+                {"ticker": "AAPL", "side": "buy", "shares": 10, "price": 100.0, "client_order_id": "cp-a"},
+                {"ticker": "MSFT", "side": "sell", "shares": 4, "price": 50.0, "client_order_id": "cp-b"},
+            ],
+        },
+        {
+            "event": "order_status",
+            "client_order_id": "cp-a",
+            "status": "accepted",
+            "filled_qty": 0,
+            "filled_avg_price": None,
+        },
+        {
+            "event": "order_status",
+            "client_order_id": "cp-a",
+            "status": "filled",
+            "filled_qty": 10,
+            "filled_avg_price": 101.5,
+        },
+        {
+            "event": "order_status",
+            "client_order_id": "cp-b",
+            "status": "partially_filled",
+            "filled_qty": 2,
+            "filled_avg_price": 49.0,
+        },
     ]
     (folder / "trades.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events) + '{"cut short\n')
     code = cli.main(["trade", "report", "--journal", str(folder)])
@@ -669,8 +856,9 @@ def test_report_numbers_match_a_hand_computation(tmp_path: Path, capsys: pytest.
     assert rows["2024-01-04"] == ["2024-01-04", "$100,500.00", "-0.50%", "$1,010,000.00", "-0.98%", "+0.49%", "-"]
 
 
-def test_keys_never_reach_any_output_or_file(trained: Trained, env: Path, data: AlpacaTestServer,
-                                             capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_keys_never_reach_any_output_or_file(
+    trained: Trained, env: Path, data: AlpacaTestServer, capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Keys from the environment (used) and from ./.env (planted): a dry run, a submit with a refusal and a
     dropped answer, a run with rejected keys, and the report; then every output and every file is searched."""
     planted = {"APCA_API_KEY_ID": "PKDOTENVPLANTED000111", "APCA_API_SECRET_KEY": "dotenvPlantedSecret999888777"}
@@ -706,6 +894,12 @@ def test_help_explains_every_flag(capsys: pytest.CaptureFixture) -> None:
         with pytest.raises(SystemExit) as stop:
             cli.main(argv)
         assert stop.value.code == 0 and "--journal" in capsys.readouterr().out
-    usage = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", "--help"], cwd=ROOT, env=_subprocess_env(),
-                           capture_output=True, text=True, timeout=60)
+    usage = subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", "--help"],
+        cwd=ROOT,
+        env=_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "  trade " in usage.stdout

@@ -17,8 +17,22 @@ from tests.conftest import SCRIPT, TINY, clean_env, files_under, read_metrics, t
 def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     # with the auxiliary next-day head, whose gradients must be all-reduced like the rest, and the running
     # observation and reward statistics, which every rank must merge alike
-    result = train(tmp_path, "--num_workers", "2", "--num_episodes", "16", "--run_name", "two", "--aux_coef", "0.5",
-                   "--norm_obs", "--norm_reward", "--permute_tickers", "--weight_decay", "0.01")
+    result = train(
+        tmp_path,
+        "--num_workers",
+        "2",
+        "--num_episodes",
+        "16",
+        "--run_name",
+        "two",
+        "--aux_coef",
+        "0.5",
+        "--norm_obs",
+        "--norm_reward",
+        "--permute_tickers",
+        "--weight_decay",
+        "0.01",
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "world size 2" in out and "backend gloo" in out
@@ -37,7 +51,9 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     assert [e["episode"] for e in episodes] == list(range(1, 17))
     assert all(e["length"] == 16 and e["final_value"] > 0 for e in episodes)
     # only rank 0's files, and nothing outside the run folder (cwd is tmp_path)
-    assert files_under(tmp_path) == {f"ck/two/{name}" for name in ("latest.pt", "best.pt", "config.json", "metrics.jsonl")}
+    assert files_under(tmp_path) == {
+        f"ck/two/{name}" for name in ("latest.pt", "best.pt", "config.json", "metrics.jsonl")
+    }
     ckpt = load_checkpoint(run_dir / "latest.pt")
     assert ckpt.counters["episodes"] == 16 and ckpt.counters["update"] == 2
     assert len(ckpt.worker_states) == 2
@@ -49,9 +65,14 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [(), ("--norm_obs", "--norm_reward", "--permute_tickers", "--weight_decay", "0.01",
-                                       "--episode_length", "12")],  # episodes end inside rollouts
-                         ids=["defaults", "normalisers-and-augmentation"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        (),
+        ("--norm_obs", "--norm_reward", "--permute_tickers", "--weight_decay", "0.01", "--episode_length", "12"),
+    ],  # episodes end inside rollouts
+    ids=["defaults", "normalisers-and-augmentation"],
+)
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
     straight = train(tmp_path, "--num_episodes", "16", "--run_name", "straight", *extra)
     assert straight.returncode == 0, straight.stderr
@@ -72,8 +93,15 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
 
 @pytest.mark.slow
 def test_torchrun_launch_runs_the_same_worker(tmp_path):
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                "--master_port", str(find_free_port())]
+    launcher = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(find_free_port()),
+    ]
     result = train(tmp_path, "--num_episodes", "8", "--run_name", "tr", launcher=launcher)
     assert result.returncode == 0, result.stderr
     assert "world size 2" in result.stdout and "(torchrun)" not in result.stderr
@@ -86,12 +114,36 @@ def test_two_node_torchrun_on_one_machine(tmp_path):
     port = find_free_port()
     procs = []
     for node in (0, 1):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(node),
-               "--nproc_per_node", "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-               "--rdzv_id", "clstm-test", SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"),
-               "--num_episodes", "8", "--run_name", "multinode"]
-        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node_rank",
+            str(node),
+            "--nproc_per_node",
+            "1",
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint",
+            f"127.0.0.1:{port}",
+            "--rdzv_id",
+            "clstm-test",
+            SCRIPT,
+            *TINY,
+            "--checkpoint_dir",
+            str(tmp_path / "ck"),
+            "--num_episodes",
+            "8",
+            "--run_name",
+            "multinode",
+        ]
+        procs.append(
+            subprocess.Popen(
+                cmd, cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+        )
     outputs = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
     combined = outputs[0][0] + outputs[1][0]
@@ -103,8 +155,18 @@ def test_two_node_torchrun_on_one_machine(tmp_path):
 @pytest.mark.slow
 def test_ranks_finishing_different_episode_counts_stop_together(tmp_path):
     # Whole-split episodes from random start days: each rank finishes episodes at its own pace.
-    result = train(tmp_path, "--num_workers", "2", "--num_episodes", "3", "--episode_length", "full",
-                   "--run_name", "uneven", timeout=180)
+    result = train(
+        tmp_path,
+        "--num_workers",
+        "2",
+        "--num_episodes",
+        "3",
+        "--episode_length",
+        "full",
+        "--run_name",
+        "uneven",
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     episodes, _ = read_metrics(tmp_path / "ck" / "uneven")
     assert len(episodes) >= 3

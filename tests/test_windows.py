@@ -35,4 +35,6 @@ def test_dense_windows_round_trip():
     windows = Windows.from_dense(obs)
     assert torch.equal(windows.dense(), obs) and torch.equal(windows.last_rows(), obs[:, :, -1])
     gathered = Windows(windows.rows, windows.index)  # through the row numbers, not the kept tensor
-    assert torch.equal(gathered.dense(), obs) and torch.equal(gathered.select(torch.tensor([2, 0])).dense(), obs[:, [2, 0]])
+    assert torch.equal(gathered.dense(), obs) and torch.equal(
+        gathered.select(torch.tensor([2, 0])).dense(), obs[:, [2, 0]]
+    )

@@ -26,11 +26,45 @@ from tests.alpaca_trading_server import NY, NYSE_HOLIDAYS, AlpacaTradingServer, 
 ROOT = Path(__file__).resolve().parents[1]
 KEY, SECRET = "PKDEMOKEY0000000000", "demo-secret-0000000000000000"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
-TRAIN = ["--data", "alpaca", "--tickers", ",".join(TICKERS), "--start", "2022-01-03", "--end", "2023-12-29",
-         "--window", "5", "--num_envs", "4", "--n_steps", "16", "--batch_size", "32", "--epochs", "2",
-         "--episode_length", "16", "--stage1_hidden", "8", "--feature_dim", "8", "--stage2_hidden", "16",
-         "--num_gpus", "0", "--no-progress", "--threads", "1", "--hmax", "5000", "--num_episodes", "8",
-         "--run_name", "demo"]
+TRAIN = [
+    "--data",
+    "alpaca",
+    "--tickers",
+    ",".join(TICKERS),
+    "--start",
+    "2022-01-03",
+    "--end",
+    "2023-12-29",
+    "--window",
+    "5",
+    "--num_envs",
+    "4",
+    "--n_steps",
+    "16",
+    "--batch_size",
+    "32",
+    "--epochs",
+    "2",
+    "--episode_length",
+    "16",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--hmax",
+    "5000",
+    "--num_episodes",
+    "8",
+    "--run_name",
+    "demo",
+]
 
 
 def closes(bars: dict, day: str) -> dict[str, float]:
@@ -40,8 +74,9 @@ def closes(bars: dict, day: str) -> dict[str, float]:
 def show(args: list[str], cwd: Path, env: dict[str, str]) -> None:
     """Run ``clstm-ppo ARGS`` and print it as a terminal would."""
     print(f"$ clstm-ppo {shlex.join(args)}")
-    done = subprocess.run([sys.executable, "-m", "clstm_ppo.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
     print((done.stdout + done.stderr).rstrip())
     print(f"[exit status {done.returncode}]\n")
 
@@ -54,13 +89,27 @@ def main(folder: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ALPACA_", "APCA_"))}
     env.update(PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", ALPACA_API_KEY=KEY, ALPACA_SECRET_KEY=SECRET)
     day, nxt = "2024-02-16", "2024-02-20"
-    state = TradingState(key=KEY, secret=SECRET, prices={**closes(bars, day), "TSLA": 252.5}, cash=100_000.0,
-                         positions={"MSFT": Holding.at(20, 68.0), "TSLA": Holding.at(10, 240.0)},
-                         now=datetime(2024, 2, 16, 16, 30, tzinfo=NY))
-    with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=bars)) as data, AlpacaTradingServer(state) as trading:
+    state = TradingState(
+        key=KEY,
+        secret=SECRET,
+        prices={**closes(bars, day), "TSLA": 252.5},
+        cash=100_000.0,
+        positions={"MSFT": Holding.at(20, 68.0), "TSLA": Holding.at(10, 240.0)},
+        now=datetime(2024, 2, 16, 16, 30, tzinfo=NY),
+    )
+    with (
+        AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=bars)) as data,
+        AlpacaTradingServer(state) as trading,
+    ):
         env.update(ALPACA_DATA_URL=data.url, ALPACA_TRADING_URL=trading.url)
-        train = subprocess.run([sys.executable, str(ROOT / "train_distributed_clstm_ppo.py"), *TRAIN], cwd=out,
-                               env=env, capture_output=True, text=True, timeout=300)
+        train = subprocess.run(
+            [sys.executable, str(ROOT / "train_distributed_clstm_ppo.py"), *TRAIN],
+            cwd=out,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         if train.returncode:
             raise SystemExit(train.stderr)
         ck = "checkpoints/demo/latest.pt"

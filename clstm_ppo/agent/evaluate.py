@@ -51,10 +51,17 @@ class PolicyRun:
         return sharpe_from_returns(self.values[1:] / self.values[:-1] - 1.0)
 
 
-def evaluate_policy(model: torch.nn.Module, market: PreparedMarket, split: str | DayRange, config: EnvConfig, *,
-                    device: torch.device | str = "cpu", deterministic: bool = True,
-                    generator: torch.Generator | None = None,
-                    start_portfolio: tuple[float, np.ndarray] | None = None) -> PolicyRun:
+def evaluate_policy(
+    model: torch.nn.Module,
+    market: PreparedMarket,
+    split: str | DayRange,
+    config: EnvConfig,
+    *,
+    device: torch.device | str = "cpu",
+    deterministic: bool = True,
+    generator: torch.Generator | None = None,
+    start_portfolio: tuple[float, np.ndarray] | None = None,
+) -> PolicyRun:
     """Run ``model`` over the whole ``split`` once (deterministic = mean action) and record every day.
 
     :param split: "train" | "validation" | "test", or a `DayRange` of day indices into ``market.data``

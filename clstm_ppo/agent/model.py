@@ -81,18 +81,31 @@ class ModelConfig:
         return cls(**{**cls.LEGACY, **values})
 
     # field -> its meaning in checkpoints written before the field existed
-    LEGACY: ClassVar[dict[str, object]] = {"action_dist": "gaussian", "log_std_max": None, "skip": False,
-                                              "next_day_head": False, "obs_norm": False}
+    LEGACY: ClassVar[dict[str, object]] = {
+        "action_dist": "gaussian",
+        "log_std_max": None,
+        "skip": False,
+        "next_day_head": False,
+        "obs_norm": False,
+    }
 
 
 def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
     """What the ActorCritic of ``cfg`` is, sized for ``market`` (its F features, N tickers and T window)."""
     return ModelConfig(
-        policy=cfg.policy, num_features=market.num_features, num_tickers=market.num_tickers, window=market.window,
-        stage1_hidden=cfg.stage1_hidden, feature_dim=cfg.feature_dim, stage2_hidden=cfg.stage2_hidden,
-        init_log_std=cfg.init_log_std, action_dist=cfg.action_dist,
-        log_std_max=cfg.log_std_max if math.isfinite(cfg.log_std_max) else None, skip=cfg.skip,
-        next_day_head=cfg.aux_coef > 0, obs_norm=cfg.norm_obs,
+        policy=cfg.policy,
+        num_features=market.num_features,
+        num_tickers=market.num_tickers,
+        window=market.window,
+        stage1_hidden=cfg.stage1_hidden,
+        feature_dim=cfg.feature_dim,
+        stage2_hidden=cfg.stage2_hidden,
+        init_log_std=cfg.init_log_std,
+        action_dist=cfg.action_dist,
+        log_std_max=cfg.log_std_max if math.isfinite(cfg.log_std_max) else None,
+        skip=cfg.skip,
+        next_day_head=cfg.aux_coef > 0,
+        obs_norm=cfg.norm_obs,
     )
 
 
@@ -122,8 +135,9 @@ def cut_days(starts: Tensor) -> list[int]:
     return torch.nonzero(starts[1:].any(dim=1)).flatten().add(1).tolist()
 
 
-def run_lstm(lstm: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], starts: Tensor,
-             cuts: list[int] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+def run_lstm(
+    lstm: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], starts: Tensor, cuts: list[int] | None = None
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """Run ``lstm`` over days with state resets at episode starts.
 
     :param x: ``[L, B, D]`` inputs, day-major.
@@ -139,8 +153,14 @@ def run_lstm(lstm: nn.LSTM, x: Tensor, state: tuple[Tensor, Tensor], starts: Ten
     """
     keep = (~starts).to(x.dtype).unsqueeze(-1)  # [L, B, 1]
     if x.shape[0] == 1 and x.device.type == "cpu":  # a rollout step: the plain cell is ~2x faster on a CPU
-        h, c = torch.lstm_cell(x[0], (state[0][0] * keep[0], state[1][0] * keep[0]), lstm.weight_ih_l0,
-                               lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
+        h, c = torch.lstm_cell(
+            x[0],
+            (state[0][0] * keep[0], state[1][0] * keep[0]),
+            lstm.weight_ih_l0,
+            lstm.weight_hh_l0,
+            lstm.bias_ih_l0,
+            lstm.bias_hh_l0,
+        )
         return h.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
     cut_days_ = cut_days(starts) if cuts is None else cuts
     bounds = [0, *cut_days_, x.shape[0]]
@@ -173,8 +193,10 @@ class ActorCritic(nn.Module):
             self.window_lstm = _orthogonal(nn.LSTM(f_in, cfg.stage1_hidden, batch_first=True), 1.0)
             f_in = cfg.stage1_hidden + (cfg.num_features if cfg.skip else 0)
         self.features = nn.Sequential(
-            _orthogonal(nn.Linear(f_in, cfg.feature_dim)), nn.Tanh(),
-            _orthogonal(nn.Linear(cfg.feature_dim, cfg.feature_dim)), nn.Tanh(),
+            _orthogonal(nn.Linear(f_in, cfg.feature_dim)),
+            nn.Tanh(),
+            _orthogonal(nn.Linear(cfg.feature_dim, cfg.feature_dim)),
+            nn.Tanh(),
         )
         hidden = cfg.stage2_hidden
         if cfg.policy == "mlp":
@@ -249,8 +271,9 @@ class ActorCritic(nn.Module):
             summary = torch.cat([summary, _today(windows).to(summary.dtype)], dim=-1)
         return self.features(summary)
 
-    def core(self, feats: Tensor, state: LSTMState, starts: Tensor,
-             host_starts: Tensor | None = None) -> tuple[Tensor, Tensor, LSTMState]:
+    def core(
+        self, feats: Tensor, state: LSTMState, starts: Tensor, host_starts: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, LSTMState]:
         """Stage 2: features ``[L, B, D]`` -> actor and critic latents ``[L, B, H]`` and the new state.
 
         ``host_starts``: optional CPU copy of ``starts`` (where to cut the sequence, found without
@@ -265,8 +288,13 @@ class ActorCritic(nn.Module):
         return actor_out, critic_out, (ha, ca, hc, cc)
 
     def forward(
-        self, obs: Tensor | Windows, state: LSTMState, starts: Tensor, actions: Tensor | None = None,
-        host_starts: Tensor | None = None, predict_next: bool = False,
+        self,
+        obs: Tensor | Windows,
+        state: LSTMState,
+        starts: Tensor,
+        actions: Tensor | None = None,
+        host_starts: Tensor | None = None,
+        predict_next: bool = False,
     ) -> tuple[Tensor, ...]:
         """Evaluate L days of B envs.
 
@@ -321,7 +349,12 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def act(
-        self, obs: Tensor, state: LSTMState, starts: Tensor, *, deterministic: bool = False,
+        self,
+        obs: Tensor,
+        state: LSTMState,
+        starts: Tensor,
+        *,
+        deterministic: bool = False,
         generator: torch.Generator | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, LSTMState]:
         """One rollout step for B envs.

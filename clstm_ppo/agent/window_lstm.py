@@ -68,13 +68,13 @@ class WindowLSTM(torch.autograd.Function):
                 a = acts[t]
                 torch.index_select(projected, 0, index[t], out=a)
                 a.addmm_(hidden[t], w_t)
-                a[:, 2 * hid:3 * hid].mul_(2.0)  # g: tanh(z) = 2 sigmoid(2z) - 1, with i, f, o's sigmoid
+                a[:, 2 * hid : 3 * hid].mul_(2.0)  # g: tanh(z) = 2 sigmoid(2z) - 1, with i, f, o's sigmoid
                 a.sigmoid_()
-                a[:, 2 * hid:3 * hid].mul_(2.0).sub_(1.0)
-                torch.mul(a[:, hid:2 * hid], cells[t], out=cells[t + 1])
-                cells[t + 1].addcmul_(a[:, :hid], a[:, 2 * hid:3 * hid])
+                a[:, 2 * hid : 3 * hid].mul_(2.0).sub_(1.0)
+                torch.mul(a[:, hid : 2 * hid], cells[t], out=cells[t + 1])
+                cells[t + 1].addcmul_(a[:, :hid], a[:, 2 * hid : 3 * hid])
                 _tanh_(tanh_cells[t].copy_(cells[t + 1]))
-                torch.mul(a[:, 3 * hid:], tanh_cells[t], out=hidden[t + 1])
+                torch.mul(a[:, 3 * hid :], tanh_cells[t], out=hidden[t + 1])
             ctx.save_for_backward(acts, cells, tanh_cells, hidden, w_hh, index)
             ctx.num_rows = projected.shape[0]
             return hidden[days].clone()
@@ -93,15 +93,15 @@ class WindowLSTM(torch.autograd.Function):
             slope = acts.new_empty(m, four_h)  # derivative of each gate's nonlinearity
             for t in reversed(range(days)):
                 a, tc, d = acts[t], tanh_cells[t], grad_gates[t]
-                i, f, g, o = a[:, :hid], a[:, hid:2 * hid], a[:, 2 * hid:3 * hid], a[:, 3 * hid:]
+                i, f, g, o = a[:, :hid], a[:, hid : 2 * hid], a[:, 2 * hid : 3 * hid], a[:, 3 * hid :]
                 slope.copy_(a).neg_().add_(1.0).mul_(a)  # sigmoid' = a (1 - a)
-                torch.mul(g, g, out=slope[:, 2 * hid:3 * hid]).neg_().add_(1.0)  # tanh' = 1 - g^2
+                torch.mul(g, g, out=slope[:, 2 * hid : 3 * hid]).neg_().add_(1.0)  # tanh' = 1 - g^2
                 torch.mul(tc, tc, out=tmp).neg_().add_(1.0).mul_(o).mul_(dh)
                 dc.add_(tmp)  # dL/dc_t = carried + dh_t o (1 - tanh(c_t)^2)
-                torch.mul(dh, tc, out=d[:, 3 * hid:])  # do
+                torch.mul(dh, tc, out=d[:, 3 * hid :])  # do
                 torch.mul(dc, g, out=d[:, :hid])  # di
-                torch.mul(dc, cells[t], out=d[:, hid:2 * hid])  # df
-                torch.mul(dc, i, out=d[:, 2 * hid:3 * hid])  # dg
+                torch.mul(dc, cells[t], out=d[:, hid : 2 * hid])  # df
+                torch.mul(dc, i, out=d[:, 2 * hid : 3 * hid])  # dg
                 d.mul_(slope)
                 dc.mul_(f)
                 grad_projected.index_add_(0, index[t], d)

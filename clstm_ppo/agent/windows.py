@@ -70,8 +70,11 @@ class Windows:
         return Windows(self.rows.index_select(0, envs), self.index.index_select(1, envs))
 
     def to(self, device: torch.device | str) -> Windows:
-        return Windows(self.rows.to(device), self.index.to(device),
-                       None if self.given_dense is None else self.given_dense.to(device))
+        return Windows(
+            self.rows.to(device),
+            self.index.to(device),
+            None if self.given_dense is None else self.given_dense.to(device),
+        )
 
 
 class WindowStore:
@@ -88,8 +91,7 @@ class WindowStore:
     ``S x B x T x F`` (at the paper's T = 30, F = 181: ~7x smaller with one anchor per rollout).
     """
 
-    def __init__(self, n_steps: int, num_envs: int, window: int, num_features: int,
-                 device: torch.device | str) -> None:
+    def __init__(self, n_steps: int, num_envs: int, window: int, num_features: int, device: torch.device | str) -> None:
         self.n_steps, self.window = n_steps, window
         self.newest = torch.zeros(n_steps, num_envs, num_features, device=device)  # [S, B, F]
         self.index = torch.zeros(n_steps, num_envs, window, dtype=torch.int32, device=device)  # [S, B, T]

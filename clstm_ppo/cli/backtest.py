@@ -1,9 +1,9 @@
 """`clstm-ppo backtest` (one checkpoint) and `clstm-ppo compare` (several): flags -> `clstm_ppo.evaluation.backtest`.
 
-    clstm-ppo backtest --checkpoint checkpoints/run/best.pt [--split test|validation|train]
-                       [--start YYYY-MM-DD] [--end YYYY-MM-DD] [--data SRC] [--out DIR]
-                       [--stochastic --episodes K] [--seed S] [--index FILE] [--risk_free R] [--device cpu|cuda]
-    clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...]
+clstm-ppo backtest --checkpoint checkpoints/run/best.pt [--split test|validation|train]
+                   [--start YYYY-MM-DD] [--end YYYY-MM-DD] [--data SRC] [--out DIR]
+                   [--stochastic --episodes K] [--seed S] [--index FILE] [--risk_free R] [--device cpu|cuda]
+clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...]
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from envs.errors import UserError
 
 def _common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help="report folder (default: next to the checkpoint)")
-    parser.add_argument("--data", default=None,
-                        help="data source instead of the checkpoint's (synthetic[:k=v] | csv:PATH | parquet:PATH | alpaca)")
+    parser.add_argument(
+        "--data",
+        default=None,
+        help="data source instead of the checkpoint's (synthetic[:k=v] | csv:PATH | parquet:PATH | alpaca)",
+    )
     parser.add_argument("--split", default="test", choices=SPLITS, help="the checkpoint's split to backtest")
     parser.add_argument("--start", default=None, help="custom period: first day (YYYY-MM-DD); overrides --split")
     parser.add_argument("--end", default=None, help="custom period: last day (YYYY-MM-DD); overrides --split")
@@ -43,8 +46,9 @@ def _device_and_threads(args: argparse.Namespace) -> torch.device:
 
 def main(argv: list[str]) -> int:
     """`clstm-ppo backtest`: one checkpoint over one period -> report folder + console table."""
-    parser = argparse.ArgumentParser(prog="clstm-ppo backtest",
-                                     description="Backtest a saved checkpoint against equal-weight buy-and-hold.")
+    parser = argparse.ArgumentParser(
+        prog="clstm-ppo backtest", description="Backtest a saved checkpoint against equal-weight buy-and-hold."
+    )
     parser.add_argument("--checkpoint", required=True, help="checkpoint file (.pt), e.g. checkpoints/run/best.pt")
     _common_flags(parser)
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean action")
@@ -53,36 +57,63 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--index", default=None, help="CSV (date,value) of a market index to plot and score too")
     args = parser.parse_args(argv)
     device = _device_and_threads(args)
-    done = backtest(args.checkpoint, data=args.data, split=args.split, start=args.start, end=args.end, out=args.out,
-                    stochastic=args.stochastic, episodes=args.episodes, seed=args.seed, index=args.index,
-                    risk_free=args.risk_free, device=device)
+    done = backtest(
+        args.checkpoint,
+        data=args.data,
+        split=args.split,
+        start=args.start,
+        end=args.end,
+        out=args.out,
+        stochastic=args.stochastic,
+        episodes=args.episodes,
+        seed=args.seed,
+        index=args.index,
+        risk_free=args.risk_free,
+        device=device,
+    )
     d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
-    print(f"backtest {done.checkpoint.path} | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "
-          f"{done.num_tickers} tickers | {done.mode}")
+    print(
+        f"backtest {done.checkpoint.path} | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "
+        f"{done.num_tickers} tickers | {done.mode}"
+    )
     if done.stochastic is not None:
         print(f"\nover {args.episodes} sampled episodes:")
         print(distribution_table(done.stochastic["summary"]))
         print(f"\nepisode {done.stochastic['episode_shown']} (median cumulative return) vs buy-and-hold:")
     print(done.report.table)
-    print(f"\nreport: {done.report.out_dir}  (report.json, equity.csv, trades.csv, equity.png"
-          f"{', equity_episodes.csv' if done.stochastic is not None else ''})")
+    print(
+        f"\nreport: {done.report.out_dir}  (report.json, equity.csv, trades.csv, equity.png"
+        f"{', equity_episodes.csv' if done.stochastic is not None else ''})"
+    )
     return 0
 
 
 def compare_main(argv: list[str]) -> int:
     """`clstm-ppo compare`: several checkpoints, deterministic, on one period -> one table and one PNG."""
-    parser = argparse.ArgumentParser(prog="clstm-ppo compare",
-                                     description="backtest several checkpoints (same tickers) on one period")
+    parser = argparse.ArgumentParser(
+        prog="clstm-ppo compare", description="backtest several checkpoints (same tickers) on one period"
+    )
     parser.add_argument("checkpoints", nargs="+", help="checkpoint files; the first one's data and split are used")
     parser.add_argument("--labels", default=None, help="comma-separated names, one per checkpoint")
     _common_flags(parser)
     args = parser.parse_args(argv)
     device = _device_and_threads(args)
-    done = compare(args.checkpoints, labels=args.labels, data=args.data, split=args.split, start=args.start,
-                   end=args.end, out=args.out, risk_free=args.risk_free, device=device)
+    done = compare(
+        args.checkpoints,
+        labels=args.labels,
+        data=args.data,
+        split=args.split,
+        start=args.start,
+        end=args.end,
+        out=args.out,
+        risk_free=args.risk_free,
+        device=device,
+    )
     d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
-    print(f"compare {done.num_checkpoints} checkpoint(s) | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "
-          f"{done.num_tickers} tickers | deterministic")
+    print(
+        f"compare {done.num_checkpoints} checkpoint(s) | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "
+        f"{done.num_tickers} tickers | deterministic"
+    )
     print(done.report.table)
     print(f"\nreport: {done.report.out_dir}  (compare.json, compare.csv, compare.png)")
     return 0

@@ -30,23 +30,43 @@ def run_checks(checkpoint_dir: Path, env_file: Path) -> list[tuple[str, str, str
     _check(rows, "python", True, platform.python_version())
     _check(rows, "torch", True, f"{torch.__version__} (CUDA build {torch.version.cuda or 'none'})")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    _check(rows, "CUDA GPUs", None if gpus == 0 else True,
-           "none: training runs on CPU worker processes (gloo)" if gpus == 0 else f"{gpus} visible")
+    _check(
+        rows,
+        "CUDA GPUs",
+        None if gpus == 0 else True,
+        "none: training runs on CPU worker processes (gloo)" if gpus == 0 else f"{gpus} visible",
+    )
     for i in range(gpus):
         props = torch.cuda.get_device_properties(i)
-        _check(rows, f"  cuda:{i}", True, f"{props.name}, {props.total_memory / 2**30:.1f} GiB, "
-                                          f"compute {props.major}.{props.minor}{' (TF32/bf16)' if props.major >= 8 else ''}")
+        _check(
+            rows,
+            f"  cuda:{i}",
+            True,
+            f"{props.name}, {props.total_memory / 2**30:.1f} GiB, "
+            f"compute {props.major}.{props.minor}{' (TF32/bf16)' if props.major >= 8 else ''}",
+        )
     _check(rows, "gloo backend", dist.is_available() and dist.is_gloo_available(), "CPU workers")
     nccl = dist.is_available() and dist.is_nccl_available()
-    _check(rows, "NCCL backend", nccl if gpus else None,
-           (f"version {'.'.join(map(str, torch.cuda.nccl.version()))}" if nccl and gpus else
-            ("available" if nccl else "not in this torch build")))
+    _check(
+        rows,
+        "NCCL backend",
+        nccl if gpus else None,
+        (
+            f"version {'.'.join(map(str, torch.cuda.nccl.version()))}"
+            if nccl and gpus
+            else ("available" if nccl else "not in this torch build")
+        ),
+    )
     try:
         port = int(os.environ.get("MASTER_PORT") or 0) or find_free_port()
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", port))
-        _check(rows, "rendezvous port", True, f"{port} free on 127.0.0.1"
-               + (" (MASTER_PORT)" if os.environ.get("MASTER_PORT") else ""))
+        _check(
+            rows,
+            "rendezvous port",
+            True,
+            f"{port} free on 127.0.0.1" + (" (MASTER_PORT)" if os.environ.get("MASTER_PORT") else ""),
+        )
     except OSError as err:
         _check(rows, "rendezvous port", False, f"MASTER_PORT={os.environ.get('MASTER_PORT')} in use: {err.strerror}")
     try:
@@ -57,8 +77,12 @@ def run_checks(checkpoint_dir: Path, env_file: Path) -> list[tuple[str, str, str
         _check(rows, "checkpoint folder", True, f"{checkpoint_dir} writable")
     except OSError as err:
         _check(rows, "checkpoint folder", False, f"{checkpoint_dir}: {err.strerror or err}")
-    _check(rows, ".env file", True if env_file.is_file() else None,
-           f"{env_file} found" if env_file.is_file() else f"{env_file} absent (copy .env.example to use Alpaca)")
+    _check(
+        rows,
+        ".env file",
+        True if env_file.is_file() else None,
+        f"{env_file} found" if env_file.is_file() else f"{env_file} absent (copy .env.example to use Alpaca)",
+    )
     if env_file.is_file():
         from dotenv import dotenv_values
 
@@ -68,9 +92,14 @@ def run_checks(checkpoint_dir: Path, env_file: Path) -> list[tuple[str, str, str
     # The same rule as envs.alpaca.load_credentials: the first key variable set and the first secret variable set.
     key = next((name for name in KEY_VARS if os.environ.get(name) or file_values.get(name)), None)
     secret = next((name for name in SECRET_VARS if os.environ.get(name) or file_values.get(name)), None)
-    _check(rows, "Alpaca keys", True if key and secret else None,
-           f"{key} and {secret} set (values not shown)" if key and secret
-           else "not set: needed only for --data alpaca (ALPACA_API_KEY and ALPACA_SECRET_KEY)")
+    _check(
+        rows,
+        "Alpaca keys",
+        True if key and secret else None,
+        f"{key} and {secret} set (values not shown)"
+        if key and secret
+        else "not set: needed only for --data alpaca (ALPACA_API_KEY and ALPACA_SECRET_KEY)",
+    )
     return rows
 
 

@@ -59,8 +59,11 @@ def run_guarded(entry: Callable[[list[str]], int], argv: Sequence[str]) -> int:
             print(f"error: unexpected {type(err).__name__}: {err}", file=sys.stderr)
         else:
             text = str(err).strip().splitlines()
-            print(f"error: unexpected {type(err).__name__}{': ' + text[0][:300] if text else ''} "
-                  f"(--debug shows the traceback)", file=sys.stderr)
+            print(
+                f"error: unexpected {type(err).__name__}{': ' + text[0][:300] if text else ''} "
+                f"(--debug shows the traceback)",
+                file=sys.stderr,
+            )
         return 1
 
 

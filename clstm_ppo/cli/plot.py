@@ -15,13 +15,9 @@ from envs.errors import UserError
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``clstm-ppo plot RUN_DIR [--out FILE] [--smooth N] [--title T]``; prints the PNG's path."""
-    parser = argparse.ArgumentParser(
-        prog="clstm-ppo plot", description="Plot a run's training curves to PNG."
-    )
+    parser = argparse.ArgumentParser(prog="clstm-ppo plot", description="Plot a run's training curves to PNG.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding metrics.jsonl (or the file)")
-    parser.add_argument(
-        "--out", metavar="FILE", default=None, help="PNG to write (default RUN_DIR/training.png)"
-    )
+    parser.add_argument("--out", metavar="FILE", default=None, help="PNG to write (default RUN_DIR/training.png)")
     parser.add_argument("--smooth", type=int, default=0, help="rolling-mean window in episodes (0: auto)")
     parser.add_argument("--title", default=None, help="figure title (default: run name and counts)")
     args = parser.parse_args(list(argv) if argv is not None else None)

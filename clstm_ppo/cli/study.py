@@ -20,50 +20,106 @@ from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
 from envs.errors import UserError
 
 # Settings the study decides for each cell and training run (the rest pass through to every cell).
-STUDY_OWNED = frozenset({"policy", "seed", "run_name", "checkpoint_dir", "resume", "init_weights", "num_gpus",
-                         "num_workers", "backend", "master_port", "dry_run", "train_end", "validation_end",
-                         "test_end", "progress", "tensorboard", "threads"})
+STUDY_OWNED = frozenset(
+    {
+        "policy",
+        "seed",
+        "run_name",
+        "checkpoint_dir",
+        "resume",
+        "init_weights",
+        "num_gpus",
+        "num_workers",
+        "backend",
+        "master_port",
+        "dry_run",
+        "train_end",
+        "validation_end",
+        "test_end",
+        "progress",
+        "tensorboard",
+        "threads",
+    }
+)
 POLICIES = ("clstm", "lstm", "mlp")
 DEVICE_ENV = "CLSTM_PPO_STUDY_DEVICE"  # set by the runner for each cell process: cpu or cuda
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="clstm-ppo study", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                    argument_default=argparse.SUPPRESS,
-                    description="Walk-forward study: train on an expanding window up to each trading period, trade it "
-                    "out of sample, retrain, and stitch the periods; over policies x seeds x variants, next to "
-                    "buy-and-hold, buy-and-hold with the turbulence stop, 1/N rebalanced monthly, the untrained "
-                    "network and an index; with confidence intervals, paired block-bootstrap Sharpe differences, "
-                    "PSR/DSR and the probability of backtest overfitting. Sub-commands: `study merge` (join shards), "
-                    "`study report DIR` (write the report again). Every training flag sets the cells' common settings.")
+    parser = Parser(
+        prog="clstm-ppo study",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        argument_default=argparse.SUPPRESS,
+        description="Walk-forward study: train on an expanding window up to each trading period, trade it "
+        "out of sample, retrain, and stitch the periods; over policies x seeds x variants, next to "
+        "buy-and-hold, buy-and-hold with the turbulence stop, 1/N rebalanced monthly, the untrained "
+        "network and an index; with confidence intervals, paired block-bootstrap Sharpe differences, "
+        "PSR/DSR and the probability of backtest overfitting. Sub-commands: `study merge` (join shards), "
+        "`study report DIR` (write the report again). Every training flag sets the cells' common settings.",
+    )
     g = parser.add_argument_group("study")
     g.add_argument("--out", required=True, help="the study's folder (re-running the same command continues it)")
     g.add_argument("--policies", default="clstm,lstm,mlp", help="comma-separated policy variants to compare")
     g.add_argument("--seeds", default="1-4", help="seeds per configuration: numbers and ranges, e.g. 1-8 or 1,3,5-7")
-    g.add_argument("--vary", action="append", default=[], metavar="SETTING=V1,V2",
-                   help="a training setting to vary (repeatable: the grid is every combination), e.g. window=5,30")
-    g.add_argument("--trade_start", required=True, help="first trading day of the out-of-sample walk-forward (YYYY-MM-DD)")
+    g.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="SETTING=V1,V2",
+        help="a training setting to vary (repeatable: the grid is every combination), e.g. window=5,30",
+    )
+    g.add_argument(
+        "--trade_start", required=True, help="first trading day of the out-of-sample walk-forward (YYYY-MM-DD)"
+    )
     g.add_argument("--trade_end", default="", help="last trading day (default: the data's last day)")
-    g.add_argument("--retrain", default="quarterly", choices=("none", "monthly", "quarterly", "yearly"),
-                   help="retrain every month, quarter or year on the window extended by the traded period; none: one "
-                   "training window up to --trade_start and one traded period (a single split)")
-    g.add_argument("--retrain_from", default="warm", choices=("warm", "scratch"),
-                   help="warm: each window's training starts from the previous window's selected weights; scratch: "
-                   "from the seed's random initial weights")
-    g.add_argument("--validation_days", type=int, default=63,
-                   help="trading days at the end of each training window that select the checkpoint (best "
-                   "validation Sharpe); 0: no selection, the last weights trade (as in the paper; FinRL uses 3 months)")
-    g.add_argument("--retrain_episodes", type=int, default=0,
-                   help="training episodes for each window after the first (0: --num_episodes)")
+    g.add_argument(
+        "--retrain",
+        default="quarterly",
+        choices=("none", "monthly", "quarterly", "yearly"),
+        help="retrain every month, quarter or year on the window extended by the traded period; none: one "
+        "training window up to --trade_start and one traded period (a single split)",
+    )
+    g.add_argument(
+        "--retrain_from",
+        default="warm",
+        choices=("warm", "scratch"),
+        help="warm: each window's training starts from the previous window's selected weights; scratch: "
+        "from the seed's random initial weights",
+    )
+    g.add_argument(
+        "--validation_days",
+        type=int,
+        default=63,
+        help="trading days at the end of each training window that select the checkpoint (best "
+        "validation Sharpe); 0: no selection, the last weights trade (as in the paper; FinRL uses 3 months)",
+    )
+    g.add_argument(
+        "--retrain_episodes",
+        type=int,
+        default=0,
+        help="training episodes for each window after the first (0: --num_episodes)",
+    )
     g.add_argument("--index", default="", help="CSV (date,value) of an index to compare with on the traded days")
-    g.add_argument("--workers", type=int, default=0,
-                   help="cells run at once (0: visible GPUs x --cells_per_gpu, or CPU cores / --threads)")
-    g.add_argument("--cells_per_gpu", type=int, default=1, help="cells sharing one GPU at a time (small models fit many)")
+    g.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="cells run at once (0: visible GPUs x --cells_per_gpu, or CPU cores / --threads)",
+    )
+    g.add_argument(
+        "--cells_per_gpu", type=int, default=1, help="cells sharing one GPU at a time (small models fit many)"
+    )
     g.add_argument("--threads", type=int, default=0, help="torch threads per CPU cell (0: cores / workers)")
-    g.add_argument("--cpu", action="store_true", default=False, help="run every cell on the CPU even when GPUs are visible")
-    g.add_argument("--shard", default="", metavar="I/N",
-                   help="run only the I-th of N deterministic slices of the grid (1-based), e.g. one task of a SLURM "
-                   "job array; join the folders with `clstm-ppo study merge`")
+    g.add_argument(
+        "--cpu", action="store_true", default=False, help="run every cell on the CPU even when GPUs are visible"
+    )
+    g.add_argument(
+        "--shard",
+        default="",
+        metavar="I/N",
+        help="run only the I-th of N deterministic slices of the grid (1-based), e.g. one task of a SLURM "
+        "job array; join the folders with `clstm-ppo study merge`",
+    )
     g.add_argument("--max_cells", type=int, default=1000, help="refuse a grid larger than this (a typo guard)")
     g.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
     g.add_argument("--bootstrap", type=int, default=5000, help="bootstrap draws for the intervals over seeds")
@@ -97,25 +153,55 @@ def main(argv: list[str]) -> int:
         raise UserError("--confidence must be in (0, 1) and --bootstrap at least 100")
     out = Path(args.pop("out"))
     layout = plan_layout(args.pop("workers"), args.pop("cells_per_gpu"), args.pop("threads"), not args.pop("cpu"))
-    study_flags = {k: args.pop(k) for k in ("trade_start", "trade_end", "retrain", "retrain_from", "validation_days",
-                                             "retrain_episodes", "index", "max_cells", "confidence", "bootstrap")}
+    study_flags = {
+        k: args.pop(k)
+        for k in (
+            "trade_start",
+            "trade_end",
+            "retrain",
+            "retrain_from",
+            "validation_days",
+            "retrain_episodes",
+            "index",
+            "max_cells",
+            "confidence",
+            "bootstrap",
+        )
+    }
     base = config_from_args(args)
     if study_flags["index"] and not Path(study_flags["index"]).is_file():
         raise UserError(f"--index: file not found: {study_flags['index']}")
-    spec = StudySpec(base={**base.to_dict(), "progress": False}, policies=policies, seeds=seeds,
-                     variants=[[list(kv) for kv in v] for v in variants], trade_start=study_flags["trade_start"],
-                     trade_end=study_flags["trade_end"], retrain=study_flags["retrain"],
-                     retrain_from=study_flags["retrain_from"], validation_days=study_flags["validation_days"],
-                     retrain_episodes=study_flags["retrain_episodes"], index=study_flags["index"])
+    spec = StudySpec(
+        base={**base.to_dict(), "progress": False},
+        policies=policies,
+        seeds=seeds,
+        variants=[[list(kv) for kv in v] for v in variants],
+        trade_start=study_flags["trade_start"],
+        trade_end=study_flags["trade_end"],
+        retrain=study_flags["retrain"],
+        retrain_from=study_flags["retrain_from"],
+        validation_days=study_flags["validation_days"],
+        retrain_episodes=study_flags["retrain_episodes"],
+        index=study_flags["index"],
+    )
     for cell in spec.cells():  # every cell's settings must be valid before anything runs
         cell.config(base)
-    return run_study(out, spec, layout=layout, shard_of=shard_of, max_cells=study_flags["max_cells"],
-                     confidence=study_flags["confidence"], n_boot=study_flags["bootstrap"])
+    return run_study(
+        out,
+        spec,
+        layout=layout,
+        shard_of=shard_of,
+        max_cells=study_flags["max_cells"],
+        confidence=study_flags["confidence"],
+        n_boot=study_flags["bootstrap"],
+    )
 
 
 def _merge(argv: list[str]) -> int:
-    parser = Parser(prog="clstm-ppo study merge",
-                    description="Join the finished cells of shard folders of one study into --out and write its report.")
+    parser = Parser(
+        prog="clstm-ppo study merge",
+        description="Join the finished cells of shard folders of one study into --out and write its report.",
+    )
     parser.add_argument("--out", required=True, help="the merged study's folder (may be one of the shards)")
     parser.add_argument("shards", nargs="+", help="study folders written with --shard I/N")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
@@ -123,8 +209,9 @@ def _merge(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from clstm_ppo.study.runner import merge_shards
 
-    return merge_shards(Path(args.out), [Path(s) for s in args.shards], confidence=args.confidence,
-                        n_boot=args.bootstrap)
+    return merge_shards(
+        Path(args.out), [Path(s) for s in args.shards], confidence=args.confidence, n_boot=args.bootstrap
+    )
 
 
 def _report(argv: list[str]) -> int:

@@ -1,8 +1,8 @@
 """`clstm-ppo trade` (paper-trade a checkpoint on Alpaca) and `clstm-ppo trade report`: flags -> `clstm_ppo.trading`.
 
-    clstm-ppo trade --checkpoint checkpoints/run/best.pt             # plan for today's close, sends nothing
-    clstm-ppo trade --checkpoint checkpoints/run/best.pt --submit    # sends the orders to the paper account
-    clstm-ppo trade report --checkpoint checkpoints/run/best.pt      # paper equity vs the backtest, same days
+clstm-ppo trade --checkpoint checkpoints/run/best.pt             # plan for today's close, sends nothing
+clstm-ppo trade --checkpoint checkpoints/run/best.pt --submit    # sends the orders to the paper account
+clstm-ppo trade report --checkpoint checkpoints/run/best.pt      # paper equity vs the backtest, same days
 """
 
 from __future__ import annotations
@@ -43,36 +43,72 @@ def _device(name: str) -> torch.device:
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags of `clstm-ppo trade`, each with its help."""
-    parser = argparse.ArgumentParser(prog="clstm-ppo trade", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="clstm-ppo trade", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--checkpoint", required=True, help="checkpoint file (.pt), e.g. checkpoints/run/best.pt")
-    parser.add_argument("--submit", action="store_true",
-                        help="send the orders (market, time in force day); without it: show and journal the plan only")
-    parser.add_argument("--live", action="store_true",
-                        help="use Alpaca's live endpoint (real money) instead of paper; needs --confirm_live_trading")
-    parser.add_argument("--confirm_live_trading", action="store_true",
-                        help="the second flag --live needs: without both, live trading is refused")
-    parser.add_argument("--journal", default=None,
-                        help="folder of trades.jsonl and equity.csv (default: trading-paper/ or trading-live/ next "
-                             "to the checkpoint)")
-    parser.add_argument("--replay_start", default=None,
-                        help="first day the policy is replayed from to build its recurrent state (YYYY-MM-DD; "
-                             "default: the checkpoint's test-split start, where its backtest starts)")
-    parser.add_argument("--history_start", default=None,
-                        help="first date of bars to download (default: the checkpoint's start date, so indicators "
-                             "and turbulence equal the backtest's)")
-    parser.add_argument("--wait_seconds", type=float, default=10.0,
-                        help="with --submit: seconds to wait for fills before journaling each order's state (default "
-                             "%(default)g; orders queued after the close are not waited for: they fill at the next "
-                             "open and the next run records them)")
-    parser.add_argument("--poll_seconds", type=float, default=1.0, help="with --submit: seconds between fill checks (default %(default)g)")
-    parser.add_argument("--order_tag", default=None,
-                        help="name in the client order ids (default: the run's name); two commands with the same "
-                             "tag never send two orders for one ticker on one day")
-    parser.add_argument("--trading_url", default=None,
-                        help="trading endpoint override (default: ALPACA_TRADING_URL, else Alpaca's paper API)")
-    parser.add_argument("--data_url", default=None,
-                        help="market-data endpoint override (default: the run's, else ALPACA_DATA_URL, else Alpaca's)")
+    parser.add_argument(
+        "--submit",
+        action="store_true",
+        help="send the orders (market, time in force day); without it: show and journal the plan only",
+    )
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="use Alpaca's live endpoint (real money) instead of paper; needs --confirm_live_trading",
+    )
+    parser.add_argument(
+        "--confirm_live_trading",
+        action="store_true",
+        help="the second flag --live needs: without both, live trading is refused",
+    )
+    parser.add_argument(
+        "--journal",
+        default=None,
+        help="folder of trades.jsonl and equity.csv (default: trading-paper/ or trading-live/ next to the checkpoint)",
+    )
+    parser.add_argument(
+        "--replay_start",
+        default=None,
+        help="first day the policy is replayed from to build its recurrent state (YYYY-MM-DD; "
+        "default: the checkpoint's test-split start, where its backtest starts)",
+    )
+    parser.add_argument(
+        "--history_start",
+        default=None,
+        help="first date of bars to download (default: the checkpoint's start date, so indicators "
+        "and turbulence equal the backtest's)",
+    )
+    parser.add_argument(
+        "--wait_seconds",
+        type=float,
+        default=10.0,
+        help="with --submit: seconds to wait for fills before journaling each order's state (default "
+        "%(default)g; orders queued after the close are not waited for: they fill at the next "
+        "open and the next run records them)",
+    )
+    parser.add_argument(
+        "--poll_seconds",
+        type=float,
+        default=1.0,
+        help="with --submit: seconds between fill checks (default %(default)g)",
+    )
+    parser.add_argument(
+        "--order_tag",
+        default=None,
+        help="name in the client order ids (default: the run's name); two commands with the same "
+        "tag never send two orders for one ticker on one day",
+    )
+    parser.add_argument(
+        "--trading_url",
+        default=None,
+        help="trading endpoint override (default: ALPACA_TRADING_URL, else Alpaca's paper API)",
+    )
+    parser.add_argument(
+        "--data_url",
+        default=None,
+        help="market-data endpoint override (default: the run's, else ALPACA_DATA_URL, else Alpaca's)",
+    )
     parser.add_argument("--data_cache_dir", default=None, help="where bars are cached (default: the run's setting)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
     return parser
@@ -83,13 +119,24 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
-    result = run_trade(TradeOptions(
-        checkpoint=args.checkpoint, submit=args.submit, live=args.live, confirm_live=args.confirm_live_trading,
-        journal=args.journal, replay_start=args.replay_start, history_start=args.history_start,
-        wait_seconds=args.wait_seconds, poll_seconds=args.poll_seconds, order_tag=args.order_tag,
-        trading_url=args.trading_url, data_url=args.data_url, data_cache_dir=args.data_cache_dir,
-        device=str(_device(args.device)),
-    ))
+    result = run_trade(
+        TradeOptions(
+            checkpoint=args.checkpoint,
+            submit=args.submit,
+            live=args.live,
+            confirm_live=args.confirm_live_trading,
+            journal=args.journal,
+            replay_start=args.replay_start,
+            history_start=args.history_start,
+            wait_seconds=args.wait_seconds,
+            poll_seconds=args.poll_seconds,
+            order_tag=args.order_tag,
+            trading_url=args.trading_url,
+            data_url=args.data_url,
+            data_cache_dir=args.data_cache_dir,
+            device=str(_device(args.device)),
+        )
+    )
     return 2 if result.problems else 0
 
 
@@ -98,11 +145,15 @@ def build_report_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clstm-ppo trade report",
         description="Compare the paper account's equity with the backtest's value for the same sessions, from the "
-                    "journal alone (no keys, no network): day returns, total returns, tracking error, and the "
-                    "dollars fills lost against the decision closes. Writes report.csv into the journal folder.")
+        "journal alone (no keys, no network): day returns, total returns, tracking error, and the "
+        "dollars fills lost against the decision closes. Writes report.csv into the journal folder.",
+    )
     where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--checkpoint", default=None,
-                       help="the traded checkpoint: its journal is trading-paper/ (trading-live/ with --live) beside it")
+    where.add_argument(
+        "--checkpoint",
+        default=None,
+        help="the traded checkpoint: its journal is trading-paper/ (trading-live/ with --live) beside it",
+    )
     where.add_argument("--journal", default=None, help="the journal folder (holding trades.jsonl and equity.csv)")
     parser.add_argument("--live", action="store_true", help="with --checkpoint: the live journal, trading-live/")
     parser.add_argument("--out", default=None, help="CSV to write (default: report.csv in the journal folder)")

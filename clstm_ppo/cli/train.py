@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="train_distributed_clstm_ppo.py",
         description="Train CLSTM-PPO on one CPU, several CPU processes (gloo), or 1-8 GPUs per node (NCCL). "
-                    "Also launchable by torchrun (single or multi-node).",
+        "Also launchable by torchrun (single or multi-node).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         argument_default=argparse.SUPPRESS,
     )
@@ -81,17 +81,25 @@ def describe_data(cfg: TrainConfig) -> str:
     from envs.data import split_days
 
     data = load_data(cfg)
-    splits = split_days(data, window=cfg.window, train_end=cfg.train_end or None,
-                        validation_end=cfg.validation_end or None, test_end=cfg.test_end or None)
+    splits = split_days(
+        data,
+        window=cfg.window,
+        train_end=cfg.train_end or None,
+        validation_end=cfg.validation_end or None,
+        test_end=cfg.test_end or None,
+    )
     names = ", ".join(data.tickers[:10]) + (f", ... ({data.num_tickers} in all)" if data.num_tickers > 10 else "")
-    lines = [f"data: {cfg.data} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
-             f"({data.num_days} trading days; the first {cfg.window - 1} are the window's lookback)"]
+    lines = [
+        f"data: {cfg.data} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
+        f"({data.num_days} trading days; the first {cfg.window - 1} are the window's lookback)"
+    ]
     for name, days in splits.as_dict().items():
         if days is None:
             lines.append(f"  {name:<10} none")
         else:
-            lines.append(f"  {name:<10} {data.date_str(days.start)} .. {data.date_str(days.stop - 1)} "
-                         f"({days.num_days} days)")
+            lines.append(
+                f"  {name:<10} {data.date_str(days.start)} .. {data.date_str(days.stop - 1)} ({days.num_days} days)"
+            )
     return "\n".join(lines)
 
 
@@ -122,6 +130,7 @@ def main(argv: list[str]) -> int:
         check_resume(cfg, market, run_dir)
     remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
     return launch(layout, train_worker, (cfg, market, run_dir, layout))
+
 
 if __name__ == "__main__":
     from clstm_ppo.cli import run_guarded

@@ -58,7 +58,13 @@ from envs.features import PreparedMarket
 SPLITS = ("test", "validation", "train")
 # Metrics whose spread over sampled episodes is summarised (and printed) for --stochastic.
 EPISODE_METRICS: tuple[str, ...] = (
-    "cumulative_return", "annual_return", "sharpe", "sortino", "max_drawdown", "final_value", "num_trades",
+    "cumulative_return",
+    "annual_return",
+    "sharpe",
+    "sortino",
+    "max_drawdown",
+    "final_value",
+    "num_trades",
     "total_costs",
 )
 
@@ -66,8 +72,9 @@ EPISODE_METRICS: tuple[str, ...] = (
 # ------------------------------------------------------------------------------------------- loading
 
 
-def load_backtest_data(ck: Checkpoint, *, data: str | None = None, start: str | None = None,
-                       end: str | None = None) -> MarketData:
+def load_backtest_data(
+    ck: Checkpoint, *, data: str | None = None, start: str | None = None, end: str | None = None
+) -> MarketData:
     """The market data to backtest ``ck`` on: its own source (or ``data``) through `clstm_ppo.market.load_data`
     with the run's own settings (Alpaca timeframe, adjustment, feed, cache), its tickers checked.
 
@@ -85,10 +92,10 @@ def load_backtest_data(ck: Checkpoint, *, data: str | None = None, start: str | 
         margin = dt.timedelta(days=int(ck.window * 1.6) + 14)
         load_start = (pd.Timestamp(start) - margin).strftime("%Y-%m-%d") if alpaca else None
     load_end = end or (None if data and not alpaca else (cfg.end or None))
-    market_data = load_data(cfg, data=source, start=load_start or "", end=load_end or "", tickers=ck.tickers,
-                            every_ticker=True)
-    return match_tickers(market_data, ck.tickers, selected=bool(cfg.ticker_list), what=str(ck.path),
-                         source=source)
+    market_data = load_data(
+        cfg, data=source, start=load_start or "", end=load_end or "", tickers=ck.tickers, every_ticker=True
+    )
+    return match_tickers(market_data, ck.tickers, selected=bool(cfg.ticker_list), what=str(ck.path), source=source)
 
 
 def match_tickers(data: MarketData, want: list[str], *, selected: bool, what: str, source: str) -> MarketData:
@@ -134,8 +141,14 @@ def _iso(day: Any) -> str:
     return str(np.datetime_as_string(np.datetime64(day, "D"), unit="D"))
 
 
-def resolve_period(market: PreparedMarket, *, split: str = "test", start: str | None = None,
-                   end: str | None = None, spec_splits: dict[str, Any] | None = None) -> Period:
+def resolve_period(
+    market: PreparedMarket,
+    *,
+    split: str = "test",
+    start: str | None = None,
+    end: str | None = None,
+    spec_splits: dict[str, Any] | None = None,
+) -> Period:
     """The backtest period on ``market``: the ``split`` (by the checkpoint's dates) or ``[start, end]``.
 
     A custom period runs from the first trading day on/after ``start`` (default: the first day with a
@@ -182,19 +195,40 @@ def _date(text: str, flag: str) -> np.datetime64:
 # ----------------------------------------------------------------------------------------------- runs
 
 
-def run_policy(ck: Checkpoint, model: ActorCritic, market: PreparedMarket, period: Period,
-               device: torch.device, *, deterministic: bool = True,
-               generator: torch.Generator | None = None) -> PolicyRun:
+def run_policy(
+    ck: Checkpoint,
+    model: ActorCritic,
+    market: PreparedMarket,
+    period: Period,
+    device: torch.device,
+    *,
+    deterministic: bool = True,
+    generator: torch.Generator | None = None,
+) -> PolicyRun:
     """One pass of the policy over ``period`` with the run's env settings (full period, fixed start)."""
-    return evaluate_policy(model, market, period.days, env_config(ck.cfg, full_episodes=True), device=device,
-                           deterministic=deterministic, generator=generator)
+    return evaluate_policy(
+        model,
+        market,
+        period.days,
+        env_config(ck.cfg, full_episodes=True),
+        device=device,
+        deterministic=deterministic,
+        generator=generator,
+    )
 
 
-def result_of(ck: Checkpoint, run: PolicyRun, *, metadata: dict[str, Any],
-              index_values: np.ndarray | None = None) -> BacktestResult:
+def result_of(
+    ck: Checkpoint, run: PolicyRun, *, metadata: dict[str, Any], index_values: np.ndarray | None = None
+) -> BacktestResult:
     cfg = ck.cfg
-    return BacktestResult.from_run(run, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
-                                   sell_cost_pct=cfg.sell_cost_pct, metadata=metadata, index_values=index_values)
+    return BacktestResult.from_run(
+        run,
+        initial_amount=cfg.initial_amount,
+        buy_cost_pct=cfg.buy_cost_pct,
+        sell_cost_pct=cfg.sell_cost_pct,
+        metadata=metadata,
+        index_values=index_values,
+    )
 
 
 def read_index(path: str | Path, dates: np.ndarray) -> np.ndarray:
@@ -234,8 +268,12 @@ def _episode_summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]
     out = {}
     for key in EPISODE_METRICS:
         x = np.array([r[key] for r in rows], dtype=np.float64)
-        out[key] = {"mean": float(x.mean()), "std": float(x.std(ddof=1)) if len(x) > 1 else 0.0,
-                    "min": float(x.min()), "max": float(x.max())}
+        out[key] = {
+            "mean": float(x.mean()),
+            "std": float(x.std(ddof=1)) if len(x) > 1 else 0.0,
+            "min": float(x.min()),
+            "max": float(x.max()),
+        }
     return out
 
 
@@ -247,8 +285,10 @@ def distribution_table(summary: dict[str, dict[str, float]]) -> str:
         label, kind = METRIC_ROWS.get(key, (key, "float"))
         rows.append([label, *[format_metric(stats[s], kind) for s in header[1:]]])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["  ".join([r[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]])
-             for r in [header, *rows]]
+    lines = [
+        "  ".join([r[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]])
+        for r in [header, *rows]
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -288,10 +328,21 @@ class Backtest:
     stochastic: dict[str, Any] | None  # seed, episodes, per-episode metrics and their summary
 
 
-def backtest(checkpoint: str | Path, *, data: str | None = None, split: str = "test", start: str | None = None,
-             end: str | None = None, out: str | Path | None = None, stochastic: bool = False, episodes: int = 1,
-             seed: int = 0, index: str | Path | None = None, risk_free: float = 0.0,
-             device: torch.device | str = "cpu") -> Backtest:
+def backtest(
+    checkpoint: str | Path,
+    *,
+    data: str | None = None,
+    split: str = "test",
+    start: str | None = None,
+    end: str | None = None,
+    out: str | Path | None = None,
+    stochastic: bool = False,
+    episodes: int = 1,
+    seed: int = 0,
+    index: str | Path | None = None,
+    risk_free: float = 0.0,
+    device: torch.device | str = "cpu",
+) -> Backtest:
     """Run one checkpoint over one period and write its report folder (see the module docstring).
 
     :param episodes: with ``stochastic``, sampled episodes to run; the one with the median cumulative return
@@ -316,20 +367,28 @@ def backtest(checkpoint: str | Path, *, data: str | None = None, split: str = "t
         run = run_policy(ck, model, market, period, device)
     else:
         generator = torch.Generator().manual_seed(seed)  # CPU: the same draws on --device cpu and cuda
-        runs = [run_policy(ck, model, market, period, device, deterministic=False, generator=generator)
-                for _ in range(episodes)]
-        rows = [{"episode": k + 1, **M.summarize(r.values, trades=pd.DataFrame(result_of(ck, r, metadata={}).trades))}
-                for k, r in enumerate(runs)]
+        runs = [
+            run_policy(ck, model, market, period, device, deterministic=False, generator=generator)
+            for _ in range(episodes)
+        ]
+        rows = [
+            {"episode": k + 1, **M.summarize(r.values, trades=pd.DataFrame(result_of(ck, r, metadata={}).trades))}
+            for k, r in enumerate(runs)
+        ]
         # The median episode by cumulative return stands for the distribution in the report files.
         order = np.argsort([row["cumulative_return"] for row in rows], kind="stable")
         median = int(order[(len(order) - 1) // 2])
         run = runs[median]
         metadata["mode"] = f"stochastic: {episodes} sampled episode(s), seed {seed}"
         metadata["episode_shown"] = median + 1
-        summary = {"episodes": episodes, "seed": seed, "episode_shown": median + 1,
-                   "summary": _episode_summary(rows), "runs": rows}
-    report = write_report(result_of(ck, run, metadata=metadata, index_values=index_values), folder,
-                          risk_free=risk_free)
+        summary = {
+            "episodes": episodes,
+            "seed": seed,
+            "episode_shown": median + 1,
+            "summary": _episode_summary(rows),
+            "runs": rows,
+        }
+    report = write_report(result_of(ck, run, metadata=metadata, index_values=index_values), folder, risk_free=risk_free)
     if summary is not None:
         path = report.paths["report"]
         payload = json.loads(path.read_text(encoding="utf-8"))
@@ -340,8 +399,15 @@ def backtest(checkpoint: str | Path, *, data: str | None = None, split: str = "t
         for k, r in enumerate(runs):
             frame[f"episode_{k + 1}"] = r.values
         frame.to_csv(folder / "equity_episodes.csv", index=False)
-    return Backtest(checkpoint=ck, period=period, dates=dates, num_tickers=len(market.data.tickers),
-                    mode=metadata["mode"], report=report, stochastic=summary)
+    return Backtest(
+        checkpoint=ck,
+        period=period,
+        dates=dates,
+        num_tickers=len(market.data.tickers),
+        mode=metadata["mode"],
+        report=report,
+        stochastic=summary,
+    )
 
 
 def comparison_labels(paths: list[Path], given: str | None) -> list[str]:
@@ -373,9 +439,18 @@ class Comparison:
     report: Report
 
 
-def compare(checkpoints: list[str | Path], *, labels: str | None = None, data: str | None = None,
-            split: str = "test", start: str | None = None, end: str | None = None, out: str | Path | None = None,
-            risk_free: float = 0.0, device: torch.device | str = "cpu") -> Comparison:
+def compare(
+    checkpoints: list[str | Path],
+    *,
+    labels: str | None = None,
+    data: str | None = None,
+    split: str = "test",
+    start: str | None = None,
+    end: str | None = None,
+    out: str | Path | None = None,
+    risk_free: float = 0.0,
+    device: torch.device | str = "cpu",
+) -> Comparison:
     """Several checkpoints of one universe, deterministic, on one period (the first one's data and split)."""
     cks = [open_checkpoint(p) for p in checkpoints]
     names = comparison_labels([c.path for c in cks], labels)
@@ -384,23 +459,40 @@ def compare(checkpoints: list[str | Path], *, labels: str | None = None, data: s
         if ck.tickers != first.tickers:
             missing = [t for t in first.tickers if t not in ck.tickers]
             extra = [t for t in ck.tickers if t not in first.tickers]
-            what = "; ".join(p for p in (f"missing {_names(missing)}" if missing else "",
-                                         f"extra {_names(extra)}" if extra else "") if p) or "same names, other order"
+            what = (
+                "; ".join(
+                    p
+                    for p in (
+                        f"missing {_names(missing)}" if missing else "",
+                        f"extra {_names(extra)}" if extra else "",
+                    )
+                    if p
+                )
+                or "same names, other order"
+            )
             raise UserError(f"{ck.path} trades other tickers than {first.path}: {what}; compare needs one universe")
         if ck.cfg.initial_amount != first.cfg.initial_amount:
-            raise UserError(f"{ck.path} starts with ${ck.cfg.initial_amount:,.0f}, {first.path} with "
-                            f"${first.cfg.initial_amount:,.0f}; compare needs the same capital")
+            raise UserError(
+                f"{ck.path} starts with ${ck.cfg.initial_amount:,.0f}, {first.path} with "
+                f"${first.cfg.initial_amount:,.0f}; compare needs the same capital"
+            )
     # Longest lookback of all checkpoints, so every policy's first observation is real data.
     widest = max(cks, key=lambda c: c.window)
     market_data = load_backtest_data(first, data=data, start=start, end=end)
     market0 = restore_market(first, market_data)
-    period = resolve_period(restore_market(widest, market_data) if widest is not first else market0, split=split,
-                            start=start, end=end, spec_splits=first.market_spec.get("splits"))
+    period = resolve_period(
+        restore_market(widest, market_data) if widest is not first else market0,
+        split=split,
+        start=start,
+        end=end,
+        spec_splits=first.market_spec.get("splits"),
+    )
     if start is None and end is None:  # the first checkpoint's split dates, for everyone
         period = dataclasses.replace(period, days=market0.splits.as_dict()[split] or period.days)
         if period.days.start < widest.window - 1:
-            raise UserError(f"{widest.path} needs {widest.window - 1} lookback days before the period; "
-                            "pass a later --start")
+            raise UserError(
+                f"{widest.path} needs {widest.window - 1} lookback days before the period; pass a later --start"
+            )
     curves: dict[str, np.ndarray] = {}
     trades: dict[str, Any] = {}
     baseline = None
@@ -412,16 +504,36 @@ def compare(checkpoints: list[str | Path], *, labels: str | None = None, data: s
         curves[label], trades[label] = res.values, res.trades
         if baseline is None:
             baseline = res
-        runs_meta.append({"label": label, "checkpoint": str(ck.path), "policy": ck.policy,
-                          "buy_cost_pct": ck.cfg.buy_cost_pct, "sell_cost_pct": ck.cfg.sell_cost_pct})
+        runs_meta.append(
+            {
+                "label": label,
+                "checkpoint": str(ck.path),
+                "policy": ck.policy,
+                "buy_cost_pct": ck.cfg.buy_cost_pct,
+                "sell_cost_pct": ck.cfg.sell_cost_pct,
+            }
+        )
     assert baseline is not None
     curves["buy-and-hold"], trades["buy-and-hold"] = baseline.baseline_values, baseline.baseline_trades
     dates = np.asarray(market_data.dates)[period.days.start : period.days.stop]
     folder = Path(out) if out else first.path.parent / f"compare-{period.label}"
-    metadata = {"checkpoints": runs_meta, "data": data or first.cfg.data, "period_source": period.source,
-                "tickers": first.tickers, "mode": "deterministic (mean action)",
-                "baseline": f"equal-weight buy-and-hold with {names[0]}'s costs"}
-    report = write_comparison(dates, curves, folder, trades=trades, metadata=metadata, risk_free=risk_free,
-                              title=f"{len(cks)} checkpoint(s) vs buy-and-hold: {_iso(dates[0])} .. {_iso(dates[-1])}")
-    return Comparison(num_checkpoints=len(cks), num_tickers=len(first.tickers), period=period, dates=dates,
-                      report=report)
+    metadata = {
+        "checkpoints": runs_meta,
+        "data": data or first.cfg.data,
+        "period_source": period.source,
+        "tickers": first.tickers,
+        "mode": "deterministic (mean action)",
+        "baseline": f"equal-weight buy-and-hold with {names[0]}'s costs",
+    }
+    report = write_comparison(
+        dates,
+        curves,
+        folder,
+        trades=trades,
+        metadata=metadata,
+        risk_free=risk_free,
+        title=f"{len(cks)} checkpoint(s) vs buy-and-hold: {_iso(dates[0])} .. {_iso(dates[-1])}",
+    )
+    return Comparison(
+        num_checkpoints=len(cks), num_tickers=len(first.tickers), period=period, dates=dates, report=report
+    )

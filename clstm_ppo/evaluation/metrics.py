@@ -75,9 +75,7 @@ def _as_values(values: Any) -> np.ndarray:
     if not np.all(np.isfinite(v)):
         raise ValueError("values contain NaN or inf")
     if np.any(v <= 0):
-        raise ValueError(
-            "values must be > 0 dollars (a portfolio without shorting cannot go to zero or below)"
-        )
+        raise ValueError("values must be > 0 dollars (a portfolio without shorting cannot go to zero or below)")
     return v
 
 

@@ -135,9 +135,7 @@ class BacktestResult:
             trades=trades,
             metadata=dict(metadata or {}),
             index_values=index_values,
-            baseline_trades=M.buy_and_hold_trades(
-                run.dates, run.tickers, prices, initial_amount, buy_cost_pct
-            ),
+            baseline_trades=M.buy_and_hold_trades(run.dates, run.tickers, prices, initial_amount, buy_cost_pct),
         )
 
     def __post_init__(self) -> None:
@@ -261,9 +259,7 @@ def compare_table(results: Mapping[str, Mapping[str, float]], *, keys: Sequence[
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        return "  ".join(
-            [cells[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]]
-        )
+        return "  ".join([cells[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]])
 
     rule = "  ".join("-" * w for w in widths)
     return "\n".join([line(header), rule, *[line(r) for r in rows]])
@@ -303,7 +299,9 @@ def plot_comparison(
             v = v / v[0] * rescale_to
             label = f"{label} (rescaled)"
         ls, lw = styles[i] if i < len(styles) else ("-", 1.0)
-        stats = f"CR {100 * M.cumulative_return(v):+.1f}%, SR {M.sharpe_ratio(v):.2f}, MPB {100 * M.max_drawdown(v):.1f}%"
+        stats = (
+            f"CR {100 * M.cumulative_return(v):+.1f}%, SR {M.sharpe_ratio(v):.2f}, MPB {100 * M.max_drawdown(v):.1f}%"
+        )
         (line,) = ax_eq.plot(x, v, ls=ls, lw=lw, label=f"{label}  ({stats})")
         dd = -100.0 * M.drawdown_series(v)
         ax_dd.plot(x, dd, ls=ls, lw=max(lw - 0.4, 0.8), color=line.get_color())
@@ -361,9 +359,7 @@ def compute_metrics(result: BacktestResult, *, risk_free: float = 0.0) -> dict[s
 
 def _title(metadata: Mapping[str, Any], dates: list[str]) -> str:
     who = metadata.get("checkpoint") or metadata.get("name") or "policy"
-    return (
-        f"{Path(str(who)).name}: {dates[0]} .. {dates[-1]} ({len(dates)} days) vs equal-weight buy-and-hold"
-    )
+    return f"{Path(str(who)).name}: {dates[0]} .. {dates[-1]} ({len(dates)} days) vs equal-weight buy-and-hold"
 
 
 def write_report(

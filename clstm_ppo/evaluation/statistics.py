@@ -144,8 +144,7 @@ def mean_exposure(values: Any, holdings_value: Any) -> float:
     return float(np.mean(np.clip(frac, 0.0, 1.0)))
 
 
-def exposure_timing(values: Any, holdings_value: Any, benchmark_values: Any,
-                    forced: Any = None) -> tuple[float, float]:
+def exposure_timing(values: Any, holdings_value: Any, benchmark_values: Any, forced: Any = None) -> tuple[float, float]:
     """How much, and how well, a long-only portfolio moves its exposure from day to day.
 
     Row i's holdings were bought at row i-1's close (`clstm_ppo.agent.evaluate.PolicyRun`) and its cash is what
@@ -165,8 +164,10 @@ def exposure_timing(values: Any, holdings_value: Any, benchmark_values: Any,
     h = _returns_1d(holdings_value, "holdings_value")
     b = _returns_1d(benchmark_values, "benchmark_values")
     if not v.shape == h.shape == b.shape:
-        raise ValueError(f"values, holdings_value and benchmark_values must cover the same days, got {v.shape}, "
-                         f"{h.shape} and {b.shape}")
+        raise ValueError(
+            f"values, holdings_value and benchmark_values must cover the same days, got {v.shape}, "
+            f"{h.shape} and {b.shape}"
+        )
     if v.size < 3:
         return 0.0, math.nan
     e = np.clip(1.0 - (v[1:] - h[1:]) / v[:-1], 0.0, 1.0)

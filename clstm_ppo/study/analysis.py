@@ -28,13 +28,25 @@ from clstm_ppo.evaluation import statistics as S
 
 EXTRA_METRICS = ("exposure", "beta", "alpha", "information_ratio", "psr")
 TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
-    ("cumulative_return", "CR", "pct"), ("max_earning_rate", "MER", "pct"), ("max_drawdown", "MPB", "pct"),
-    ("appt", "APPT", "dollars"), ("sharpe", "SR", "ratio"), ("annual_return", "ann. return", "pct"),
-    ("annual_volatility", "ann. vol", "pct"), ("sortino", "Sortino", "ratio"), ("calmar", "Calmar", "ratio"),
-    ("annual_turnover", "turnover/yr", "times"), ("total_costs", "costs", "dollars"), ("exposure", "exposure", "pct"),
-    ("exposure_std", "exposure sd", "pct"), ("exposure_timing", "timing corr", "ratio"),
-    ("beta", "beta", "ratio"), ("alpha", "alpha/yr", "pct"), ("information_ratio", "IR", "ratio"),
-    ("psr", "PSR", "prob"), ("dsr", "DSR", "prob"),
+    ("cumulative_return", "CR", "pct"),
+    ("max_earning_rate", "MER", "pct"),
+    ("max_drawdown", "MPB", "pct"),
+    ("appt", "APPT", "dollars"),
+    ("sharpe", "SR", "ratio"),
+    ("annual_return", "ann. return", "pct"),
+    ("annual_volatility", "ann. vol", "pct"),
+    ("sortino", "Sortino", "ratio"),
+    ("calmar", "Calmar", "ratio"),
+    ("annual_turnover", "turnover/yr", "times"),
+    ("total_costs", "costs", "dollars"),
+    ("exposure", "exposure", "pct"),
+    ("exposure_std", "exposure sd", "pct"),
+    ("exposure_timing", "timing corr", "ratio"),
+    ("beta", "beta", "ratio"),
+    ("alpha", "alpha/yr", "pct"),
+    ("information_ratio", "IR", "ratio"),
+    ("psr", "PSR", "prob"),
+    ("dsr", "DSR", "prob"),
 )
 
 
@@ -43,8 +55,15 @@ def returns_of(values: np.ndarray) -> np.ndarray:
     return M.daily_returns(values)
 
 
-def curve_metrics(values: np.ndarray, holdings_value: np.ndarray, benchmark_values: np.ndarray, *,
-                  trades: Any = None, costs: float | None = None, traded_value: float | None = None) -> dict[str, float]:
+def curve_metrics(
+    values: np.ndarray,
+    holdings_value: np.ndarray,
+    benchmark_values: np.ndarray,
+    *,
+    trades: Any = None,
+    costs: float | None = None,
+    traded_value: float | None = None,
+) -> dict[str, float]:
     """Every per-record metric (module docstring) of one value series ``[D]`` dollars.
 
     :param holdings_value: ``[D]`` dollars held in stock (exposure = holdings / value).
@@ -54,28 +73,37 @@ def curve_metrics(values: np.ndarray, holdings_value: np.ndarray, benchmark_valu
     r, b = returns_of(values), returns_of(benchmark_values)
     beta, alpha = S.beta_alpha(r, b)
     out = M.summarize(values, trades=trades, costs=costs, traded_value=traded_value)
-    out.update(exposure=S.mean_exposure(values, holdings_value), beta=beta, alpha=alpha,
-               information_ratio=S.information_ratio(r, b), psr=S.probabilistic_sharpe_ratio(r) if r.size > 1 else 0.5)
+    out.update(
+        exposure=S.mean_exposure(values, holdings_value),
+        beta=beta,
+        alpha=alpha,
+        information_ratio=S.information_ratio(r, b),
+        psr=S.probabilistic_sharpe_ratio(r) if r.size > 1 else 0.5,
+    )
     return {k: float(v) for k, v in out.items()}
 
 
-def exposure_profile(values: np.ndarray, holdings_value: np.ndarray, benchmark_values: np.ndarray,
-                     forced: np.ndarray) -> dict[str, float]:
+def exposure_profile(
+    values: np.ndarray, holdings_value: np.ndarray, benchmark_values: np.ndarray, forced: np.ndarray
+) -> dict[str, float]:
     """``{exposure_std, exposure_timing}`` of one record (`S.exposure_timing`), leaving out the days ``forced``
     ``[D]`` bool (the turbulence stop's), whose exposure no policy chose."""
     std, timing = S.exposure_timing(values, holdings_value, benchmark_values, forced)
     return {"exposure_std": std, "exposure_timing": timing}
 
 
-def seed_summary(rows: list[dict[str, float]], keys: list[str], *, confidence: float, n_boot: int,
-                 seed: int = 0) -> dict[str, dict[str, float]]:
+def seed_summary(
+    rows: list[dict[str, float]], keys: list[str], *, confidence: float, n_boot: int, seed: int = 0
+) -> dict[str, dict[str, float]]:
     """``{metric: {mean, std, lo, hi, n}}`` over seeds: percentile-bootstrap interval of the mean (NaN bounds for
     one seed; too narrow for very few seeds, as every percentile interval is)."""
     x = np.array([[row.get(k, math.nan) for k in keys] for row in rows], dtype=np.float64)  # [S, M]
     mean, lo, hi = S.bootstrap_mean_ci(x, confidence=confidence, n_boot=n_boot, seed=seed)
     std = x.std(axis=0, ddof=1) if len(rows) > 1 else np.zeros(len(keys))
-    return {k: {"mean": float(mean[i]), "std": float(std[i]), "lo": float(lo[i]), "hi": float(hi[i]), "n": len(rows)}
-            for i, k in enumerate(keys)}
+    return {
+        k: {"mean": float(mean[i]), "std": float(std[i]), "lo": float(lo[i]), "hi": float(hi[i]), "n": len(rows)}
+        for i, k in enumerate(keys)
+    }
 
 
 def add_deflated_sharpe(cells: list[dict[str, Any]]) -> dict[str, float]:
@@ -87,13 +115,15 @@ def add_deflated_sharpe(cells: list[dict[str, Any]]) -> dict[str, float]:
     daily = np.array([M.sharpe_from_returns(c["returns"]) / math.sqrt(M.TRADING_DAYS) for c in cells])
     variance = float(daily.var(ddof=1)) if len(cells) > 1 else 0.0
     for c in cells:
-        c["policy"]["dsr"] = float(S.deflated_sharpe_ratio(c["returns"], len(cells), variance)) if c["returns"].size > 1 \
-            else 0.5
+        c["policy"]["dsr"] = (
+            float(S.deflated_sharpe_ratio(c["returns"], len(cells), variance)) if c["returns"].size > 1 else 0.5
+        )
     return {"num_trials": len(cells), "sharpe_variance_daily": variance}
 
 
-def compare(policy_returns: np.ndarray, baseline_returns: np.ndarray, *, confidence: float, n_boot: int,
-            seed: int = 0) -> dict[str, Any]:
+def compare(
+    policy_returns: np.ndarray, baseline_returns: np.ndarray, *, confidence: float, n_boot: int, seed: int = 0
+) -> dict[str, Any]:
     """Paired block-bootstrap interval of the Sharpe difference: ``[S, D-1]`` policy vs ``[D-1]`` or ``[S, D-1]``."""
     out = S.paired_sharpe_difference(policy_returns, baseline_returns, confidence=confidence, n_boot=n_boot, seed=seed)
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
@@ -108,12 +138,21 @@ def overfitting(cell_returns: np.ndarray) -> dict[str, Any] | None:
     if splits < 4:
         return None
     out = S.probability_of_backtest_overfitting(cell_returns, num_splits=splits)
-    return {"pbo": float(out["pbo"]), "num_splits": int(out["num_splits"]),
-            "num_combinations": int(out["num_combinations"]), "num_configurations": n}
+    return {
+        "pbo": float(out["pbo"]),
+        "num_splits": int(out["num_splits"]),
+        "num_combinations": int(out["num_combinations"]),
+        "num_configurations": n,
+    }
 
 
-def verdict(group: str, summary: dict[str, dict[str, float]], vs_buy_and_hold: dict[str, Any], baseline_sharpe: float,
-            confidence: float) -> str:
+def verdict(
+    group: str,
+    summary: dict[str, dict[str, float]],
+    vs_buy_and_hold: dict[str, Any],
+    baseline_sharpe: float,
+    confidence: float,
+) -> str:
     """One line in plain words, e.g. "clstm: Sharpe 0.97 [0.81, 1.12] vs buy-and-hold 1.08; does not beat it
     (difference CI includes 0); 3/8 seeds beat it; mean exposure 18%"."""
     sr, exp = summary["sharpe"], summary["exposure"]
@@ -125,6 +164,8 @@ def verdict(group: str, summary: dict[str, dict[str, float]], vs_buy_and_hold: d
     else:
         word = f"does not beat buy-and-hold (difference interval [{lo:+.2f}, {hi:+.2f}] includes 0)"
     interval = "" if math.isnan(sr["lo"]) else f" [{sr['lo']:.2f}, {sr['hi']:.2f}]"
-    return (f"{group}: Sharpe {sr['mean']:.2f}{interval} vs buy-and-hold {baseline_sharpe:.2f}; {word}; "
-            f"{vs_buy_and_hold['seeds_beating']}/{vs_buy_and_hold['num_seeds']} seeds beat it; "
-            f"mean exposure {exp['mean']:.0%}")
+    return (
+        f"{group}: Sharpe {sr['mean']:.2f}{interval} vs buy-and-hold {baseline_sharpe:.2f}; {word}; "
+        f"{vs_buy_and_hold['seeds_beating']}/{vs_buy_and_hold['num_seeds']} seeds beat it; "
+        f"mean exposure {exp['mean']:.0%}"
+    )

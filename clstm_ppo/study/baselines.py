@@ -40,16 +40,23 @@ class BaselineRun:
     costs: float  # dollars of transaction costs
 
 
-def _equal_weight_orders(cash: torch.Tensor, shares: torch.Tensor, prices: torch.Tensor,
-                         buy_cost_pct: float) -> torch.Tensor:
+def _equal_weight_orders(
+    cash: torch.Tensor, shares: torch.Tensor, prices: torch.Tensor, buy_cost_pct: float
+) -> torch.Tensor:
     """Whole-share orders ``[1, N]`` that move a portfolio to equal weights of its value at ``prices [1, N]``."""
     value = portfolio_value(cash, shares, prices)
     target = torch.floor(value.unsqueeze(1) / prices.shape[1] / (prices * (1.0 + buy_cost_pct)))
     return target - shares
 
 
-def _simulate(close: np.ndarray, trade_today: np.ndarray, liquidate_today: np.ndarray, initial_amount: float,
-              buy_cost_pct: float, sell_cost_pct: float) -> BaselineRun:
+def _simulate(
+    close: np.ndarray,
+    trade_today: np.ndarray,
+    liquidate_today: np.ndarray,
+    initial_amount: float,
+    buy_cost_pct: float,
+    sell_cost_pct: float,
+) -> BaselineRun:
     """Run a rule day by day: at each day t < D - 1, liquidate (``liquidate_today[t]``) or move to equal weight
     (``trade_today[t]``) at the close, then value at t + 1. ``close [D, N]`` dollars."""
     c = torch.as_tensor(close, dtype=torch.float64)
@@ -61,10 +68,20 @@ def _simulate(close: np.ndarray, trade_today: np.ndarray, liquidate_today: np.nd
     for t in range(c.shape[0] - 1):
         prices = c[t : t + 1]
         if liquidate_today[t] or trade_today[t]:
-            orders = torch.zeros_like(shares) if liquidate_today[t] else _equal_weight_orders(cash, shares, prices,
-                                                                                                buy_cost_pct)
-            cash, shares, stats = execute_orders(cash, shares, orders, prices, torch.tensor([bool(liquidate_today[t])]),
-                                                 buy_cost_pct=buy_cost_pct, sell_cost_pct=sell_cost_pct)
+            orders = (
+                torch.zeros_like(shares)
+                if liquidate_today[t]
+                else _equal_weight_orders(cash, shares, prices, buy_cost_pct)
+            )
+            cash, shares, stats = execute_orders(
+                cash,
+                shares,
+                orders,
+                prices,
+                torch.tensor([bool(liquidate_today[t])]),
+                buy_cost_pct=buy_cost_pct,
+                sell_cost_pct=sell_cost_pct,
+            )
             trades += int(stats.num_trades.sum())
             traded += float((stats.shares_traded.abs() * prices).sum())
             costs += float(stats.costs.sum())
@@ -79,12 +96,18 @@ def buy_and_hold(close: np.ndarray, initial_amount: float, buy_cost_pct: float) 
     held = np.asarray(close, dtype=np.float64) @ shares
     held[0] = 0.0  # day 0 is valued before its trade, as the env does
     bought = float(shares @ np.asarray(close, dtype=np.float64)[0])
-    return BaselineRun(buy_and_hold_values(close, initial_amount, buy_cost_pct), held, int((shares > 0).sum()),
-                       bought, bought * buy_cost_pct)
+    return BaselineRun(
+        buy_and_hold_values(close, initial_amount, buy_cost_pct),
+        held,
+        int((shares > 0).sum()),
+        bought,
+        bought * buy_cost_pct,
+    )
 
 
-def turbulence_stop(close: np.ndarray, turbulent: np.ndarray, initial_amount: float, buy_cost_pct: float,
-                    sell_cost_pct: float) -> BaselineRun:
+def turbulence_stop(
+    close: np.ndarray, turbulent: np.ndarray, initial_amount: float, buy_cost_pct: float, sell_cost_pct: float
+) -> BaselineRun:
     """Equal-weight buy-and-hold with the env's turbulence stop (module docstring).
 
     :param close: ``[D, N]`` closes of the traded days, dollars.
@@ -99,20 +122,28 @@ def turbulence_stop(close: np.ndarray, turbulent: np.ndarray, initial_amount: fl
     return _simulate(close, buy_today, turbulent, initial_amount, buy_cost_pct, sell_cost_pct)
 
 
-def monthly_rebalance(close: np.ndarray, dates: np.ndarray, initial_amount: float, buy_cost_pct: float,
-                      sell_cost_pct: float) -> BaselineRun:
+def monthly_rebalance(
+    close: np.ndarray, dates: np.ndarray, initial_amount: float, buy_cost_pct: float, sell_cost_pct: float
+) -> BaselineRun:
     """1/N rebalanced at the close of the first day and of the first trading day of every month.
 
     :param dates: ``[D]`` the traded days; :param close: ``[D, N]`` dollars.
     """
     months = pd.DatetimeIndex(pd.to_datetime(np.asarray(dates))).to_period("M").to_numpy()
     first_of_month = np.r_[True, months[1:] != months[:-1]]
-    return _simulate(close, first_of_month, np.zeros(len(first_of_month), dtype=bool), initial_amount, buy_cost_pct,
-                     sell_cost_pct)
+    return _simulate(
+        close, first_of_month, np.zeros(len(first_of_month), dtype=bool), initial_amount, buy_cost_pct, sell_cost_pct
+    )
 
 
-def rule_baselines(close: np.ndarray, dates: np.ndarray, turbulent: np.ndarray, initial_amount: float,
-                   buy_cost_pct: float, sell_cost_pct: float) -> dict[str, BaselineRun]:
+def rule_baselines(
+    close: np.ndarray,
+    dates: np.ndarray,
+    turbulent: np.ndarray,
+    initial_amount: float,
+    buy_cost_pct: float,
+    sell_cost_pct: float,
+) -> dict[str, BaselineRun]:
     """The three rule baselines on the traded days, by name."""
     return {
         BUY_AND_HOLD: buy_and_hold(close, initial_amount, buy_cost_pct),

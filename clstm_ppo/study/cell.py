@@ -68,8 +68,11 @@ def read_status(folder: Path) -> dict[str, Any]:
 
 
 def _save_run(path: Path, policy: PolicyRun, untrained: PolicyRun, train_seconds: float) -> None:
-    arrays = {f"{who}_{f}": getattr(run, f) for who, run in (("policy", policy), ("untrained", untrained))
-              for f in RECORD_FIELDS}
+    arrays = {
+        f"{who}_{f}": getattr(run, f)
+        for who, run in (("policy", policy), ("untrained", untrained))
+        for f in RECORD_FIELDS
+    }
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, dates=policy.dates.astype("datetime64[ns]").astype(np.int64), train_seconds=train_seconds, **arrays)
     os.replace(tmp, path)
@@ -78,8 +81,10 @@ def _save_run(path: Path, policy: PolicyRun, untrained: PolicyRun, train_seconds
 def _load_run(path: Path, tickers: tuple[str, ...]) -> tuple[PolicyRun, PolicyRun, float]:
     with np.load(path, allow_pickle=False) as z:
         dates = z["dates"].astype("datetime64[ns]")
-        runs = [PolicyRun(dates=dates, tickers=tickers, **{f: z[f"{who}_{f}"] for f in RECORD_FIELDS})
-                for who in ("policy", "untrained")]
+        runs = [
+            PolicyRun(dates=dates, tickers=tickers, **{f: z[f"{who}_{f}"] for f in RECORD_FIELDS})
+            for who in ("policy", "untrained")
+        ]
         return runs[0], runs[1], float(z["train_seconds"])
 
 
@@ -99,8 +104,9 @@ def _train(cfg: TrainConfig, market: PreparedMarket, folder: Path, device: torch
     if latest.is_file() and load_checkpoint(latest).counters.get("episodes", 0) >= cfg.num_episodes:
         return 0.0  # trained to the end before an interruption hit the trading step
     start = time.perf_counter()
-    Trainer(dataclasses.replace(cfg, resume="latest" if latest.is_file() else ""), market, Comm(device=device),
-            folder).train()
+    Trainer(
+        dataclasses.replace(cfg, resume="latest" if latest.is_file() else ""), market, Comm(device=device), folder
+    ).train()
     return time.perf_counter() - start
 
 
@@ -136,17 +142,34 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
             pdir.mkdir(parents=True, exist_ok=True)
             warm = k > 0 and spec.retrain_from == "warm" and previous is not None
             period_cfg = dataclasses.replace(
-                cfg, run_name=pdir.name, checkpoint_dir=str(pdir.parent), progress=False, tensorboard=False,
-                log_every=1 << 30, num_episodes=cfg.num_episodes if k == 0 else spec.retrain_episodes or cfg.num_episodes,
-                init_weights=str(previous) if warm else "")
+                cfg,
+                run_name=pdir.name,
+                checkpoint_dir=str(pdir.parent),
+                progress=False,
+                tensorboard=False,
+                log_every=1 << 30,
+                num_episodes=cfg.num_episodes if k == 0 else spec.retrain_episodes or cfg.num_episodes,
+                init_weights=str(previous) if warm else "",
+            )
             seconds = _train(period_cfg, market, pdir, device)
             model = restore_policy(load_checkpoint(_selected(pdir, market)), market, device)
-            policy = evaluate_policy(model, market, market.splits.test, trade_cfg, device=device,
-                                     start_portfolio=_portfolio(policy_runs[-1]) if policy_runs else None)
+            policy = evaluate_policy(
+                model,
+                market,
+                market.splits.test,
+                trade_cfg,
+                device=device,
+                start_portfolio=_portfolio(policy_runs[-1]) if policy_runs else None,
+            )
             torch.manual_seed(cfg.seed)  # the trainer's initial weights
-            untrained = evaluate_policy(build_model(cfg, market).to(device), market, market.splits.test, trade_cfg,
-                                        device=device,
-                                        start_portfolio=_portfolio(untrained_runs[-1]) if untrained_runs else None)
+            untrained = evaluate_policy(
+                build_model(cfg, market).to(device),
+                market,
+                market.splits.test,
+                trade_cfg,
+                device=device,
+                start_portfolio=_portfolio(untrained_runs[-1]) if untrained_runs else None,
+            )
             _save_run(done, policy, untrained, seconds)
         previous = _selected(pdir, market)
         policy_runs.append(policy)
@@ -156,18 +179,30 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
 
 
 def _record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> dict[str, float]:
-    trades = trades_from_holdings(run.dates[:-1], run.tickers, run.holdings[1:], run.prices[:-1],
-                                  buy_cost_pct=cfg.buy_cost_pct, sell_cost_pct=cfg.sell_cost_pct,
-                                  initial_holdings=run.holdings[0])
+    trades = trades_from_holdings(
+        run.dates[:-1],
+        run.tickers,
+        run.holdings[1:],
+        run.prices[:-1],
+        buy_cost_pct=cfg.buy_cost_pct,
+        sell_cost_pct=cfg.sell_cost_pct,
+        initial_holdings=run.holdings[0],
+    )
     return curve_metrics(run.values, run.holdings_value, benchmark, trades=trades)
 
 
-def finish_cell(study_dir: Path, cell: Cell, cfg: TrainConfig, policy: PolicyRun, untrained: PolicyRun,
-                train_seconds: list[float]) -> dict[str, Any]:
+def finish_cell(
+    study_dir: Path, cell: Cell, cfg: TrainConfig, policy: PolicyRun, untrained: PolicyRun, train_seconds: list[float]
+) -> dict[str, Any]:
     """Write the cell's stitched record, its metrics and its backtest report; return result.json's content."""
     folder = study_dir / "cells" / cell.name
-    result = BacktestResult.from_run(policy, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct,
-                                     sell_cost_pct=cfg.sell_cost_pct, metadata={"cell": cell.to_dict()})
+    result = BacktestResult.from_run(
+        policy,
+        initial_amount=cfg.initial_amount,
+        buy_cost_pct=cfg.buy_cost_pct,
+        sell_cost_pct=cfg.sell_cost_pct,
+        metadata={"cell": cell.to_dict()},
+    )
     write_report(result, folder / "report", title=f"study cell {cell.name}: out-of-sample walk-forward vs buy-and-hold")
     benchmark = np.asarray(result.baseline_values)
     payload = {
@@ -177,8 +212,14 @@ def finish_cell(study_dir: Path, cell: Cell, cfg: TrainConfig, policy: PolicyRun
         "train_seconds": train_seconds,
         "num_days": int(len(policy.values)),
     }
-    np.savez(folder / "result.npz", values=policy.values, cash=policy.cash, holdings_value=policy.holdings_value,
-             untrained_values=untrained.values, untrained_holdings_value=untrained.holdings_value)
+    np.savez(
+        folder / "result.npz",
+        values=policy.values,
+        cash=policy.cash,
+        holdings_value=policy.holdings_value,
+        untrained_values=untrained.values,
+        untrained_holdings_value=untrained.holdings_value,
+    )
     (folder / "result.json").write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n", encoding="utf-8")
     return payload
 
@@ -197,10 +238,21 @@ def run_cell_guarded(study_dir: Path, cell: Cell, device: torch.device | str = "
         write_status(folder, "interrupted", started=started, stopped=time.time())
         return 128 + stop.signum
     except Exception as err:  # a failed cell is recorded and the study goes on
-        write_status(folder, "failed", started=started, finished=time.time(),
-                     error=f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:500],
-                     traceback=traceback.format_exc()[-4000:])
+        write_status(
+            folder,
+            "failed",
+            started=started,
+            finished=time.time(),
+            error=f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:500],
+            traceback=traceback.format_exc()[-4000:],
+        )
         return 1
-    write_status(folder, "done", started=started, finished=time.time(), seconds=time.time() - started,
-                 train_seconds=float(sum(result["train_seconds"])))
+    write_status(
+        folder,
+        "done",
+        started=started,
+        finished=time.time(),
+        seconds=time.time() - started,
+        train_seconds=float(sum(result["train_seconds"])),
+    )
     return 0

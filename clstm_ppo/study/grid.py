@@ -15,12 +15,37 @@ from envs.errors import UserError
 
 # Settings a variant may not change: they name the data or how one training run is laid out, which the study
 # owns (one market per retraining window, one process per cell).
-NOT_VARIABLE = frozenset({
-    "data", "tickers", "start", "end", "train_end", "validation_end", "test_end", "alpaca_feed", "alpaca_adjustment",
-    "alpaca_timeframe", "data_url", "data_cache_dir", "refresh_data", "gap_policy", "max_price_ratio", "run_name",
-    "checkpoint_dir", "resume", "init_weights", "num_gpus", "num_workers", "backend", "master_port", "dry_run",
-    "policy", "seed", "num_episodes",
-})
+NOT_VARIABLE = frozenset(
+    {
+        "data",
+        "tickers",
+        "start",
+        "end",
+        "train_end",
+        "validation_end",
+        "test_end",
+        "alpaca_feed",
+        "alpaca_adjustment",
+        "alpaca_timeframe",
+        "data_url",
+        "data_cache_dir",
+        "refresh_data",
+        "gap_policy",
+        "max_price_ratio",
+        "run_name",
+        "checkpoint_dir",
+        "resume",
+        "init_weights",
+        "num_gpus",
+        "num_workers",
+        "backend",
+        "master_port",
+        "dry_run",
+        "policy",
+        "seed",
+        "num_episodes",
+    }
+)
 # Settings that change the prepared market (so cells differing in them need their own market per window).
 MARKET_KEYS = ("window", "price_features", "use_turbulence", "indicators")
 
@@ -50,8 +75,13 @@ class Cell:
         return TrainConfig.from_dict(values, source=f"cell {self.name}").validate()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "group": self.group, "policy": self.policy, "seed": self.seed,
-                "variant": dict(self.variant)}
+        return {
+            "name": self.name,
+            "group": self.group,
+            "policy": self.policy,
+            "seed": self.seed,
+            "variant": dict(self.variant),
+        }
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -85,8 +115,9 @@ def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:
         if key not in kinds:
             raise UserError(f"--vary {spec!r}: {key!r} is not a training setting (see train --help)")
         if key in NOT_VARIABLE:
-            raise UserError(f"--vary {key}: the study sets {key} itself (use --policies/--seeds, or one study per "
-                            f"data set)")
+            raise UserError(
+                f"--vary {key}: the study sets {key} itself (use --policies/--seeds, or one study per data set)"
+            )
         if key in seen:
             raise UserError(f"--vary {key} is given twice; list all its values once")
         seen.add(key)

@@ -32,8 +32,14 @@ def market_key(cfg: TrainConfig) -> str:
 
 def prepare_markets(data: MarketData, cfg: TrainConfig, periods: list[WalkPeriod]) -> list[PreparedMarket]:
     """One PreparedMarket per period for the market settings of ``cfg`` (indicators and turbulence computed once)."""
-    base = PreparedMarket.prepare(data, periods[0].splits, window=cfg.window, use_turbulence=cfg.use_turbulence,
-                                  price_mode=cfg.price_features, indicator_names=cfg.indicator_list)
+    base = PreparedMarket.prepare(
+        data,
+        periods[0].splits,
+        window=cfg.window,
+        use_turbulence=cfg.use_turbulence,
+        price_mode=cfg.price_features,
+        indicator_names=cfg.indicator_list,
+    )
     return [base if k == 0 else base.resplit(p.splits) for k, p in enumerate(periods)]
 
 
@@ -50,16 +56,30 @@ def save_markets(folder: Path, key: str, markets: list[PreparedMarket]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     first = markets[0]
     data = first.data
-    np.savez(folder / f"{key}.npz", dates=data.dates.astype("datetime64[ns]").astype(np.int64),
-             indicators=first.indicators, turbulence=first.turbulence,
-             **{name: getattr(data, name) for name in ARRAYS})
+    np.savez(
+        folder / f"{key}.npz",
+        dates=data.dates.astype("datetime64[ns]").astype(np.int64),
+        indicators=first.indicators,
+        turbulence=first.turbulence,
+        **{name: getattr(data, name) for name in ARRAYS},
+    )
     meta: dict[str, Any] = {
-        "tickers": list(data.tickers), "close_only": bool(data.close_only), "indicator_names": list(first.indicator_names),
-        "window": first.window, "turbulence_lookback": first.turbulence_lookback, "use_turbulence": first.use_turbulence,
-        "periods": [{"train": _range(m.splits.train), "validation": _range(m.splits.validation),
-                     "test": _range(m.splits.test), "normalization": m.normalization.to_dict(),
-                     "turbulence_threshold": None if not np.isfinite(m.turbulence_threshold) else m.turbulence_threshold}
-                    for m in markets],
+        "tickers": list(data.tickers),
+        "close_only": bool(data.close_only),
+        "indicator_names": list(first.indicator_names),
+        "window": first.window,
+        "turbulence_lookback": first.turbulence_lookback,
+        "use_turbulence": first.use_turbulence,
+        "periods": [
+            {
+                "train": _range(m.splits.train),
+                "validation": _range(m.splits.validation),
+                "test": _range(m.splits.test),
+                "normalization": m.normalization.to_dict(),
+                "turbulence_threshold": None if not np.isfinite(m.turbulence_threshold) else m.turbulence_threshold,
+            }
+            for m in markets
+        ],
     }
     (folder / f"{key}.json").write_text(json.dumps(meta), encoding="utf-8")
 
@@ -69,24 +89,42 @@ def load_markets(folder: Path, key: str) -> list[PreparedMarket]:
     meta = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
     with np.load(folder / f"{key}.npz", allow_pickle=False) as z:
         arrays = {name: z[name] for name in (*ARRAYS, "dates", "indicators", "turbulence")}
-    data = MarketData(dates=arrays["dates"].astype("datetime64[ns]"), tickers=tuple(meta["tickers"]),
-                      close_only=bool(meta["close_only"]), **{name: arrays[name] for name in ARRAYS})
+    data = MarketData(
+        dates=arrays["dates"].astype("datetime64[ns]"),
+        tickers=tuple(meta["tickers"]),
+        close_only=bool(meta["close_only"]),
+        **{name: arrays[name] for name in ARRAYS},
+    )
     out = []
     for p in meta["periods"]:
         thr = p["turbulence_threshold"]
         splits = Splits(train=_unrange(p["train"]), validation=_unrange(p["validation"]), test=_unrange(p["test"]))
-        out.append(PreparedMarket(
-            data=data, indicators=arrays["indicators"], indicator_names=tuple(meta["indicator_names"]),
-            turbulence=arrays["turbulence"], turbulence_threshold=float("inf") if thr is None else float(thr),
-            normalization=Normalization.from_dict(p["normalization"]), splits=splits, window=int(meta["window"]),
-            turbulence_lookback=int(meta["turbulence_lookback"]), use_turbulence=bool(meta["use_turbulence"])))
+        out.append(
+            PreparedMarket(
+                data=data,
+                indicators=arrays["indicators"],
+                indicator_names=tuple(meta["indicator_names"]),
+                turbulence=arrays["turbulence"],
+                turbulence_threshold=float("inf") if thr is None else float(thr),
+                normalization=Normalization.from_dict(p["normalization"]),
+                splits=splits,
+                window=int(meta["window"]),
+                turbulence_lookback=int(meta["turbulence_lookback"]),
+                use_turbulence=bool(meta["use_turbulence"]),
+            )
+        )
     return out
 
 
 def same_market(a: PreparedMarket, b: PreparedMarket) -> bool:
     """Do two prepared markets hold the same data, features and fitted statistics (a round-trip check)?"""
-    return (a.data.equals(b.data) and np.array_equal(a.indicators, b.indicators)
-            and np.array_equal(a.turbulence, b.turbulence) and a.splits == b.splits
-            and a.turbulence_threshold == b.turbulence_threshold and a.window == b.window
-            and a.normalization.to_dict() == b.normalization.to_dict()
-            and dataclasses.astuple(a.splits) == dataclasses.astuple(b.splits))
+    return (
+        a.data.equals(b.data)
+        and np.array_equal(a.indicators, b.indicators)
+        and np.array_equal(a.turbulence, b.turbulence)
+        and a.splits == b.splits
+        and a.turbulence_threshold == b.turbulence_threshold
+        and a.window == b.window
+        and a.normalization.to_dict() == b.normalization.to_dict()
+        and dataclasses.astuple(a.splits) == dataclasses.astuple(b.splits)
+    )

@@ -44,8 +44,13 @@ def _traded(markets: list[Any]) -> tuple[range, np.ndarray]:
 def _fmt(value: float, kind: str) -> str:
     if value is None or not math.isfinite(value):
         return "n/a"
-    return {"pct": f"{100 * value:.1f}%", "ratio": f"{value:.2f}", "dollars": f"${value:,.0f}", "times": f"{value:.1f}x",
-            "prob": f"{value:.2f}"}[kind]
+    return {
+        "pct": f"{100 * value:.1f}%",
+        "ratio": f"{value:.2f}",
+        "dollars": f"${value:,.0f}",
+        "times": f"{value:.1f}x",
+        "prob": f"{value:.2f}",
+    }[kind]
 
 
 def _ci(stat: dict[str, float], kind: str) -> str:
@@ -65,9 +70,20 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     close = np.asarray(data.close)[days.start : days.stop]
     rules = rule_baselines(close, dates, turbulent, base.initial_amount, base.buy_cost_pct, base.sell_cost_pct)
     bench = rules[BUY_AND_HOLD].values
-    baselines = {name: {"values": run.values, "metrics": A.curve_metrics(
-        run.values, run.holdings_value, bench, trades=run.num_trades, costs=run.costs, traded_value=run.traded_value)}
-        for name, run in rules.items()}
+    baselines = {
+        name: {
+            "values": run.values,
+            "metrics": A.curve_metrics(
+                run.values,
+                run.holdings_value,
+                bench,
+                trades=run.num_trades,
+                costs=run.costs,
+                traded_value=run.traded_value,
+            ),
+        }
+        for name, run in rules.items()
+    }
     for name, run in rules.items():
         baselines[name]["metrics"].update(A.exposure_profile(run.values, run.holdings_value, bench, turbulent))
     if spec.index:
@@ -79,19 +95,34 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     for cell in spec.cells():
         folder = study_dir / "cells" / cell.name
         status = read_status(folder)
-        row = {"cell": cell.name, "group": cell.group, "policy": cell.policy, "seed": cell.seed,
-               **{f"vary_{k}": v for k, v in cell.variant}, "status": status["status"],
-               "error": status.get("error", ""), "seconds": status.get("seconds"), "train_seconds": status.get("train_seconds")}
+        row = {
+            "cell": cell.name,
+            "group": cell.group,
+            "policy": cell.policy,
+            "seed": cell.seed,
+            **{f"vary_{k}": v for k, v in cell.variant},
+            "status": status["status"],
+            "error": status.get("error", ""),
+            "seconds": status.get("seconds"),
+            "train_seconds": status.get("train_seconds"),
+        }
         if status["status"] == "done" and (folder / "result.json").is_file():
             result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
             with np.load(folder / "result.npz", allow_pickle=False) as z:
                 values, untrained = z["values"], z["untrained_values"]
                 for record, prefix in ((result["policy"], ""), (result["untrained"], "untrained_")):
-                    record.update(A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench,
-                                                     turbulent))
-            entry = {"cell": cell, "policy": result["policy"], "untrained": result["untrained"], "values": values,
-                     "untrained_values": untrained, "returns": A.returns_of(values),
-                     "untrained_returns": A.returns_of(untrained)}
+                    record.update(
+                        A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench, turbulent)
+                    )
+            entry = {
+                "cell": cell,
+                "policy": result["policy"],
+                "untrained": result["untrained"],
+                "values": values,
+                "untrained_values": untrained,
+                "returns": A.returns_of(values),
+                "untrained_returns": A.returns_of(untrained),
+            }
             cells.append(entry)
             by_group.setdefault(cell.group, []).append(entry)
             row.update({k: v for k, v in result["policy"].items() if k in dict((t[0], 1) for t in A.TABLE)})
@@ -105,30 +136,58 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     for i, (group, entries) in enumerate(by_group.items()):
         policy_returns = np.stack([e["returns"] for e in entries])
         summary = A.seed_summary([e["policy"] for e in entries], keys, confidence=confidence, n_boot=n_boot, seed=i)
-        untrained = A.seed_summary([e["untrained"] for e in entries], [k for k in keys if k != "dsr"],
-                                   confidence=confidence, n_boot=n_boot, seed=i)
-        against = {name: A.compare(policy_returns, A.returns_of(b["values"]), confidence=confidence,
-                                   n_boot=max(500, n_boot // 5), seed=i) for name, b in baselines.items()}
-        against[f"{UNTRAINED} {group}"] = A.compare(policy_returns, np.stack([e["untrained_returns"] for e in entries]),
-                                                    confidence=confidence, n_boot=max(500, n_boot // 5), seed=i)
+        untrained = A.seed_summary(
+            [e["untrained"] for e in entries],
+            [k for k in keys if k != "dsr"],
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=i,
+        )
+        against = {
+            name: A.compare(
+                policy_returns, A.returns_of(b["values"]), confidence=confidence, n_boot=max(500, n_boot // 5), seed=i
+            )
+            for name, b in baselines.items()
+        }
+        against[f"{UNTRAINED} {group}"] = A.compare(
+            policy_returns,
+            np.stack([e["untrained_returns"] for e in entries]),
+            confidence=confidence,
+            n_boot=max(500, n_boot // 5),
+            seed=i,
+        )
         groups[group] = {
-            "seeds": [e["cell"].seed for e in entries], "summary": summary, "untrained": untrained, "vs": against,
-            "verdict": A.verdict(group, summary, against[BUY_AND_HOLD], baselines[BUY_AND_HOLD]["metrics"]["sharpe"],
-                                 confidence),
+            "seeds": [e["cell"].seed for e in entries],
+            "summary": summary,
+            "untrained": untrained,
+            "vs": against,
+            "verdict": A.verdict(
+                group, summary, against[BUY_AND_HOLD], baselines[BUY_AND_HOLD]["metrics"]["sharpe"], confidence
+            ),
         }
     between = _between_groups(by_group, confidence=confidence, n_boot=max(500, n_boot // 5))
     pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
     best = max(cells, key=lambda e: e["policy"]["sharpe"]) if cells else None
     counts = {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")}
     report = {
-        "spec": spec.identity(), "confidence": confidence, "bootstrap": n_boot,
-        "traded": {"first": str(dates[0])[:10], "last": str(dates[-1])[:10], "num_days": int(len(dates)),
-                   "turbulent_days": int(turbulent.sum())},
-        "cells": {"total": len(rows), **counts}, "trials": trials,
+        "spec": spec.identity(),
+        "confidence": confidence,
+        "bootstrap": n_boot,
+        "traded": {
+            "first": str(dates[0])[:10],
+            "last": str(dates[-1])[:10],
+            "num_days": int(len(dates)),
+            "turbulent_days": int(turbulent.sum()),
+        },
+        "cells": {"total": len(rows), **counts},
+        "trials": trials,
         "baselines": {name: b["metrics"] for name, b in baselines.items()},
-        "groups": groups, "between": between, "overfitting": pbo,
-        "best_cell": None if best is None else {"cell": best["cell"].name, "sharpe": best["policy"]["sharpe"],
-                                                "dsr": best["policy"]["dsr"]},
+        "groups": groups,
+        "between": between,
+        "overfitting": pbo,
+        "best_cell": None
+        if best is None
+        else {"cell": best["cell"].name, "sharpe": best["policy"]["sharpe"], "dsr": best["policy"]["dsr"]},
     }
     (study_dir / "study.json").write_text(json.dumps(jsonable(report), indent=2) + "\n", encoding="utf-8")
     pd.DataFrame(rows).to_csv(study_dir / "cells.csv", index=False)
@@ -137,22 +196,27 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     return report
 
 
-def _between_groups(by_group: dict[str, list[dict[str, Any]]], *, confidence: float,
-                    n_boot: int) -> list[dict[str, Any]]:
+def _between_groups(
+    by_group: dict[str, list[dict[str, Any]]], *, confidence: float, n_boot: int
+) -> list[dict[str, Any]]:
     """Every pair of configurations on the seeds both finished: the paired block-bootstrap interval of the
     Sharpe difference (first minus second; seed s of one paired with seed s of the other, days resampled)."""
     out = []
     names = list(by_group)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             seeds_a = {e["cell"].seed: e for e in by_group[a]}
             seeds_b = {e["cell"].seed: e for e in by_group[b]}
             common = sorted(seeds_a.keys() & seeds_b.keys())
             if not common:
                 continue
-            d = A.compare(np.stack([seeds_a[s]["returns"] for s in common]),
-                          np.stack([seeds_b[s]["returns"] for s in common]), confidence=confidence, n_boot=n_boot,
-                          seed=len(out))
+            d = A.compare(
+                np.stack([seeds_a[s]["returns"] for s in common]),
+                np.stack([seeds_b[s]["returns"] for s in common]),
+                confidence=confidence,
+                n_boot=n_boot,
+                seed=len(out),
+            )
             out.append({"first": a, "second": b, "seeds": common, **d})
     return out
 
@@ -166,75 +230,120 @@ def between_verdict(pair: dict[str, Any], confidence: float) -> str:
         word = f"{b} beats {a} (the {confidence:.0%} interval lies below 0)"
     else:
         word = "no difference can be claimed (the interval includes 0)"
-    return (f"{a} vs {b}: Sharpe difference {pair['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]; {word}; "
-            f"{a} ahead in {pair['seeds_beating']}/{pair['num_seeds']} paired seeds")
+    return (
+        f"{a} vs {b}: Sharpe difference {pair['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]; {word}; "
+        f"{a} ahead in {pair['seeds_beating']}/{pair['num_seeds']} paired seeds"
+    )
 
 
 def verdict_lines(report: dict[str, Any]) -> list[str]:
     """The plain-words lines: one per configuration against buy-and-hold, then one per pair of configurations."""
-    return ([g["verdict"] for g in report["groups"].values()]
-            + [between_verdict(pair, report["confidence"]) for pair in report.get("between", [])])
+    return [g["verdict"] for g in report["groups"].values()] + [
+        between_verdict(pair, report["confidence"]) for pair in report.get("between", [])
+    ]
 
 
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
     c, t = report["cells"], report["traded"]
     base = spec.base
     lines = [
-        "# Study", "",
+        "# Study",
+        "",
         f"Data `{base['data']}`; traded {t['first']} .. {t['last']} ({t['num_days']} days, {t['turbulent_days']} "
         f"with the turbulence stop on), retrained {spec.retrain} ({spec.retrain_from} start), "
         f"{spec.validation_days} validation days per window; {base['num_episodes']} episodes for the first window"
-        + (f", {spec.retrain_episodes} for later ones" if spec.retrain_episodes else "") + ".",
+        + (f", {spec.retrain_episodes} for later ones" if spec.retrain_episodes else "")
+        + ".",
         f"Cells: {c['total']} ({c['done']} done, {c['failed']} failed, "
         f"{c['total'] - c['done'] - c['failed']} not finished); intervals are {report['confidence']:.0%} "
-        f"(percentile bootstrap over seeds; paired stationary block bootstrap of daily returns for differences).", "",
-        "## Verdicts", "",
-        *[f"- {g['verdict']}" for g in report["groups"].values()], "",
-        "## The paper's Table 6 metrics (mean over seeds [interval])", "",
-        "| | CR | MER | MPB | APPT | SR | exposure |", "|---|---:|---:|---:|---:|---:|---:|",
+        f"(percentile bootstrap over seeds; paired stationary block bootstrap of daily returns for differences).",
+        "",
+        "## Verdicts",
+        "",
+        *[f"- {g['verdict']}" for g in report["groups"].values()],
+        "",
+        "## The paper's Table 6 metrics (mean over seeds [interval])",
+        "",
+        "| | CR | MER | MPB | APPT | SR | exposure |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    six = [("cumulative_return", "pct"), ("max_earning_rate", "pct"), ("max_drawdown", "pct"), ("appt", "dollars"),
-           ("sharpe", "ratio"), ("exposure", "pct")]
+    six = [
+        ("cumulative_return", "pct"),
+        ("max_earning_rate", "pct"),
+        ("max_drawdown", "pct"),
+        ("appt", "dollars"),
+        ("sharpe", "ratio"),
+        ("exposure", "pct"),
+    ]
     for group, g in report["groups"].items():
-        lines.append(f"| {group} ({len(g['seeds'])} seeds) | " + " | ".join(_ci(g["summary"][k], kind) for k, kind in six) + " |")
+        lines.append(
+            f"| {group} ({len(g['seeds'])} seeds) | " + " | ".join(_ci(g["summary"][k], kind) for k, kind in six) + " |"
+        )
         lines.append(f"| {UNTRAINED} {group} | " + " | ".join(_ci(g["untrained"][k], kind) for k, kind in six) + " |")
     for name, m in report["baselines"].items():
         lines.append(f"| {name} | " + " | ".join(_fmt(m.get(k, math.nan), kind) for k, kind in six) + " |")
     rest = [t for t in A.TABLE if t[0] not in dict(six)]
-    lines += ["", "## Every other metric (mean over seeds)", "",
-              "| | " + " | ".join(col for _, col, _ in rest) + " |", "|---|" + "---:|" * len(rest)]
+    lines += [
+        "",
+        "## Every other metric (mean over seeds)",
+        "",
+        "| | " + " | ".join(col for _, col, _ in rest) + " |",
+        "|---|" + "---:|" * len(rest),
+    ]
     for group, g in report["groups"].items():
         lines.append(f"| {group} | " + " | ".join(_fmt(g["summary"][k]["mean"], kind) for k, _, kind in rest) + " |")
     for name, m in report["baselines"].items():
         lines.append(f"| {name} | " + " | ".join(_fmt(m.get(k, math.nan), kind) for k, _, kind in rest) + " |")
-    lines += ["", "## Sharpe difference against each baseline (paired block bootstrap, days and seeds resampled)", "",
-              "| configuration | baseline | difference [interval] | seeds beating |", "|---|---|---:|---:|"]
+    lines += [
+        "",
+        "## Sharpe difference against each baseline (paired block bootstrap, days and seeds resampled)",
+        "",
+        "| configuration | baseline | difference [interval] | seeds beating |",
+        "|---|---|---:|---:|",
+    ]
     for group, g in report["groups"].items():
         for name, d in g["vs"].items():
-            lines.append(f"| {group} | {name} | {d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] | "
-                         f"{d['seeds_beating']}/{d['num_seeds']} |")
+            lines.append(
+                f"| {group} | {name} | {d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] | "
+                f"{d['seeds_beating']}/{d['num_seeds']} |"
+            )
     if report["between"]:
-        lines += ["", "## Configurations against each other (paired by seed, block bootstrap of daily returns)", "",
-                  *[f"- {between_verdict(pair, report['confidence'])}" for pair in report["between"]]]
+        lines += [
+            "",
+            "## Configurations against each other (paired by seed, block bootstrap of daily returns)",
+            "",
+            *[f"- {between_verdict(pair, report['confidence'])}" for pair in report["between"]],
+        ]
     tr, pbo, best = report["trials"], report["overfitting"], report["best_cell"]
     lines += ["", "## Overfitting", ""]
     if best is not None:
-        lines.append(f"- The best of {tr['num_trials']} cells, `{best['cell']}`, has Sharpe {best['sharpe']:.2f}; its "
-                     f"deflated Sharpe ratio (the probability that its true Sharpe is above what the best of "
-                     f"{tr['num_trials']} unskilled trials would show) is {best['dsr']:.2f}.")
-    lines.append(f"- Probability of backtest overfitting (CSCV, {pbo['num_splits']} blocks, {pbo['num_configurations']} "
-                 f"cells): {pbo['pbo']:.2f}." if pbo else "- Probability of backtest overfitting: not computed "
-                 "(needs 4 or more finished cells and enough traded days).")
+        lines.append(
+            f"- The best of {tr['num_trials']} cells, `{best['cell']}`, has Sharpe {best['sharpe']:.2f}; its "
+            f"deflated Sharpe ratio (the probability that its true Sharpe is above what the best of "
+            f"{tr['num_trials']} unskilled trials would show) is {best['dsr']:.2f}."
+        )
+    lines.append(
+        f"- Probability of backtest overfitting (CSCV, {pbo['num_splits']} blocks, {pbo['num_configurations']} "
+        f"cells): {pbo['pbo']:.2f}."
+        if pbo
+        else "- Probability of backtest overfitting: not computed "
+        "(needs 4 or more finished cells and enough traded days)."
+    )
     failed = [r for r in rows if r["status"] != "done"]
     if failed:
         lines += ["", "## Cells not in the statistics", ""]
         lines += [f"- `{r['cell']}`: {r['status']}" + (f": {r['error']}" if r.get("error") else "") for r in failed]
-    lines += ["", "Files: `study.json` (everything), `cells.csv` (one row per cell), `study.png`, `cells/<cell>/report/`.", ""]
+    lines += [
+        "",
+        "Files: `study.json` (everything), `cells.csv` (one row per cell), `study.png`, `cells/<cell>/report/`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
-def _plot(path: Path, dates: np.ndarray, by_group: dict[str, list[dict[str, Any]]],
-          baselines: dict[str, dict[str, Any]]) -> None:
+def _plot(
+    path: Path, dates: np.ndarray, by_group: dict[str, list[dict[str, Any]]], baselines: dict[str, dict[str, Any]]
+) -> None:
     from matplotlib.figure import Figure
 
     from clstm_ppo.evaluation.metrics import drawdown_series
@@ -246,7 +355,9 @@ def _plot(path: Path, dates: np.ndarray, by_group: dict[str, list[dict[str, Any]
         v = np.stack([e["values"] for e in entries])
         median = np.median(v, axis=0)
         (line,) = ax.plot(x, median, lw=2.0, label=f"{group} (median of {len(entries)} seeds, 25-75% band)")
-        ax.fill_between(x, np.percentile(v, 25, axis=0), np.percentile(v, 75, axis=0), color=line.get_color(), alpha=0.2)
+        ax.fill_between(
+            x, np.percentile(v, 25, axis=0), np.percentile(v, 75, axis=0), color=line.get_color(), alpha=0.2
+        )
         dd.plot(x, -100 * drawdown_series(median), lw=1.4, color=line.get_color())
     for name, b in baselines.items():
         (line,) = ax.plot(x, b["values"], lw=1.2, ls="--", label=name)

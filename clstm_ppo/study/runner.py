@@ -60,9 +60,14 @@ def prepare(study_dir: Path, spec: StudySpec, cells: list[Cell]) -> list[WalkPer
     use (and the base settings', which the baselines use); reuse what an earlier run prepared."""
     base = spec.base_config
     data = load_data(base)
-    periods = walk_forward(data.dates, window=max([base.window, *[c.config(base).window for c in cells]]),
-                           trade_start=spec.trade_start, trade_end=spec.trade_end or None, retrain=spec.retrain,
-                           validation_days=spec.validation_days)
+    periods = walk_forward(
+        data.dates,
+        window=max([base.window, *[c.config(base).window for c in cells]]),
+        trade_start=spec.trade_start,
+        trade_end=spec.trade_end or None,
+        retrain=spec.retrain,
+        validation_days=spec.validation_days,
+    )
     folder = study_dir / "prepared"
     configs = {market_key(c): c for c in [base, *[cell.config(base) for cell in cells]]}
     for key, cfg in configs.items():
@@ -70,15 +75,27 @@ def prepare(study_dir: Path, spec: StudySpec, cells: list[Cell]) -> list[WalkPer
         if (folder / f"{key}.json").is_file():
             stored = load_markets(folder, key)
             if len(stored) != len(markets) or not all(same_market(a, b) for a, b in zip(stored, markets, strict=False)):
-                raise UserError(f"{study_dir} was prepared from other data (the market of {key} differs); use a new "
-                                f"--out for new data")
+                raise UserError(
+                    f"{study_dir} was prepared from other data (the market of {key} differs); use a new "
+                    f"--out for new data"
+                )
             continue
         save_markets(folder, key, markets)
     return periods
 
 
 def _cell_command(study_dir: Path, cell: Cell, threads: int) -> list[str]:
-    return [sys.executable, "-m", "clstm_ppo.cli", "study", "_cell", str(study_dir), cell.name, "--threads", str(threads)]
+    return [
+        sys.executable,
+        "-m",
+        "clstm_ppo.cli",
+        "study",
+        "_cell",
+        str(study_dir),
+        cell.name,
+        "--threads",
+        str(threads),
+    ]
 
 
 def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = print) -> dict[str, int]:
@@ -110,13 +127,22 @@ def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = 
         while queue or running:
             while queue and free_slots and not stop:
                 cell, slot = queue.pop(0), free_slots.pop(0)
-                env = {**os.environ, "PYTHONUNBUFFERED": "1", "CLSTM_PPO_STUDY_DEVICE": "cuda" if layout.gpus else "cpu"}
+                env = {
+                    **os.environ,
+                    "PYTHONUNBUFFERED": "1",
+                    "CLSTM_PPO_STUDY_DEVICE": "cuda" if layout.gpus else "cpu",
+                }
                 if layout.gpus:  # the cell sees one GPU; slots go round the GPUs
                     env["CUDA_VISIBLE_DEVICES"] = str(slot % layout.gpus)
                 (study_dir / "cells" / cell.name).mkdir(parents=True, exist_ok=True)
                 with open(study_dir / "cells" / cell.name / "log.txt", "ab") as out:
-                    proc = subprocess.Popen(_cell_command(study_dir, cell, layout.threads), stdout=out,
-                                            stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                    proc = subprocess.Popen(
+                        _cell_command(study_dir, cell, layout.threads),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
                 running[proc.pid] = (proc, cell, slot, time.perf_counter())
             if not running:
                 break
@@ -132,8 +158,12 @@ def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = 
                 status = read_status(study_dir / "cells" / cell.name)
                 state = status["status"] if status["status"] in ("done", "failed", "interrupted") else "failed"
                 if state == "failed" and status["status"] != "failed":  # died without a word: killed, OOM
-                    write_status(study_dir / "cells" / cell.name, "failed", error=f"the cell's process exited with "
-                                 f"status {code} (killed, or out of memory?); see its log.txt")
+                    write_status(
+                        study_dir / "cells" / cell.name,
+                        "failed",
+                        error=f"the cell's process exited with "
+                        f"status {code} (killed, or out of memory?); see its log.txt",
+                    )
                     status = read_status(study_dir / "cells" / cell.name)
                 if stop and state != "done":
                     state = "interrupted"
@@ -143,10 +173,15 @@ def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = 
                 left = len(todo) - finished - counts["interrupted"]
                 elapsed = time.perf_counter() - start_all
                 eta = elapsed / finished * left if finished else float("nan")
-                what = {"done": f"done in {time.perf_counter() - began:,.0f} s",
-                        "failed": f"FAILED: {status.get('error', '')}", "interrupted": "interrupted"}[state]
-                log(f"[study] {cell.name} {what} | {skipped + counts['done']}/{len(cells)} done, {counts['failed']} failed, "
-                    f"{max(left, 0)} left" + (f" | ETA {_duration(eta)}" if left > 0 and finished else ""))
+                what = {
+                    "done": f"done in {time.perf_counter() - began:,.0f} s",
+                    "failed": f"FAILED: {status.get('error', '')}",
+                    "interrupted": "interrupted",
+                }[state]
+                log(
+                    f"[study] {cell.name} {what} | {skipped + counts['done']}/{len(cells)} done, {counts['failed']} failed, "
+                    f"{max(left, 0)} left" + (f" | ETA {_duration(eta)}" if left > 0 and finished else "")
+                )
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -163,15 +198,26 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
-def run_study(study_dir: Path, spec: StudySpec, *, layout: Layout, shard_of: tuple[int, int] | None = None,
-              max_cells: int = 1000, confidence: float = 0.95, n_boot: int = 5000, log: Any = print) -> int:
+def run_study(
+    study_dir: Path,
+    spec: StudySpec,
+    *,
+    layout: Layout,
+    shard_of: tuple[int, int] | None = None,
+    max_cells: int = 1000,
+    confidence: float = 0.95,
+    n_boot: int = 5000,
+    log: Any = print,
+) -> int:
     """The whole study (or one shard of it) in ``study_dir``; returns the exit status (0, 1 when cells failed,
     128 + signal when stopped)."""
     cells = spec.cells()
     if len(cells) > max_cells:
-        raise UserError(f"the grid has {len(cells)} cells ({len(spec.policies)} policies x {len(spec.seeds)} seeds x "
-                        f"{len(spec.variants)} variants), more than --max_cells {max_cells}; raise --max_cells or "
-                        f"shrink the grid")
+        raise UserError(
+            f"the grid has {len(cells)} cells ({len(spec.policies)} policies x {len(spec.seeds)} seeds x "
+            f"{len(spec.variants)} variants), more than --max_cells {max_cells}; raise --max_cells or "
+            f"shrink the grid"
+        )
     check_writable(study_dir)
     if (study_dir / SPEC_FILE).is_file():
         StudySpec.load(study_dir).check_same(spec, study_dir)
@@ -180,10 +226,15 @@ def run_study(study_dir: Path, spec: StudySpec, *, layout: Layout, shard_of: tup
     periods = prepare(study_dir, spec, mine)
     spec.save(study_dir)
     prepare_s = time.perf_counter() - t0
-    where = f"{layout.gpus} GPU(s) x {layout.workers // max(layout.gpus, 1)}" if layout.gpus else \
-        f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
-    log(f"[study] {len(mine)} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {len(cells)})' if shard_of else ''}, "
-        f"{len(periods)} walk-forward window(s), on {where}; data prepared in {prepare_s:.1f} s")
+    where = (
+        f"{layout.gpus} GPU(s) x {layout.workers // max(layout.gpus, 1)}"
+        if layout.gpus
+        else f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
+    )
+    log(
+        f"[study] {len(mine)} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {len(cells)})' if shard_of else ''}, "
+        f"{len(periods)} walk-forward window(s), on {where}; data prepared in {prepare_s:.1f} s"
+    )
     counts = run_cells(study_dir, mine, layout, log=log)
     if "signal" in counts:
         log("[study] stopped: finished cells are kept; run the same command again to continue")
@@ -191,15 +242,18 @@ def run_study(study_dir: Path, spec: StudySpec, *, layout: Layout, shard_of: tup
     t1 = time.perf_counter()
     report = build_report(study_dir, confidence=confidence, n_boot=n_boot)
     c = report["cells"]
-    log(f"[study] report: {study_dir / 'study.md'} ({c['done']}/{c['total']} cells done, {c['failed']} failed; "
-        f"statistics and report in {time.perf_counter() - t1:.1f} s)")
+    log(
+        f"[study] report: {study_dir / 'study.md'} ({c['done']}/{c['total']} cells done, {c['failed']} failed; "
+        f"statistics and report in {time.perf_counter() - t1:.1f} s)"
+    )
     for line in verdict_lines(report):
         log(f"  {line}")
     return 1 if c["failed"] else 0
 
 
-def merge_shards(out: Path, shards: list[Path], *, confidence: float = 0.95, n_boot: int = 5000,
-                 log: Any = print) -> int:
+def merge_shards(
+    out: Path, shards: list[Path], *, confidence: float = 0.95, n_boot: int = 5000, log: Any = print
+) -> int:
     """Join the finished cells of shard folders into ``out`` (all of one study) and write the report there."""
     specs = [StudySpec.load(s) for s in shards]
     for s, other in zip(shards[1:], specs[1:], strict=True):
@@ -218,13 +272,18 @@ def merge_shards(out: Path, shards: list[Path], *, confidence: float = 0.95, n_b
                 if not (out / name / f.name).exists():
                     shutil.copy2(f, out / name / f.name)
         for cell_dir in (folder / "cells").glob("*"):
-            if read_status(cell_dir)["status"] == "done" and read_status(out / "cells" / cell_dir.name)["status"] != "done":
+            if (
+                read_status(cell_dir)["status"] == "done"
+                and read_status(out / "cells" / cell_dir.name)["status"] != "done"
+            ):
                 shutil.copytree(cell_dir, out / "cells" / cell_dir.name, dirs_exist_ok=True)
                 copied += 1
     report = build_report(out, confidence=confidence, n_boot=n_boot)
     c = report["cells"]
-    log(f"[study] merged {copied} cell(s) from {len(shards)} folder(s): {c['done']}/{c['total']} done; "
-        f"report: {out / 'study.md'}")
+    log(
+        f"[study] merged {copied} cell(s) from {len(shards)} folder(s): {c['done']}/{c['total']} done; "
+        f"report: {out / 'study.md'}"
+    )
     missing = c["total"] - c["done"]
     if missing:
         log(f"[study] {missing} cell(s) not finished in any shard (listed in study.md)")

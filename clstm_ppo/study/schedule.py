@@ -52,15 +52,19 @@ def _boundaries(dates: pd.DatetimeIndex, first: int, last: int, retrain: str) ->
     if retrain == "none":
         return [first]
     span = dates[first : last + 1]
-    key = {"monthly": span.year * 12 + span.month, "quarterly": span.year * 4 + (span.month - 1) // 3,
-           "yearly": span.year}[retrain]
+    key = {
+        "monthly": span.year * 12 + span.month,
+        "quarterly": span.year * 4 + (span.month - 1) // 3,
+        "yearly": span.year,
+    }[retrain]
     key = np.asarray(key)
     starts = np.flatnonzero(np.diff(key) != 0) + 1  # first day of each new calendar period inside the span
     return [first, *[first + int(i) for i in starts if first + int(i) < last]]
 
 
-def walk_forward(dates: np.ndarray, *, window: int, trade_start: str, trade_end: str | None, retrain: str,
-                 validation_days: int) -> list[WalkPeriod]:
+def walk_forward(
+    dates: np.ndarray, *, window: int, trade_start: str, trade_end: str | None, retrain: str, validation_days: int
+) -> list[WalkPeriod]:
     """The periods of a walk-forward over ``dates [D]`` (see the module docstring); UserError when the trade
     window is outside the data or the first training window is too short.
 
@@ -79,14 +83,18 @@ def walk_forward(dates: np.ndarray, *, window: int, trade_start: str, trade_end:
     if end < start:
         raise UserError(f"--trade_end {end.date()} is before --trade_start {start.date()}")
     if end < index[0]:
-        raise UserError(f"the trade window {start.date()} .. {end.date()} is outside the data ({first_day} .. {last_day})")
+        raise UserError(
+            f"the trade window {start.date()} .. {end.date()} is outside the data ({first_day} .. {last_day})"
+        )
     if end > index[-1]:
         raise UserError(f"--trade_end {end.date()} is after the data's last day {last_day}")
     first = int(np.searchsorted(index, start, side="left"))
     last = int(np.searchsorted(index, end, side="right")) - 1
     if last - first < 1:
-        raise UserError(f"the trade window {start.date()} .. {end.date()} holds {last - first + 1} trading day(s); "
-                        f"a study needs at least 2")
+        raise UserError(
+            f"the trade window {start.date()} .. {end.date()} holds {last - first + 1} trading day(s); "
+            f"a study needs at least 2"
+        )
     lookback = window - 1
     train_days = first - validation_days - lookback
     if train_days < MIN_TRAIN_DAYS:
@@ -94,14 +102,21 @@ def walk_forward(dates: np.ndarray, *, window: int, trade_start: str, trade_end:
             f"the first training window is too short: {max(train_days, 0)} trading days before --trade_start "
             f"{start.date()} after the window's {lookback}-day lookback and {validation_days} validation days "
             f"(the data starts {first_day}); it needs at least {MIN_TRAIN_DAYS}: move --trade_start later, or "
-            f"shorten --window or --validation_days")
+            f"shorten --window or --validation_days"
+        )
     bounds = _boundaries(index, first, last, retrain)
     periods = []
     for k, b in enumerate(bounds):
         stop = bounds[k + 1] if k + 1 < len(bounds) else last
         validation = DayRange(b - validation_days, b) if validation_days else None
-        periods.append(WalkPeriod(index=k, train=DayRange(lookback, b - validation_days), validation=validation,
-                                  trade=DayRange(b, stop + 1)))
+        periods.append(
+            WalkPeriod(
+                index=k,
+                train=DayRange(lookback, b - validation_days),
+                validation=validation,
+                trade=DayRange(b, stop + 1),
+            )
+        )
     return periods
 
 

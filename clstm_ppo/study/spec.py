@@ -76,5 +76,7 @@ class StudySpec:
             base_diff = sorted(k for k in mine["base"] if mine["base"][k] != theirs["base"].get(k))
             diff = [d for d in diff if d != "base"] + [f"--{k}" for k in base_diff]
         if diff:
-            raise UserError(f"{where} holds another study (it differs in {', '.join(diff)}); use a new --out, or "
-                            f"the same settings to continue it")
+            raise UserError(
+                f"{where} holds another study (it differs in {', '.join(diff)}); use a new --out, or "
+                f"the same settings to continue it"
+            )

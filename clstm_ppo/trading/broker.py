@@ -41,8 +41,10 @@ LIVE_URL = "https://api.alpaca.markets"
 LIVE_HOST = "api.alpaca.markets"
 TRADING_URL_VAR = "ALPACA_TRADING_URL"
 FINAL_STATUSES = frozenset({"filled", "canceled", "expired", "rejected", "replaced", "done_for_day"})
-KEY_HINT = ("check ALPACA_API_KEY/ALPACA_SECRET_KEY (or APCA_API_KEY_ID/APCA_API_SECRET_KEY) and that they "
-            "belong to the {label} account")
+KEY_HINT = (
+    "check ALPACA_API_KEY/ALPACA_SECRET_KEY (or APCA_API_KEY_ID/APCA_API_SECRET_KEY) and that they "
+    "belong to the {label} account"
+)
 
 
 class BrokerError(UserError):
@@ -92,14 +94,16 @@ def resolve_endpoint(*, live: bool = False, confirm_live: bool = False, url: str
         raise UserError("--live trades real money: it needs --confirm_live_trading as well; nothing was sent")
     if confirm_live and not live:
         raise UserError("--confirm_live_trading confirms --live, which was not given; nothing was sent")
-    chosen = (url or read_settings([TRADING_URL_VAR]).get(TRADING_URL_VAR) or (LIVE_URL if live else PAPER_URL))
+    chosen = url or read_settings([TRADING_URL_VAR]).get(TRADING_URL_VAR) or (LIVE_URL if live else PAPER_URL)
     chosen = re.sub(r"/v2$", "", chosen.strip().rstrip("/"))  # alpaca-py appends /v2 itself
     parts = urlsplit(chosen)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(f"trading URL {redact_url(chosen)!r} is not an http(s) URL like {PAPER_URL}")
     if parts.hostname == LIVE_HOST and not live:
-        raise UserError(f"the trading URL {redact_url(chosen)} is Alpaca's live endpoint: live trading needs "
-                        "--live --confirm_live_trading; nothing was sent")
+        raise UserError(
+            f"the trading URL {redact_url(chosen)} is Alpaca's live endpoint: live trading needs "
+            "--live --confirm_live_trading; nothing was sent"
+        )
     return Endpoint(chosen, live)
 
 
@@ -156,9 +160,16 @@ class OrderState:
         return self.status in FINAL_STATUSES
 
     def to_json(self) -> dict[str, Any]:
-        return {"client_order_id": self.client_order_id, "order_id": self.order_id, "ticker": self.symbol,
-                "side": self.side, "qty": self.qty, "status": self.status, "filled_qty": self.filled_qty,
-                "filled_avg_price": self.filled_avg_price}
+        return {
+            "client_order_id": self.client_order_id,
+            "order_id": self.order_id,
+            "ticker": self.symbol,
+            "side": self.side,
+            "qty": self.qty,
+            "status": self.status,
+            "filled_qty": self.filled_qty,
+            "filled_avg_price": self.filled_avg_price,
+        }
 
 
 def _num(value: Any, default: float = 0.0) -> float:
@@ -171,9 +182,13 @@ def _num(value: Any, default: float = 0.0) -> float:
 def _order_state(raw: dict[str, Any]) -> OrderState:
     avg = raw.get("filled_avg_price")
     return OrderState(
-        client_order_id=str(raw.get("client_order_id", "")), order_id=str(raw.get("id", "")),
-        symbol=str(raw.get("symbol", "")), side=str(raw.get("side", "")), qty=_num(raw.get("qty")),
-        status=str(raw.get("status", "unknown")), filled_qty=_num(raw.get("filled_qty")),
+        client_order_id=str(raw.get("client_order_id", "")),
+        order_id=str(raw.get("id", "")),
+        symbol=str(raw.get("symbol", "")),
+        side=str(raw.get("side", "")),
+        qty=_num(raw.get("qty")),
+        status=str(raw.get("status", "unknown")),
+        filled_qty=_num(raw.get("filled_qty")),
         filled_avg_price=None if avg in (None, "") else _num(avg),
     )
 
@@ -194,8 +209,15 @@ def _session_time(day: date, text: Any) -> datetime:
 class Broker:
     """The calls `clstm-ppo trade` makes, on one ``TradingClient`` (see the module docstring for errors)."""
 
-    def __init__(self, creds: Credentials, endpoint: Endpoint, *, max_retries: int | None = None,
-                 retry_wait_seconds: float | None = None, timeout_seconds: float | None = None) -> None:
+    def __init__(
+        self,
+        creds: Credentials,
+        endpoint: Endpoint,
+        *,
+        max_retries: int | None = None,
+        retry_wait_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> None:
         from alpaca.trading.client import TradingClient
 
         retries, wait, timeout = retry_settings(max_retries, retry_wait_seconds, timeout_seconds)
@@ -203,7 +225,8 @@ class Broker:
         self.timeout = timeout
         self._secrets = (creds.key, creds.secret)
         self._client = patient_client_class(TradingClient, wait, timeout)(
-            creds.key, creds.secret, paper=not endpoint.live, raw_data=True, url_override=endpoint.url)
+            creds.key, creds.secret, paper=not endpoint.live, raw_data=True, url_override=endpoint.url
+        )
         self._client._retry = retries
 
     # ------------------------------------------------------------------ reads
@@ -220,8 +243,9 @@ class Broker:
         """Regular sessions with dates in [start, end] (weekends and holidays absent), oldest first."""
         from alpaca.trading.requests import GetCalendarRequest
 
-        raw = self._call("read the market calendar",
-                         lambda: self._client.get_calendar(GetCalendarRequest(start=start, end=end)))
+        raw = self._call(
+            "read the market calendar", lambda: self._client.get_calendar(GetCalendarRequest(start=start, end=end))
+        )
         try:
             out = []
             for item in raw or []:
@@ -236,9 +260,12 @@ class Broker:
         if not isinstance(raw, dict):
             raise self._malformed("account")
         return Account(
-            number=str(raw.get("account_number", "")), status=str(raw.get("status", "")),
-            cash=_num(raw.get("cash")), equity=_num(raw.get("equity")),
-            buying_power=_num(raw.get("buying_power")), long_market_value=_num(raw.get("long_market_value")),
+            number=str(raw.get("account_number", "")),
+            status=str(raw.get("status", "")),
+            cash=_num(raw.get("cash")),
+            equity=_num(raw.get("equity")),
+            buying_power=_num(raw.get("buying_power")),
+            long_market_value=_num(raw.get("long_market_value")),
             blocked=bool(raw.get("trading_blocked")) or bool(raw.get("account_blocked")),
         )
 
@@ -259,8 +286,9 @@ class Broker:
     def find_order(self, client_order_id: str) -> OrderState | None:
         """The order with this client id, or None when the broker has none (it never arrived)."""
         try:
-            raw = self._call(f"look up order {client_order_id}",
-                             lambda: self._client.get_order_by_client_id(client_order_id))
+            raw = self._call(
+                f"look up order {client_order_id}", lambda: self._client.get_order_by_client_id(client_order_id)
+            )
         except Refused as err:
             if err.status == 404:
                 return None
@@ -276,8 +304,9 @@ class Broker:
         from alpaca.trading.enums import OrderSide, TimeInForce
         from alpaca.trading.requests import MarketOrderRequest
 
-        request = MarketOrderRequest(symbol=symbol, qty=qty, side=OrderSide(side), time_in_force=TimeInForce.DAY,
-                                     client_order_id=client_order_id)
+        request = MarketOrderRequest(
+            symbol=symbol, qty=qty, side=OrderSide(side), time_in_force=TimeInForce.DAY, client_order_id=client_order_id
+        )
         raw = self._call(f"{side} {shares_text(qty)} {symbol}", lambda: self._client.submit_order(request))
         if not isinstance(raw, dict):
             raise self._malformed("order")
@@ -296,15 +325,22 @@ class Broker:
         except APIError as err:
             raise self._api_error(what, err) from None
         except requests.exceptions.Timeout:
-            raise Unreachable(self._clean(f"cannot {what}: no answer from {where} within {self.timeout:g} s "
-                                          "(ALPACA_TIMEOUT_SECONDS)")) from None
+            raise Unreachable(
+                self._clean(f"cannot {what}: no answer from {where} within {self.timeout:g} s (ALPACA_TIMEOUT_SECONDS)")
+            ) from None
         except requests.exceptions.ConnectionError:
-            raise Unreachable(self._clean(f"cannot {what}: the connection to {where} failed or was dropped "
-                                          "(network down, wrong ALPACA_TRADING_URL, or the server closed it)")) from None
+            raise Unreachable(
+                self._clean(
+                    f"cannot {what}: the connection to {where} failed or was dropped "
+                    "(network down, wrong ALPACA_TRADING_URL, or the server closed it)"
+                )
+            ) from None
         except requests.exceptions.RequestException as err:
             raise Unreachable(self._clean(f"cannot {what}: request to {where} failed ({type(err).__name__})")) from None
         except (ValueError, TypeError, KeyError) as err:  # a non-JSON 2xx body, alpaca-py's own parsing
-            raise Unreachable(self._clean(f"cannot {what}: malformed answer from {where} ({type(err).__name__})")) from None
+            raise Unreachable(
+                self._clean(f"cannot {what}: malformed answer from {where} ({type(err).__name__})")
+            ) from None
 
     def _api_error(self, what: str, err: Any) -> BrokerError:
         status = getattr(err, "status_code", None)
@@ -321,16 +357,26 @@ class Broker:
             hint = KEY_HINT.format(label=self.endpoint.label)
             return KeysRejected(self._clean(f"Alpaca rejected the API keys (HTTP {status} from {where}); {hint}"))
         if status == 429:
-            return Unreachable(self._clean(f"cannot {what}: Alpaca's rate limit (HTTP 429) held after the retries; "
-                                           "wait a minute and run again"))
+            return Unreachable(
+                self._clean(
+                    f"cannot {what}: Alpaca's rate limit (HTTP 429) held after the retries; wait a minute and run again"
+                )
+            )
         if status is None or status >= 500:
-            return Unreachable(self._clean(f"cannot {what}: HTTP {status} from {where}"
-                                           + (f": {detail}" if detail else "")))
-        return Refused(self._clean(f"{what}: refused (HTTP {status}): {detail or 'no reason given'}"),
-                       status, code, self._clean(detail))
+            return Unreachable(
+                self._clean(f"cannot {what}: HTTP {status} from {where}" + (f": {detail}" if detail else ""))
+            )
+        return Refused(
+            self._clean(f"{what}: refused (HTTP {status}): {detail or 'no reason given'}"),
+            status,
+            code,
+            self._clean(detail),
+        )
 
     def _malformed(self, what: str) -> Unreachable:
-        return Unreachable(f"malformed {what} answer from {redact_url(self.endpoint.url)}; is ALPACA_TRADING_URL right?")
+        return Unreachable(
+            f"malformed {what} answer from {redact_url(self.endpoint.url)}; is ALPACA_TRADING_URL right?"
+        )
 
     def _clean(self, text: str) -> str:
         """A proxy could echo request headers into an error body: never pass the keys on."""

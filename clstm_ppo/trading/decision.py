@@ -96,21 +96,36 @@ class Decision:
     def to_json(self) -> dict[str, Any]:
         """For the journal (plain numbers and strings; inf thresholds as null)."""
         return {
-            "day": self.day.isoformat(), "replay_start": self.replay_start.isoformat(), "tickers": self.tickers,
-            "prices": [float(p) for p in self.prices], "action": [float(a) for a in self.action],
-            "requested": [float(r) for r in self.requested], "turbulence": float(self.turbulence),
+            "day": self.day.isoformat(),
+            "replay_start": self.replay_start.isoformat(),
+            "tickers": self.tickers,
+            "prices": [float(p) for p in self.prices],
+            "action": [float(a) for a in self.action],
+            "requested": [float(r) for r in self.requested],
+            "turbulence": float(self.turbulence),
             "threshold": float(self.threshold) if np.isfinite(self.threshold) else None,
-            "turbulent": self.turbulent, "cash": self.cash, "shares": [float(s) for s in self.shares],
-            "cash_after": self.cash_after, "shares_after": [float(s) for s in self.shares_after],
-            "costs": self.costs, "backtest_value": self.backtest_value, "notes": list(self.notes),
+            "turbulent": self.turbulent,
+            "cash": self.cash,
+            "shares": [float(s) for s in self.shares],
+            "cash_after": self.cash_after,
+            "shares_after": [float(s) for s in self.shares_after],
+            "costs": self.costs,
+            "backtest_value": self.backtest_value,
+            "notes": list(self.notes),
         }
 
 
 # ------------------------------------------------------------------------------------------- data
 
 
-def load_trading_market(ck: Checkpoint, day: date, *, history_start: str | None = None,
-                        data_url: str | None = None, cache_dir: str | None = None) -> PreparedMarket:
+def load_trading_market(
+    ck: Checkpoint,
+    day: date,
+    *,
+    history_start: str | None = None,
+    data_url: str | None = None,
+    cache_dir: str | None = None,
+) -> PreparedMarket:
     """The checkpoint's market over its tickers' daily Alpaca bars from its first date to ``day`` (step 1-2).
 
     :param history_start: first date of bars (default: the checkpoint's ``start``; earlier or later moves the
@@ -122,12 +137,16 @@ def load_trading_market(ck: Checkpoint, day: date, *, history_start: str | None 
     if is_alpaca(cfg.data):
         frame = parse_timeframe(cfg.alpaca_timeframe)
         if (frame.amount_value, frame.unit_value.value) != (1, "Day"):
-            raise UserError(f"{ck.path} was trained on {cfg.alpaca_timeframe} bars; `clstm-ppo trade` decides once "
-                            "per session on daily bars (1Day)")
+            raise UserError(
+                f"{ck.path} was trained on {cfg.alpaca_timeframe} bars; `clstm-ppo trade` decides once "
+                "per session on daily bars (1Day)"
+            )
     start = history_start or cfg.start
     if not start:
-        raise UserError(f"{ck.path} has no start date for its data; pass --history_start YYYY-MM-DD "
-                        "(two years back covers the window, the indicators and the turbulence index)")
+        raise UserError(
+            f"{ck.path} has no start date for its data; pass --history_start YYYY-MM-DD "
+            "(two years back covers the window, the indicators and the turbulence index)"
+        )
     overrides: dict[str, Any] = {"start": start, "data": cfg.data if is_alpaca(cfg.data) else "alpaca"}
     if data_url:
         overrides["data_url"] = data_url
@@ -137,12 +156,16 @@ def load_trading_market(ck: Checkpoint, day: date, *, history_start: str | None 
     market = restore_market(ck, load_backtest_data(run_ck, end=day.isoformat()))
     last = _day(market.data.dates[-1])
     if last < day:
-        raise UserError(f"stale bars: the newest daily bars are from {last.isoformat()} but the last session was "
-                        f"{day.isoformat()} (the feed has not published it yet); nothing was sent, run again later")
+        raise UserError(
+            f"stale bars: the newest daily bars are from {last.isoformat()} but the last session was "
+            f"{day.isoformat()} (the feed has not published it yet); nothing was sent, run again later"
+        )
     lookback = market.turbulence_lookback + 1
     if np.isfinite(market.turbulence_threshold) and market.data.num_days <= lookback:
-        raise UserError(f"the turbulence stop needs more than {lookback} trading days of bars before the decision "
-                        f"day and {market.data.num_days} were loaded from {start}; pass an earlier --history_start")
+        raise UserError(
+            f"the turbulence stop needs more than {lookback} trading days of bars before the decision "
+            f"day and {market.data.num_days} were loaded from {start}; pass an earlier --history_start"
+        )
     return market
 
 
@@ -165,20 +188,32 @@ def replay_days(ck: Checkpoint, market: PreparedMarket, replay_start: str | None
         raise UserError(f"--replay_start {first!r} is not a date (YYYY-MM-DD)") from None
     last = len(dates) - 1
     if lo < market.window - 1:
-        raise UserError(f"{what}: the window needs {market.window - 1} trading days of bars before the replay's "
-                        f"first day and the bars begin {_day(dates[0])}; pass a later --replay_start or an "
-                        "earlier --history_start")
+        raise UserError(
+            f"{what}: the window needs {market.window - 1} trading days of bars before the replay's "
+            f"first day and the bars begin {_day(dates[0])}; pass a later --replay_start or an "
+            "earlier --history_start"
+        )
     if lo >= last:
-        raise UserError(f"{what} is not before the decision day {_day(dates[last])}: the replay needs at least one "
-                        "day; pass an earlier --replay_start")
+        raise UserError(
+            f"{what} is not before the decision day {_day(dates[last])}: the replay needs at least one "
+            "day; pass an earlier --replay_start"
+        )
     return DayRange(lo, last + 1)
 
 
 # ------------------------------------------------------------------------------------------- decision
 
 
-def decide(ck: Checkpoint, model: ActorCritic, market: PreparedMarket, days: DayRange, *, cash: float,
-           shares: np.ndarray, device: torch.device | str = "cpu") -> Decision:
+def decide(
+    ck: Checkpoint,
+    model: ActorCritic,
+    market: PreparedMarket,
+    days: DayRange,
+    *,
+    cash: float,
+    shares: np.ndarray,
+    device: torch.device | str = "cpu",
+) -> Decision:
     """Steps 3-5 of the module docstring for the decision day ``days.stop - 1``.
 
     :param cash: account cash in dollars (a negative balance, margin in use, counts as 0: no buys)
@@ -199,26 +234,49 @@ def decide(ck: Checkpoint, model: ActorCritic, market: PreparedMarket, days: Day
     shares_t = torch.as_tensor(shares, dtype=torch.float64).unsqueeze(0)
     close_t = torch.as_tensor(close).unsqueeze(0)
     obs = torch.as_tensor(run.last_obs).clone()  # [T, F]; the last row is the decision day's
-    write_portfolio_columns(obs[-1:], cash_t, shares_t, close_t, portfolio_value(cash_t, shares_t, close_t), cfg,
-                            market.normalization.holdings_scale)
+    write_portfolio_columns(
+        obs[-1:],
+        cash_t,
+        shares_t,
+        close_t,
+        portfolio_value(cash_t, shares_t, close_t),
+        cfg,
+        market.normalization.holdings_scale,
+    )
     policy = unwrap(model)
     with torch.no_grad():
-        action, _, _, _ = policy.act(obs.unsqueeze(0).to(device), run.last_state,
-                                     torch.zeros(1, dtype=torch.bool, device=device), deterministic=True)
+        action, _, _, _ = policy.act(
+            obs.unsqueeze(0).to(device),
+            run.last_state,
+            torch.zeros(1, dtype=torch.bool, device=device),
+            deterministic=True,
+        )
     # As the env hands it to the rule: the env's action, float32 on the CPU.
     action_np = policy.env_action(action)[0].float().cpu().numpy()
 
     turbulence, threshold = float(market.turbulence[t]), float(market.turbulence_threshold)
     turbulent = torch.tensor([turbulence >= threshold])
-    new_cash, new_shares, stats = trade_step(cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t,
-                                             turbulent, cfg)
+    new_cash, new_shares, stats = trade_step(
+        cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t, turbulent, cfg
+    )
     requested = orders_from_actions(torch.as_tensor(action_np).unsqueeze(0), cash_t, shares_t, close_t, cfg)[0].numpy()
     decision = Decision(
-        day=_day(market.data.dates[t]), tickers=[str(x) for x in market.data.tickers], prices=close,
-        action=action_np, requested=requested, turbulence=turbulence, threshold=threshold, cash=float(cash),
-        shares=shares, cash_after=float(new_cash[0]), shares_after=new_shares[0].numpy().copy(),
-        costs=float(stats.costs[0]), orders=[], backtest_value=float(run.values[-1]),
-        replay_start=_day(market.data.dates[days.start]), notes=notes,
+        day=_day(market.data.dates[t]),
+        tickers=[str(x) for x in market.data.tickers],
+        prices=close,
+        action=action_np,
+        requested=requested,
+        turbulence=turbulence,
+        threshold=threshold,
+        cash=float(cash),
+        shares=shares,
+        cash_after=float(new_cash[0]),
+        shares_after=new_shares[0].numpy().copy(),
+        costs=float(stats.costs[0]),
+        orders=[],
+        backtest_value=float(run.values[-1]),
+        replay_start=_day(market.data.dates[days.start]),
+        notes=notes,
     )
     decision.orders = plan_orders(decision, stats.shares_traded[0].numpy(), cfg.hmax)
     return decision

@@ -110,14 +110,20 @@ class Journal:
         with open(self.equity_path, newline="", encoding="utf-8") as handle:
             return list(csv.DictReader(handle))
 
-    def put_equity(self, day: str, *, equity: float, cash: float, long_market_value: float,
-                   backtest_value: float) -> None:
+    def put_equity(
+        self, day: str, *, equity: float, cash: float, long_market_value: float, backtest_value: float
+    ) -> None:
         """Write (or replace) ``day``'s row; the file is rewritten atomically, sorted by date."""
         self._ensure()
         rows = {r["date"]: r for r in self.equity_rows()}
-        rows[day] = {"date": day, "equity": f"{equity:.2f}", "cash": f"{cash:.2f}",
-                     "long_market_value": f"{long_market_value:.2f}", "backtest_value": f"{backtest_value:.6f}",
-                     "recorded_at": utc_now()}
+        rows[day] = {
+            "date": day,
+            "equity": f"{equity:.2f}",
+            "cash": f"{cash:.2f}",
+            "long_market_value": f"{long_market_value:.2f}",
+            "backtest_value": f"{backtest_value:.6f}",
+            "recorded_at": utc_now(),
+        }
         buffer = io.StringIO()
         writer = csv.DictWriter(buffer, fieldnames=EQUITY_COLUMNS, lineterminator="\n", extrasaction="ignore")
         writer.writeheader()

@@ -84,8 +84,9 @@ def describe(o: OrderOutcome) -> str:
     return f"{head}: {o.outcome.replace('_', ' ')}{status}"
 
 
-def send_orders(broker: Broker, planned: list[tuple[PlannedOrder, str]], journal: Journal, say: Say,
-                *, day: str) -> list[OrderOutcome]:
+def send_orders(
+    broker: Broker, planned: list[tuple[PlannedOrder, str]], journal: Journal, say: Say, *, day: str
+) -> list[OrderOutcome]:
     """Send ``planned`` ((order, client id), sells first) one by one, journaling each outcome as it happens."""
     outcomes: list[OrderOutcome] = []
     stopped = ""
@@ -98,9 +99,18 @@ def send_orders(broker: Broker, planned: list[tuple[PlannedOrder, str]], journal
                 stopped = f"not sent: the batch stopped after {order.ticker} lost contact with the broker"
         outcomes.append(result)
         state = result.state.to_json() if result.state else {}
-        journal.record("order", day=day, client_order_id=cid, ticker=order.ticker, side=order.side,
-                       qty=order.shares, outcome=result.outcome, message=result.message or None,
-                       status=state.get("status"), order_id=state.get("order_id"))
+        journal.record(
+            "order",
+            day=day,
+            client_order_id=cid,
+            ticker=order.ticker,
+            side=order.side,
+            qty=order.shares,
+            outcome=result.outcome,
+            message=result.message or None,
+            status=state.get("status"),
+            order_id=state.get("order_id"),
+        )
         if result.outcome in ("refused", "unknown", "not_sent"):
             say(describe(result))
     return outcomes
@@ -129,8 +139,12 @@ def _send_one(broker: Broker, order: PlannedOrder, cid: str) -> OrderOutcome:
         try:
             found = broker.find_order(cid)
         except Unreachable as err:
-            return OrderOutcome(order, cid, "unknown", message=f"{problem}; the lookup by client id failed too "
-                                f"({err}); re-run to find out and continue")
+            return OrderOutcome(
+                order,
+                cid,
+                "unknown",
+                message=f"{problem}; the lookup by client id failed too ({err}); re-run to find out and continue",
+            )
         if found is not None:
             return OrderOutcome(order, cid, "sent", found, message=f"answer lost ({problem}); found by client id")
         if attempt == 2:
@@ -143,15 +157,24 @@ def _reason(err: Refused) -> str:
     return f"{err.detail or 'refused'} (HTTP {err.status})"
 
 
-def wait_for_fills(broker: Broker, outcomes: list[OrderOutcome], journal: Journal, say: Say, *, day: str,
-                   wait_seconds: float, poll_seconds: float = 1.0,
-                   sleep: Callable[[float], None] = time.sleep) -> dict[str, OrderState]:
+def wait_for_fills(
+    broker: Broker,
+    outcomes: list[OrderOutcome],
+    journal: Journal,
+    say: Say,
+    *,
+    day: str,
+    wait_seconds: float,
+    poll_seconds: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, OrderState]:
     """Poll the sent orders until all are final or ``wait_seconds`` pass; journal the state each reached.
 
     :return: client id -> last state seen, for the orders that are at the broker.
     """
-    states = {o.client_order_id: o.state for o in outcomes
-              if o.outcome in ("sent", "already_sent") and o.state is not None}
+    states = {
+        o.client_order_id: o.state for o in outcomes if o.outcome in ("sent", "already_sent") and o.state is not None
+    }
     deadline = time.monotonic() + max(wait_seconds, 0.0)
     pending = {cid for cid, s in states.items() if not s.final}
     # "accepted" = queued while the market is shut: nothing happens to such orders before the next open.
@@ -185,14 +208,23 @@ def reconcile(broker: Broker, journal: Journal) -> list[OrderState]:
             last[cid] = event
     changed = []
     for cid, event in last.items():
-        if event.get("outcome") in SETTLED_OUTCOMES or event.get("status") in FINAL_STATUSES \
-                or event.get("status") == "not_found":
+        if (
+            event.get("outcome") in SETTLED_OUTCOMES
+            or event.get("status") in FINAL_STATUSES
+            or event.get("status") == "not_found"
+        ):
             continue
         found = broker.find_order(cid)
         if found is None:
             if event.get("outcome") == "unknown":
-                journal.record("order_status", day=event.get("day"), client_order_id=cid, ticker=event.get("ticker"),
-                               side=event.get("side"), status="not_found")
+                journal.record(
+                    "order_status",
+                    day=event.get("day"),
+                    client_order_id=cid,
+                    ticker=event.get("ticker"),
+                    side=event.get("side"),
+                    status="not_found",
+                )
             continue
         if found.status != event.get("status") or found.filled_qty != event.get("filled_qty"):
             journal.record("order_status", day=event.get("day"), **found.to_json())

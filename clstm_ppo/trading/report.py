@@ -32,8 +32,7 @@ from envs.atomic import atomic_write
 from envs.errors import UserError
 
 REPORT_FILE = "report.csv"
-REPORT_COLUMNS = ("date", "paper_equity", "backtest_value", "paper_return", "backtest_return", "gap",
-                  "execution_cost")
+REPORT_COLUMNS = ("date", "paper_equity", "backtest_value", "paper_return", "backtest_return", "gap", "execution_cost")
 
 
 @dataclass
@@ -86,7 +85,9 @@ def trade_report(folder: str | Path, out: str | Path | None = None) -> TradeRepo
         equity = np.array([float(r["equity"]) for r in rows])
         backtest = np.array([float(r["backtest_value"]) for r in rows])
     except (KeyError, ValueError):
-        raise UserError(f"{journal.equity_path} is not a trade equity file (columns date,equity,...,backtest_value)") from None
+        raise UserError(
+            f"{journal.equity_path} is not a trade equity file (columns date,equity,...,backtest_value)"
+        ) from None
     if not (np.all(equity > 0) and np.all(backtest > 0)):
         raise UserError(f"{journal.equity_path}: equity and backtest values must be positive")
     costs, fills = execution_costs(journal.events())
@@ -95,10 +96,18 @@ def trade_report(folder: str | Path, out: str | Path | None = None) -> TradeRepo
     paper_r[1:] = equity[1:] / equity[:-1] - 1.0
     bt_r[1:] = backtest[1:] / backtest[:-1] - 1.0
     gaps = paper_r[1:] - bt_r[1:]
-    out_rows = [{"date": r["date"], "paper_equity": float(e), "backtest_value": float(b),
-                 "paper_return": None if np.isnan(p) else float(p), "backtest_return": None if np.isnan(q) else float(q),
-                 "gap": None if np.isnan(p) else float(p - q), "execution_cost": costs.get(r["date"])}
-                for r, e, b, p, q in zip(rows, equity, backtest, paper_r, bt_r, strict=True)]
+    out_rows = [
+        {
+            "date": r["date"],
+            "paper_equity": float(e),
+            "backtest_value": float(b),
+            "paper_return": None if np.isnan(p) else float(p),
+            "backtest_return": None if np.isnan(q) else float(q),
+            "gap": None if np.isnan(p) else float(p - q),
+            "execution_cost": costs.get(r["date"]),
+        }
+        for r, e, b, p, q in zip(rows, equity, backtest, paper_r, bt_r, strict=True)
+    ]
     path = Path(out) if out else journal.folder / REPORT_FILE
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=REPORT_COLUMNS, lineterminator="\n")
@@ -111,10 +120,13 @@ def trade_report(folder: str | Path, out: str | Path | None = None) -> TradeRepo
     except OSError as err:
         raise UserError(f"cannot write {path}: {err.strerror or err}") from None
     return TradeReport(
-        rows=out_rows, paper_return=float(equity[-1] / equity[0] - 1.0),
+        rows=out_rows,
+        paper_return=float(equity[-1] / equity[0] - 1.0),
         backtest_return=float(backtest[-1] / backtest[0] - 1.0),
         tracking_error=float(np.std(gaps, ddof=1)) if len(gaps) >= 2 else None,
-        execution_cost=float(sum(costs.values())), fills=fills, path=path,
+        execution_cost=float(sum(costs.values())),
+        fills=fills,
+        path=path,
     )
 
 
@@ -131,11 +143,23 @@ def _money(x: float | None) -> str:
 def report_table(report: TradeReport) -> str:
     """The console view: one line per day, then the totals."""
     header = ("date", "paper equity", "day", "backtest value", "day", "gap", "fills vs close")
-    body = [(r["date"], _money(r["paper_equity"]), _pct(r["paper_return"]), _money(r["backtest_value"]),
-             _pct(r["backtest_return"]), _pct(r["gap"]), _money(r["execution_cost"])) for r in report.rows]
+    body = [
+        (
+            r["date"],
+            _money(r["paper_equity"]),
+            _pct(r["paper_return"]),
+            _money(r["backtest_value"]),
+            _pct(r["backtest_return"]),
+            _pct(r["gap"]),
+            _money(r["execution_cost"]),
+        )
+        for r in report.rows
+    ]
     widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = ["  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]])
-             for row in [header, *body]]
+    lines = [
+        "  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]])
+        for row in [header, *body]
+    ]
     n = len(report.rows)
     te = "-" if report.tracking_error is None else f"{report.tracking_error * 100:.2f}% per day"
     lines += [

@@ -97,22 +97,29 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
         return TradeResult(None, [], folder)
     day = session.day.isoformat()
     for state in reconcile(broker, journal):
-        say(f"earlier order {state.client_order_id}: {state.status}, filled {state.filled_qty:g} of {state.qty:g}"
-            + (f" at ${state.filled_avg_price:,.2f}" if state.filled_avg_price else ""))
+        say(
+            f"earlier order {state.client_order_id}: {state.status}, filled {state.filled_qty:g} of {state.qty:g}"
+            + (f" at ${state.filled_avg_price:,.2f}" if state.filled_avg_price else "")
+        )
 
-    market = load_trading_market(ck, session.day, history_start=opts.history_start, data_url=opts.data_url,
-                                 cache_dir=opts.data_cache_dir)
+    market = load_trading_market(
+        ck, session.day, history_start=opts.history_start, data_url=opts.data_url, cache_dir=opts.data_cache_dir
+    )
     days = replay_days(ck, market, opts.replay_start)
     account = broker.account()
     positions = broker.positions()
     if opts.submit and (account.blocked or account.status.upper() not in ("ACTIVE", "")):
-        raise UserError(f"the {endpoint.label} account {account.number} cannot trade (status {account.status}, "
-                        "trading or account blocked); nothing was sent")
+        raise UserError(
+            f"the {endpoint.label} account {account.number} cannot trade (status {account.status}, "
+            "trading or account blocked); nothing was sent"
+        )
     tickers = [str(t) for t in market.data.tickers]
     shorts = [s for s, p in positions.items() if s in tickers and p.qty < 0]
     if shorts:
-        raise UserError(f"the account is short {', '.join(shorts)}; the policy trades long only: close the short "
-                        "positions first; nothing was sent")
+        raise UserError(
+            f"the account is short {', '.join(shorts)}; the policy trades long only: close the short "
+            "positions first; nothing was sent"
+        )
     shares = np.array([positions[t].qty if t in positions else 0.0 for t in tickers], dtype=np.float64)
     unknown = {s: p for s, p in positions.items() if s not in tickers}
 
@@ -120,33 +127,65 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
     ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
     journal.record(
-        "decision", day=day, checkpoint=str(ck.path),
-        account={"number": account.number, "cash": account.cash, "equity": account.equity,
-                 "buying_power": account.buying_power},
+        "decision",
+        day=day,
+        checkpoint=str(ck.path),
+        account={
+            "number": account.number,
+            "cash": account.cash,
+            "equity": account.equity,
+            "buying_power": account.buying_power,
+        },
         positions={t: float(q) for t, q in zip(tickers, shares, strict=True) if q},
         unknown_positions={s: p.qty for s, p in unknown.items()},
         **{k: v for k, v in decision.to_json().items() if k != "day"},
-        plan=[{"ticker": o.ticker, "side": o.side, "shares": o.shares, "price": o.price, "value": o.value,
-               "reason": o.reason, "client_order_id": cid} for o, cid in zip(decision.orders, ids, strict=True)],
+        plan=[
+            {
+                "ticker": o.ticker,
+                "side": o.side,
+                "shares": o.shares,
+                "price": o.price,
+                "value": o.value,
+                "reason": o.reason,
+                "client_order_id": cid,
+            }
+            for o, cid in zip(decision.orders, ids, strict=True)
+        ],
     )
-    journal.put_equity(day, equity=account.equity, cash=account.cash, long_market_value=account.long_market_value,
-                       backtest_value=decision.backtest_value)
+    journal.put_equity(
+        day,
+        equity=account.equity,
+        cash=account.cash,
+        long_market_value=account.long_market_value,
+        backtest_value=decision.backtest_value,
+    )
 
-    for line in plan_lines(decision, ck_path=str(ck.path), endpoint=endpoint, account_number=account.number,
-                           equity=account.equity, buying_power=account.buying_power, days=days.stop - days.start,
-                           unknown={s: (p.qty, p.market_value) for s, p in unknown.items()}, submit=opts.submit):
+    for line in plan_lines(
+        decision,
+        ck_path=str(ck.path),
+        endpoint=endpoint,
+        account_number=account.number,
+        equity=account.equity,
+        buying_power=account.buying_power,
+        days=days.stop - days.start,
+        unknown={s: (p.qty, p.market_value) for s, p in unknown.items()},
+        submit=opts.submit,
+    ):
         say(line)
     if not opts.submit or not decision.orders:
         if decision.orders:
-            say(f"dry run: nothing sent (add --submit to send these {len(decision.orders)} orders to the "
-                f"{endpoint.label} account); journal: {journal.trades_path}")
+            say(
+                f"dry run: nothing sent (add --submit to send these {len(decision.orders)} orders to the "
+                f"{endpoint.label} account); journal: {journal.trades_path}"
+            )
         else:
             say(f"no orders today; journal: {journal.trades_path}")
         return TradeResult(decision, [], folder)
 
     outcomes = send_orders(broker, list(zip(decision.orders, ids, strict=True)), journal, say, day=day)
-    states = wait_for_fills(broker, outcomes, journal, say, day=day, wait_seconds=opts.wait_seconds,
-                            poll_seconds=opts.poll_seconds)
+    states = wait_for_fills(
+        broker, outcomes, journal, say, day=day, wait_seconds=opts.wait_seconds, poll_seconds=opts.poll_seconds
+    )
     for o in outcomes:
         o.state = states.get(o.client_order_id, o.state)
         if o.outcome in ("sent", "already_sent"):
@@ -158,8 +197,10 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     if before:
         summary += f", {before} already sent by an earlier run (not sent again)"
     if problems:
-        summary += (f"; {problems} did not go out (see above): run the same command again today to send what is "
-                    "missing -- orders already at the broker are recognised by their client ids")
+        summary += (
+            f"; {problems} did not go out (see above): run the same command again today to send what is "
+            "missing -- orders already at the broker are recognised by their client ids"
+        )
     say(f"{summary}; journal: {journal.trades_path}")
     return TradeResult(decision, outcomes, folder, problems)
 
@@ -180,8 +221,18 @@ def _money(x: float) -> str:
     return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
 
 
-def plan_lines(d: Decision, *, ck_path: str, endpoint: Endpoint, account_number: str, equity: float,
-               buying_power: float, days: int, unknown: dict[str, tuple[float, float]], submit: bool) -> list[str]:
+def plan_lines(
+    d: Decision,
+    *,
+    ck_path: str,
+    endpoint: Endpoint,
+    account_number: str,
+    equity: float,
+    buying_power: float,
+    days: int,
+    unknown: dict[str, tuple[float, float]],
+    submit: bool,
+) -> list[str]:
     """The plan as the console shows it: a header, the orders table, what is left alone."""
     mode = "submit" if submit else "dry run"
     lines = [
@@ -191,16 +242,26 @@ def plan_lines(d: Decision, *, ck_path: str, endpoint: Endpoint, account_number:
         f"backtest replay from {d.replay_start.isoformat()} ({days} days): value {_money(d.backtest_value)}",
     ]
     threshold = f"{d.threshold:.2f}" if np.isfinite(d.threshold) else "off"
-    lines.append(f"turbulence {d.turbulence:.2f} (threshold {threshold})"
-                 + (": turbulent day, sell everything, buy nothing" if d.turbulent else ""))
+    lines.append(
+        f"turbulence {d.turbulence:.2f} (threshold {threshold})"
+        + (": turbulent day, sell everything, buy nothing" if d.turbulent else "")
+    )
     lines += [f"note: {n}" for n in d.notes]
     if d.orders:
         header = ("ticker", "side", "shares", "last price", "value", "reason")
         rows = [(o.ticker, o.side, f"{o.shares:g}", _money(o.price), _money(o.value), o.reason) for o in d.orders]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
         for r in [header, *rows]:
-            lines.append("  ".join([r[0].ljust(widths[0]), r[1].ljust(widths[1]),
-                                    *[c.rjust(w) for c, w in zip(r[2:5], widths[2:5], strict=True)], r[5]]))
+            lines.append(
+                "  ".join(
+                    [
+                        r[0].ljust(widths[0]),
+                        r[1].ljust(widths[1]),
+                        *[c.rjust(w) for c, w in zip(r[2:5], widths[2:5], strict=True)],
+                        r[5],
+                    ]
+                )
+            )
         lines.append(f"expected after the orders at the close: cash {_money(d.cash_after)}, costs {_money(d.costs)}")
     if unknown:
         held = ", ".join(f"{s} {q:g} shares ({_money(v)})" for s, (q, v) in sorted(unknown.items()))

@@ -37,10 +37,13 @@ def decision_session(now: datetime, sessions: list[Session]) -> Session:
     if session is None:
         later = [s.day for s in sessions if s.day > today]
         nxt = f"; the next session is {later[0].isoformat()}" if later else ""
-        raise NoSessionToday(f"market closed today ({today.isoformat()}, {local:%A}: weekend or holiday): no session "
-                             f"to decide on, nothing sent{nxt}")
+        raise NoSessionToday(
+            f"market closed today ({today.isoformat()}, {local:%A}: weekend or holiday): no session "
+            f"to decide on, nothing sent{nxt}"
+        )
     if local < session.close:
         raise UserError(
             f"today's session ({today.isoformat()}) closes at {session.close:%H:%M} ET and the decision uses its "
-            f"closing bars: run after the close (it is {local:%H:%M} ET now); nothing was sent")
+            f"closing bars: run after the close (it is {local:%H:%M} ET now); nothing was sent"
+        )
     return session

@@ -135,18 +135,30 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except Exception as err:  # torch.load fails in many ways on a damaged archive (RuntimeError, OSError, ...)
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
-            raise UserError(f"{path} is not a clstm-ppo checkpoint: it holds Python objects other than tensors "
-                            f"and plain data, which are not loaded for safety (weights_only)") from None
-        raise UserError(f"{path} is not a readable clstm-ppo checkpoint (truncated or corrupt, "
-                        f"{path.stat().st_size:,} bytes): {reason[:160]}") from None
+            raise UserError(
+                f"{path} is not a clstm-ppo checkpoint: it holds Python objects other than tensors "
+                f"and plain data, which are not loaded for safety (weights_only)"
+            ) from None
+        raise UserError(
+            f"{path} is not a readable clstm-ppo checkpoint (truncated or corrupt, "
+            f"{path.stat().st_size:,} bytes): {reason[:160]}"
+        ) from None
     if not isinstance(raw, dict) or not all(k in raw for k in REQUIRED_KEYS):
-        raise UserError(f"{path} is not a clstm-ppo checkpoint (missing {', '.join(k for k in REQUIRED_KEYS if not isinstance(raw, dict) or k not in raw)})")
+        raise UserError(
+            f"{path} is not a clstm-ppo checkpoint (missing {', '.join(k for k in REQUIRED_KEYS if not isinstance(raw, dict) or k not in raw)})"
+        )
     if raw["format_version"] != FORMAT_VERSION:
         raise UserError(f"{path} has checkpoint format {raw['format_version']}, this version reads {FORMAT_VERSION}")
     return Checkpoint(
-        path=path, config=raw["config"], model_config=raw["model_config"], market_spec=raw["market_spec"],
-        model_state=raw["model_state"], optimizer_state=raw.get("optimizer_state"),
-        scaler_state=raw.get("scaler_state"), counters=raw["counters"], worker_states=raw.get("worker_states"),
+        path=path,
+        config=raw["config"],
+        model_config=raw["model_config"],
+        market_spec=raw["market_spec"],
+        model_state=raw["model_state"],
+        optimizer_state=raw.get("optimizer_state"),
+        scaler_state=raw.get("scaler_state"),
+        counters=raw["counters"],
+        worker_states=raw.get("worker_states"),
     )
 
 
@@ -219,8 +231,19 @@ def _names(tickers: list[str], most: int = 6) -> str:
     return ", ".join(tickers[:most]) + (f", ... ({len(tickers)} in all)" if len(tickers) > most else "")
 
 
-RESUME_MUST_MATCH = ("action_mode", "rebalance_band", "reward", "reward_scaling", "hmax", "initial_amount",
-                     "buy_cost_pct", "sell_cost_pct", "use_turbulence", "price_features", "portfolio_features")
+RESUME_MUST_MATCH = (
+    "action_mode",
+    "rebalance_band",
+    "reward",
+    "reward_scaling",
+    "hmax",
+    "initial_amount",
+    "buy_cost_pct",
+    "sell_cost_pct",
+    "use_turbulence",
+    "price_features",
+    "portfolio_features",
+)
 """Env settings that give an action or a reward its meaning: a resumed run must keep the checkpoint's."""
 
 
@@ -238,21 +261,34 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     ckpt = load_checkpoint(path)
     theirs, ours = [str(t) for t in ckpt.market_spec.get("tickers", [])], [str(t) for t in market.data.tickers]
     if theirs != ours:
-        raise UserError(f"--resume {path}: it was trained on {len(theirs)} tickers ({_names(theirs)}) but this run's "
-                        f"data has {len(ours)} ({_names(ours)}); use the same --data/--tickers, or start a new run")
+        raise UserError(
+            f"--resume {path}: it was trained on {len(theirs)} tickers ({_names(theirs)}) but this run's "
+            f"data has {len(ours)} ({_names(ours)}); use the same --data/--tickers, or start a new run"
+        )
     ours_model = model_config(cfg, market).__dict__
     stored = ModelConfig.from_dict(ckpt.model_config).__dict__
     flags = {f.name for f in fields(TrainConfig)}
     then = ckpt.cfg
-    shown_as = {"next_day_head": "aux_coef", "obs_norm": "norm_obs"}  # model fields a flag decides: name the flag and its values
-    diff = [f"--{shown_as[k]} {_shown(getattr(then, shown_as[k]))} (now {_shown(getattr(cfg, shown_as[k]))})"
-            if k in shown_as else f"{'--' if k in flags else ''}{k} {_shown(stored.get(k))} (now {_shown(v)})"
-            for k, v in ours_model.items() if stored.get(k) != v]
-    diff += [f"--{k} {_shown(getattr(then, k))} (now {_shown(getattr(cfg, k))})" for k in RESUME_MUST_MATCH
-             if getattr(then, k) != getattr(cfg, k)]
+    shown_as = {
+        "next_day_head": "aux_coef",
+        "obs_norm": "norm_obs",
+    }  # model fields a flag decides: name the flag and its values
+    diff = [
+        f"--{shown_as[k]} {_shown(getattr(then, shown_as[k]))} (now {_shown(getattr(cfg, shown_as[k]))})"
+        if k in shown_as
+        else f"{'--' if k in flags else ''}{k} {_shown(stored.get(k))} (now {_shown(v)})"
+        for k, v in ours_model.items()
+        if stored.get(k) != v
+    ]
+    diff += [
+        f"--{k} {_shown(getattr(then, k))} (now {_shown(getattr(cfg, k))})"
+        for k in RESUME_MUST_MATCH
+        if getattr(then, k) != getattr(cfg, k)
+    ]
     if diff:
-        raise UserError(f"--resume {path}: it was trained with {', '.join(diff)}; give the same settings, "
-                        f"or start a new run")
+        raise UserError(
+            f"--resume {path}: it was trained with {', '.join(diff)}; give the same settings, or start a new run"
+        )
     return path
 
 
@@ -272,10 +308,17 @@ def load_weights(path: str | Path, cfg: TrainConfig, market: PreparedMarket) -> 
 # ------------------------------------------------------------------------------------------- contents
 
 
-def checkpoint_payload(*, cfg: TrainConfig, model: ActorCritic, market: PreparedMarket,
-                       optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
-                       counters: dict[str, Any], worker_states: list[dict[str, Any]] | None,
-                       world_size: int) -> dict[str, Any]:
+def checkpoint_payload(
+    *,
+    cfg: TrainConfig,
+    model: ActorCritic,
+    market: PreparedMarket,
+    optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None,
+    counters: dict[str, Any],
+    worker_states: list[dict[str, Any]] | None,
+    world_size: int,
+) -> dict[str, Any]:
     """Everything a checkpoint holds (see `Checkpoint`); ``model`` is the raw ActorCritic (no wrappers)."""
     return {
         "format_version": FORMAT_VERSION,
@@ -296,7 +339,9 @@ def restore_market(ckpt: Checkpoint, data: MarketData) -> PreparedMarket:
     try:
         return rebuild_market(data, ckpt.market_spec)
     except (KeyError, TypeError, ValueError) as err:
-        raise UserError(f"{ckpt.path}: its market spec is incomplete or invalid ({type(err).__name__}: {err})") from None
+        raise UserError(
+            f"{ckpt.path}: its market spec is incomplete or invalid ({type(err).__name__}: {err})"
+        ) from None
 
 
 def restore_policy(ckpt: Checkpoint, market: PreparedMarket, device: torch.device | str = "cpu") -> ActorCritic:
@@ -317,5 +362,7 @@ def restore_policy(ckpt: Checkpoint, market: PreparedMarket, device: torch.devic
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
         first = str(err).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])[:300]
-        raise UserError(f"{path}: stored weights do not match its model config ({model_cfg.policy}): {detail}") from None
+        raise UserError(
+            f"{path}: stored weights do not match its model config ({model_cfg.policy}): {detail}"
+        ) from None
     return model.to(device).eval()

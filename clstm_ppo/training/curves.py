@@ -123,9 +123,7 @@ def rolling_mean(y: np.ndarray, window: int) -> np.ndarray:
         return np.where(cnt > 0, (c[i] - c[lo]) / np.maximum(cnt, 1), np.nan)
 
 
-def plot_training(
-    log: TrainingLog, out_path: str | Path, *, title: str | None = None, smooth: int = 0
-) -> Path:
+def plot_training(log: TrainingLog, out_path: str | Path, *, title: str | None = None, smooth: int = 0) -> Path:
     """Draw the ten training panels of ``log`` into a PNG at ``out_path`` (folders created).
 
     :param smooth: rolling-mean window for episode panels, in episodes (0: about 1/20 of the episodes).
@@ -140,9 +138,7 @@ def plot_training(
     window = smooth if smooth > 0 else max(1, n_ep // 20)
 
     def no_data(ax: Any, what: str) -> None:
-        ax.text(
-            0.5, 0.5, f"no {what} rows yet", ha="center", va="center", transform=ax.transAxes, color="gray"
-        )
+        ax.text(0.5, 0.5, f"no {what} rows yet", ha="center", va="center", transform=ax.transAxes, color="gray")
 
     def episodes(ax: Any, key: str, label: str) -> tuple[np.ndarray, np.ndarray] | None:
         if not n_ep:
@@ -169,8 +165,9 @@ def plot_training(
             (h,) = target.plot(x, y, color=color, lw=1.4, label=name)
             handles.append(h)
             if twin:
-                target.set_ylabel(" / ".join(n for (_k, n), t in zip(keys, targets, strict=True) if t is target),
-                                  color=color)
+                target.set_ylabel(
+                    " / ".join(n for (_k, n), t in zip(keys, targets, strict=True) if t is target), color=color
+                )
         ax.legend(handles=handles, loc="best", fontsize=8)
 
     episodes(axes[0, 0], "reward", "episode reward (scaled)")
@@ -185,20 +182,36 @@ def plot_training(
             axes[0, 1].legend(loc="best", fontsize=8)
     aux = [("aux_loss", "next-day loss (--aux_coef)")] if any(u.get("aux_loss", 0) > 0 for u in log.updates) else []
     updates(axes[1, 0], [("policy_loss", "policy loss"), ("value_loss", "value loss"), *aux], "losses", twin=True)
-    updates(
-        axes[1, 1], [("entropy", "entropy"), ("approx_kl", "approx KL")], "entropy / approx KL", twin=True
-    )
+    updates(axes[1, 1], [("entropy", "entropy"), ("approx_kl", "approx KL")], "entropy / approx KL", twin=True)
     updates(
         axes[2, 0],
         [("clip_fraction", "clip fraction"), ("explained_variance", "explained variance")],
         "clip fraction / explained variance",
     )
-    updates(axes[2, 1], [("advantage_std", "advantage std (raw)"), ("return_std", "return std")],
-            "scales of advantages and value targets", twin=True)
-    updates(axes[3, 0], [("exposure", "exposure (in stock)"), ("clipped_fraction", "actions clipped at +-1"),
-                         ("refused_buy_fraction", "buys refused for cash")], "what the policy does (fractions)")
-    updates(axes[3, 1], [("action_mean", "mean action (avg over stocks)"), ("action_std", "sampled action std"),
-                         ("policy_std", "policy std")], "actions")
+    updates(
+        axes[2, 1],
+        [("advantage_std", "advantage std (raw)"), ("return_std", "return std")],
+        "scales of advantages and value targets",
+        twin=True,
+    )
+    updates(
+        axes[3, 0],
+        [
+            ("exposure", "exposure (in stock)"),
+            ("clipped_fraction", "actions clipped at +-1"),
+            ("refused_buy_fraction", "buys refused for cash"),
+        ],
+        "what the policy does (fractions)",
+    )
+    updates(
+        axes[3, 1],
+        [
+            ("action_mean", "mean action (avg over stocks)"),
+            ("action_std", "sampled action std"),
+            ("policy_std", "policy std"),
+        ],
+        "actions",
+    )
     updates(axes[4, 0], [("steps_per_second", "steps/s")], "throughput (env steps/s, all ranks)")
     updates(axes[4, 1], [("lr_clstm", "lr stage 1"), ("lr_actor_critic", "lr actor-critic")], "learning rates")
     for ax in axes.flat:

@@ -120,9 +120,11 @@ class WorldLayout:
 
     def describe(self, num_envs: int) -> str:
         where = f"{self.world_size} x GPU" if self.device_type == "cuda" else f"{self.world_size} x CPU process"
-        return (f"world size {self.world_size} ({where}), backend {self.backend}, "
-                f"{num_envs} envs per worker = {num_envs * self.world_size} envs, "
-                f"rendezvous {self.master_addr}:{self.master_port}{' (torchrun)' if self.torchrun else ''}")
+        return (
+            f"world size {self.world_size} ({where}), backend {self.backend}, "
+            f"{num_envs} envs per worker = {num_envs * self.world_size} envs, "
+            f"rendezvous {self.master_addr}:{self.master_port}{' (torchrun)' if self.torchrun else ''}"
+        )
 
 
 def resolve_layout(num_gpus: int | None, num_workers: int, backend: str, master_port: int) -> WorldLayout:
@@ -165,7 +167,10 @@ def init_worker(layout: WorldLayout, rank: int, local_rank: int) -> Comm:
         os.environ["MASTER_ADDR"] = layout.master_addr
         os.environ["MASTER_PORT"] = str(layout.master_port)
         dist.init_process_group(
-            layout.backend, rank=rank, world_size=layout.world_size, timeout=timedelta(minutes=10),
+            layout.backend,
+            rank=rank,
+            world_size=layout.world_size,
+            timeout=timedelta(minutes=10),
             **({"device_id": device} if layout.backend == "nccl" else {}),
         )
     return Comm(rank=rank, local_rank=local_rank, world_size=layout.world_size, device=device, backend=layout.backend)

@@ -42,7 +42,9 @@ class FaultSpec:
                     raise ValueError(key)
                 values[key] = value if key == "kind" else int(value)
         except ValueError:
-            raise UserError(f"{FAULT_INJECT_ENV}={text!r}: expected rank=R,update=U[,kind=raise|kill|nan][,count=K]") from None
+            raise UserError(
+                f"{FAULT_INJECT_ENV}={text!r}: expected rank=R,update=U[,kind=raise|kill|nan][,count=K]"
+            ) from None
         spec = cls(**values)  # type: ignore[arg-type]
         if spec.kind not in KINDS:
             raise UserError(f"{FAULT_INJECT_ENV}: kind must be raise, kill or nan, got {spec.kind!r}")

@@ -69,8 +69,9 @@ class WorkerReport:
     traceback: str
 
 
-def _run_worker(layout: WorldLayout, rank: int, local_rank: int, fn: WorkerFn, payload: Any,
-                report: Callable[[WorkerReport], None]) -> int:
+def _run_worker(
+    layout: WorldLayout, rank: int, local_rank: int, fn: WorkerFn, payload: Any, report: Callable[[WorkerReport], None]
+) -> int:
     """Run one worker; return its exit status (0, 1 crash, 2 user error, 128 + signal after a stop)."""
     try:
         comm = init_worker(layout, rank, local_rank)
@@ -110,6 +111,7 @@ def _watch_parent(parent_pid: int) -> None:
     The worker first gets SIGTERM (a graceful stop with a checkpoint); if it is still alive after the
     stop grace period it exits hard.
     """
+
     def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(0.5)
@@ -182,8 +184,12 @@ def _spawn_and_supervise(layout: WorldLayout, fn: WorkerFn, payload: Any) -> int
         signals.append(signum)
         if len(signals) == 1:
             stop_at.append(time.monotonic() + _stop_grace())
-            print(f"{signal.Signals(signum).name}: finishing the current update and saving a checkpoint "
-                  f"(signal again to quit at once)", file=sys.stderr, flush=True)
+            print(
+                f"{signal.Signals(signum).name}: finishing the current update and saving a checkpoint "
+                f"(signal again to quit at once)",
+                file=sys.stderr,
+                flush=True,
+            )
             kill_all(signal.SIGTERM)
         else:
             print("stopping at once: workers killed; the last complete checkpoint is kept", file=sys.stderr, flush=True)
@@ -195,8 +201,14 @@ def _spawn_and_supervise(layout: WorldLayout, fn: WorkerFn, payload: Any) -> int
     try:
         # torch.multiprocessing starts the ranks; join=False hands back the processes so that the loop below,
         # not mp's own join (which ends at the first failure without stopping or reporting the others), supervises.
-        context = mp.start_processes(_spawned_entry, args=(layout, fn, payload, reports, os.getpid()),
-                                     nprocs=layout.world_size, join=False, daemon=False, start_method="spawn")
+        context = mp.start_processes(
+            _spawned_entry,
+            args=(layout, fn, payload, reports, os.getpid()),
+            nprocs=layout.world_size,
+            join=False,
+            daemon=False,
+            start_method="spawn",
+        )
         procs.extend(context.processes)
         if signals:  # a signal that came while the processes were starting had no one to forward to
             kill_all(signal.SIGTERM if len(signals) == 1 else signal.SIGKILL)
@@ -210,8 +222,12 @@ def _spawn_and_supervise(layout: WorldLayout, fn: WorkerFn, payload: Any) -> int
             if failed_at is not None and now - failed_at > CRASH_GRACE_S:
                 kill_all(signal.SIGKILL)
             if stop_at and now > stop_at[0]:
-                print(f"stop took longer than {_stop_grace():.0f} s: workers killed; the last complete checkpoint "
-                      f"is kept", file=sys.stderr, flush=True)
+                print(
+                    f"stop took longer than {_stop_grace():.0f} s: workers killed; the last complete checkpoint "
+                    f"is kept",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 stop_at.clear()
                 kill_all(signal.SIGKILL)
         for proc in procs:
@@ -256,8 +272,7 @@ def launch(layout: WorldLayout, fn: WorkerFn, payload: Any) -> int:
     failed rank and no worker outlives the job (see `_spawn_and_supervise`).
     """
     if layout.torchrun:
-        code = _run_worker(layout, int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), fn, payload,
-                           _print_direct)
+        code = _run_worker(layout, int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), fn, payload, _print_direct)
         # As in spawned workers: skip interpreter teardown, where gloo's threads can abort the process
         # ("terminate called without an active exception") after a multi-node torchrun finished cleanly.
         sys.stdout.flush()

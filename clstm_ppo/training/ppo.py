@@ -96,10 +96,14 @@ def build_optimizer(cfg: TrainConfig, model: ActorCritic, world_size: int) -> to
     ~6% of a paper-preset update on a CPU (clip + Adam 16.6 -> 2.6 ms on a core; benchmarks/README.md).
     """
     scale = world_size if cfg.scale_lr else 1
-    return torch.optim.Adam([
-        {"params": model.stage1_parameters(), "lr": cfg.learning_rate_clstm * scale, "name": "clstm"},
-        {"params": model.stage2_parameters(), "lr": cfg.learning_rate_actor_critic * scale, "name": "actor_critic"},
-    ], eps=cfg.adam_eps, fused=True)
+    return torch.optim.Adam(
+        [
+            {"params": model.stage1_parameters(), "lr": cfg.learning_rate_clstm * scale, "name": "clstm"},
+            {"params": model.stage2_parameters(), "lr": cfg.learning_rate_actor_critic * scale, "name": "actor_critic"},
+        ],
+        eps=cfg.adam_eps,
+        fused=True,
+    )
 
 
 @torch.no_grad()
@@ -114,8 +118,13 @@ def decay_weights(optimizer: torch.optim.Optimizer, weight_decay: float, skipped
             torch._foreach_mul_(weights, factor)
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter], max_grad_norm: float,
-                   scaler: torch.amp.GradScaler | None = None, weight_decay: float = 0.0) -> tuple[Tensor, Tensor]:
+def optimizer_step(
+    optimizer: torch.optim.Optimizer,
+    params: list[nn.Parameter],
+    max_grad_norm: float,
+    scaler: torch.amp.GradScaler | None = None,
+    weight_decay: float = 0.0,
+) -> tuple[Tensor, Tensor]:
     """Clip the (already all-reduced) gradients, step unless they are NaN/inf, decay the weight matrices by
     ``weight_decay`` (`decay_weights`), zero the gradients.
 
@@ -149,19 +158,25 @@ def optimizer_step(optimizer: torch.optim.Optimizer, params: list[nn.Parameter],
     return grad_norm, skipped
 
 
-def advantage_statistics(advantages: Tensor, returns: Tensor, values: Tensor,
-                         comm: Comm) -> tuple[float, float, float, float]:
+def advantage_statistics(
+    advantages: Tensor, returns: Tensor, values: Tensor, comm: Comm
+) -> tuple[float, float, float, float]:
     """Global mean and std of advantages, the std of returns and the explained variance of values, over all workers.
 
     :return: ``(adv_mean, adv_std, return_std, explained_variance)``.
     """
     err = returns - values
-    sums = torch.stack([
-        torch.tensor(float(advantages.numel()), device=advantages.device, dtype=torch.float64),
-        advantages.double().sum(), advantages.double().square().sum(),
-        returns.double().sum(), returns.double().square().sum(),
-        err.double().sum(), err.double().square().sum(),
-    ])
+    sums = torch.stack(
+        [
+            torch.tensor(float(advantages.numel()), device=advantages.device, dtype=torch.float64),
+            advantages.double().sum(),
+            advantages.double().square().sum(),
+            returns.double().sum(),
+            returns.double().square().sum(),
+            err.double().sum(),
+            err.double().square().sum(),
+        ]
+    )
     n, a1, a2, r1, r2, e1, e2 = comm.all_reduce_sum(sums).tolist()
     adv_mean = a1 / n
     adv_std = math.sqrt(max(a2 / n - adv_mean**2, 0.0) * n / max(n - 1, 1))
@@ -181,7 +196,7 @@ def next_day_targets(windows: Windows, starts: Tensor, num_tickers: int) -> tupl
     """
     today = windows.last_rows()  # [S, B, F]
     targets = torch.zeros(*today.shape[:2], num_tickers, dtype=torch.float32, device=today.device)
-    targets[:-1] = today[1:, :, 1:1 + num_tickers].float()
+    targets[:-1] = today[1:, :, 1 : 1 + num_tickers].float()
     valid = torch.zeros(today.shape[:2], dtype=torch.float32, device=today.device)
     valid[:-1] = (~starts[1:]).float()
     return targets, valid
@@ -193,8 +208,16 @@ def next_day_loss(predicted: Tensor, targets: Tensor, valid: Tensor) -> Tensor:
     return (per_step * valid).sum() / valid.sum().clamp_min(1.0)
 
 
-def ppo_loss(new_log_prob: Tensor, entropy: Tensor, new_value: Tensor, old_log_prob: Tensor, old_value: Tensor,
-             advantages: Tensor, returns: Tensor, cfg: TrainConfig) -> tuple[Tensor, dict[str, Tensor]]:
+def ppo_loss(
+    new_log_prob: Tensor,
+    entropy: Tensor,
+    new_value: Tensor,
+    old_log_prob: Tensor,
+    old_value: Tensor,
+    advantages: Tensor,
+    returns: Tensor,
+    cfg: TrainConfig,
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped-surrogate PPO loss over any matching shapes (here ``[S, E]``); returns loss and parts."""
     log_ratio = new_log_prob - old_log_prob
     ratio = log_ratio.exp()
@@ -209,8 +232,13 @@ def ppo_loss(new_log_prob: Tensor, entropy: Tensor, new_value: Tensor, old_log_p
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance k3 estimator
         clip_frac = ((ratio - 1).abs() > cfg.clip_coef).float().mean()
-    return loss, dict(policy_loss=pg_loss.detach(), value_loss=v_loss.detach(), entropy=ent.detach(),
-                      approx_kl=approx_kl, clip_fraction=clip_frac)
+    return loss, dict(
+        policy_loss=pg_loss.detach(),
+        value_loss=v_loss.detach(),
+        entropy=ent.detach(),
+        approx_kl=approx_kl,
+        clip_fraction=clip_frac,
+    )
 
 
 def ppo_update(
@@ -249,7 +277,9 @@ def ppo_update(
     aux = cfg.aux_coef > 0
     if aux:
         if not unwrap(model).cfg.next_day_head:
-            raise ValueError("aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)")
+            raise ValueError(
+                "aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)"
+            )
         next_targets, next_valid = next_day_targets(windows, buf.starts, buf.actions.shape[-1])
     totals = torch.zeros(7, dtype=torch.float64, device=buf.actions.device)  # pg, v, ent, kl, clip, grad_norm, aux
     steps = epochs_run = 0
@@ -259,23 +289,37 @@ def ppo_update(
         host_order = torch.randperm(num_envs, generator=generator)
         order = host_order.to(buf.actions.device)
         for mb_start in range(0, num_envs, per_mb):
-            columns = order[mb_start:mb_start + per_mb]
-            host_columns = host_order[mb_start:mb_start + per_mb]
+            columns = order[mb_start : mb_start + per_mb]
+            host_columns = host_order[mb_start : mb_start + per_mb]
             parts_sum = None
             for micro_start in range(0, per_mb, per_micro):
-                cols = columns[micro_start:micro_start + per_micro]
-                host_cols = host_columns[micro_start:micro_start + per_micro]
+                cols = columns[micro_start : micro_start + per_micro]
+                host_cols = host_columns[micro_start : micro_start + per_micro]
                 last_micro = micro_start + per_micro >= per_mb
                 sync = contextlib.nullcontext() if (last_micro or not ddp) else model.no_sync()
                 with sync:
                     with phase("forward"):
                         with autocast():
                             state = tuple(s[:, cols] for s in buf.initial_state)
-                            out = model(windows.select(cols), state, buf.starts[:, cols], buf.actions[:, cols],
-                                        host_starts=host_starts[:, host_cols], predict_next=aux)
+                            out = model(
+                                windows.select(cols),
+                                state,
+                                buf.starts[:, cols],
+                                buf.actions[:, cols],
+                                host_starts=host_starts[:, host_cols],
+                                predict_next=aux,
+                            )
                         new_log_prob, entropy, new_value = out[:3]
-                        loss, parts = ppo_loss(new_log_prob, entropy, new_value, buf.log_probs[:, cols],
-                                               buf.values[:, cols], advantages[:, cols], returns[:, cols], cfg)
+                        loss, parts = ppo_loss(
+                            new_log_prob,
+                            entropy,
+                            new_value,
+                            buf.log_probs[:, cols],
+                            buf.values[:, cols],
+                            advantages[:, cols],
+                            returns[:, cols],
+                            cfg,
+                        )
                         if aux:
                             aux_loss = next_day_loss(out[5], next_targets[:, cols], next_valid[:, cols])
                             loss = loss + cfg.aux_coef * aux_loss
@@ -290,9 +334,17 @@ def ppo_update(
                 grad_norm, skipped_now = optimizer_step(optimizer, params, cfg.max_grad_norm, scaler, cfg.weight_decay)
                 skipped_t += skipped_now
             k = cfg.gradient_accumulation_steps
-            totals += torch.stack([parts_sum["policy_loss"] / k, parts_sum["value_loss"] / k, parts_sum["entropy"] / k,
-                                   parts_sum["approx_kl"] / k, parts_sum["clip_fraction"] / k,
-                                   grad_norm.detach().float(), parts_sum["aux_loss"] / k]).double()
+            totals += torch.stack(
+                [
+                    parts_sum["policy_loss"] / k,
+                    parts_sum["value_loss"] / k,
+                    parts_sum["entropy"] / k,
+                    parts_sum["approx_kl"] / k,
+                    parts_sum["clip_fraction"] / k,
+                    grad_norm.detach().float(),
+                    parts_sum["aux_loss"] / k,
+                ]
+            ).double()
             epoch_kl += parts_sum["approx_kl"].double() / k
             steps += 1
         epochs_run += 1
@@ -302,8 +354,17 @@ def ppo_update(
                 break
     totals = comm.all_reduce_sum(totals / max(steps, 1)) / comm.world_size
     pg, vl, ent, kl, cf, gn, aux_mean = totals.tolist()
-    return UpdateStats(policy_loss=pg, value_loss=vl, entropy=ent, approx_kl=kl, clip_fraction=cf,
-                       explained_variance=explained, advantage_std=adv_std, return_std=return_std, grad_norm=gn,
-                       aux_loss=aux_mean,
-                       epochs_run=epochs_run,
-                       skipped_steps=int(skipped_t.item()))
+    return UpdateStats(
+        policy_loss=pg,
+        value_loss=vl,
+        entropy=ent,
+        approx_kl=kl,
+        clip_fraction=cf,
+        explained_variance=explained,
+        advantage_std=adv_std,
+        return_std=return_std,
+        grad_norm=gn,
+        aux_loss=aux_mean,
+        epochs_run=epochs_run,
+        skipped_steps=int(skipped_t.item()),
+    )

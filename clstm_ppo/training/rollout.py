@@ -45,15 +45,20 @@ class RolloutBuffer:
     initial_state: LSTMState  # state before step 0, each [1, B, H]
 
     @classmethod
-    def allocate(cls, n_steps: int, num_envs: int, obs_shape: tuple[int, int], num_tickers: int,
-                 device: torch.device | str) -> RolloutBuffer:
+    def allocate(
+        cls, n_steps: int, num_envs: int, obs_shape: tuple[int, int], num_tickers: int, device: torch.device | str
+    ) -> RolloutBuffer:
         def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         return cls(
-            obs=WindowStore(n_steps, num_envs, *obs_shape, device), actions=zeros(n_steps, num_envs, num_tickers),
-            log_probs=zeros(n_steps, num_envs), values=zeros(n_steps, num_envs), rewards=zeros(n_steps, num_envs),
-            dones=zeros(n_steps, num_envs, dtype=torch.bool), starts=zeros(n_steps, num_envs, dtype=torch.bool),
+            obs=WindowStore(n_steps, num_envs, *obs_shape, device),
+            actions=zeros(n_steps, num_envs, num_tickers),
+            log_probs=zeros(n_steps, num_envs),
+            values=zeros(n_steps, num_envs),
+            rewards=zeros(n_steps, num_envs),
+            dones=zeros(n_steps, num_envs, dtype=torch.bool),
+            starts=zeros(n_steps, num_envs, dtype=torch.bool),
             initial_state=(),
         )
 
@@ -62,8 +67,9 @@ class RolloutBuffer:
         return self.actions.shape[0]
 
 
-def compute_gae(rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor, gamma: float,
-                gae_lambda: float) -> tuple[Tensor, Tensor]:
+def compute_gae(
+    rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor, gamma: float, gae_lambda: float
+) -> tuple[Tensor, Tensor]:
     """GAE(gamma, lambda) advantages and returns.
 
     :param rewards: ``[S, B]`` reward of the action at step s.
@@ -108,10 +114,13 @@ class RolloutStats:
         mean = s[:n] / per_stock
         std = (s[n : 2 * n] / per_stock - mean.square()).clamp_min(0).sqrt()
         steps = per_stock  # env steps: one action per stock each
-        return {"action_mean": mean.tolist(), "action_std": std.tolist(),
-                "clipped_fraction": float(s[2 * n] / max(float(s[2 * n + 1]), 1.0)),
-                "refused_buy_fraction": float(s[2 * n + 3] / s[2 * n + 2]) if float(s[2 * n + 2]) > 0 else 0.0,
-                "exposure": float(s[2 * n + 4] / steps)}
+        return {
+            "action_mean": mean.tolist(),
+            "action_std": std.tolist(),
+            "clipped_fraction": float(s[2 * n] / max(float(s[2 * n + 1]), 1.0)),
+            "refused_buy_fraction": float(s[2 * n + 3] / s[2 * n + 2]) if float(s[2 * n + 2]) > 0 else 0.0,
+            "exposure": float(s[2 * n + 4] / steps),
+        }
 
 
 class RolloutCollector:
@@ -128,15 +137,27 @@ class RolloutCollector:
         ``reward_scale`` (set by the trainer from all workers' statistics: `Trainer.reward_scale`).
     """
 
-    def __init__(self, env: VectorStockTradingEnv, policy: ActorCritic, *, gamma: float, device: torch.device,
-                 generator: torch.Generator, seed: int,
-                 autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-                 permute_tickers: bool = False, norm_reward: bool = False) -> None:
+    def __init__(
+        self,
+        env: VectorStockTradingEnv,
+        policy: ActorCritic,
+        *,
+        gamma: float,
+        device: torch.device,
+        generator: torch.Generator,
+        seed: int,
+        autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+        permute_tickers: bool = False,
+        norm_reward: bool = False,
+    ) -> None:
         self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
         self.generator, self.autocast = generator, autocast
         B = env.num_envs
-        self.permutation = (TickerPermutation(B, env.num_tickers, env.num_features, device, seed * 3571 + 17)
-                            if permute_tickers else None)
+        self.permutation = (
+            TickerPermutation(B, env.num_tickers, env.num_features, device, seed * 3571 + 17)
+            if permute_tickers
+            else None
+        )
         self.norm_reward = norm_reward
         self.reward_scale = 1.0  # rewards are multiplied by this (norm_reward)
         self.discounted = torch.zeros(B, dtype=torch.float64, device=device)  # [B] running discounted raw return
@@ -173,8 +194,9 @@ class RolloutCollector:
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
-                action, log_prob, value, self.state = policy.act(self.next_obs, self.state, self.next_start,
-                                                                 generator=self.generator)
+                action, log_prob, value, self.state = policy.act(
+                    self.next_obs, self.state, self.next_start, generator=self.generator
+                )
                 env_action = policy.env_action(action)
                 if self.permutation is not None:
                     env_action, action_in_env = self.permutation.to_env(env_action), self.permutation.to_env(action)
@@ -200,8 +222,13 @@ class RolloutCollector:
                 action_sums[n : 2 * n] += a.square().sum(0)
                 action_sums[2 * n] += (a.abs() > 1).sum()
                 action_sums[2 * n + 1] += a.numel()
-                env_sums += torch.stack([info["wanted_buy_value"].sum(), info["refused_buy_value"].sum(),
-                                         (1.0 - info["cash"] / info["portfolio_value"]).sum()])
+                env_sums += torch.stack(
+                    [
+                        info["wanted_buy_value"].sum(),
+                        info["refused_buy_value"].sum(),
+                        (1.0 - info["cash"] / info["portfolio_value"]).sum(),
+                    ]
+                )
                 buf.actions[step] = action
                 buf.log_probs[step] = log_prob
                 buf.values[step] = value
@@ -239,9 +266,13 @@ class RolloutCollector:
 
     def state_dict(self) -> dict[str, Any]:
         """What makes the next rollout bitwise reproducible (tensors on the CPU)."""
-        state: dict[str, Any] = {"action_gen": self.generator.get_state(), "next_obs": self.next_obs.cpu(),
-                                 "next_start": self.next_start.cpu(), "recurrent": [s.cpu() for s in self.state],
-                                 "discounted": self.discounted.cpu()}
+        state: dict[str, Any] = {
+            "action_gen": self.generator.get_state(),
+            "next_obs": self.next_obs.cpu(),
+            "next_start": self.next_start.cpu(),
+            "recurrent": [s.cpu() for s in self.state],
+            "discounted": self.discounted.cpu(),
+        }
         if self.permutation is not None:
             state["permutation"] = self.permutation.state_dict()
         state["env"] = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in self.env.state_dict().items()}

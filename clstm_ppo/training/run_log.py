@@ -36,8 +36,16 @@ class RunLog:
     :param episodes_done: episodes already finished (a resumed run's progress bar starts there).
     """
 
-    def __init__(self, run_dir: Path, *, num_episodes: int, log_every: int, episodes_done: int = 0,
-                 tensorboard: bool = False, progress: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        num_episodes: int,
+        log_every: int,
+        episodes_done: int = 0,
+        tensorboard: bool = False,
+        progress: bool = True,
+    ) -> None:
         self.num_episodes, self.log_every = num_episodes, max(1, log_every)
         self.file: TextIO | None = open(run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self.tb = None
@@ -61,8 +69,16 @@ class RunLog:
         else:
             print(text, flush=True)
 
-    def record_update(self, rows: torch.Tensor, *, first_episode: int, global_step: int, update: dict[str, Any],
-                      sps: float, time: float) -> None:
+    def record_update(
+        self,
+        rows: torch.Tensor,
+        *,
+        first_episode: int,
+        global_step: int,
+        update: dict[str, Any],
+        sps: float,
+        time: float,
+    ) -> None:
         """Log the episodes that finished in one update and the update's statistics.
 
         :param rows: ``[k, len(EPISODE_KEYS) + 1]`` float64: each finished episode's `EPISODE_KEYS`, then its rank.
@@ -73,8 +89,14 @@ class RunLog:
         lines = []
         for i, row in enumerate(rows.tolist()):
             episode = first_episode + i + 1
-            record = {"kind": "episode", "episode": episode, "global_step": global_step, "rank": int(row[-1]),
-                      **dict(zip(EPISODE_KEYS, row[:-1], strict=True)), "time": time}
+            record = {
+                "kind": "episode",
+                "episode": episode,
+                "global_step": global_step,
+                "rank": int(row[-1]),
+                **dict(zip(EPISODE_KEYS, row[:-1], strict=True)),
+                "time": time,
+            }
             record["length"] = int(record["length"])
             lines.append(json.dumps(record))
             self.recent_returns = (self.recent_returns + [record["return"]])[-100:]
@@ -82,10 +104,12 @@ class RunLog:
                 for key in TENSORBOARD_EPISODE_KEYS:
                     self.tb.add_scalar(f"episode/{key}", record[key], episode)
             if (episode % self.log_every == 0 and episode <= self.num_episodes) or episode == self.num_episodes:
-                self.line(f"[Rank 0] Episode {episode}/{self.num_episodes} | reward {record['reward']:.2f} | "
-                          f"trades {record['trades']:.0f} | value ${record['final_value']:,.2f} | "
-                          f"return {record['return']:+.2%} | exposure {record['exposure']:.0%} | "
-                          f"sharpe {record['sharpe']:.2f} | {sps:,.0f} steps/s")
+                self.line(
+                    f"[Rank 0] Episode {episode}/{self.num_episodes} | reward {record['reward']:.2f} | "
+                    f"trades {record['trades']:.0f} | value ${record['final_value']:,.2f} | "
+                    f"return {record['return']:+.2%} | exposure {record['exposure']:.0%} | "
+                    f"sharpe {record['sharpe']:.2f} | {sps:,.0f} steps/s"
+                )
         lines.append(json.dumps({"kind": "update", **update, "steps_per_second": sps, "time": time}))
         if self.tb is not None:
             for key, value in update.items():

@@ -66,18 +66,39 @@ class Trainer:
         self.autocast = autocast_factory(cfg.mixed_precision, device)
         self.shuffle_gen = torch.Generator().manual_seed(cfg.seed * 6151 + 7877 * comm.rank + 2)
         env_seed = cfg.seed + comm.rank * cfg.num_envs
-        env = VectorStockTradingEnv(market, split="train", num_envs=cfg.num_envs, config=env_config(cfg),
-                                    device=device if cfg.env_device == "auto" else torch.device(cfg.env_device),
-                                    seed=env_seed)
+        env = VectorStockTradingEnv(
+            market,
+            split="train",
+            num_envs=cfg.num_envs,
+            config=env_config(cfg),
+            device=device if cfg.env_device == "auto" else torch.device(cfg.env_device),
+            seed=env_seed,
+        )
         self.rollout = RolloutCollector(
-            env, self.model, gamma=cfg.gamma, device=device, autocast=self.autocast, seed=env_seed,
+            env,
+            self.model,
+            gamma=cfg.gamma,
+            device=device,
+            autocast=self.autocast,
+            seed=env_seed,
             generator=torch.Generator(device=device).manual_seed(cfg.seed * 7919 + 104729 * comm.rank + 1),
-            permute_tickers=cfg.permute_tickers, norm_reward=cfg.norm_reward)
-        self.buf = RolloutBuffer.allocate(cfg.n_steps, cfg.num_envs, (market.window, market.num_features),
-                                          market.num_tickers, device)
+            permute_tickers=cfg.permute_tickers,
+            norm_reward=cfg.norm_reward,
+        )
+        self.buf = RolloutBuffer.allocate(
+            cfg.n_steps, cfg.num_envs, (market.window, market.num_features), market.num_tickers, device
+        )
         # reward_moments: running (count, mean, var) of all workers' discounted returns (--norm_reward)
-        self.counters: dict[str, Any] = dict(update=0, global_step=0, episodes=0, best_score=-math.inf,
-                                             bad_updates=0, skipped_steps=0, elapsed=0.0, reward_moments=[0.0, 0.0, 1.0])
+        self.counters: dict[str, Any] = dict(
+            update=0,
+            global_step=0,
+            episodes=0,
+            best_score=-math.inf,
+            bad_updates=0,
+            skipped_steps=0,
+            elapsed=0.0,
+            reward_moments=[0.0, 0.0, 1.0],
+        )
         if cfg.resume:
             self._resume(resolve_resume(cfg.resume, run_dir))
         elif cfg.init_weights:
@@ -103,8 +124,14 @@ class Trainer:
         if comm.master:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_config(self.run_dir, cfg)
-            self.log = RunLog(self.run_dir, num_episodes=cfg.num_episodes, log_every=cfg.log_every,
-                              episodes_done=c["episodes"], tensorboard=cfg.tensorboard, progress=cfg.progress)
+            self.log = RunLog(
+                self.run_dir,
+                num_episodes=cfg.num_episodes,
+                log_every=cfg.log_every,
+                episodes_done=c["episodes"],
+                tensorboard=cfg.tensorboard,
+                progress=cfg.progress,
+            )
             self.log.line(f"[Rank 0] {self.layout_line}")
         self._install_signal_handlers()
         start = time.perf_counter() - c["elapsed"]
@@ -118,11 +145,27 @@ class Trainer:
                 rows = self.rollout.collect(self.buf)
                 if self.fault is not None:
                     self.fault.apply(comm.rank, c["update"] + 1, self.buf.rewards)
-                advantages, returns = compute_gae(self.buf.rewards, self.buf.values, self.buf.dones,
-                                                  self.rollout.bootstrap_value(), cfg.gamma, cfg.gae_lambda)
+                advantages, returns = compute_gae(
+                    self.buf.rewards,
+                    self.buf.values,
+                    self.buf.dones,
+                    self.rollout.bootstrap_value(),
+                    cfg.gamma,
+                    cfg.gae_lambda,
+                )
                 t1 = time.perf_counter()
-                stats = ppo_update(self.trained, self.optimizer, self.buf, advantages, returns, cfg, comm,
-                                   generator=self.shuffle_gen, autocast=self.autocast, scaler=self.scaler)
+                stats = ppo_update(
+                    self.trained,
+                    self.optimizer,
+                    self.buf,
+                    advantages,
+                    returns,
+                    cfg,
+                    comm,
+                    generator=self.shuffle_gen,
+                    autocast=self.autocast,
+                    scaler=self.scaler,
+                )
                 t2 = time.perf_counter()
                 self._update_normalizers()
                 behaviour = RolloutStats(comm.all_reduce_sum(self.rollout.stats.sums)).as_dict()
@@ -138,22 +181,37 @@ class Trainer:
                 c["elapsed"] = time.perf_counter() - start
                 if self.log is not None:
                     self.log.record_update(
-                        all_rows, first_episode=c["episodes"] - all_rows.shape[0], global_step=c["global_step"],
-                        update={"update": c["update"], "global_step": c["global_step"], **stats.as_dict(),
-                                **behaviour, "policy_std": self.model.log_std.detach().exp().mean().item(),
-                                **({"reward_scale": self.rollout.reward_scale} if cfg.norm_reward else {}),
-                                "lr_clstm": self.optimizer.param_groups[0]["lr"],
-                                "lr_actor_critic": self.optimizer.param_groups[1]["lr"],
-                                "rollout_seconds": t1 - t0, "update_seconds": t2 - t1},
-                        sps=steps_per_update / max(t2 - t0, 1e-9), time=c["elapsed"])
+                        all_rows,
+                        first_episode=c["episodes"] - all_rows.shape[0],
+                        global_step=c["global_step"],
+                        update={
+                            "update": c["update"],
+                            "global_step": c["global_step"],
+                            **stats.as_dict(),
+                            **behaviour,
+                            "policy_std": self.model.log_std.detach().exp().mean().item(),
+                            **({"reward_scale": self.rollout.reward_scale} if cfg.norm_reward else {}),
+                            "lr_clstm": self.optimizer.param_groups[0]["lr"],
+                            "lr_actor_critic": self.optimizer.param_groups[1]["lr"],
+                            "rollout_seconds": t1 - t0,
+                            "update_seconds": t2 - t1,
+                        },
+                        sps=steps_per_update / max(t2 - t0, 1e-9),
+                        time=c["elapsed"],
+                    )
                 self._maybe_checkpoint(episodes_before=c["episodes"] - all_rows.shape[0], stopping=stopping)
                 if c["bad_updates"] >= cfg.max_bad_updates:
                     latest = self.run_dir / LATEST
-                    kept = (f"the last good checkpoint is kept: {latest}" if latest.is_file()
-                            else "no checkpoint had been written yet")
-                    raise UserError(f"stopped: {c['bad_updates']} updates in a row had NaN/inf loss or "
-                                    f"gradients (their optimizer steps were skipped); {kept}; try a lower "
-                                    f"learning rate or --max_grad_norm")
+                    kept = (
+                        f"the last good checkpoint is kept: {latest}"
+                        if latest.is_file()
+                        else "no checkpoint had been written yet"
+                    )
+                    raise UserError(
+                        f"stopped: {c['bad_updates']} updates in a row had NaN/inf loss or "
+                        f"gradients (their optimizer steps were skipped); {kept}; try a lower "
+                        f"learning rate or --max_grad_norm"
+                    )
                 if stopping:
                     if self.log is not None:
                         self.log.line("[Rank 0] stop requested: checkpoint saved, exiting")
@@ -188,7 +246,9 @@ class Trainer:
             return
         with torch.no_grad():
             flat = torch.cat([p.detach().double().flatten() for p in self.model.parameters()])
-            probe = torch.stack([flat.sum(), flat.square().sum(), (flat * torch.arange(flat.numel(), device=flat.device)).sum()])
+            probe = torch.stack(
+                [flat.sum(), flat.square().sum(), (flat * torch.arange(flat.numel(), device=flat.device)).sum()]
+            )
         probes = self.comm.all_gather_rows(probe.cpu().unsqueeze(0))  # [world, 3]
         if not bool((probes == probes[0]).all()):
             raise RuntimeError("replicas diverged: ranks hold different weights after training")
@@ -203,15 +263,20 @@ class Trainer:
     @property
     def layout_line(self) -> str:
         devices = str(self.device) if self.comm.world_size == 1 else f"{self.device.type} x {self.comm.world_size}"
-        return (f"world size {self.comm.world_size} | backend {self.comm.backend} | devices {devices} | "
-                f"{self.cfg.num_envs} envs per worker | policy {self.cfg.policy} | "
-                f"{self.market.num_tickers} tickers, F={self.market.num_features}, T={self.market.window}")
+        return (
+            f"world size {self.comm.world_size} | backend {self.comm.backend} | devices {devices} | "
+            f"{self.cfg.num_envs} envs per worker | policy {self.cfg.policy} | "
+            f"{self.market.num_tickers} tickers, F={self.market.num_features}, T={self.market.window}"
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def _worker_state(self) -> dict[str, Any]:
         """Everything that makes this rank's next update bitwise reproducible."""
-        return {"torch_rng": torch.get_rng_state(), "shuffle_gen": self.shuffle_gen.get_state(),
-                **self.rollout.state_dict()}
+        return {
+            "torch_rng": torch.get_rng_state(),
+            "shuffle_gen": self.shuffle_gen.get_state(),
+            **self.rollout.state_dict(),
+        }
 
     def _maybe_checkpoint(self, *, episodes_before: int, stopping: bool) -> None:
         """Save latest (and best/periodic) on rank 0; every rank takes part in gathering worker states.
@@ -237,9 +302,16 @@ class Trainer:
             return
         if is_best:
             c["best_score"] = score
-        payload = checkpoint_payload(cfg=cfg, model=self.model, market=self.market, optimizer=self.optimizer,
-                                     scaler=self.scaler, counters=c, worker_states=worker_states,
-                                     world_size=self.comm.world_size)
+        payload = checkpoint_payload(
+            cfg=cfg,
+            model=self.model,
+            market=self.market,
+            optimizer=self.optimizer,
+            scaler=self.scaler,
+            counters=c,
+            worker_states=worker_states,
+            world_size=self.comm.world_size,
+        )
         save_checkpoint(self.run_dir / LATEST, payload)
         if is_best:
             save_checkpoint(self.run_dir / BEST, payload)
@@ -250,8 +322,9 @@ class Trainer:
         """Validation Sharpe of the deterministic policy when a validation split exists, else the mean
         return of the last 100 training episodes (None before any episode finished)."""
         if self.market.splits.validation is not None:
-            run = evaluate_policy(self.model, self.market, "validation", env_config(self.cfg, full_episodes=True),
-                                  device=self.device)
+            run = evaluate_policy(
+                self.model, self.market, "validation", env_config(self.cfg, full_episodes=True), device=self.device
+            )
             return run.sharpe
         return self.log.mean_recent_return() if self.log is not None else None
 
@@ -272,14 +345,18 @@ class Trainer:
             self.shuffle_gen.set_state(state["shuffle_gen"])
             self.rollout.load_state_dict(state)
         elif self.comm.master:
-            print(f"[Rank 0] resuming {path} with world size {self.comm.world_size} (saved with {len(states)}): "
-                  f"weights, optimizer and counters restored; environments start fresh", flush=True)
+            print(
+                f"[Rank 0] resuming {path} with world size {self.comm.world_size} (saved with {len(states)}): "
+                f"weights, optimizer and counters restored; environments start fresh",
+                flush=True,
+            )
 
     # ------------------------------------------------------------------ signals
     def _install_signal_handlers(self) -> None:
         """First SIGINT/SIGTERM: finish the update, save, stop (all ranks agree through the stop flag).
         A second one quits at once (KeyboardInterrupt; an interrupted checkpoint write leaves the old file).
         A signal already ignored stays ignored: spawned workers leave Ctrl-C to their parent, which forwards it."""
+
         def request_stop(signum: int, _frame: Any) -> None:
             if self.stop_signal is not None:
                 raise KeyboardInterrupt(f"second {signal.Signals(signum).name}")
@@ -305,9 +382,15 @@ def train_worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, W
     except StoppedBySignal:
         if comm.master:
             c = trainer.counters
-            print(f"[Rank 0] stopped after {c['episodes']} episodes (update {c['update']}); "
-                  f"continue with: --run_name {run_dir.name} --resume latest", flush=True)
+            print(
+                f"[Rank 0] stopped after {c['episodes']} episodes (update {c['update']}); "
+                f"continue with: --run_name {run_dir.name} --resume latest",
+                flush=True,
+            )
         raise
     if comm.master:
-        print(f"[Rank 0] done: {counters['episodes']} episodes, {counters['global_step']:,} env steps in "
-              f"{time.perf_counter() - start:,.1f} s | checkpoints: {run_dir}", flush=True)
+        print(
+            f"[Rank 0] done: {counters['episodes']} episodes, {counters['global_step']:,} env steps in "
+            f"{time.perf_counter() - start:,.1f} s | checkpoints: {run_dir}",
+            flush=True,
+        )
