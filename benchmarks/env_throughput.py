@@ -3,9 +3,12 @@
     python benchmarks/env_throughput.py                 # CPU (1 thread), plus CUDA when available
     python benchmarks/env_throughput.py --quick         # shorter timings
     python benchmarks/env_throughput.py --devices cpu   # or cuda
+    python benchmarks/env_throughput.py --action_mode shares   # FinRL's own kind of action (hmax shares a day)
 
 Data: synthetic, 30 tickers x 2,520 trading days (10 years), the paper's 4 indicators, turbulence on.
-Actions: uniform random in [-1, 1], pregenerated on the env's device. An "env step" is one day of one
+Actions: uniform random in [-1, 1], pregenerated on the env's device, read as today's training default
+(``EnvConfig()``: target weights, log-return reward) unless ``--action_mode shares`` asks for the paper's and
+FinRL's share orders. An "env step" is one day of one
 episode, so a vector step of B envs counts B. Each figure is the median of 3 timed runs after a warm-up;
 episodes (252 days) auto-reset inside the timed runs. torch uses 1 thread.
 
@@ -35,9 +38,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from envs.config import EnvConfig
 from envs.data import split_days
 from envs.features import PreparedMarket
-from envs.kernel import EnvConfig
 from envs.synthetic import generate_market
 from envs.trading_env import StockTradingEnv
 from envs.vector_env import VectorStockTradingEnv
@@ -55,9 +58,11 @@ def _median_rate(run: Callable[[int], None], steps: int, per_step: int, repeats:
     return statistics.median(rates)
 
 
-def bench_vector(market: PreparedMarket, device: str, window: int, num_envs: int, seconds: float) -> float:
+def bench_vector(
+    market: PreparedMarket, config: EnvConfig, device: str, window: int, num_envs: int, seconds: float
+) -> float:
     env = VectorStockTradingEnv(
-        dataclasses.replace(market, window=window), num_envs=num_envs, config=EnvConfig(), device=device
+        dataclasses.replace(market, window=window), num_envs=num_envs, config=config, device=device
     )
     env.reset(seed=0)
     g = torch.Generator().manual_seed(0)
@@ -82,10 +87,10 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def memory_1024(market: PreparedMarket, window: int) -> tuple[int, int, int, int]:
+def memory_1024(market: PreparedMarket, config: EnvConfig, window: int) -> tuple[int, int, int, int]:
     """(state tensors, one step's returned tensors, RSS growth, market tensors) in bytes, 1024 CPU envs."""
     before = _rss_bytes()
-    env = VectorStockTradingEnv(dataclasses.replace(market, window=window), num_envs=1024, config=EnvConfig())
+    env = VectorStockTradingEnv(dataclasses.replace(market, window=window), num_envs=1024, config=config)
     env.reset(seed=0)
     actions = torch.rand(1024, market.num_tickers) * 2 - 1
     out = None
@@ -235,8 +240,8 @@ def bench_finrl(market: PreparedMarket, steps: int) -> tuple[float, str]:
     return _median_rate(run, steps, 1), label
 
 
-def bench_gym(market: PreparedMarket, steps: int) -> float:
-    env = StockTradingEnv(market, config=EnvConfig())
+def bench_gym(market: PreparedMarket, config: EnvConfig, steps: int) -> float:
+    env = StockTradingEnv(market, config=config)
     env.reset(seed=0)
     rng = np.random.default_rng(0)
     acts = rng.uniform(-1, 1, (64, market.num_tickers)).astype(np.float32)
@@ -255,13 +260,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", default="auto", help="auto | cpu | cuda | cpu,cuda")
     parser.add_argument("--quick", action="store_true", help="shorter timings (noisier)")
+    parser.add_argument(
+        "--action_mode",
+        default=EnvConfig().action_mode,
+        choices=("weights", "shares"),
+        help="what an action means (default: training's default); shares is FinRL's own kind",
+    )
     parser.add_argument("--memory-only", type=int, default=None, help=argparse.SUPPRESS)  # child process
     args = parser.parse_args()
     torch.set_num_threads(1)
+    config = EnvConfig(action_mode=args.action_mode)
     if args.memory_only is not None:
         data = generate_market(num_tickers=30, num_days=2520, seed=0)
         market = PreparedMarket.prepare(data, split_days(data, window=30), window=30)
-        print(json.dumps(memory_1024(market, args.memory_only)))
+        print(json.dumps(memory_1024(market, config, args.memory_only)))
         return
     devices = (
         ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) if args.devices == "auto" else args.devices.split(",")
@@ -280,8 +292,9 @@ def main() -> None:
     )
 
     finrl_rate, finrl_label = bench_finrl(market, 150 if args.quick else 500)
-    gym_rate = bench_gym(market, 500 if args.quick else 3000)
+    gym_rate = bench_gym(market, config, 500 if args.quick else 3000)
     print(f"FinRL: {finrl_label}")
+    print(f"ours: {config.action_mode} actions, {config.reward} reward (FinRL: shares, value)")
     print()
     print("| env | device | T | B | env steps/s | x FinRL |")
     print("|---|---|---:|---:|---:|---:|")
@@ -290,7 +303,7 @@ def main() -> None:
     for device in devices:
         for window in (30, 1):
             for b in (1, 64, 256, 1024) + ((4096, 16384) if device == "cuda" else ()):
-                rate = bench_vector(market, device, window, b, seconds)
+                rate = bench_vector(market, config, device, window, b, seconds)
                 print(
                     f"| VectorStockTradingEnv | {device} | {window} | {b} | {rate:,.0f} | {rate / finrl_rate:,.0f} |",
                     flush=True,
@@ -299,7 +312,10 @@ def main() -> None:
     for window in (30, 1):
         # A fresh process each, so the RSS growth is not hidden by memory earlier runs freed.
         child = subprocess.run(
-            [sys.executable, __file__, "--memory-only", str(window)], check=True, capture_output=True, text=True
+            [sys.executable, __file__, "--memory-only", str(window), "--action_mode", args.action_mode],
+            check=True,
+            capture_output=True,
+            text=True,
         )
         state, returned, grown, market_bytes = json.loads(child.stdout.strip().splitlines()[-1])
         print(

@@ -13,7 +13,7 @@ python3 -c "import torch; print('torch', torch.__version__)" | tee -a "$out/gpu.
 git rev-parse --short HEAD 2>/dev/null | tee -a "$out/gpu.txt"
 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py "tests/test_env.py::test_cuda_matches_cpu" \
     2>&1 | tail -25 | tee "$out/pytest_cuda.log"
-timeout 300 python3 benchmarks/train_throughput.py --device cuda --num_envs 1024,4096,16384 --minibatches 4 \
+timeout 300 python3 benchmarks/train_throughput.py --preset paper --device cuda --num_envs 1024,4096,16384 --minibatches 4 \
     --mixed_precision bf16 --window_kernels fused,shared --updates 2 --timeout 100 --json "$out/throughput.json" \
     2>&1 | tee "$out/throughput.log"
 timeout 90 python3 benchmarks/mfu.py --device cuda --policies clstm --num_envs 4096 --minibatches 4 \

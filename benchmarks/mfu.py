@@ -117,10 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     peak = peaks[peak_name]
     print("measured dense matmul: " + ", ".join(f"{k} {v / 1e12:.3f} TFLOP/s" for k, v in peaks.items()), flush=True)
     cfg = preset("paper")
-    F, N, T = 181, 30, cfg.window
+    F, N, T = 181, 30, cfg.data.window
     from clstm_ppo.agent.window_lstm import resolve_kernel
 
-    H1, D, H2 = cfg.stage1_hidden, cfg.feature_dim, cfg.stage2_hidden
+    H1, D, H2 = cfg.model.stage1_hidden, cfg.model.feature_dim, cfg.model.stage2_hidden
     rows = []
     for policy in args.policies.split(","):
         opts = dict(
@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             updates=args.updates,
             minibatches=args.minibatches,
             window_kernel=args.window_kernel,
+            preset="paper",  # the network whose FLOPs are counted below
         )
         r = spawn_config(opts, 900)
         if r is None:
@@ -144,12 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         kernel = resolve_kernel(args.window_kernel, torch.device(args.device)) if policy == "clstm" else "-"
         shared_rows = None
         if kernel == "shared" and policy == "clstm":  # rows projected per env step in the update
-            shared_rows = r["rank0"]["obs_rows_per_env"] / cfg.n_steps
+            shared_rows = r["rank0"]["obs_rows_per_env"] / cfg.ppo.n_steps
         rollout_fwd = forward_flops(policy, F, N, T, H1, D, H2)
         update_fwd = forward_flops(policy, F, N, T, H1, D, H2, shared_rows)
-        per_step = rollout_fwd + 3 * cfg.epochs * update_fwd
-        dense_per_step = rollout_fwd * (1 + 3 * cfg.epochs)
-        upd_mfu = update_fwd * 3 * cfg.epochs * steps / upd / peak
+        per_step = rollout_fwd + 3 * cfg.ppo.epochs * update_fwd
+        dense_per_step = rollout_fwd * (1 + 3 * cfg.ppo.epochs)
+        upd_mfu = update_fwd * 3 * cfg.ppo.epochs * steps / upd / peak
         rows.append(
             (
                 policy,

@@ -4,14 +4,15 @@
     python benchmarks/train_throughput.py --device cuda --num_envs 256,1024,4096 --minibatches 4
     python benchmarks/train_throughput.py --device cuda --num_envs 1024 --minibatches 4 --mixed_precision bf16
 
-What is timed: the Trainer's own loop body (``RolloutCollector.collect``, bootstrap value, ``compute_gae``,
-``ppo_update`` through the DDP wrapper when the world is larger than one, the all-gather of finished
-episodes), on the paper preset (window 30, stage-1 LSTM 181->128, 128 features, actor/critic LSTM 512,
-n_steps 128, 10 epochs, minibatch 128 env steps) over synthetic data: 30 tickers x 2,520 days, the
-paper's 4 indicators (F = 181). World size 1 runs the Trainer in one process; world size 2+ spawns
-gloo (CPU) or NCCL (GPU) workers through ``clstm_ppo.training.distributed.launch``, the launcher the train
-script uses. Each configuration runs in a fresh process (so peak RSS is its own): a warm-up update
-with 1 epoch, then ``--updates`` timed updates (the mean is printed).
+What is timed: the Trainer's own step, ``Trainer.update`` (``RolloutCollector.collect``, bootstrap value,
+``compute_gae``, ``ppo_update`` through the DDP wrapper when the world is larger than one, the normalisers' merge,
+the all-gather of finished episodes), with today's default settings (``--preset paper``: the paper's; both have
+window 30, stage-1 LSTM 181->128, 128 features, actor/critic LSTM 512, n_steps 128 and 10 epochs; the defaults add
+the skip connections and the next-day head, and take minibatches of 4 env columns where the paper takes one) over
+synthetic data: 30 tickers x 2,520 days, the paper's 4 indicators (F = 181). World size 1 runs the Trainer in one
+process; world size 2+ spawns gloo (CPU) or NCCL (GPU) workers through ``clstm_ppo.training.distributed.launch``,
+the launcher the train script uses. Each configuration runs in a fresh process (so peak RSS is its own): a warm-up
+update with 1 epoch, then ``--updates`` timed updates (the mean is printed).
 
 "env steps/s" counts every worker's env steps (one day of one episode = 1) over the whole update
 (rollout + update). "rollout obs" is what the rollout buffer keeps of the observations (`WindowStore`:
@@ -51,12 +52,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from clstm_ppo.config import preset  # noqa: E402
+from clstm_ppo.config import TrainConfig, preset  # noqa: E402
 from clstm_ppo.market import build_market  # noqa: E402
 from clstm_ppo.training.distributed import Comm, WorldLayout, find_free_port  # noqa: E402
 from clstm_ppo.training.launch import launch  # noqa: E402
-from clstm_ppo.training.ppo import PhaseTimer, ppo_update  # noqa: E402
-from clstm_ppo.training.rollout import compute_gae  # noqa: E402
+from clstm_ppo.training.ppo import PhaseTimer  # noqa: E402
 
 
 def machine_name(device: str) -> str:
@@ -76,7 +76,7 @@ def machine_name(device: str) -> str:
 
 
 def bench_config(opts: dict[str, Any]) -> Any:
-    """The TrainConfig of one benchmark configuration (paper preset + the options)."""
+    """The TrainConfig of one benchmark configuration: today's defaults (or ``opts["preset"]``) + the options."""
     overrides: dict[str, Any] = dict(
         policy=opts["policy"],
         num_envs=opts["num_envs"],
@@ -92,7 +92,11 @@ def bench_config(opts: dict[str, Any]) -> Any:
     )
     if opts["minibatches"]:
         overrides["batch_size"] = 128 * opts["num_envs"] // opts["minibatches"]
-    return preset("paper", **overrides).validate()
+    elif not opts.get("preset"):
+        overrides["batch_size"] = 128 * min(opts["num_envs"], 4)  # the default minibatch, fitted to few envs
+    if opts.get("preset"):
+        return preset(opts["preset"], **overrides).validate()
+    return TrainConfig.from_dict(overrides).validate()
 
 
 def _grad_allreduce_seconds(comm: Comm, numel: int, repeats: int = 20) -> float:
@@ -123,43 +127,15 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
     else:
         torch.cuda.reset_peak_memory_stats(comm.device)
     trainer = Trainer(cfg, market, comm, Path(opts["tmp"]) / "bench")
-    sync = (lambda: torch.cuda.synchronize(comm.device)) if comm.device.type == "cuda" else (lambda: None)
-
-    def one_update(run_cfg: Any, timer: PhaseTimer | None) -> tuple[float, float]:
-        sync()
-        t0 = time.perf_counter()
-        rows = trainer.rollout.collect(trainer.buf)
-        last_value = trainer.rollout.bootstrap_value()
-        adv, ret = compute_gae(
-            trainer.buf.rewards, trainer.buf.values, trainer.buf.dones, last_value, run_cfg.gamma, run_cfg.gae_lambda
-        )
-        sync()
-        t1 = time.perf_counter()
-        ppo_update(
-            trainer.trained,
-            trainer.optimizer,
-            trainer.buf,
-            adv,
-            ret,
-            run_cfg,
-            comm,
-            generator=trainer.shuffle_gen,
-            autocast=trainer.autocast,
-            scaler=trainer.scaler,
-            timer=timer,
-        )
-        comm.all_gather_rows(rows)
-        sync()
-        return t1 - t0, time.perf_counter() - t1
-
-    one_update(dataclasses.replace(cfg, epochs=1), None)  # warm-up: kernels, allocator, oneDNN primitives
+    trainer.update(ppo=dataclasses.replace(cfg.ppo, epochs=1))  # warm-up: kernels, allocator, oneDNN primitives
     rollout_s, update_s, phases = [], [], []
     for _ in range(opts["updates"]):
         timer = PhaseTimer(comm.device)
-        r, u = one_update(cfg, timer)
-        rollout_s.append(r)
-        update_s.append(u)
-        phases.append(dict(timer.seconds))
+        trainer.update(timer=timer)  # the trainer's own step: rollout, GAE, PPO epochs, normalisers, episode gather
+        seconds = dict(timer.seconds)
+        rollout_s.append(seconds["rollout"])
+        update_s.append(seconds["update"])
+        phases.append(seconds)
     numel = sum(p.numel() for p in trainer.model.parameters())
     allreduce = _grad_allreduce_seconds(comm, numel) if comm.distributed else 0.0
     if comm.device.type == "cuda":
@@ -178,23 +154,23 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
         peak_bytes=peak,
         obs_store_bytes=trainer.buf.obs.nbytes(),
         obs_rows_per_env=trainer.buf.obs.rows_per_env,
-        dense_obs_bytes=cfg.rollout_steps * cfg.window * market.num_features * 4,
+        dense_obs_bytes=cfg.ppo.rollout_steps * cfg.data.window * market.num_features * 4,
     )
     gathered = comm.gather_objects(local)
     if comm.master:
-        steps = cfg.rollout_steps * comm.world_size
+        steps = cfg.ppo.rollout_steps * comm.world_size
         per_update = local["rollout"] + local["update"]
         result = dict(
             opts={k: v for k, v in opts.items() if k != "tmp"},
             world=comm.world_size,
             params=numel,
             grad_bytes=numel * 4,
-            optimizer_steps=cfg.epochs * cfg.num_minibatches,
+            optimizer_steps=cfg.ppo.epochs * cfg.ppo.num_minibatches,
             env_steps_per_update=steps,
             steps_per_second=steps / per_update,
             rank0=local,
             peak_bytes_max=max(g["peak_bytes"] for g in gathered),
-            batch_size=cfg.batch_size,
+            batch_size=cfg.ppo.batch_size,
         )
         Path(out_path).write_text(json.dumps(result), encoding="utf-8")
 
@@ -202,7 +178,7 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
 def run_one(opts: dict[str, Any]) -> None:
     """Child process: prepare the market and run one configuration (spawning ranks when world > 1)."""
     cfg = bench_config(opts)
-    market = build_market(cfg)
+    market = build_market(cfg.data, seed=cfg.run.seed)
     world = opts["world"]
     if opts["device"] == "cuda":
         backend = "nccl" if world > 1 else "none"
@@ -316,7 +292,10 @@ def main(argv: list[str] | None = None) -> int:
         "--minibatches",
         type=int,
         default=0,
-        help="minibatches per epoch (0: the paper's 128-step minibatch, i.e. one env column each)",
+        help="minibatches per epoch (0: the settings' minibatch, 128 steps x at most 4 env columns by default)",
+    )
+    p.add_argument(
+        "--preset", default="", choices=("", "paper"), help="settings: today's defaults (default) or a preset"
     )
     p.add_argument("--mixed_precision", default="none", choices=("none", "bf16", "fp16"))
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -361,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             updates=args.updates,
             minibatches=args.minibatches,
             window_kernel=kernel,
+            preset=args.preset,
         )
         t0 = time.perf_counter()
         r = spawn_config(opts, args.timeout)
@@ -372,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     print()
     print(
-        f"Training throughput, paper preset, synthetic 30 tickers x 2,520 days (F=181, T=30); machine: "
+        f"Training throughput, {args.preset + ' preset' if args.preset else 'default settings'}, synthetic 30 tickers x 2,520 days (F=181, T=30); machine: "
         f"{machine_name(args.device)}"
     )
     print()

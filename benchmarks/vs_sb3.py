@@ -39,10 +39,8 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.train_throughput import machine_name  # noqa: E402
 from clstm_ppo.config import preset  # noqa: E402
-from clstm_ppo.market import build_market, env_config  # noqa: E402
+from clstm_ppo.market import build_market  # noqa: E402
 from clstm_ppo.training.distributed import Comm  # noqa: E402
-from clstm_ppo.training.ppo import ppo_update  # noqa: E402
-from clstm_ppo.training.rollout import compute_gae  # noqa: E402
 
 
 def make_extractor_class() -> type:
@@ -74,7 +72,7 @@ def bench_sb3(market, cfg, n_envs: int, steps: int, device: str = "cpu") -> tupl
 
     from envs.trading_env import StockTradingEnv
 
-    econf = env_config(cfg)
+    econf = cfg.env
     # Monitor: sb3's episode bookkeeping (it replaces our info["episode"] with its own {"r", "l", "t"}).
     venv = DummyVecEnv(
         [lambda i=i: Monitor(StockTradingEnv(market, split="train", config=econf, seed=i)) for i in range(n_envs)]
@@ -82,75 +80,54 @@ def bench_sb3(market, cfg, n_envs: int, steps: int, device: str = "cpu") -> tupl
     model = RecurrentPPO(
         "MlpLstmPolicy",
         venv,
-        n_steps=cfg.n_steps,
-        batch_size=cfg.batch_size,
-        n_epochs=cfg.epochs,
-        gamma=cfg.gamma,
-        gae_lambda=cfg.gae_lambda,
-        clip_range=cfg.clip_coef,
-        ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef,
-        max_grad_norm=cfg.max_grad_norm,
-        learning_rate=cfg.learning_rate_actor_critic,
+        n_steps=cfg.ppo.n_steps,
+        batch_size=cfg.ppo.batch_size,
+        n_epochs=cfg.ppo.epochs,
+        gamma=cfg.ppo.gamma,
+        gae_lambda=cfg.ppo.gae_lambda,
+        clip_range=cfg.ppo.clip_coef,
+        ent_coef=cfg.ppo.ent_coef,
+        vf_coef=cfg.ppo.vf_coef,
+        max_grad_norm=cfg.ppo.max_grad_norm,
+        learning_rate=cfg.ppo.learning_rate_actor_critic,
         policy_kwargs=dict(
             features_extractor_class=make_extractor_class(),
-            features_extractor_kwargs=dict(lstm_hidden=cfg.stage1_hidden, features_dim=cfg.feature_dim),
-            lstm_hidden_size=cfg.stage2_hidden,
+            features_extractor_kwargs=dict(lstm_hidden=cfg.model.stage1_hidden, features_dim=cfg.model.feature_dim),
+            lstm_hidden_size=cfg.model.stage2_hidden,
             n_lstm_layers=1,
             shared_lstm=False,
             enable_critic_lstm=True,
             net_arch=[],
-            optimizer_kwargs=dict(eps=cfg.adam_eps),
+            optimizer_kwargs=dict(eps=cfg.ppo.adam_eps),
         ),
         device=device,
         seed=0,
         verbose=0,
     )
-    model.learn(total_timesteps=cfg.n_steps * n_envs)  # warm-up: one rollout + one update
+    model.learn(total_timesteps=cfg.ppo.n_steps * n_envs)  # warm-up: one rollout + one update
     t0 = time.perf_counter()
     model.learn(total_timesteps=steps, reset_num_timesteps=False)
     seconds = time.perf_counter() - t0
-    done = model.num_timesteps - cfg.n_steps * n_envs
+    done = model.num_timesteps - cfg.ppo.n_steps * n_envs
     return done / seconds, seconds
 
 
 def bench_ours(market, cfg, updates: int, device: str) -> tuple[float, float, int]:
-    """(env steps/s, seconds, env steps) of the Trainer's loop body over ``updates`` updates."""
+    """(env steps/s, seconds, env steps) of ``updates`` calls of `Trainer.update`, the trainer's own step."""
     from clstm_ppo.training.trainer import Trainer
 
     with tempfile.TemporaryDirectory() as tmp:
         comm = Comm(device=torch.device(device))
-        trainer = Trainer(dataclasses.replace(cfg, checkpoint_dir=tmp), market, comm, Path(tmp) / "run")
+        trainer = Trainer(cfg.with_settings(checkpoint_dir=tmp), market, comm, Path(tmp) / "run")
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-        def update(run_cfg) -> None:
-            rows = trainer.rollout.collect(trainer.buf)
-            last = trainer.rollout.bootstrap_value()
-            adv, ret = compute_gae(
-                trainer.buf.rewards, trainer.buf.values, trainer.buf.dones, last, run_cfg.gamma, run_cfg.gae_lambda
-            )
-            ppo_update(
-                trainer.trained,
-                trainer.optimizer,
-                trainer.buf,
-                adv,
-                ret,
-                run_cfg,
-                comm,
-                generator=trainer.shuffle_gen,
-                autocast=trainer.autocast,
-                scaler=trainer.scaler,
-            )
-            comm.all_gather_rows(rows)
-
-        update(dataclasses.replace(cfg, epochs=1))
+        trainer.update(ppo=dataclasses.replace(cfg.ppo, epochs=1))  # warm-up: one rollout + a short update
         sync()
         t0 = time.perf_counter()
         for _ in range(updates):
-            update(cfg)
+            trainer.update()  # the trainer's own step
         sync()
         seconds = time.perf_counter() - t0
-    steps = cfg.rollout_steps * updates
+    steps = cfg.ppo.rollout_steps * updates
     return steps / seconds, seconds, steps
 
 
@@ -185,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.our_minibatches:
         ours_cfg["batch_size"] = 128 * args.our_envs // args.our_minibatches
     cfg = preset("paper", **ours_cfg).validate()
-    market = build_market(cfg)
+    market = build_market(cfg.data, seed=cfg.run.seed)
     print(f"machine: {machine_name('cpu')}" + (f"; ours on {machine_name('cuda')}" if args.device == "cuda" else ""))
     ours_sps, ours_s, ours_steps = bench_ours(market, cfg, args.our_updates, args.device)
     print(f"  ours: {ours_steps:,} env steps in {ours_s:.1f} s", flush=True)

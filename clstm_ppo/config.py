@@ -1,218 +1,215 @@
-"""Every training setting in one dataclass; the paper preset; JSON and CLI round trips.
+"""Every training setting, in typed sections; the presets; what old checkpoints meant; JSON and CLI round trips.
 
-Each field carries its help text in ``metadata["help"]`` so the command line documents itself
-(CleanRL's ``Args`` idea). Derived values (rollout size, minibatches) are computed once by
-`TrainConfig.validate`, which also rejects inconsistent settings with one clear line.
+`TrainConfig` is composed of six sections, each setting declared once with its default and help text
+(`envs.config.setting`, CleanRL's ``Args`` idea: the command line documents itself):
+
+- ``run`` (`RunConfig`): names, seeds, resuming, checkpoints and logs
+- ``data`` (`DataConfig`): where the market comes from, its dates and splits, and what a day's state holds
+- ``env`` (`envs.config.EnvConfig`): how the environment trades and rewards
+- ``model`` (`ModelConfig`): the policy network
+- ``ppo`` (`PPOConfig`): the algorithm and its budget
+- ``system`` (`SystemConfig`): processes, devices and speed
+
+Functions take the section they use. A setting's flag is its field name (``--gamma`` is ``ppo.gamma``; the one
+exception, ``--data``, is ``data.source``), so flag names are unique across sections, and the flat
+``{flag: value}`` dict of `TrainConfig.to_dict` is what checkpoints, ``config.json``, ``--config`` files and study
+specs hold. Derived values (rollout size, minibatches) are properties of their section; `TrainConfig.validate`
+rejects inconsistent settings with one clear line.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import math
 import types
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
+from envs.config import EnvConfig, setting
 from envs.errors import UserError
-from envs.state import (
-    ACTION_MODES,
-    DEFAULT_PRICE_MODE,
-    INDICATORS,
-    MAX_PRICE_RATIO,
-    PORTFOLIO_FEATURES,
-    PRICE_MODES,
-    REWARDS,
-)
+from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MODES
+
+POLICIES = ("clstm", "lstm", "mlp")
+"""The policy variants: the paper's cascaded LSTM, stage 2 alone on the current day, no recurrence."""
 
 
-def _f(default: Any, help_: str, **kw: Any) -> Any:
-    return field(default=default, metadata={"help": help_, **kw})
+def _positive(section: object, *names: str) -> None:
+    for name in names:
+        if not getattr(section, name) > 0:
+            raise UserError(f"--{name} must be positive, got {getattr(section, name)}")
 
 
-@dataclass
-class TrainConfig:
-    """All settings of a training run (one worker's view; counts are per worker unless stated)."""
+@dataclass(frozen=True)
+class RunConfig:
+    """Names, seeds, resuming, checkpoints and logs."""
 
-    # --- run and output
-    run_name: str = _f("", "run folder name under --checkpoint_dir (default: <policy>-<timestamp>)")
-    checkpoint_dir: str = _f("checkpoints", "folder holding run folders (checkpoints, metrics.jsonl, config.json)")
-    seed: int = _f(1, "base seed; rank r, env i uses seed + r * num_envs + i")
-    resume: str = _f("", "resume from 'latest', 'best' or a checkpoint PATH (empty: fresh run)")
-    init_weights: str = _f(
+    run_name: str = setting("", "run folder name under --checkpoint_dir (default: <policy>-<timestamp>)")
+    checkpoint_dir: str = setting("checkpoints", "folder holding run folders (checkpoints, metrics.jsonl, config.json)")
+    seed: int = setting(1, "base seed; rank r, env i uses seed + r * num_envs + i")
+    resume: str = setting("", "resume from 'latest', 'best' or a checkpoint PATH (empty: fresh run)")
+    init_weights: str = setting(
         "",
-        "start from the weights of this checkpoint instead of a random init (same model "
-        "settings and tickers); unlike --resume, counters, optimizer and environments start "
-        "fresh: a walk-forward study's warm start",
+        "start from the weights of this checkpoint instead of a random init (same model settings and tickers); "
+        "unlike --resume, counters, optimizer and environments start fresh: a walk-forward study's warm start",
     )
-    save_every: int = _f(0, "also keep episode_<n>.pt every this many finished episodes (0: only latest/best)")
-    checkpoint_every: int = _f(10, "write latest.pt every this many updates (and always at the end or on a stop)")
-    eval_every: int = _f(10, "score the deterministic policy on the validation split every this many updates (best.pt)")
-    log_every: int = _f(10, "log a line every this many finished episodes (all workers together)")
-    tensorboard: bool = _f(False, "write TensorBoard scalars to the run folder (needs the tensorboard package)")
-    progress: bool = _f(True, "show a progress bar when stdout is a terminal")
-    # --- distributed layout
-    num_gpus: int | None = _f(None, "GPUs to use: default all visible, -1 all, 0 CPU only")
-    num_workers: int = _f(1, "CPU worker processes when no GPU is used (gloo)")
-    backend: str = _f("auto", "process-group backend: auto (nccl on GPU, gloo on CPU), nccl or gloo")
-    master_port: int = _f(0, "rendezvous port (0: MASTER_PORT if set, else a free port chosen by the parent)")
-    # --- data
-    data: str = _f("synthetic", "synthetic[:k=v,...] | csv:PATH | parquet:PATH | alpaca")
-    tickers: str = _f("", "comma-separated tickers to use (default: all in the data)")
-    start: str = _f("", "first date of data to load (YYYY-MM-DD)")
-    end: str = _f("", "last date of data to load (YYYY-MM-DD)")
-    train_end: str = _f("", "last training day (default: 70% of days)")
-    validation_end: str = _f("", "last validation day (default: 85% of days; the rest is test)")
-    test_end: str = _f("", "last test day (default: the end of the data)")
-    alpaca_feed: str = _f("iex", "Alpaca feed: iex (free plan) or sip", choices=("iex", "sip"))
-    alpaca_adjustment: str = _f(
+    save_every: int = setting(0, "also keep episode_<n>.pt every this many finished episodes (0: only latest/best)")
+    checkpoint_every: int = setting(10, "write latest.pt every this many updates (and always at the end or on a stop)")
+    eval_every: int = setting(
+        10, "score the deterministic policy on the validation split every this many updates (best.pt)"
+    )
+    log_every: int = setting(10, "log a line every this many finished episodes (all workers together)")
+    tensorboard: bool = setting(False, "write TensorBoard scalars to the run folder (needs the tensorboard package)")
+    progress: bool = setting(True, "show a progress bar when stdout is a terminal")
+    max_bad_updates: int = setting(5, "stop after this many consecutive updates with NaN/inf loss or gradients")
+    dry_run: bool = setting(False, "print the resolved config and world layout, then exit")
+
+    def validate(self) -> None:
+        _positive(self, "checkpoint_every", "eval_every", "max_bad_updates")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the market comes from, its dates and splits, and what a day's state holds."""
+
+    source: str = setting("synthetic", "synthetic[:k=v,...] | csv:PATH | parquet:PATH | alpaca", flag="data")
+    tickers: str = setting("", "comma-separated tickers to use (default: all in the data)")
+    start: str = setting("", "first date of data to load (YYYY-MM-DD)")
+    end: str = setting("", "last date of data to load (YYYY-MM-DD)")
+    train_end: str = setting("", "last training day (default: 70% of days)")
+    validation_end: str = setting("", "last validation day (default: 85% of days; the rest is test)")
+    test_end: str = setting("", "last test day (default: the end of the data)")
+    alpaca_feed: str = setting("iex", "Alpaca feed: iex (free plan) or sip", choices=("iex", "sip"))
+    alpaca_adjustment: str = setting(
         "all", "Alpaca price adjustment: raw | split | dividend | all", choices=("raw", "split", "dividend", "all")
     )
-    alpaca_timeframe: str = _f("1Day", "Alpaca bar timeframe (1Day; intraday e.g. 1Hour, 15Min)")
-    data_url: str = _f("", "Alpaca data endpoint override, e.g. a proxy (default: ALPACA_DATA_URL or Alpaca's)")
-    data_cache_dir: str = _f("data_cache/alpaca", "where downloaded Alpaca bars are cached")
-    refresh_data: bool = _f(False, "download Alpaca bars again even when cached")
-    max_price_ratio: float = _f(
+    alpaca_timeframe: str = setting("1Day", "Alpaca bar timeframe (1Day; intraday e.g. 1Hour, 15Min)")
+    data_url: str = setting("", "Alpaca data endpoint override, e.g. a proxy (default: ALPACA_DATA_URL or Alpaca's)")
+    data_cache_dir: str = setting("data_cache/alpaca", "where downloaded Alpaca bars are cached")
+    refresh_data: bool = setting(False, "download Alpaca bars again even when cached")
+    max_price_ratio: float = setting(
         MAX_PRICE_RATIO,
-        "refuse data where a close is more than this many times the previous close, "
-        "or less than its 1/this (a bad tick); 0 allows any jump",
+        "refuse data where a close is more than this many times the previous close, or less than its 1/this "
+        "(a bad tick); 0 allows any jump",
     )
-    gap_policy: str = _f(
+    gap_policy: str = setting(
         "fail", "tickers with missing dates: fail | intersect | ffill", choices=("fail", "intersect", "ffill")
     )
-    # --- environment
-    window: int = _f(30, "days of history in each observation (T)")
-    hmax: int = _f(100, "maximum shares traded per stock per day")
-    initial_amount: float = _f(1_000_000.0, "starting cash in dollars")
-    buy_cost_pct: float = _f(1e-3, "buy cost as a fraction of traded value")
-    sell_cost_pct: float = _f(1e-3, "sell cost as a fraction of traded value")
-    reward_scaling: float = _f(1e-4, "reward = change of portfolio value in dollars x this")
-    episode_length: str = _f("252", "trading days per episode, or 'full' for the whole split")
-    price_features: str = _f(
+    window: int = setting(30, "days of history in each observation (T)")
+    price_features: str = setting(
         DEFAULT_PRICE_MODE,
-        "price column of the state: return (daily log return, MACD / close: "
-        "stationary) or level (the close itself, as in the paper)",
+        "price column of the state: return (daily log return, MACD / close: stationary) or level (the close itself, "
+        "as in the paper)",
         choices=PRICE_MODES,
     )
-    indicators: str = _f(
+    indicators: str = setting(
         ",".join(INDICATORS),
-        "technical indicators in each day's state, comma-separated from "
-        f"{', '.join(INDICATORS)}; 'none' leaves cash, prices and holdings only",
+        f"technical indicators in each day's state, comma-separated from {', '.join(INDICATORS)}; 'none' leaves "
+        "cash, prices and holdings only",
     )
-    portfolio_features: str = _f(
-        "shares",
-        "cash and holdings in the state: shares (cash / initial amount and "
-        "shares / 1,000, as in the paper) or weights (fractions of the portfolio value)",
-        choices=PORTFOLIO_FEATURES,
+    use_turbulence: bool = setting(True, "liquidate and block buys when turbulence >= the 90th training percentile")
+
+    @property
+    def ticker_list(self) -> list[str] | None:
+        names = [t.strip() for t in self.tickers.split(",") if t.strip()]
+        return names or None
+
+    @property
+    def indicator_list(self) -> tuple[str, ...]:
+        """The ``--indicators`` as names (empty for 'none')."""
+        if self.indicators.strip().lower() == "none":
+            return ()
+        return tuple(n.strip().lower() for n in self.indicators.split(",") if n.strip())
+
+    def validate(self) -> None:
+        _positive(self, "window")
+        if self.max_price_ratio != 0 and not self.max_price_ratio > 1:
+            raise UserError(f"--max_price_ratio must be > 1, or 0 to allow any jump; got {self.max_price_ratio:g}")
+        names = self.indicator_list
+        given = self.indicators.strip().lower() == "none" or names
+        if any(n not in INDICATORS for n in names) or not given or len(set(names)) < len(names):
+            raise UserError(
+                f"--indicators {self.indicators!r}: give distinct names from {', '.join(INDICATORS)}, or none"
+            )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The policy network (`clstm_ppo.agent.model`)."""
+
+    policy: str = setting(
+        "clstm", "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)", choices=POLICIES
     )
-    action_mode: str = _f(
-        "weights",
-        "what an action means: shares (buy or sell up to --hmax shares per stock per day, "
-        "the paper's) or weights (the target portfolio: softmax of 5 x action over the stocks and a "
-        "cash logit 0, reached by trading)",
-        choices=ACTION_MODES,
-    )
-    rebalance_band: float = _f(
-        0.01,
-        "with --action_mode weights: trade a stock only when its order is worth more than "
-        "this fraction of the portfolio value",
-    )
-    reward: str = _f(
-        "log_return",
-        "value: change of portfolio value in dollars x --reward_scaling (the paper's); "
-        "log_return: 100 x the day's log return of the portfolio",
-        choices=REWARDS,
-    )
-    use_turbulence: bool = _f(True, "liquidate and block buys when turbulence >= the 90th training percentile")
-    # --- model
-    policy: str = _f(
-        "clstm",
-        "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)",
-        choices=("clstm", "lstm", "mlp"),
-    )
-    stage1_hidden: int = _f(128, "stage-1 LSTM hidden size")
-    feature_dim: int = _f(128, "stage-1 output features")
-    stage2_hidden: int = _f(512, "stage-2 actor and critic LSTM hidden size (MLP width for --policy mlp)")
-    skip: bool = _f(
+    stage1_hidden: int = setting(128, "stage-1 LSTM hidden size")
+    feature_dim: int = setting(128, "stage-1 output features")
+    stage2_hidden: int = setting(512, "stage-2 actor and critic LSTM hidden size (MLP width for --policy mlp)")
+    skip: bool = setting(
         True,
-        "shortcuts around the LSTMs: clstm's stage 1 also sees today's state, and the heads of "
-        "clstm/lstm also see the stage-1 features (off: the paper's network)",
+        "shortcuts around the LSTMs: clstm's stage 1 also sees today's state, and the heads of clstm/lstm also see "
+        "the stage-1 features (off: the paper's network)",
     )
-    # --- PPO
-    num_episodes: int = _f(10_000, "stop after this many finished episodes, counted over all workers")
-    num_envs: int = _f(16, "parallel environments per worker")
-    n_steps: int = _f(128, "rollout length per environment per update")
-    epochs: int = _f(10, "PPO epochs per update")
-    batch_size: int = _f(512, "PPO minibatch per worker in env steps (whole env columns: a multiple of n_steps)")
-    learning_rate_clstm: float = _f(3e-4, "Adam learning rate of stage 1 (the window LSTM)")
-    learning_rate_actor_critic: float = _f(3e-4, "Adam learning rate of stage 2 and the heads")
-    scale_lr: bool = _f(False, "multiply both learning rates by the world size")
-    anneal_lr: bool = _f(False, "anneal learning rates linearly to 0 over the run")
-    gamma: float = _f(0.99, "discount factor")
-    gae_lambda: float = _f(0.95, "GAE lambda")
-    clip_coef: float = _f(0.2, "PPO clip range")
-    clip_value: float = _f(0.0, "value-function clip range (0: off)")
-    ent_coef: float = _f(0.0, "entropy bonus weight (0: none, as CleanRL's continuous-action PPO)")
-    vf_coef: float = _f(0.5, "value loss weight")
-    aux_coef: float = _f(
-        1.0,
-        "weight of an auxiliary loss: the actor's latent also predicts tomorrow's price column of "
-        "the state (each ticker's z-scored return), a dense supervised signal for the window "
-        "LSTM (0: off, as in the paper; see docs/learning.md)",
-    )
-    max_grad_norm: float = _f(0.5, "global gradient-norm clip")
-    weight_decay: float = _f(0.0, "decoupled weight decay (AdamW) of the weight matrices; 0: plain Adam")
-    norm_obs: bool = _f(
-        False,
-        "normalise each state number by running mean / std over the training rollouts "
-        "(kept in the checkpoint and used unchanged by backtest and trade)",
-    )
-    norm_reward: bool = _f(False, "divide rewards by the running std of the discounted return (as SB3's VecNormalize)")
-    permute_tickers: bool = _f(
-        False,
-        "augmentation: each training episode shows the tickers in a fresh random order "
-        "(the policy must find a stock's role in its numbers, not its column)",
-    )
-    target_kl: float = _f(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
-    norm_adv: bool = _f(True, "normalise advantages with statistics over all workers' rollouts")
-    adam_eps: float = _f(1e-8, "Adam epsilon")
-    init_log_std: float = _f(-0.5, "initial log standard deviation of the Gaussian policy")
-    action_dist: str = _f(
+    init_log_std: float = setting(-0.5, "initial log standard deviation of the Gaussian policy")
+    action_dist: str = setting(
         "tanh",
-        "policy distribution: gaussian (samples clipped to [-1, 1] by the env) or tanh "
-        "(samples squashed by tanh, log-probabilities corrected; entropy estimated from samples)",
+        "policy distribution: gaussian (samples clipped to [-1, 1] by the env) or tanh (samples squashed by tanh, "
+        "log-probabilities corrected; entropy estimated from samples)",
         choices=("gaussian", "tanh"),
     )
-    log_std_max: float = _f(
-        0.0, "upper bound of the policy's log standard deviation (inf: unbounded; with a bound the lower one is -5)"
+    log_std_max: float = setting(
+        0.0,
+        "upper bound of the policy's log standard deviation (inf: unbounded; with a bound the lower one is -5)",
     )
-    # --- speed
-    mixed_precision: str = _f(
-        "none", "autocast: none | bf16 | fp16 (fp16 uses a GradScaler; CUDA only)", choices=("none", "bf16", "fp16")
+    norm_obs: bool = setting(
+        False,
+        "normalise each state number by running mean / std over the training rollouts (kept in the checkpoint and "
+        "used unchanged by backtest and trade)",
     )
-    gradient_accumulation_steps: int = _f(
+
+    def validate(self) -> None:
+        _positive(self, "stage1_hidden", "feature_dim", "stage2_hidden")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """The algorithm and its budget (counts are per worker unless stated)."""
+
+    num_episodes: int = setting(10_000, "stop after this many finished episodes, counted over all workers")
+    num_envs: int = setting(16, "parallel environments per worker")
+    n_steps: int = setting(128, "rollout length per environment per update")
+    epochs: int = setting(10, "PPO epochs per update")
+    batch_size: int = setting(512, "PPO minibatch per worker in env steps (whole env columns: a multiple of n_steps)")
+    gradient_accumulation_steps: int = setting(
         1, "split each minibatch into this many micro-batches (no_sync on all but the last)"
     )
-    compile: bool = _f(False, "torch.compile the model")
-    window_kernel: str = _f(
-        "auto",
-        "how the CLSTM's window LSTM runs: shared (each distinct day's input projection "
-        "computed once, hand-written recurrence and backward), fused (nn.LSTM over every dense window: "
-        "cuDNN/oneDNN) or auto (shared on CPU, fused on CUDA)",
-        choices=("auto", "shared", "fused"),
+    learning_rate_clstm: float = setting(3e-4, "Adam learning rate of stage 1 (the window LSTM)")
+    learning_rate_actor_critic: float = setting(3e-4, "Adam learning rate of stage 2 and the heads")
+    scale_lr: bool = setting(False, "multiply both learning rates by the world size")
+    anneal_lr: bool = setting(False, "anneal learning rates linearly to 0 over the run")
+    adam_eps: float = setting(1e-8, "Adam epsilon")
+    weight_decay: float = setting(0.0, "decoupled weight decay (AdamW) of the weight matrices; 0: plain Adam")
+    max_grad_norm: float = setting(0.5, "global gradient-norm clip")
+    gamma: float = setting(0.99, "discount factor")
+    gae_lambda: float = setting(0.95, "GAE lambda")
+    norm_adv: bool = setting(True, "normalise advantages with statistics over all workers' rollouts")
+    clip_coef: float = setting(0.2, "PPO clip range")
+    clip_value: float = setting(0.0, "value-function clip range (0: off)")
+    ent_coef: float = setting(0.0, "entropy bonus weight (0: none, as CleanRL's continuous-action PPO)")
+    vf_coef: float = setting(0.5, "value loss weight")
+    aux_coef: float = setting(
+        1.0,
+        "weight of an auxiliary loss: the actor's latent also predicts tomorrow's price column of the state (each "
+        "ticker's z-scored return), a dense supervised signal for the window LSTM (0: off, as in the paper; see "
+        "docs/learning.md)",
     )
-    tf32: bool = _f(True, "allow TF32 matmuls on Ampere+ GPUs")
-    env_device: str = _f("auto", "where the vector env lives: auto (the worker's device), cpu or cuda")
-    threads: int = _f(0, "torch threads per CPU worker (0: cores / workers)")
-    max_bad_updates: int = _f(5, "stop after this many consecutive updates with NaN/inf loss or gradients")
-    # --- misc
-    dry_run: bool = _f(False, "print the resolved config and world layout, then exit")
-
-    # ------------------------------------------------------------------ derived values
-    @property
-    def episode_days(self) -> int | None:
-        """Episode length in trading days; None means the whole split."""
-        return None if self.episode_length == "full" else int(self.episode_length)
+    target_kl: float = setting(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
+    norm_reward: bool = setting(
+        False, "divide rewards by the running std of the discounted return (as SB3's VecNormalize)"
+    )
+    permute_tickers: bool = setting(
+        False,
+        "augmentation: each training episode shows the tickers in a fresh random order (the policy must find a "
+        "stock's role in its numbers, not its column)",
+    )
 
     @property
     def rollout_steps(self) -> int:
@@ -228,39 +225,11 @@ class TrainConfig:
     def num_minibatches(self) -> int:
         return self.num_envs // self.envs_per_minibatch
 
-    @property
-    def indicator_list(self) -> tuple[str, ...]:
-        """The ``--indicators`` as names (empty for 'none')."""
-        if self.indicators.strip().lower() == "none":
-            return ()
-        return tuple(n.strip().lower() for n in self.indicators.split(",") if n.strip())
-
-    @property
-    def ticker_list(self) -> list[str] | None:
-        names = [t.strip() for t in self.tickers.split(",") if t.strip()]
-        return names or None
-
-    def validate(self) -> TrainConfig:
-        """Reject inconsistent settings with one clear line; return self."""
+    def validate(self) -> None:
         if self.num_episodes <= 0:
             raise UserError(f"--num_episodes must be positive, got {self.num_episodes}")
-        for name in (
-            "checkpoint_every",
-            "eval_every",
-            "num_envs",
-            "n_steps",
-            "epochs",
-            "batch_size",
-            "window",
-            "hmax",
-            "num_workers",
-            "gradient_accumulation_steps",
-            "stage1_hidden",
-            "feature_dim",
-            "stage2_hidden",
-        ):
-            if getattr(self, name) <= 0:
-                raise UserError(f"--{name} must be positive, got {getattr(self, name)}")
+        _positive(self, "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps")
+        _positive(self, "learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef")
         if self.batch_size % self.n_steps or self.rollout_steps % self.batch_size:
             raise UserError(
                 f"--batch_size {self.batch_size} must be a multiple of --n_steps {self.n_steps} (minibatches are whole "
@@ -271,70 +240,149 @@ class TrainConfig:
                 f"--gradient_accumulation_steps {self.gradient_accumulation_steps} must divide the "
                 f"{self.envs_per_minibatch} env columns of a minibatch"
             )
-        if self.episode_length != "full":
-            try:
-                days = int(self.episode_length)
-            except ValueError:
-                raise UserError(
-                    f"--episode_length must be a number of days or 'full', got {self.episode_length!r}"
-                ) from None
-            if days < 2:
-                raise UserError(f"--episode_length must be at least 2 days, got {days}")
-        if self.backend not in ("auto", "nccl", "gloo"):
-            raise UserError(f"--backend must be auto, nccl or gloo, got {self.backend!r}")
-        if self.env_device not in ("auto", "cpu", "cuda"):
-            raise UserError(f"--env_device must be auto, cpu or cuda, got {self.env_device!r}")
+        for name in ("weight_decay", "aux_coef"):
+            if not getattr(self, name) >= 0:
+                raise UserError(f"--{name} must be 0 or more, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """Processes, devices and speed: how the run is computed, never what it computes (but for float rounding)."""
+
+    num_gpus: int | None = setting(None, "GPUs to use: default all visible, -1 all, 0 CPU only")
+    num_workers: int = setting(1, "CPU worker processes when no GPU is used (gloo)")
+    backend: str = setting(
+        "auto", "process-group backend: auto (nccl on GPU, gloo on CPU), nccl or gloo", choices=("auto", "nccl", "gloo")
+    )
+    master_port: int = setting(0, "rendezvous port (0: MASTER_PORT if set, else a free port chosen by the parent)")
+    env_device: str = setting(
+        "auto", "where the vector env lives: auto (the worker's device), cpu or cuda", choices=("auto", "cpu", "cuda")
+    )
+    threads: int = setting(0, "torch threads per CPU worker (0: cores / workers)")
+    mixed_precision: str = setting(
+        "none", "autocast: none | bf16 | fp16 (fp16 uses a GradScaler; CUDA only)", choices=("none", "bf16", "fp16")
+    )
+    tf32: bool = setting(True, "allow TF32 matmuls on Ampere+ GPUs")
+    compile: bool = setting(False, "torch.compile the model")
+    window_kernel: str = setting(
+        "auto",
+        "how the CLSTM's window LSTM runs: shared (each distinct day's input projection computed once, "
+        "hand-written recurrence and backward), fused (nn.LSTM over every dense window: cuDNN/oneDNN) or auto "
+        "(shared on CPU, fused on CUDA)",
+        choices=("auto", "shared", "fused"),
+    )
+
+    def validate(self) -> None:
+        _positive(self, "num_workers")
         if not 0 <= self.master_port < 65536:
             raise UserError(f"--master_port must be in 0..65535, got {self.master_port}")
-        for name in ("learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef"):
-            if not getattr(self, name) > 0:
-                raise UserError(f"--{name} must be positive, got {getattr(self, name)}")
-        if self.max_price_ratio != 0 and not self.max_price_ratio > 1:
-            raise UserError(f"--max_price_ratio must be > 1, or 0 to allow any jump; got {self.max_price_ratio:g}")
-        if self.initial_amount <= 0:
-            raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
-        unknown = [n for n in self.indicator_list if n not in INDICATORS]
-        given = self.indicators.strip().lower() == "none" or self.indicator_list
-        if unknown or not given or len(set(self.indicator_list)) < len(self.indicator_list):
-            raise UserError(
-                f"--indicators {self.indicators!r}: give distinct names from {', '.join(INDICATORS)}, or none"
+
+
+SECTIONS: dict[str, tuple[str, type]] = {
+    "run": ("run and output", RunConfig),
+    "data": ("data and the state", DataConfig),
+    "env": ("environment", EnvConfig),
+    "model": ("model", ModelConfig),
+    "ppo": ("PPO", PPOConfig),
+    "system": ("devices and speed", SystemConfig),
+}
+"""Section attribute -> (its heading in ``--help``, its dataclass), in the order ``--help`` shows them."""
+
+
+def flag_name(f: Any) -> str:
+    """The flag (and flat-dict key) of a section field: its name unless the field says otherwise."""
+    return f.metadata.get("flag", f.name)
+
+
+def _scalar_type(annotation: Any) -> type:
+    if isinstance(annotation, str):
+        annotation = eval(annotation, {"Union": Union})  # annotations are postponed strings
+    if get_origin(annotation) in (Union, types.UnionType):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    return annotation
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One setting as the command line and the flat dict see it."""
+
+    flag: str  # the flag without dashes, and the key in the flat dict
+    section: str  # the TrainConfig attribute holding it
+    name: str  # its field name in that section
+    default: Any
+    help: str
+    parse: Any  # str -> value: the field's scalar type or its own parser
+    choices: tuple[str, ...] | None
+
+
+def _settings() -> dict[str, Setting]:
+    out: dict[str, Setting] = {}
+    for section, (_title, cls) in SECTIONS.items():
+        for f in fields(cls):
+            flag = flag_name(f)
+            if flag in out:
+                raise TypeError(f"setting {flag} is declared twice ({out[flag].section} and {section})")
+            parse = f.metadata.get("parse") or _scalar_type(f.type)
+            out[flag] = Setting(
+                flag, section, f.name, f.default, f.metadata.get("help", ""), parse, f.metadata.get("choices")
             )
-        if not self.weight_decay >= 0:
-            raise UserError(f"--weight_decay must be 0 or more, got {self.weight_decay}")
-        if not self.aux_coef >= 0:
-            raise UserError(f"--aux_coef must be 0 or more, got {self.aux_coef}")
+    return out
+
+
+SETTINGS: dict[str, Setting] = _settings()
+"""Every setting by flag name, in ``--help`` order."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """All settings of a training run, by section (see the module docstring)."""
+
+    run: RunConfig = field(default_factory=RunConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+
+    def validate(self) -> TrainConfig:
+        """Reject inconsistent settings with one clear line; return self. (`EnvConfig` checks itself when built.)"""
+        for s in SETTINGS.values():  # choices, also for settings from a JSON file or a study spec
+            value = getattr(getattr(self, s.section), s.name)
+            if s.choices and value not in s.choices:
+                raise UserError(f"--{s.flag} must be one of {', '.join(s.choices)}, got {value!r}")
+        for section in (self.run, self.data, self.model, self.ppo, self.system):
+            section.validate()
         return self
 
-    # ------------------------------------------------------------------ serialisation
-    @classmethod
-    def field_types(cls) -> dict[str, type]:
-        """Each setting's scalar type (``int | None`` -> int): what a flag or a ``--vary`` value is parsed as."""
-        out = {}
-        for f in fields(cls):
-            annotation = f.type
-            if isinstance(annotation, str):
-                annotation = eval(annotation, {"Union": Union})  # annotations are postponed strings
-            if get_origin(annotation) in (Union, types.UnionType):
-                annotation = next(a for a in get_args(annotation) if a is not type(None))
-            out[f.name] = annotation
-        return out
-
+    # ------------------------------------------------------------------ the flat form
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """``{flag: value}`` for every setting: what checkpoints, config.json and study specs hold."""
+        return {s.flag: getattr(getattr(self, s.section), s.name) for s in SETTINGS.values()}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        """From a flat ``{flag: value}`` dict (missing settings take their defaults); unknown keys are refused."""
+        unknown = sorted(set(values) - set(SETTINGS))
         if unknown:
             raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}")
-        return cls(**values)
+        by_section: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+        for flag, value in values.items():
+            s = SETTINGS[flag]
+            by_section[s.section][s.name] = value
+        try:
+            return cls(**{name: SECTIONS[name][1](**kw) for name, kw in by_section.items()})
+        except TypeError as err:
+            raise UserError(f"{source}: {err}") from None
+
+    def with_settings(self, **values: Any) -> TrainConfig:
+        """A copy with some settings changed, by flag name (``cfg.with_settings(seed=3, window=5)``)."""
+        return TrainConfig.from_dict({**self.to_dict(), **values}, source="settings")
 
     @classmethod
     def from_checkpoint(cls, values: dict[str, Any], *, source: str = "checkpoint") -> TrainConfig:
         """The settings a checkpoint was trained with: settings added after it was written take the meaning
-        they had then (`LEGACY_SETTINGS`), not today's defaults."""
-        return cls.from_dict({**LEGACY_SETTINGS, **values}, source=source)
+        they had then (`LEGACY`), not today's defaults."""
+        return cls.from_dict({**LEGACY, **values}, source=source)
 
     @classmethod
     def from_json(cls, path: str | Path) -> TrainConfig:
@@ -350,60 +398,36 @@ class TrainConfig:
         return cls.from_dict(values, source=str(path))
 
 
-LEGACY_SETTINGS: dict[str, Any] = {
-    "action_mode": "shares",
-    "rebalance_band": 0.01,
-    "reward": "value",
-    "action_dist": "gaussian",
-    "log_std_max": float("inf"),
-    "init_weights": "",
-    "max_price_ratio": 0.0,
-    "skip": False,
-    "aux_coef": 0.0,
-}
-"""Settings newer than some checkpoints, with the behaviour those checkpoints were trained with."""
+PAPER_BEHAVIOUR: dict[str, Any] = dict(
+    price_features="level",  # the close itself in the state
+    action_mode="shares",  # up to hmax shares per stock per day
+    reward="value",  # the change of portfolio value in dollars x reward_scaling
+    action_dist="gaussian",  # sb3's Gaussian, clipped by the env, with an unbounded log-std
+    log_std_max=math.inf,
+    skip=False,  # no shortcuts around the LSTMs
+    aux_coef=0.0,  # no next-day loss
+)
+"""Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's."""
+
+LEGACY: dict[str, Any] = {**PAPER_BEHAVIOUR, "init_weights": "", "max_price_ratio": 0.0}
+"""What a setting meant in checkpoints written before it existed (the settings whose default has changed since):
+the paper's behaviour, no warm start, and no bad-tick check."""
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # Zou et al. 2022, Table 1 and the sweeps' winners (window 30, stage-2 LSTM 512, one layer);
-    # epochs/minibatch/GAE lambda are sb3-contrib RecurrentPPO's defaults, which the paper used.
+    # Zou et al. 2022, Table 1 and the sweeps' winners (window 30, stage-2 LSTM 512, one layer); epochs, minibatch
+    # and GAE lambda are sb3-contrib RecurrentPPO's defaults, which the paper used.
     "paper": dict(
-        window=30,
-        stage1_hidden=128,
-        feature_dim=128,
-        stage2_hidden=512,
-        n_steps=128,
-        epochs=10,
-        batch_size=128,
-        gamma=0.99,
-        gae_lambda=0.95,
-        clip_coef=0.2,
-        vf_coef=0.5,
-        ent_coef=0.01,
-        max_grad_norm=0.5,
-        learning_rate_clstm=3e-4,
-        learning_rate_actor_critic=3e-4,
-        adam_eps=1e-8,
-        hmax=100,
-        initial_amount=1_000_000.0,
-        buy_cost_pct=1e-3,
-        sell_cost_pct=1e-3,
-        reward_scaling=1e-4,
-        policy="clstm",
-        price_features="level",
-        portfolio_features="shares",
-        action_mode="shares",
-        reward="value",
-        # sb3's Gaussian, clipped by the env, unbounded log-std, with an entropy bonus
-        action_dist="gaussian",
-        log_std_max=float("inf"),
-        skip=False,
-        aux_coef=0.0,
+        window=30, stage1_hidden=128, feature_dim=128, stage2_hidden=512, n_steps=128, epochs=10, batch_size=128,
+        gamma=0.99, gae_lambda=0.95, clip_coef=0.2, vf_coef=0.5, ent_coef=0.01, max_grad_norm=0.5,
+        learning_rate_clstm=3e-4, learning_rate_actor_critic=3e-4, adam_eps=1e-8, hmax=100,
+        initial_amount=1_000_000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3, reward_scaling=1e-4, policy="clstm",
+        portfolio_features="shares", **PAPER_BEHAVIOUR,
     ),
-}
+}  # fmt: skip
 
 
 def preset(name: str, **overrides: Any) -> TrainConfig:
-    """A config from a named preset with overrides, e.g. ``preset("paper", num_envs=8)``."""
+    """A config from a named preset with overrides by flag name, e.g. ``preset("paper", num_envs=8)``."""
     if name not in PRESETS:
         raise UserError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return TrainConfig(**{**PRESETS[name], **overrides})
+    return TrainConfig.from_dict({**PRESETS[name], **overrides}, source=f"preset {name}")

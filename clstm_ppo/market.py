@@ -1,36 +1,36 @@
-"""From settings to the PreparedMarket an env runs on: load, split, fit features (or reuse fitted ones)."""
+"""From the data settings to the PreparedMarket an env runs on: load, split, fit features (or reuse fitted ones)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from clstm_ppo.config import TrainConfig
-from envs.data import MarketData, split_days
-from envs.errors import UserError
+from clstm_ppo.config import LEGACY, DataConfig
+from envs.data import MarketData, Splits, split_days
 from envs.features import PreparedMarket
-from envs.kernel import EnvConfig
 from envs.sources import load_market_data
 
 
 def load_data(
-    cfg: TrainConfig,
+    cfg: DataConfig,
     *,
-    data: str | None = None,
+    seed: int,
+    source: str | None = None,
     start: str | None = None,
     end: str | None = None,
     tickers: list[str] | None = None,
     every_ticker: bool = False,
 ) -> MarketData:
-    """Market data named by ``cfg.data`` (or ``data``), restricted to the configured tickers and dates.
+    """Market data named by ``cfg.source`` (or ``source``), restricted to the configured tickers and dates.
 
     The one loader of training, backtest, study and trading: a run's Alpaca settings (timeframe, adjustment,
     feed, cache folder, endpoint) always come with it, so a run is evaluated on the bars it was trained on.
 
+    :param seed: the run's seed, which a synthetic market without its own ``seed=`` is drawn from.
     :param start: / :param end: override ``cfg.start`` / ``cfg.end`` (inclusive YYYY-MM-DD).
     :param tickers: override ``cfg.ticker_list``; ``every_ticker`` reads all of a file's tickers (the caller
         checks them, e.g. against a checkpoint's universe).
     """
-    source = data or cfg.data
+    source = source or cfg.source
     alpaca_kwargs = (
         dict(
             timeframe=cfg.alpaca_timeframe,
@@ -49,7 +49,7 @@ def load_data(
         tickers=None if every_ticker and not alpaca_kwargs else names,
         start=(start if start is not None else cfg.start) or None,
         end=(end if end is not None else cfg.end) or None,
-        seed=cfg.seed,
+        seed=seed,
         gap_policy=cfg.gap_policy,
         max_price_ratio=cfg.max_price_ratio,
         **alpaca_kwargs,
@@ -61,19 +61,24 @@ def is_alpaca(source: str) -> bool:
     return source.split(":", 1)[0].strip().lower() == "alpaca"
 
 
-def build_market(cfg: TrainConfig, data: MarketData | None = None) -> PreparedMarket:
-    """Load data, split it by date, fit normalisation and the turbulence threshold on the training split."""
-    data = data if data is not None else load_data(cfg)
-    splits = split_days(
+def data_splits(data: MarketData, cfg: DataConfig) -> Splits:
+    """The train / validation / test days of ``data`` from the configured dates (defaults: 70% / 15% / 15%)."""
+    return split_days(
         data,
         window=cfg.window,
         train_end=cfg.train_end or None,
         validation_end=cfg.validation_end or None,
         test_end=cfg.test_end or None,
     )
+
+
+def build_market(cfg: DataConfig, *, seed: int, data: MarketData | None = None) -> PreparedMarket:
+    """Load data (unless given), split it by date, fit normalisation and the turbulence threshold on the training
+    split."""
+    data = data if data is not None else load_data(cfg, seed=seed)
     return PreparedMarket.prepare(
         data,
-        splits,
+        data_splits(data, cfg),
         window=cfg.window,
         use_turbulence=cfg.use_turbulence,
         price_mode=cfg.price_features,
@@ -82,25 +87,9 @@ def build_market(cfg: TrainConfig, data: MarketData | None = None) -> PreparedMa
 
 
 def rebuild_market(data: MarketData, spec: dict[str, Any]) -> PreparedMarket:
-    """The market of a checkpoint: stored normalisation/threshold applied to (possibly new) data."""
+    """The market of a checkpoint: stored normalisation/threshold applied to (possibly new) data. A spec written
+    before the state's price column was a choice meant the paper's (`LEGACY`)."""
+    norm = spec.get("normalization")
+    if isinstance(norm, dict) and "price_mode" not in norm:
+        spec = {**spec, "normalization": {**norm, "price_mode": LEGACY["price_features"]}}
     return PreparedMarket.from_spec(data, spec)
-
-
-def env_config(cfg: TrainConfig, *, full_episodes: bool = False) -> EnvConfig:
-    """The env settings of a run; ``full_episodes`` runs each episode from the split's first day to its end."""
-    try:
-        return EnvConfig(
-            hmax=cfg.hmax,
-            initial_amount=cfg.initial_amount,
-            buy_cost_pct=cfg.buy_cost_pct,
-            sell_cost_pct=cfg.sell_cost_pct,
-            reward_scaling=cfg.reward_scaling,
-            episode_length=None if full_episodes else cfg.episode_days,
-            random_start=not full_episodes,
-            portfolio_features=cfg.portfolio_features,
-            action_mode=cfg.action_mode,
-            rebalance_band=cfg.rebalance_band,
-            reward=cfg.reward,
-        )
-    except ValueError as err:
-        raise UserError(f"invalid environment settings: {err}") from None

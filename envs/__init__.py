@@ -20,7 +20,7 @@ if "envs/StockTrading-v0" not in gymnasium.registry:
 _EXPORTS = {
     "StockTradingEnv": "envs.trading_env",
     "VectorStockTradingEnv": "envs.vector_env",
-    "EnvConfig": "envs.kernel",
+    "EnvConfig": "envs.config",
     "MarketData": "envs.data",
     "split_days": "envs.data",
     "PreparedMarket": "envs.features",

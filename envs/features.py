@@ -41,7 +41,7 @@ import numpy as np
 
 from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError
-from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, LEGACY_PRICE_MODE, PRICE_MODES
+from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, PRICE_MODES, StateLayout
 
 """Indicator names in their state order (FinRL/stockstats: macd, rsi_30, cci_30, dx_30)."""
 
@@ -335,7 +335,7 @@ class Normalization:
             holdings_scale=float(d.get("holdings_scale", HOLDINGS_SCALE)),
             fit_start=int(d.get("fit_start", 0)),
             fit_stop=int(d.get("fit_stop", 0)),
-            price_mode=str(d.get("price_mode", LEGACY_PRICE_MODE)),
+            price_mode=str(d["price_mode"]),
             price_relative=tuple(int(k) for k in d.get("price_relative", ())),
         )
 
@@ -464,10 +464,14 @@ class PreparedMarket:
         return len(self.data.tickers)
 
     @property
+    def layout(self) -> StateLayout:
+        """Where each number of a day's state sits (cash, price columns, holdings, indicators)."""
+        return StateLayout(self.num_tickers, len(self.indicator_names))
+
+    @property
     def num_features(self) -> int:
         """F = 1 + N + N + K*N (cash, closes, holdings, indicators)."""
-        n = self.num_tickers
-        return 1 + 2 * n + len(self.indicator_names) * n
+        return self.layout.num_features
 
     def split_range(self, split: str | DayRange) -> DayRange:
         """The DayRange for "train" | "validation" | "test" (or a DayRange, returned as is)."""

@@ -29,68 +29,14 @@ floating point too. When the total fits (total <= cash) nothing is scaled.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
+from envs.config import EnvConfig
+
 _CAP_MARGIN = 1e-12  # relative safety margin of the pro-rata buy cap (see module docstring)
-
-
-@dataclass(frozen=True)
-class EnvConfig:
-    """Trading-environment settings (paper / FinRL defaults). The observation window is not one of them: it is
-    the market's (`envs.features.PreparedMarket.window`), the one place it is set."""
-
-    hmax: int = 100
-    """most shares bought or sold per stock per day (action 1.0 = hmax shares)"""
-    initial_amount: float = 1_000_000.0
-    """starting cash in dollars"""
-    buy_cost_pct: float = 1e-3
-    """transaction cost of a buy, fraction of the traded value"""
-    sell_cost_pct: float = 1e-3
-    """transaction cost of a sell, fraction of the traded value"""
-    reward_scaling: float = 1e-4
-    """reward = change of portfolio value in dollars x this"""
-    episode_length: int | None = 252
-    """trading days (steps) per episode; None = run from the split's first day to its end"""
-    random_start: bool = True
-    """False: every episode starts at the split's first day"""
-    portfolio_features: str = "shares"
-    """how cash and holdings enter the state: "shares" (cash / initial_amount and shares / 1,000, as in
-    the paper) or "weights" (cash and each holding's value as fractions of the portfolio value: they
-    stay in [0, 1] however large the portfolio grows)"""
-    action_mode: str = "shares"
-    """what an action means: "shares" (up to hmax shares bought or sold per stock per day) or "weights" (a
-    target portfolio: see the module docstring)"""
-    rebalance_band: float = 0.01
-    """with action_mode "weights": trade a stock only when its order is worth more than this fraction of the
-    portfolio value"""
-    reward: str = "value"
-    """"value": (value_{t+1} - value_t) x reward_scaling (the paper's); "log_return": 100 x log(value_{t+1} /
-    value_t)"""
-
-    def __post_init__(self) -> None:
-        from envs.errors import UserError
-        from envs.state import ACTION_MODES, PORTFOLIO_FEATURES, REWARDS
-
-        if self.hmax < 1:
-            raise UserError(f"hmax must be >= 1, got {self.hmax}")
-        if not self.initial_amount > 0:
-            raise UserError(f"initial_amount must be > 0, got {self.initial_amount}")
-        if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
-            raise UserError("buy_cost_pct and sell_cost_pct must be in [0, 1)")
-        if self.action_mode not in ACTION_MODES:
-            raise UserError(f"action_mode must be one of {', '.join(ACTION_MODES)}, got {self.action_mode!r}")
-        if self.reward not in REWARDS:
-            raise UserError(f"reward must be one of {', '.join(REWARDS)}, got {self.reward!r}")
-        if not 0 <= self.rebalance_band < 1:
-            raise UserError(f"rebalance_band must be in [0, 1), got {self.rebalance_band}")
-        if self.portfolio_features not in PORTFOLIO_FEATURES:
-            raise UserError(f"portfolio_features must be 'shares' or 'weights', got {self.portfolio_features!r}")
-        if self.episode_length is not None and self.episode_length < 1:
-            raise UserError(f"episode_length must be >= 1 or None, got {self.episode_length}")
 
 
 class StepStats(NamedTuple):

@@ -1,7 +1,9 @@
 """The choices and defaults that shape the data and a day's state vector, in one light module (no numpy, pandas
 or torch to import), so the command line can offer them and `--help` stays fast. The state's layout itself is
-documented on `envs.vector_env.VectorStockTradingEnv`.
+`StateLayout` below (and documented on `envs.vector_env.VectorStockTradingEnv`).
 """
+
+from __future__ import annotations
 
 MAX_PRICE_RATIO = 10.0
 """A close more than this many times the previous close, or less than its 1/this, is refused as a bad tick
@@ -14,9 +16,6 @@ return, with MACD divided by the close): see `envs.features.price_features`."""
 DEFAULT_PRICE_MODE = "return"
 """The price column unless a run says otherwise (training's --price_features default too): the daily log
 return stays in the training range out of sample, where price levels drift away from it."""
-
-LEGACY_PRICE_MODE = "level"
-"""What a stored market spec without "price_mode" (written before returns existed) meant."""
 
 INDICATORS: tuple[str, ...] = ("macd", "rsi", "cci", "adx")
 """The technical indicators a state can carry (all by default, FinRL's set; conventions in envs.features)."""
@@ -35,3 +34,47 @@ ACTION_MODES = ("shares", "weights")
 REWARDS = ("value", "log_return")
 """The reward: "value" (the change of portfolio value in dollars x reward_scaling, the paper's) or "log_return"
 (100 x the day's log return of the portfolio: a 1% day is about 1.0, whatever the portfolio's size)."""
+
+
+class StateLayout:
+    """Where each number sits in one day's state of N tickers and K indicators: ``F = 1 + N + N + K x N`` columns,
+
+    - column 0: cash (``portfolio_features``: cash / initial amount, or the cash weight)
+    - ``prices`` = [1, 1+N): each ticker's price column (``price_features``: the close or its log return)
+    - ``holdings`` = [1+N, 1+2N): each ticker's holding (shares / HOLDINGS_SCALE, or its weight)
+    - then K blocks of N: each indicator, ticker by ticker
+
+    so every column but cash belongs to a block of N, one column per ticker (`ticker_blocks`).
+    """
+
+    def __init__(self, num_tickers: int, num_indicators: int) -> None:
+        self.num_tickers, self.num_indicators = num_tickers, num_indicators
+
+    @classmethod
+    def of_width(cls, num_features: int, num_tickers: int) -> StateLayout:
+        """The layout of states F numbers wide for N tickers; ValueError when F is not 1 + blocks of N."""
+        blocks, rest = divmod(num_features - 1, num_tickers)
+        if rest or blocks < 2:
+            raise ValueError(f"a state of {num_features} numbers is not 1 + blocks of {num_tickers} tickers")
+        return cls(num_tickers, blocks - 2)
+
+    @property
+    def num_features(self) -> int:
+        return 1 + (2 + self.num_indicators) * self.num_tickers
+
+    @property
+    def prices(self) -> slice:
+        return slice(1, 1 + self.num_tickers)
+
+    @property
+    def holdings(self) -> slice:
+        return slice(1 + self.num_tickers, 1 + 2 * self.num_tickers)
+
+    @property
+    def indicators(self) -> slice:
+        return slice(1 + 2 * self.num_tickers, self.num_features)
+
+    @property
+    def ticker_blocks(self) -> list[int]:
+        """First column of each block of N (prices, holdings, then each indicator)."""
+        return [1 + k * self.num_tickers for k in range(2 + self.num_indicators)]

@@ -12,12 +12,12 @@ import gymnasium
 import numpy as np
 import torch
 
+from envs.config import EnvConfig
 from envs.data import DayRange
 from envs.features import PreparedMarket
-from envs.kernel import EnvConfig
 from envs.vector_env import VectorStockTradingEnv
 
-__all__ = ["StockTradingEnv", "EnvConfig", "default_market"]
+__all__ = ["StockTradingEnv", "default_market"]
 
 
 def default_market(window: int = 30, seed: int = 0) -> PreparedMarket:
@@ -58,20 +58,18 @@ class StockTradingEnv(gymnasium.Env):
     transaction costs (0.1% per side) included.
 
     ## Starting state
-    ``initial_amount`` ($1,000,000) cash and no shares on the split's first day, or with
-    ``random_start`` a seeded uniform day that leaves a full ``episode_length`` before the split
-    ends; ``reset(options={"start_day": d})`` picks the day (a day index into the market's data).
+    ``initial_amount`` ($1,000,000) cash and no shares on a seeded uniform day that leaves a full
+    ``episode_length`` before the split ends (the split's first day with ``episode_length="full"``); ``reset(options={"start_day": d})`` picks the day (a day index into the market's data).
 
     ## Episode end
     Terminated on the split's last day (there is no next close to trade into); truncated after
-    ``episode_length`` steps (None: never). On a day whose turbulence index is at or above the
+    ``episode_length`` steps ("full": never). On a day whose turbulence index is at or above the
     market's threshold, every position is sold and nothing is bought (the episode goes on).
 
     ## Arguments
     - ``market``: a ``PreparedMarket``; default: ``default_market()`` (synthetic, 30 stocks, 10 years)
     - ``split``: "train" | "validation" | "test" or a ``DayRange``
-    - ``config``: ``EnvConfig`` (hmax, initial_amount, costs, reward_scaling, episode_length,
-      random_start)
+    - ``config``: ``EnvConfig`` (actions, costs, reward, episode length: `envs.config`)
     - ``seed``: seed of the start-day generator until ``reset(seed=...)`` reseeds it
 
     ``info`` (reset and step): date (numpy datetime64 of the observed day), day (index), portfolio_value,

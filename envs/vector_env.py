@@ -37,13 +37,15 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
+from envs.config import EnvConfig
 from envs.data import DayRange
 from envs.errors import UserError
 from envs.features import PreparedMarket
-from envs.kernel import EnvConfig, portfolio_value, trade_step
+from envs.kernel import portfolio_value, trade_step
 from envs.returns import annualised_sharpe
+from envs.state import StateLayout
 
-__all__ = ["VectorStockTradingEnv", "EnvConfig", "EPISODE_KEYS", "write_portfolio_columns"]
+__all__ = ["VectorStockTradingEnv", "EPISODE_KEYS", "write_portfolio_columns"]
 
 EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs", "exposure")
 """Fields of ``info["episode"]``, in the order the trainer packs them for its all-gather."""
@@ -62,7 +64,7 @@ def write_portfolio_columns(
     :param config: its ``portfolio_features`` picks "shares" (cash / initial_amount, shares / holdings_scale)
         or "weights" (cash and each holding's value as fractions of ``value``, in [0, 1])
     """
-    n = shares.shape[1]
+    layout = StateLayout.of_width(rows.shape[-1], shares.shape[1])
     if config.portfolio_features == "weights":
         cash_col, hold_cols = cash / value, shares * close / value.unsqueeze(1)
     else:
@@ -70,7 +72,7 @@ def write_portfolio_columns(
     if rows.dim() == 3:
         cash_col, hold_cols = cash_col.unsqueeze(1), hold_cols.unsqueeze(1)
     rows[..., 0] = cash_col
-    rows[..., 1 + n : 1 + 2 * n] = hold_cols
+    rows[..., layout.holdings] = hold_cols
 
 
 class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
@@ -86,8 +88,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
     Starting state: cash = initial_amount, no shares, on a day drawn uniformly (seeded
     ``torch.Generator``) from the split's days that leave a full ``episode_length`` before the split's
-    last day (the split's first day when the split is shorter, ``random_start`` is False, or
-    ``episode_length`` is None).
+    last day (the split's first day when the split is shorter or
+    ``episode_length`` is "full").
 
     Episode end: terminated when the split's last day is reached (no later day to trade into);
     truncated after ``episode_length`` steps. A finished env is reset in the same step: its returned
@@ -151,8 +153,9 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         norm = market.normalization
         mrows = np.zeros((data.num_days, F), dtype=np.float32)
         rows = norm.market_rows(np.asarray(data.close, dtype=np.float64), market.indicators)  # [D, N + K*N]
-        mrows[:, 1 : 1 + N] = rows[:, :N]
-        mrows[:, 1 + 2 * N :] = rows[:, N:]
+        layout = market.layout
+        mrows[:, layout.prices] = rows[:, :N]
+        mrows[:, layout.indicators] = rows[:, N:]
         self._mrows = torch.as_tensor(mrows, device=dev)  # [D, F] float32, portfolio columns zero
         self._offsets = torch.arange(-T + 1, 1, device=dev)  # [T] day offsets of a window
 
@@ -167,8 +170,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     def _sample_starts(self, n: int) -> np.ndarray:
         """[n] int64 start days: uniform over starts that leave a full episode, else the split's first day."""
         lo, stop = self.split.start, self.split.stop
-        length = self.config.episode_length
-        if not self.config.random_start or length is None or stop - 1 - length <= lo:
+        length = self.config.episode_days
+        if length is None or stop - 1 - length <= lo:
             return np.full(n, lo, dtype=np.int64)
         hi = stop - 1 - length  # latest start whose episode_length steps all fit in the split
         return torch.randint(lo, hi + 1, (n,), generator=self._gen).numpy().astype(np.int64)
@@ -327,14 +330,14 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         length_np = self._day_np - self._start_np
         term_np = self._day_np >= self.split.stop - 1
         trunc_np = np.zeros(B, dtype=bool)
-        if cfg.episode_length is not None:
-            trunc_np = (length_np >= cfg.episode_length) & ~term_np
+        if cfg.episode_days is not None:
+            trunc_np = (length_np >= cfg.episode_days) & ~term_np
         done_np = term_np | trunc_np
         # The same flags computed on the device: a host-to-device copy of pageable memory would
         # synchronise the CUDA stream every step.
         terminated = day >= self.split.stop - 1
-        if cfg.episode_length is not None:
-            truncated = (day - self._start >= cfg.episode_length).logical_and_(~terminated)
+        if cfg.episode_days is not None:
+            truncated = (day - self._start >= cfg.episode_days).logical_and_(~terminated)
         else:
             truncated = torch.zeros_like(terminated)
         done = terminated | truncated

@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from clstm_ppo.agent.model import ActorCritic, ModelConfig
+from clstm_ppo.agent.model import ActorCritic, ModelSpec
 from clstm_ppo.agent.windows import WindowStore
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.config import PPOConfig, TrainConfig
 from clstm_ppo.training.rollout import RolloutBuffer
+from envs.config import EnvConfig
 from envs.data import split_days
 from envs.features import PreparedMarket
-from envs.kernel import EnvConfig
 from envs.synthetic import generate_market
 from envs.vector_env import VectorStockTradingEnv
 
@@ -107,6 +107,27 @@ def files_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
 
 
+PAPER_NET = dict(
+    stage1_hidden=128,
+    feature_dim=128,
+    stage2_hidden=512,
+    init_log_std=-0.5,
+    action_dist="gaussian",
+    log_std_max=None,
+    skip=False,
+    next_day_head=False,
+    obs_norm=False,
+)
+"""The network fields tests build unless they say otherwise: the paper's (Gaussian, unbounded log-std, no skip)."""
+
+
+def net_spec(policy: str, num_features: int, num_tickers: int, window: int, **fields) -> ModelSpec:
+    """A `ModelSpec` for a test network of F features, N tickers and a T-day window (`PAPER_NET` unless told)."""
+    return ModelSpec(
+        policy=policy, num_features=num_features, num_tickers=num_tickers, window=window, **{**PAPER_NET, **fields}
+    )
+
+
 def small_model(
     policy: str = "clstm",
     tickers: int = 3,
@@ -118,11 +139,11 @@ def small_model(
 ) -> ActorCritic:
     torch.manual_seed(0)
     return ActorCritic(
-        ModelConfig(
-            policy=policy,
-            num_features=features,
-            num_tickers=tickers,
-            window=window,
+        net_spec(
+            policy,
+            features,
+            tickers,
+            window,
             stage1_hidden=12,
             feature_dim=10,
             stage2_hidden=14,
@@ -136,11 +157,11 @@ def small_model(
 def fake_rollout(model: ActorCritic, steps: int = 12, envs: int = 4, seed: int = 0) -> RolloutBuffer:
     """A rollout collected step by step with model.act on random episode starts and random windows that
     move on by one random row per step, as the env's do (a fresh random window at each episode start)."""
-    cfg = model.cfg
+    cfg = model.spec
     gen = torch.Generator().manual_seed(seed)
     buf = RolloutBuffer.allocate(steps, envs, (cfg.window, cfg.num_features), cfg.num_tickers, "cpu")
     state = model.initial_state(envs)
-    buf.initial_state = tuple(s.clone() for s in state)
+    buf.initial_state = state.map(torch.Tensor.clone)
     start = torch.ones(envs, dtype=torch.bool)
     obs = torch.randn(envs, cfg.window, cfg.num_features, generator=gen)
     for s in range(steps):
@@ -158,9 +179,10 @@ def fake_rollout(model: ActorCritic, steps: int = 12, envs: int = 4, seed: int =
     return buf
 
 
-def ppo_cfg(**kw) -> TrainConfig:
+def ppo_cfg(**kw) -> PPOConfig:
+    """Small PPO settings (the PPO section) for the update tests; ``kw`` by flag name."""
     base = dict(num_envs=4, n_steps=12, batch_size=24, epochs=3, ent_coef=0.01, aux_coef=0.0)  # small_model: no head
-    return TrainConfig(**{**base, **kw}).validate()
+    return TrainConfig.from_dict({**base, **kw}).validate().ppo
 
 
 WINDOW_MARKET_WINDOW = 6

@@ -15,14 +15,9 @@ import pytest
 
 from clstm_ppo.cli.train import parse_config
 from clstm_ppo.market import load_data
-from clstm_ppo.training.checkpoint import (
-    check_resume,
-    load_checkpoint,
-    open_checkpoint,
-    resolve_run_dir,
-    restore_market,
-    restore_policy,
-)
+from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint, restore_market, restore_policy
+from clstm_ppo.training.resume import check_resume
+from clstm_ppo.training.run_folder import resolve_run_dir
 from tests.conftest import ROOT, SCRIPT, TINY, clean_env, read_metrics
 
 FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
@@ -51,9 +46,9 @@ def test_an_old_checkpoint_opens_and_rebuilds_its_policy_and_market():
     ckpt = open_checkpoint(FIXTURE)
     assert ckpt.policy == "clstm" and ckpt.window == 5 and len(ckpt.tickers) == 4
     assert ckpt.counters["episodes"] == 32
-    market = restore_market(ckpt, load_data(ckpt.cfg))
+    market = restore_market(ckpt, load_data(ckpt.cfg.data, seed=ckpt.cfg.run.seed))
     policy = restore_policy(ckpt, market)
-    assert policy.cfg.window == market.window == 5 and policy.cfg.num_tickers == 4
+    assert policy.spec.window == market.window == 5 and policy.spec.num_tickers == 4
 
 
 def test_an_old_checkpoint_backtests_to_the_numbers_it_gave_when_written(tmp_path):
@@ -97,7 +92,8 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     )
     from clstm_ppo.market import build_market
 
-    assert check_resume(cfg, build_market(cfg), resolve_run_dir(cfg)) == run / "latest.pt"
+    market = build_market(cfg.data, seed=cfg.run.seed)
+    assert check_resume(cfg, market, resolve_run_dir(cfg.run, cfg.model.policy)) == run / "latest.pt"
     changed = subprocess.run(
         [
             sys.executable,

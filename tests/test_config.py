@@ -1,26 +1,43 @@
-"""Settings: inconsistent ones are refused with one line; the paper preset holds the paper's numbers."""
+"""Settings: typed sections with one home per default, flags derived from them, inconsistent settings refused
+with one line, the paper preset and what old checkpoints meant."""
 
 from __future__ import annotations
 
+import json
+import math
+import re
+
 import pytest
 
-from clstm_ppo.config import TrainConfig, preset
+from clstm_ppo.cli.train import build_parser, parse_config
+from clstm_ppo.config import LEGACY, PAPER_BEHAVIOUR, SECTIONS, SETTINGS, TrainConfig, preset
+from envs.config import EnvConfig
 from envs.errors import UserError
 
 
 def test_config_rejects_batch_that_does_not_divide_rollout():
     with pytest.raises(UserError, match="batch_size"):
-        TrainConfig(num_envs=4, n_steps=128, batch_size=100).validate()
+        TrainConfig.from_dict(dict(num_envs=4, n_steps=128, batch_size=100)).validate()
     with pytest.raises(UserError, match="batch_size"):
-        TrainConfig(num_envs=3, n_steps=128, batch_size=256).validate()
+        TrainConfig.from_dict(dict(num_envs=3, n_steps=128, batch_size=256)).validate()
     with pytest.raises(UserError, match="num_episodes"):
-        TrainConfig(num_episodes=0).validate()
+        TrainConfig.from_dict(dict(num_episodes=0)).validate()
+    with pytest.raises(UserError, match="--backend must be one of"):  # choices hold for a JSON file's values too
+        TrainConfig.from_dict(dict(backend="mpi")).validate()
+    with pytest.raises(UserError, match="unknown setting"):
+        TrainConfig.from_dict(dict(gama=0.9))
 
 
 def test_paper_preset_has_the_papers_settings():
     cfg = preset("paper", num_envs=8)
-    assert (cfg.window, cfg.stage1_hidden, cfg.feature_dim, cfg.stage2_hidden) == (30, 128, 128, 512)
-    assert (cfg.gamma, cfg.n_steps, cfg.vf_coef, cfg.ent_coef, cfg.clip_coef, cfg.max_grad_norm) == (
+    assert (cfg.data.window, cfg.model.stage1_hidden, cfg.model.feature_dim, cfg.model.stage2_hidden) == (
+        30,
+        128,
+        128,
+        512,
+    )
+    ppo = cfg.ppo
+    assert (ppo.gamma, ppo.n_steps, ppo.vf_coef, ppo.ent_coef, ppo.clip_coef, ppo.max_grad_norm) == (
         0.99,
         128,
         0.5,
@@ -28,5 +45,50 @@ def test_paper_preset_has_the_papers_settings():
         0.2,
         0.5,
     )
-    assert cfg.learning_rate_clstm == cfg.learning_rate_actor_critic == 3e-4 and cfg.adam_eps == 1e-8
+    assert ppo.learning_rate_clstm == ppo.learning_rate_actor_critic == 3e-4 and ppo.adam_eps == 1e-8
+    assert (cfg.env.action_mode, cfg.env.reward, cfg.model.action_dist, cfg.model.skip) == (
+        "shares",
+        "value",
+        "gaussian",
+        False,
+    )
+    assert cfg.ppo.num_envs == 8
     cfg.validate()
+
+
+def test_each_default_has_one_home_and_the_flags_are_derived_from_it():
+    """The env section is the environment's own settings class, so a vector env built with ``EnvConfig()`` runs what
+    training runs by default; no flag is declared twice; the parsed defaults are the sections' defaults."""
+    assert TrainConfig().env == EnvConfig()
+    assert EnvConfig().action_mode == "weights" and EnvConfig().reward == "log_return"
+    flags = [s.flag for s in SETTINGS.values()]
+    assert len(flags) == len(set(flags)) == len(TrainConfig().to_dict())
+    assert parse_config([]) == TrainConfig()
+
+
+def test_help_groups_the_flags_under_their_sections():
+    text = build_parser().format_help()
+    headings = [title for title, _cls in SECTIONS.values()]
+    positions = [text.index(f"\n{title}:\n") for title in headings]
+    assert positions == sorted(positions)  # in the documented order
+    for s in SETTINGS.values():  # every flag sits under its own section's heading
+        at = re.search(rf"\n  --(no-)?{s.flag}\b", text).start()
+        owner = max((p, t) for p, t in zip(positions, headings, strict=True) if p < at)[1]
+        assert owner == SECTIONS[s.section][0], s.flag
+
+
+def test_flat_settings_round_trip_through_json_and_keep_their_types():
+    cfg = TrainConfig.from_dict(dict(episode_length="full", log_std_max=math.inf, data="csv:x.csv", gamma=0.9))
+    assert cfg.env.episode_days is None and cfg.data.source == "csv:x.csv" and cfg.ppo.gamma == 0.9
+    again = TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict())))
+    assert again == cfg
+    assert TrainConfig.from_dict({"episode_length": "63"}).env.episode_length == 63  # as old files wrote it
+    assert cfg.with_settings(seed=7).run.seed == 7 and cfg.with_settings(seed=7).ppo == cfg.ppo
+
+
+def test_a_checkpoint_without_newer_settings_keeps_the_meaning_they_had():
+    old = TrainConfig.from_checkpoint({"gamma": 0.98})
+    for flag, value in LEGACY.items():
+        assert old.to_dict()[flag] == value, flag
+    assert {k: old.to_dict()[k] for k in PAPER_BEHAVIOUR} == {k: preset("paper").to_dict()[k] for k in PAPER_BEHAVIOUR}
+    assert TrainConfig.from_checkpoint({"action_mode": "weights"}).env.action_mode == "weights"  # stored wins

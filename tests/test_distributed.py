@@ -26,7 +26,7 @@ def column_slice(buf: RolloutBuffer, cols: slice) -> RolloutBuffer:
         rewards=buf.rewards[:, cols],
         dones=buf.dones[:, cols],
         starts=buf.starts[:, cols],
-        initial_state=tuple(s[:, cols] for s in buf.initial_state),
+        initial_state=buf.initial_state.envs(cols),
     )
 
 

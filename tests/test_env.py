@@ -15,16 +15,18 @@ from gymnasium.utils.env_checker import check_env
 from gymnasium.vector import AutoresetMode
 
 import envs  # noqa: F401 - registers envs/StockTrading-v0
+from envs.config import EnvConfig
 from envs.data import DayRange, MarketData, Splits, split_days
 from envs.errors import UserError
 from envs.features import PreparedMarket
-from envs.kernel import EnvConfig
 from envs.synthetic import generate_market
 from envs.trading_env import StockTradingEnv
 from envs.vector_env import VectorStockTradingEnv
 
 N = 4
 WINDOW = 10
+
+SHARES = dict(action_mode="shares", reward="value")  # the paper's actions and reward, which these cases work by hand
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,7 @@ def _actions(steps: int, b: int, n: int = N, seed: int = 0) -> list[torch.Tensor
 
 def test_gym_env_and_vector_env_agree_step_by_step(market: PreparedMarket) -> None:
     # 13 days per episode with a 10-day window: auto-resets land on varying ring positions.
-    cfg = EnvConfig(episode_length=13)
+    cfg = EnvConfig(episode_length=13, **SHARES)
     venv = VectorStockTradingEnv(market, num_envs=1, config=cfg, seed=3)
     env = StockTradingEnv(market, config=cfg, seed=3)
     vobs, _ = venv.reset(seed=11)
@@ -81,8 +83,8 @@ def test_hand_worked_two_stocks_three_days() -> None:
         buy_cost_pct=0.01,
         sell_cost_pct=0.02,
         reward_scaling=1.0,
-        episode_length=None,
-        random_start=False,
+        episode_length="full",
+        **SHARES,
     )
     env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
     obs, info = env.reset()
@@ -127,7 +129,7 @@ def test_hand_worked_two_stocks_three_days() -> None:
 
 
 def test_accounting_invariants_over_random_episodes(market: PreparedMarket) -> None:
-    cfg = EnvConfig(episode_length=30)
+    cfg = EnvConfig(episode_length=30, **SHARES)
     env = VectorStockTradingEnv(market, num_envs=5, config=cfg, seed=1)
     close = torch.as_tensor(market.data.close)
     _, info = env.reset(seed=4)
@@ -159,7 +161,7 @@ def test_turbulent_day_liquidates(market: PreparedMarket) -> None:
     stormy = market.splits.train.start + 40
     turbulence[stormy] = 10.0
     m = dataclasses.replace(market, turbulence=turbulence, turbulence_threshold=5.0)
-    env = StockTradingEnv(m, config=EnvConfig(episode_length=None))
+    env = StockTradingEnv(m, config=EnvConfig(episode_length="full", **SHARES))
     env.reset(options={"start_day": stormy - 3})
     for _ in range(3):
         _, _, _, _, info = env.step(np.ones(N, dtype=np.float32))
@@ -189,7 +191,7 @@ def _recompute(values: list[float], initial: float) -> dict[str, float]:
 
 def test_auto_reset_and_episode_statistics(market: PreparedMarket) -> None:
     B, L = 3, 15
-    cfg = EnvConfig(episode_length=L)
+    cfg = EnvConfig(episode_length=L, **SHARES)
     env = VectorStockTradingEnv(market, num_envs=B, config=cfg, seed=9)
     obs, _ = env.reset(seed=9)
     values: list[list[float]] = [[] for _ in range(B)]
@@ -231,7 +233,7 @@ def test_auto_reset_and_episode_statistics(market: PreparedMarket) -> None:
 
 
 def test_full_split_episode_terminates_on_its_last_day(market: PreparedMarket) -> None:
-    cfg = EnvConfig(episode_length=None, random_start=False)
+    cfg = EnvConfig(episode_length="full", **SHARES)
     env = VectorStockTradingEnv(market, split="validation", num_envs=2, config=cfg)
     _, info = env.reset(seed=0)
     split = market.splits.validation
@@ -245,7 +247,7 @@ def test_full_split_episode_terminates_on_its_last_day(market: PreparedMarket) -
 
 
 def test_random_starts_leave_a_full_episode_and_are_seeded(market: PreparedMarket) -> None:
-    cfg = EnvConfig(episode_length=50)
+    cfg = EnvConfig(episode_length=50, **SHARES)
     env = VectorStockTradingEnv(market, num_envs=256, config=cfg)
     train = market.splits.train
     days = env.reset(seed=1)[1]["day"]
@@ -253,12 +255,12 @@ def test_random_starts_leave_a_full_episode_and_are_seeded(market: PreparedMarke
     assert len(set(days.tolist())) > 100
     assert torch.equal(env.reset(seed=1)[1]["day"], days)
     assert not torch.equal(env.reset(seed=2)[1]["day"], days)
-    long = VectorStockTradingEnv(market, num_envs=4, config=EnvConfig(episode_length=10_000))
+    long = VectorStockTradingEnv(market, num_envs=4, config=EnvConfig(episode_length=10_000, **SHARES))
     assert long.reset(seed=1)[1]["day"].tolist() == [train.start] * 4  # split shorter than an episode
 
 
 def test_observation_window_and_no_look_ahead(market: PreparedMarket) -> None:
-    cfg = EnvConfig(episode_length=None)
+    cfg = EnvConfig(episode_length="full", **SHARES)
     t = market.splits.train.start + 60
     env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
     obs, _ = env.reset(options={"start_day": t - 5})
@@ -296,7 +298,7 @@ def test_window_longer_than_history_repeats_day_zero() -> None:
     data = generate_market(num_tickers=2, num_days=120, seed=0)
     # Splits made for a 5-day window start on day 4; an 8-day window there reaches back before day 0.
     m = PreparedMarket.prepare(data, split_days(data, window=5), window=8, use_turbulence=False)
-    env = VectorStockTradingEnv(m, num_envs=1, config=EnvConfig(episode_length=None, random_start=False))
+    env = VectorStockTradingEnv(m, num_envs=1, config=EnvConfig(episode_length="full", **SHARES))
     obs, info = env.reset()
     assert int(info["day"][0]) == 4
     assert torch.equal(obs[0, 0], obs[0, 3]) and not torch.equal(obs[0, 3], obs[0, 4])  # days 0,0,0,0,1,...
@@ -308,7 +310,9 @@ def test_gymnasium_make_and_check_env(market: PreparedMarket) -> None:
         env = gymnasium.make("envs/StockTrading-v0")
         assert env.observation_space.shape == (30, 181) and env.action_space.shape == (30,)
         check_env(env.unwrapped)
-        env = gymnasium.make("envs/StockTrading-v0", market=market, split="test", config=EnvConfig(episode_length=20))
+        env = gymnasium.make(
+            "envs/StockTrading-v0", market=market, split="test", config=EnvConfig(episode_length=20, **SHARES)
+        )
         check_env(env.unwrapped)
         obs, info = env.reset(seed=0)
         assert obs.shape == (WINDOW, market.num_features) and obs.dtype == np.float32
@@ -318,7 +322,7 @@ def test_gymnasium_make_and_check_env(market: PreparedMarket) -> None:
 
 
 def test_vector_env_attributes(market: PreparedMarket) -> None:
-    env = VectorStockTradingEnv(market, num_envs=3, config=EnvConfig())
+    env = VectorStockTradingEnv(market, num_envs=3, config=EnvConfig(**SHARES))
     assert env.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP
     assert env.num_envs == 3 and env.num_tickers == N and env.window == WINDOW
     assert env.num_features == market.num_features == 1 + 2 * N + 4 * N
@@ -333,7 +337,7 @@ def test_vector_env_attributes(market: PreparedMarket) -> None:
 
 
 def test_gym_env_refuses_to_step_past_the_end(market: PreparedMarket) -> None:
-    env = StockTradingEnv(market, config=EnvConfig(episode_length=2))
+    env = StockTradingEnv(market, config=EnvConfig(episode_length=2, **SHARES))
     env.reset(seed=0)
     env.step(np.zeros(N, dtype=np.float32))
     assert env.step(np.zeros(N, dtype=np.float32))[3]
@@ -342,7 +346,7 @@ def test_gym_env_refuses_to_step_past_the_end(market: PreparedMarket) -> None:
 
 
 def test_state_dict_resumes_bitwise(market: PreparedMarket) -> None:
-    cfg = EnvConfig(episode_length=12)
+    cfg = EnvConfig(episode_length=12, **SHARES)
     env = VectorStockTradingEnv(market, num_envs=3, config=cfg, seed=2)
     env.reset(seed=2)
     actions = _actions(30, 3, seed=3)
@@ -361,7 +365,7 @@ def test_state_dict_resumes_bitwise(market: PreparedMarket) -> None:
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_matches_cpu(market: PreparedMarket) -> None:
-    cfg = EnvConfig(episode_length=20)
+    cfg = EnvConfig(episode_length=20, **SHARES)
     cpu = VectorStockTradingEnv(market, num_envs=8, config=cfg, seed=1)
     gpu = VectorStockTradingEnv(market, num_envs=8, config=cfg, seed=1, device="cuda")
     o1, _ = cpu.reset(seed=1)
@@ -386,13 +390,15 @@ def test_the_shipped_csv_builds_an_env_without_any_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         market = PreparedMarket.prepare(data, split_days(data, window=5), window=5)
-        env = VectorStockTradingEnv(market, num_envs=2, config=EnvConfig(episode_length=5))
+        env = VectorStockTradingEnv(market, num_envs=2, config=EnvConfig(episode_length=5, **SHARES))
         env.reset(seed=0)
         env.step(torch.zeros(2, market.num_tickers))
 
 
 def test_log_return_reward_is_100_times_the_days_log_return(market: PreparedMarket) -> None:
-    env = VectorStockTradingEnv(market, num_envs=3, config=EnvConfig(reward="log_return", episode_length=None), seed=0)
+    env = VectorStockTradingEnv(
+        market, num_envs=3, config=EnvConfig(reward="log_return", episode_length="full"), seed=0
+    )
     _, info = env.reset(seed=0)
     before = info["portfolio_value"].clone()
     for action in _actions(5, 3):

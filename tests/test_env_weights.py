@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from envs.config import EnvConfig
 from envs.data import split_days
 from envs.features import PreparedMarket
-from envs.kernel import EnvConfig
 from envs.synthetic import generate_market
 from envs.vector_env import VectorStockTradingEnv
+
+SHARES = dict(action_mode="shares", reward="value")  # the paper's actions and reward, which these cases work by hand
 
 
 def test_weights_encoding_sums_to_one_and_matches_the_portfolio():
@@ -17,7 +19,7 @@ def test_weights_encoding_sums_to_one_and_matches_the_portfolio():
     n = market.num_tickers
     envs = {
         mode: VectorStockTradingEnv(
-            market, num_envs=5, seed=3, config=EnvConfig(hmax=500, episode_length=40, portfolio_features=mode)
+            market, num_envs=5, seed=3, config=EnvConfig(hmax=500, episode_length=40, portfolio_features=mode, **SHARES)
         )
         for mode in ("shares", "weights")
     }

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from clstm_ppo.training.checkpoint import load_checkpoint, remove_stale_temp_files
+from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.run_folder import remove_stale_temp_files
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")

@@ -338,14 +338,15 @@ def test_resplit_equals_preparing_again_with_the_new_splits() -> None:
 def test_indicators_setting_picks_the_states_indicators_and_the_spec_keeps_them(indicators, names) -> None:
     """--indicators: the chosen ones, in the order given (macd divided by the close in return mode), and a market
     rebuilt from the stored spec (what backtest and trade do) has the same state rows."""
-    from clstm_ppo.config import TrainConfig
+    from clstm_ppo.config import DataConfig
     from clstm_ppo.market import build_market, rebuild_market
 
     data, _ = _market(num_tickers=3)
-    cfg = TrainConfig(indicators=indicators, window=10).validate()
-    market = build_market(cfg, data)
+    cfg = DataConfig(indicators=indicators, window=10)
+    cfg.validate()
+    market = build_market(cfg, seed=0, data=data)
     assert market.indicator_names == names and market.num_features == 1 + 2 * 3 + 3 * len(names)
-    full = build_market(TrainConfig(window=10), data)
+    full = build_market(DataConfig(window=10), seed=0, data=data)
     rows = market.normalization.market_rows(data.close, market.indicators)
     full_rows = full.normalization.market_rows(data.close, full.indicators)
     np.testing.assert_allclose(rows[:, :3], full_rows[:, :3])  # the price columns do not depend on the choice
@@ -358,7 +359,7 @@ def test_indicators_setting_picks_the_states_indicators_and_the_spec_keeps_them(
 
 @pytest.mark.parametrize("indicators", ["rsi,foo", "rsi,rsi", "", " , "])
 def test_unknown_repeated_or_missing_indicators_are_refused(indicators) -> None:
-    from clstm_ppo.config import TrainConfig
+    from clstm_ppo.config import DataConfig
 
     with pytest.raises(UserError, match="--indicators"):
-        TrainConfig(indicators=indicators).validate()
+        DataConfig(indicators=indicators).validate()

@@ -9,11 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from envs.config import EnvConfig
 from envs.errors import UserError
-from envs.kernel import EnvConfig, portfolio_value, trade_step
+from envs.kernel import portfolio_value, trade_step
 
 f64 = torch.float64
-CFG = EnvConfig(hmax=100, buy_cost_pct=0.01, sell_cost_pct=0.02)
+SHARES = dict(action_mode="shares", reward="value")  # the paper's actions and reward, which these cases work by hand
+CFG = EnvConfig(hmax=100, buy_cost_pct=0.01, sell_cost_pct=0.02, **SHARES)
 
 
 def _t(x, dtype=f64) -> torch.Tensor:
@@ -47,7 +49,7 @@ def test_actions_are_clipped_and_truncated_toward_zero() -> None:
         _t([[3.0, -7.0, 0.0199, -0.0199]]),
         _t([[1.0, 1.0, 1.0, 1.0]]),
         _t([False], torch.bool),
-        EnvConfig(buy_cost_pct=0.0, sell_cost_pct=0.0),
+        EnvConfig(buy_cost_pct=0.0, sell_cost_pct=0.0, **SHARES),
     )
     # 3 -> 1 -> +100; -7 -> -1 -> -100; 0.0199 x 100 = 1.99 -> 1; -1.99 -> -1
     assert stats.shares_traded.tolist() == [[100.0, -100.0, 1.0, -1.0]]
@@ -62,7 +64,7 @@ def test_pro_rata_cap_is_one_factor_for_all_buys() -> None:
         _t([[1.0, 1.0]]),
         _t([[10.0, 30.0]]),
         _t([False], torch.bool),
-        EnvConfig(buy_cost_pct=0.0, sell_cost_pct=0.0),
+        EnvConfig(buy_cost_pct=0.0, sell_cost_pct=0.0, **SHARES),
     )
     # 1 - 1e-12 of the exact factor: 24.999... -> 24 (the margin that keeps cash >= 0 in floating point)
     assert shares.tolist() == [[24.0, 24.0]]
@@ -70,7 +72,7 @@ def test_pro_rata_cap_is_one_factor_for_all_buys() -> None:
 
 
 def test_exactly_affordable_buys_are_not_scaled() -> None:
-    cfg = EnvConfig(buy_cost_pct=0.001, sell_cost_pct=0.0)
+    cfg = EnvConfig(buy_cost_pct=0.001, sell_cost_pct=0.0, **SHARES)
     prices = _t([[13.37, 101.01, 7.77]])
     want = _t([[100.0, 50.0, 3.0]])
     exact = (want * (prices * (1 + cfg.buy_cost_pct))).sum(1)  # the kernel's own expression
@@ -119,7 +121,7 @@ def _batches(draw):
 @given(_batches())
 def test_trade_step_invariants(batch) -> None:
     price, held, act, cash, turb, (buy_pct, sell_pct), hmax = batch
-    cfg = EnvConfig(hmax=hmax, buy_cost_pct=buy_pct, sell_cost_pct=sell_pct)
+    cfg = EnvConfig(hmax=hmax, buy_cost_pct=buy_pct, sell_cost_pct=sell_pct, **SHARES)
     p, h, c = torch.from_numpy(price), torch.from_numpy(held), torch.from_numpy(cash)
     new_cash, new_shares, stats = trade_step(c, h, torch.from_numpy(act), p, torch.from_numpy(turb), cfg)
     traded = stats.shares_traded
@@ -158,7 +160,7 @@ def test_trade_step_invariants(batch) -> None:
 )
 def test_cash_never_negative_at_the_edge_of_affordability(scale, price, act) -> None:
     # Cash set to exactly the cost of the wanted buys, times a factor just below or at 1.
-    cfg = EnvConfig(hmax=100, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
+    cfg = EnvConfig(hmax=100, buy_cost_pct=1e-3, sell_cost_pct=1e-3, **SHARES)
     p = torch.from_numpy(price)[None]
     want = torch.trunc(torch.from_numpy(act).double() * 100)[None]
     exact = (want * (p * (1 + 1e-3))).sum(1)  # the kernel's own expression: no rounding gap

@@ -23,7 +23,7 @@ import torch
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.agent.model import build_model
 from clstm_ppo.cli.train import parse_config
-from clstm_ppo.market import build_market, env_config
+from clstm_ppo.market import build_market
 from tests.conftest import SCRIPT, clean_env
 
 LEARN = [
@@ -126,11 +126,9 @@ def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_pa
         buy_and_hold = report["metrics"]["baseline"]["sharpe"]
 
         cfg = parse_config([*LEARN, "--policy", policy, "--seed", str(seed)])
-        market = build_market(cfg)
-        torch.manual_seed(cfg.seed)  # the trainer's initial weights
-        untrained = evaluate_policy(
-            build_model(cfg, market), market, "test", env_config(cfg, full_episodes=True)
-        ).sharpe
+        market = build_market(cfg.data, seed=cfg.run.seed)
+        torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
+        untrained = evaluate_policy(build_model(cfg, market), market, "test", cfg.env).sharpe
         print(
             f"{policy} seed {seed}: trained {trained:.3f}, buy-and-hold {buy_and_hold:.3f}, untrained {untrained:.3f}"
         )

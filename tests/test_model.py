@@ -42,16 +42,16 @@ def test_update_recomputes_rollout_log_probs_and_values(policy, action_dist, ski
     model = small_model(policy, action_dist=action_dist, skip=skip)
     buf = fake_rollout(model)
     windows = buf.obs.windows()
-    assert windows.rows.shape[1] < buf.n_steps * model.cfg.window  # rows really are shared
+    assert windows.rows.shape[1] < buf.n_steps * model.spec.window  # rows really are shared
     for obs in (windows, windows.dense()):  # compact and dense windows alike
-        log_prob, _, value, _, _ = model(obs, buf.initial_state, buf.starts, buf.actions)
-        torch.testing.assert_close(log_prob, buf.log_probs, rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(value, buf.values, rtol=1e-5, atol=1e-5)
+        out = model(obs, buf.initial_state, buf.starts, buf.actions)
+        torch.testing.assert_close(out.log_prob, buf.log_probs, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out.value, buf.values, rtol=1e-5, atol=1e-5)
     # and column subsets (a minibatch) give the same numbers
     cols = torch.tensor([2, 0])
-    lp_cols, _, v_cols, _, _ = model(
-        windows.select(cols), tuple(s[:, cols] for s in buf.initial_state), buf.starts[:, cols], buf.actions[:, cols]
-    )
+    lp_cols = model(
+        windows.select(cols), buf.initial_state.envs(cols), buf.starts[:, cols], buf.actions[:, cols]
+    ).log_prob
     torch.testing.assert_close(lp_cols, buf.log_probs[:, cols], rtol=1e-5, atol=1e-5)
 
 
@@ -61,10 +61,10 @@ def test_state_reset_at_episode_start_forgets_the_past():
     starts = buf.starts.clone()
     starts[3] = True
     dense = buf.obs.windows().dense()
-    _, _, v1, _, _ = model(dense, buf.initial_state, starts, buf.actions)
+    v1 = model(dense, buf.initial_state, starts, buf.actions).value
     obs2 = dense.clone()
     obs2[:3] = torch.randn_like(obs2[:3])  # change everything before the reset
-    _, _, v2, _, _ = model(obs2, buf.initial_state, starts, buf.actions)
+    v2 = model(obs2, buf.initial_state, starts, buf.actions).value
     torch.testing.assert_close(v1[3:], v2[3:])
     assert not torch.allclose(v1[:3], v2[:3])
 
@@ -83,16 +83,16 @@ def test_tanh_policy_log_prob_is_the_squashed_gaussians_and_the_env_gets_tanh():
     from torch.distributions import Normal, TanhTransform, TransformedDistribution
 
     model = small_model("mlp", action_dist="tanh")
-    obs = torch.randn(4, model.cfg.window, model.cfg.num_features)
+    obs = torch.randn(4, model.spec.window, model.spec.num_features)
     starts = torch.ones(4, dtype=torch.bool)
     u, log_prob, _, _ = model.act(obs, model.initial_state(4), starts, generator=torch.Generator().manual_seed(1))
-    mean = model.act(obs, model.initial_state(4), starts, deterministic=True)[0]
+    mean = model.act(obs, model.initial_state(4), starts, deterministic=True).action
     oracle = TransformedDistribution(Normal(mean, model.policy_std().expand_as(mean)), [TanhTransform()])
     torch.testing.assert_close(log_prob, oracle.log_prob(torch.tanh(u)).sum(-1), rtol=1e-4, atol=1e-4)
     assert torch.equal(model.env_action(u), torch.tanh(u)) and (model.env_action(u).abs() < 1).all()
     # the entropy the update reports is the sample estimate -log pi at the scored actions
-    lp, entropy, *_ = model(obs.unsqueeze(0), model.initial_state(4), starts.unsqueeze(0), u.unsqueeze(0))
-    torch.testing.assert_close(entropy, -lp)
+    out = model(obs.unsqueeze(0), model.initial_state(4), starts.unsqueeze(0), u.unsqueeze(0))
+    torch.testing.assert_close(out.entropy, -out.log_prob)
 
 
 def test_a_bounded_log_std_caps_the_policy_std_and_the_gaussian_is_left_alone():
@@ -123,17 +123,31 @@ def test_skip_lets_todays_state_reach_the_heads_around_the_lstms(policy):
             for lstm in lstms:
                 for param in lstm.parameters():
                     param.zero_()
-        means = [model(o, model.initial_state(4), starts)[3] for o in (obs, changed)]
+        means = [model(o, model.initial_state(4), starts).mean for o in (obs, changed)]
         moved[skip] = (means[0] - means[1]).abs().max().item()
     if policy == "clstm":
         assert moved[False] == 0.0  # the window LSTM's output is constant: nothing reaches the heads
     assert moved[True] > 1e-4
 
 
+def test_recurrent_state_is_named_and_an_mlp_has_a_zero_width_one():
+    """The state is the actor's and the critic's (h, c); selecting envs, cloning and running keep the names."""
+    model = small_model("lstm")
+    buf = fake_rollout(model, steps=4, envs=3)
+    out = model(buf.obs.windows(), buf.initial_state, buf.starts, buf.actions)
+    assert out.state.actor_h.shape == out.state.critic_c.shape == (1, 3, 14) and out.next_day is None
+    assert not torch.equal(out.state.actor_h, out.state.critic_h)  # two LSTMs, two states
+    assert torch.equal(out.state.envs(torch.tensor([2])).actor_c, out.state.actor_c[:, [2]])
+    mlp = small_model("mlp")
+    assert mlp.initial_state(3).actor_h.shape == (1, 3, 0)
+
+
 def test_checkpoints_without_the_skip_setting_rebuild_the_network_they_were_trained_with():
     model = small_model("clstm", skip=True)
-    stored = {k: v for k, v in model.cfg.__dict__.items() if k not in ("skip", "next_day_head")}
-    from clstm_ppo.agent.model import ModelConfig
+    stored = {k: v for k, v in model.spec.to_dict().items() if k not in ("skip", "next_day_head", "action_dist")}
+    from clstm_ppo.agent.model import ModelSpec
 
-    assert ModelConfig.from_dict(stored).skip is False and ModelConfig.from_dict(stored).next_day_head is False
+    then = ModelSpec.from_dict(stored)
+    assert then.skip is False and then.next_day_head is False and then.action_dist == "gaussian"
+    assert then.stage2_hidden == 14 and then.window == model.spec.window  # what it stored is kept
     assert model.features[0].in_features == 12 + 16 and model.actor_mean.in_features == 14 + 10

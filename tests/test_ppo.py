@@ -9,13 +9,15 @@ import time
 import numpy as np
 import torch
 
-from clstm_ppo.agent.model import ActorCritic, ModelConfig, cut_days
+from clstm_ppo.agent.model import ActorCritic, cut_days
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.ppo import PhaseTimer, next_day_targets, ppo_update
 from clstm_ppo.training.rollout import compute_gae
-from envs.vector_env import EnvConfig, VectorStockTradingEnv
-from tests.conftest import fake_rollout, ppo_cfg, small_model
+from envs.config import EnvConfig
+from envs.state import StateLayout
+from envs.vector_env import VectorStockTradingEnv
+from tests.conftest import fake_rollout, net_spec, ppo_cfg, small_model
 
 
 def test_ppo_update_changes_parameters_and_reports_statistics():
@@ -173,7 +175,9 @@ def test_next_day_targets_are_tomorrows_z_scored_returns_from_the_real_env(windo
         start = terminated | truncated
         done_at.append(start.clone())
         anchor = "_episode" in info
-    targets, valid = next_day_targets(store.windows(), starts, n)
+    layout = StateLayout.of_width(window_market.num_features, n)
+    assert layout.prices == slice(1, 1 + n)  # the price column block follows cash
+    targets, valid = next_day_targets(store.windows(), starts, layout)
     close = np.asarray(window_market.data.close, dtype=np.float64)
     norm = window_market.normalization
     assert sum(bool(d.any()) for d in done_at[:-1]) >= 2  # episodes really ended inside the rollout
@@ -196,11 +200,11 @@ def test_aux_loss_trains_the_next_day_head_through_the_window_lstm():
     for coef in (0.0, 1.0):
         torch.manual_seed(0)
         model = ActorCritic(
-            ModelConfig(
-                policy="clstm",
-                num_features=16,
-                num_tickers=3,
-                window=5,
+            net_spec(
+                "clstm",
+                16,
+                3,
+                5,
                 stage1_hidden=12,
                 feature_dim=10,
                 stage2_hidden=14,

@@ -5,23 +5,26 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from clstm_ppo.agent.model import ActorCritic, ModelConfig
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.moments import merge_moments, moment_sums
 from clstm_ppo.training.augment import TickerPermutation
+from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.ppo import optimizer_step
-from clstm_ppo.training.rollout import REWARD_CLIP, RolloutBuffer, RolloutCollector
-from envs.kernel import EnvConfig
+from clstm_ppo.training.reward_norm import REWARD_CLIP
+from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector
+from envs.config import EnvConfig
 from envs.vector_env import VectorStockTradingEnv
+from tests.conftest import net_spec
 
 
 def mlp_for(market, obs_norm: bool = False, seed: int = 0) -> ActorCritic:
     torch.manual_seed(seed)
     return ActorCritic(
-        ModelConfig(
-            policy="mlp",
-            num_features=market.num_features,
-            num_tickers=market.num_tickers,
-            window=market.window,
+        net_spec(
+            "mlp",
+            market.num_features,
+            market.num_tickers,
+            market.window,
             feature_dim=8,
             stage2_hidden=16,
             init_log_std=0.0,
@@ -142,21 +145,24 @@ def test_observation_normaliser_standardises_states_and_travels_with_the_weights
     expected = ((obs.double() - rows.mean(0)) / (rows.var(0, unbiased=False) + 1e-8).sqrt()).clamp(-10, 10).float()
     plain = mlp_for(m)  # same seed: the same weights, no normaliser
     plain.load_state_dict({k: v for k, v in model.state_dict().items() if not k.startswith("obs_")})
-    got, want = model(obs, (), starts), plain(expected, (), starts)
-    torch.testing.assert_close(got[3], want[3], rtol=1e-5, atol=1e-6)  # the action mean
+    state = model.initial_state(3)
+    got, want = model(obs, state, starts), plain(expected, state, starts)
+    torch.testing.assert_close(got.mean, want.mean, rtol=1e-5, atol=1e-6)  # the action mean
     restored = mlp_for(m, obs_norm=True, seed=9)
     restored.load_state_dict(model.state_dict())  # the statistics are part of the weights
-    torch.testing.assert_close(restored(obs, (), starts)[3], got[3])
+    torch.testing.assert_close(restored(obs, state, starts).mean, got.mean)
 
 
 def test_reward_normalisation_scales_rewards_and_records_discounted_returns(window_market):
     """Same policy, envs and noise with and without --norm_reward: the rewards differ only by the scale (and the
-    clip), and the recorded sums are those of the discounted raw returns, restarting after each episode."""
+    clip), the recorded sums are those of the discounted raw returns, restarting after each episode, and `sync`
+    merges them into moments equal to numpy's statistics of those returns, which set the next scale."""
     m = window_market
     model = mlp_for(m)
     plain = collector_for(m, model, episode_length=60)  # no episode ends in 40 steps: no truncation bootstrap
     scaled = collector_for(m, model, episode_length=60, norm_reward=True)
-    scaled.reward_scale = 7.0
+    norm = scaled.reward_norm
+    norm.moments = (1.0, 0.0, 1 / 49 - 1e-8)  # a scale of 7
     steps = 40
     bufs = [RolloutBuffer.allocate(steps, 4, (m.window, m.num_features), m.num_tickers, "cpu") for _ in range(2)]
     plain.collect(bufs[0])
@@ -164,12 +170,22 @@ def test_reward_normalisation_scales_rewards_and_records_discounted_returns(wind
     raw = bufs[0].rewards.double()
     assert not bufs[0].dones.any()
     torch.testing.assert_close(bufs[1].rewards, (bufs[0].rewards * 7.0).clamp(-REWARD_CLIP, REWARD_CLIP))
-    disc, total, squares = torch.zeros(4, dtype=torch.float64), 0.0, 0.0
+    disc, seen = torch.zeros(4, dtype=torch.float64), []
     for s in range(steps):
         disc = disc * 0.9 + raw[s]
-        total, squares = total + float(disc.sum()), squares + float(disc.square().sum())
-    np.testing.assert_allclose(scaled.return_sums.numpy(), [steps * 4, total, squares], rtol=1e-6)
-    torch.testing.assert_close(scaled.discounted, disc)
+        seen.append(disc)
+    seen = torch.cat(seen).numpy()
+    np.testing.assert_allclose(norm.batch.numpy(), [steps * 4, seen.sum(), np.square(seen).sum()], rtol=1e-6)
+    torch.testing.assert_close(norm.discounted, disc)
+    norm.moments = (0.0, 0.0, 1.0)
+    norm.sync(Comm())  # one worker: its own returns
+    count, mean, var = norm.moments
+    assert count == steps * 4 and not norm.batch.any()
+    np.testing.assert_allclose([mean, var], [seen.mean(), seen.var()], rtol=1e-9)
+    assert norm.scale == 1 / np.sqrt(var + 1e-8)
+    again = collector_for(m, model, norm_reward=True).reward_norm
+    again.load_state_dict(norm.state_dict())
+    assert again.moments == norm.moments and torch.equal(again.discounted, norm.discounted)
 
 
 # ---------------------------------------------------------------------------------------- weight decay

@@ -16,6 +16,8 @@ from envs.errors import UserError
 TICKERS = ["AAA", "BBB", "CCC"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
+SHARES = dict(action_mode="shares", reward="value")  # the paper's actions and reward, which these cases work by hand
+
 
 def _result(days: int = 120, *, with_index: bool = True, seed: int = 0) -> R.BacktestResult:
     """A policy that rebalances to random whole-share holdings every 10 days, bookkept exactly."""
@@ -219,15 +221,15 @@ def test_from_run_on_the_real_env_record(tmp_path):
     """The env's own day-by-day record (random actions) goes through from_run: trades and costs agree."""
     from types import SimpleNamespace
 
+    from envs.config import EnvConfig
     from envs.data import split_days
     from envs.features import PreparedMarket
-    from envs.kernel import EnvConfig
     from envs.synthetic import generate_market
     from envs.trading_env import StockTradingEnv
 
     data = generate_market(num_tickers=4, num_days=300, seed=5)
     market = PreparedMarket.prepare(data, split_days(data, window=10), window=10, use_turbulence=False)
-    cfg = EnvConfig(episode_length=None, random_start=False)
+    cfg = EnvConfig(episode_length="full", **SHARES)
     env = StockTradingEnv(market=market, split="test", config=cfg)
     _, info = env.reset(seed=0)
     record, done, rng = [info], False, np.random.default_rng(0)

@@ -8,6 +8,8 @@ import torch
 
 from clstm_ppo.training.rollout import compute_gae
 
+SHARES = dict(action_mode="shares", reward="value")  # the paper's actions and reward, which these cases work by hand
+
 
 def gae_reference(rewards, values, dones, last_value, gamma, lam):
     """Plain per-env, per-step loop straight from the GAE definition (independent of compute_gae)."""
@@ -93,39 +95,41 @@ def test_gae_bootstraps_on_truncation_not_on_termination(seed):
 
 def test_rollout_statistics_describe_what_the_policy_did(window_market):
     """The diagnostics logged each update agree with the rollout they summarise."""
-    from clstm_ppo.agent.model import ActorCritic, ModelConfig
+    from clstm_ppo.agent.model import ActorCritic
     from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, RolloutStats
-    from envs.kernel import EnvConfig
+    from envs.config import EnvConfig
     from envs.vector_env import VectorStockTradingEnv
+    from tests.conftest import net_spec
 
     m = window_market
     torch.manual_seed(0)
     model = ActorCritic(
-        ModelConfig(
-            policy="mlp",
-            num_features=m.num_features,
-            num_tickers=m.num_tickers,
-            window=m.window,
+        net_spec(
+            "mlp",
+            m.num_features,
+            m.num_tickers,
+            m.window,
             feature_dim=8,
             stage2_hidden=16,
             init_log_std=0.5,
         )
     )
     # hmax far above what the cash buys: the wanted buys cannot all be paid for
-    env = VectorStockTradingEnv(m, num_envs=4, config=EnvConfig(hmax=100_000, episode_length=20), seed=0)
+    env = VectorStockTradingEnv(m, num_envs=4, config=EnvConfig(hmax=100_000, episode_length=20, **SHARES), seed=0)
     collector = RolloutCollector(
         env, model, gamma=0.99, device=torch.device("cpu"), generator=torch.Generator().manual_seed(0), seed=0
     )
     buf = RolloutBuffer.allocate(30, 4, (m.window, m.num_features), m.num_tickers, "cpu")
     collector.collect(buf)
-    stats = RolloutStats(collector.stats.sums.clone()).as_dict()
+    stats = collector.stats.as_dict()
     a = buf.actions.double()
     np.testing.assert_allclose(stats["action_mean"], a.mean(dim=(0, 1)).numpy(), rtol=1e-9)
     np.testing.assert_allclose(stats["action_std"], a.std(dim=(0, 1), unbiased=False).numpy(), rtol=1e-6)
     assert stats["clipped_fraction"] == pytest.approx(float((a.abs() > 1).double().mean()))
     assert 0 < stats["clipped_fraction"] < 1  # std e^0.5: some samples beyond +-1
     assert 0 < stats["refused_buy_fraction"] < 1 and 0 < stats["exposure"] <= 1
-    doubled = RolloutStats(collector.stats.sums * 2).as_dict()  # two workers' sums, as the all-reduce adds them
+    sums = collector.stats.named()
+    doubled = RolloutStats(**{k: v * 2 for k, v in sums.items()}).as_dict()  # two workers' sums, as all-reduced
     assert doubled["action_mean"] == pytest.approx(stats["action_mean"]) and doubled["exposure"] == pytest.approx(
         stats["exposure"]
     )

@@ -140,7 +140,7 @@ def test_grid_seeds_variants_and_shards():
         with pytest.raises(UserError, match=message):
             parse_variants(bad)
     cfg = Cell("mlp", 3, (("window", 5),)).config(TrainConfig())
-    assert (cfg.policy, cfg.seed, cfg.window) == ("mlp", 3, 5)
+    assert (cfg.model.policy, cfg.run.seed, cfg.data.window) == ("mlp", 3, 5)
 
 
 def test_baselines_follow_the_env_rules_on_a_hand_made_market():
@@ -175,7 +175,7 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
     from tests.conftest import TINY
 
     cfg = parse_config([*TINY, "--num_episodes", "8", "--checkpoint_dir", str(tmp_path), "--run_name", "a"])
-    market = build_market(cfg)
+    market = build_market(cfg.data, seed=cfg.run.seed)
     Trainer(cfg, market, Comm(), tmp_path / "a").train()
     source = load_checkpoint(tmp_path / "a" / "latest.pt").model_state
     warm = Trainer(
@@ -187,7 +187,7 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
     assert all(torch.equal(v, warm.model.state_dict()[k]) for k, v in source.items())
     cold = Trainer(parse_config([*TINY, "--seed", "9"]), market, Comm(), tmp_path / "c")
     assert not all(torch.equal(v, cold.model.state_dict()[k]) for k, v in source.items())
-    with pytest.raises(UserError, match="another model"):
+    with pytest.raises(UserError, match="another network: --stage2_hidden 16 \\(now 24\\)"):
         Trainer(
             parse_config([*TINY, "--stage2_hidden", "24", "--init_weights", str(tmp_path / "a" / "latest.pt")]),
             market,

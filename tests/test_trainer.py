@@ -60,7 +60,8 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     assert not any(k.startswith(("module.", "_orig_mod.")) for k in ckpt.model_state)
     assert ckpt.model_config["next_day_head"] is True and "next_day.weight" in ckpt.model_state
     rows = 2 * 4 * 16 * 2  # ranks x envs x steps x updates: every rank's states reached the statistics
-    assert ckpt.model_state["obs_count"].item() == rows and ckpt.counters["reward_moments"][0] == rows
+    reward_counts = [w["reward_norm"]["moments"][0] for w in ckpt.worker_states]
+    assert ckpt.model_state["obs_count"].item() == rows and reward_counts == [rows, rows]  # the same on each rank
     assert ckpt.model_state["obs_var"].min() > 0 and 0 < updates[-1]["reward_scale"] != 1.0
 
 
@@ -83,7 +84,9 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
     a = load_checkpoint(tmp_path / "ck" / "straight" / "latest.pt")
     b = load_checkpoint(tmp_path / "ck" / "split" / "latest.pt")
     assert a.counters["update"] == b.counters["update"] >= 3
-    assert a.counters["reward_moments"] == b.counters["reward_moments"]  # the running return statistics too
+    for wa, wb in zip(a.worker_states, b.worker_states, strict=True):  # the running return statistics too
+        assert wa["reward_norm"]["moments"] == wb["reward_norm"]["moments"]
+        assert torch.equal(wa["reward_norm"]["discounted"], wb["reward_norm"]["discounted"])
     for key, value in a.model_state.items():
         assert torch.equal(value, b.model_state[key]), key
     episodes_a, _ = read_metrics(tmp_path / "ck" / "straight")

@@ -7,15 +7,15 @@ from the split's first day to its last.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from clstm_ppo.agent.model import ActorCritic, LSTMState, unwrap
+from clstm_ppo.agent.model import ActorCritic, RecurrentState, unwrap
+from envs.config import EnvConfig
 from envs.data import DayRange
 from envs.features import PreparedMarket
-from envs.kernel import EnvConfig
 from envs.returns import sharpe_from_returns
 from envs.trading_env import StockTradingEnv
 
@@ -38,7 +38,7 @@ class PolicyRun:
     # into), and the recurrent state after the last day it acted on: what `clstm_ppo.trading.decision`
     # continues from to decide that day.
     last_obs: np.ndarray | None = None
-    last_state: LSTMState = field(default_factory=tuple)
+    last_state: RecurrentState | None = None
 
     @property
     def holdings_value(self) -> np.ndarray:
@@ -66,14 +66,14 @@ def evaluate_policy(
 
     :param split: "train" | "validation" | "test", or a `DayRange` of day indices into ``market.data``
         (a custom period; its first observation looks back ``window - 1`` days before ``split.start``).
-    :param config: env settings; use ``episode_length=None, random_start=False`` to cover the whole split.
+    :param config: env settings (the episode length is not: the run covers the whole split).
     :param generator: noise source for ``deterministic=False`` (on any device; a CPU one gives the same draws
         on every device), so sampled runs are seeded.
     :param start_portfolio: ``(cash in dollars, shares [N])`` held on the first day instead of the config's
         ``initial_amount`` in cash (a walk-forward study hands one period's last portfolio to the next).
     """
     policy: ActorCritic = unwrap(model)
-    env = StockTradingEnv(market=market, split=split, config=config)
+    env = StockTradingEnv(market=market, split=split, config=config.whole_split())
     options = None if start_portfolio is None else {"cash": start_portfolio[0], "shares": start_portfolio[1]}
     obs, info = env.reset(seed=0, options=options)
     state = policy.initial_state(1, device)
@@ -102,5 +102,5 @@ def evaluate_policy(
         costs=np.array([r.get("costs", 0.0) for r in record], dtype=np.float64),
         tickers=tuple(market.data.tickers),
         last_obs=np.asarray(obs, dtype=np.float32).copy(),
-        last_state=tuple(s.detach().clone() for s in state),
+        last_state=state.map(lambda t: t.detach().clone()),
     )

@@ -29,15 +29,17 @@ trade apply the statistics training ended with, unchanged. Before any statistics
 ``actor_mean`` sees) to tomorrow's price column ``[N]``; the auxiliary loss that fits it lives in
 `clstm_ppo.training.ppo` (``next_day_targets``). Acting never uses it.
 
-Recurrent state is a tuple ``(h_actor, c_actor, h_critic, c_critic)``, each ``[1, B, stage2_hidden]``
-(an empty tuple for ``mlp``). Episode starts reset the state to zeros before that day is processed.
+Recurrent state is a `RecurrentState`: the actor's and the critic's LSTM ``(h, c)``, each ``[1, B, stage2_hidden]``
+(zero width for ``mlp``, so every caller selects, clones and stores it the same way). Episode starts reset the
+state to zeros before that day is processed. `ActorCritic.forward` returns a `PolicyOutput`, `ActorCritic.act` an
+`ActOutput`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -46,73 +48,134 @@ from torch.distributions import Normal
 from clstm_ppo.agent.moments import merge_moments
 from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.config import LEGACY, POLICIES, ModelConfig, TrainConfig
 from envs.features import PreparedMarket
 
-LSTMState = tuple[Tensor, ...]
 ACTION_DISTS = ("gaussian", "tanh")
 LOG_STD_MIN = -5.0  # lower bound of a bounded log-std
 OBS_CLIP = 10.0  # normalised state numbers are clipped to +-this (obs_norm)
 OBS_EPS = 1e-8  # variance floor of the observation normaliser
 
 
+class RecurrentState(NamedTuple):
+    """Stage 2's LSTM state for B envs: the actor's and the critic's ``(h, c)``, each ``[1, B, H]`` float32
+    (H = 0 for ``mlp``, which has no recurrence)."""
+
+    actor_h: Tensor
+    actor_c: Tensor
+    critic_h: Tensor
+    critic_c: Tensor
+
+    @classmethod
+    def zeros(cls, batch_size: int, hidden: int, device: torch.device | str = "cpu") -> RecurrentState:
+        return cls(*(torch.zeros(1, batch_size, hidden, device=device) for _ in range(4)))
+
+    @property
+    def actor(self) -> tuple[Tensor, Tensor]:
+        return self.actor_h, self.actor_c
+
+    @property
+    def critic(self) -> tuple[Tensor, Tensor]:
+        return self.critic_h, self.critic_c
+
+    def map(self, fn: Any) -> RecurrentState:
+        """``fn`` applied to each of the four tensors (``state.map(Tensor.clone)``, ``state.map(lambda t: t.cpu())``)."""
+        return RecurrentState(*(fn(t) for t in self))
+
+    def envs(self, index: Tensor) -> RecurrentState:
+        """The state of the envs ``index`` ``[k]`` (int64, or a bool mask ``[B]``)."""
+        return self.map(lambda t: t[:, index])
+
+
+class PolicyOutput(NamedTuple):
+    """What `ActorCritic.forward` computes for L days of B envs (float32)."""
+
+    log_prob: Tensor  # [L, B] log pi of the scored actions, summed over tickers
+    entropy: Tensor  # [L, B]
+    value: Tensor  # [L, B]
+    mean: Tensor  # [L, B, N] the Gaussian's mean (before any tanh)
+    state: RecurrentState  # after day L-1
+    next_day: Tensor | None  # [L, B, N] the next-day head's prediction (``predict_next`` only)
+
+
+class ActOutput(NamedTuple):
+    """One rollout step of `ActorCritic.act` for B envs."""
+
+    action: Tensor  # [B, N] the Gaussian sample u before any squashing (what PPO scores; `env_action` maps it)
+    log_prob: Tensor  # [B]
+    value: Tensor  # [B]
+    state: RecurrentState
+
+
 @dataclass(frozen=True)
-class ModelConfig:
-    """What is needed to rebuild a policy; stored in checkpoints."""
+class ModelSpec:
+    """What is needed to rebuild a policy, stored in checkpoints (``model_config``): the model settings
+    (`clstm_ppo.config.ModelConfig`), the market's sizes and the heads training added."""
 
     policy: str  # clstm | lstm | mlp
     num_features: int  # F, numbers per day's state
     num_tickers: int  # N, action dimension
     window: int  # T
-    stage1_hidden: int = 128
-    feature_dim: int = 128
-    stage2_hidden: int = 512
-    init_log_std: float = -0.5
-    action_dist: str = "gaussian"  # gaussian (the env clips samples to [-1, 1]) | tanh (samples squashed by tanh)
-    log_std_max: float | None = None  # upper bound of the policy's log-std (None: unbounded)
-    skip: bool = False  # shortcuts around the LSTMs (module docstring); the default of TrainConfig is on
-    next_day_head: bool = False  # a linear head predicting tomorrow's price column from the actor's latent (aux loss)
-    obs_norm: bool = False  # running mean / std of each state number (module docstring)
+    stage1_hidden: int
+    feature_dim: int
+    stage2_hidden: int
+    init_log_std: float
+    action_dist: str  # gaussian (the env clips samples to [-1, 1]) | tanh (samples squashed by tanh)
+    log_std_max: float | None  # upper bound of the policy's log-std (None: unbounded)
+    skip: bool  # shortcuts around the LSTMs (module docstring)
+    next_day_head: bool  # a linear head predicting tomorrow's price column from the actor's latent (aux loss)
+    obs_norm: bool  # running mean / std of each state number (module docstring)
 
     @classmethod
-    def from_dict(cls, values: dict) -> ModelConfig:
-        """From a checkpoint's ``model_config``; settings a newer version added take the value that older
-        checkpoints were trained with (``LEGACY``), not today's default, so old files keep their meaning."""
-        return cls(**{**cls.LEGACY, **values})
+    def of(
+        cls, model: ModelConfig, *, num_features: int, num_tickers: int, window: int, next_day_head: bool = False
+    ) -> ModelSpec:
+        """The network of the settings ``model`` for states of F numbers, N tickers and a T-day window."""
+        return cls(
+            policy=model.policy,
+            num_features=num_features,
+            num_tickers=num_tickers,
+            window=window,
+            stage1_hidden=model.stage1_hidden,
+            feature_dim=model.feature_dim,
+            stage2_hidden=model.stage2_hidden,
+            init_log_std=model.init_log_std,
+            action_dist=model.action_dist,
+            log_std_max=model.log_std_max if math.isfinite(model.log_std_max) else None,
+            skip=model.skip,
+            next_day_head=next_day_head,
+            obs_norm=model.norm_obs,
+        )
 
-    # field -> its meaning in checkpoints written before the field existed
-    LEGACY: ClassVar[dict[str, object]] = {
-        "action_dist": "gaussian",
-        "log_std_max": None,
-        "skip": False,
-        "next_day_head": False,
-        "obs_norm": False,
-    }
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ModelSpec:
+        """From a checkpoint's ``model_config``: fields a newer version added take the meaning older checkpoints
+        were trained with (`clstm_ppo.config.LEGACY`), not today's defaults, so old files keep their meaning."""
+        legacy = TrainConfig.from_dict(LEGACY)
+        sizes = {k: values.get(k, 0) for k in ("num_features", "num_tickers", "window")}
+        then = cls.of(legacy.model, **sizes, next_day_head=legacy.ppo.aux_coef > 0)
+        return cls(**{**asdict(then), **values})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
-def model_config(cfg: TrainConfig, market: PreparedMarket) -> ModelConfig:
-    """What the ActorCritic of ``cfg`` is, sized for ``market`` (its F features, N tickers and T window)."""
-    return ModelConfig(
-        policy=cfg.policy,
+def model_spec(cfg: TrainConfig, market: PreparedMarket) -> ModelSpec:
+    """The ActorCritic of ``cfg`` sized for ``market`` (its F features, N tickers and T window), with the next-day
+    head when training uses it (``--aux_coef`` > 0)."""
+    return ModelSpec.of(
+        cfg.model,
         num_features=market.num_features,
         num_tickers=market.num_tickers,
         window=market.window,
-        stage1_hidden=cfg.stage1_hidden,
-        feature_dim=cfg.feature_dim,
-        stage2_hidden=cfg.stage2_hidden,
-        init_log_std=cfg.init_log_std,
-        action_dist=cfg.action_dist,
-        log_std_max=cfg.log_std_max if math.isfinite(cfg.log_std_max) else None,
-        skip=cfg.skip,
-        next_day_head=cfg.aux_coef > 0,
-        obs_norm=cfg.norm_obs,
+        next_day_head=cfg.ppo.aux_coef > 0,
     )
 
 
 def build_model(cfg: TrainConfig, market: PreparedMarket) -> ActorCritic:
-    """The ActorCritic for ``cfg`` sized for ``market``, its stage-1 kernel set from ``cfg.window_kernel``."""
-    model = ActorCritic(model_config(cfg, market))
-    model.window_kernel = cfg.window_kernel
+    """The ActorCritic for ``cfg`` sized for ``market``, its stage-1 kernel set from ``--window_kernel``."""
+    model = ActorCritic(model_spec(cfg, market))
+    model.window_kernel = cfg.system.window_kernel
     return model
 
 
@@ -181,48 +244,48 @@ def _today(windows: Windows) -> Tensor:
 class ActorCritic(nn.Module):
     """Recurrent Gaussian actor-critic over windowed market observations (see module docstring)."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        if cfg.policy not in ("clstm", "lstm", "mlp"):
-            raise ValueError(f"unknown policy variant {cfg.policy!r}")
-        if cfg.action_dist not in ACTION_DISTS:
-            raise ValueError(f"unknown action distribution {cfg.action_dist!r}")
-        self.cfg = cfg
-        f_in = cfg.num_features
-        if cfg.policy == "clstm":
-            self.window_lstm = _orthogonal(nn.LSTM(f_in, cfg.stage1_hidden, batch_first=True), 1.0)
-            f_in = cfg.stage1_hidden + (cfg.num_features if cfg.skip else 0)
+        if spec.policy not in POLICIES:
+            raise ValueError(f"unknown policy variant {spec.policy!r}")
+        if spec.action_dist not in ACTION_DISTS:
+            raise ValueError(f"unknown action distribution {spec.action_dist!r}")
+        self.spec = spec
+        f_in = spec.num_features
+        if spec.policy == "clstm":
+            self.window_lstm = _orthogonal(nn.LSTM(f_in, spec.stage1_hidden, batch_first=True), 1.0)
+            f_in = spec.stage1_hidden + (spec.num_features if spec.skip else 0)
         self.features = nn.Sequential(
-            _orthogonal(nn.Linear(f_in, cfg.feature_dim)),
+            _orthogonal(nn.Linear(f_in, spec.feature_dim)),
             nn.Tanh(),
-            _orthogonal(nn.Linear(cfg.feature_dim, cfg.feature_dim)),
+            _orthogonal(nn.Linear(spec.feature_dim, spec.feature_dim)),
             nn.Tanh(),
         )
-        hidden = cfg.stage2_hidden
-        if cfg.policy == "mlp":
-            self.actor_body = nn.Sequential(_orthogonal(nn.Linear(cfg.feature_dim, hidden)), nn.Tanh())
-            self.critic_body = nn.Sequential(_orthogonal(nn.Linear(cfg.feature_dim, hidden)), nn.Tanh())
+        hidden = spec.stage2_hidden
+        if spec.policy == "mlp":
+            self.actor_body = nn.Sequential(_orthogonal(nn.Linear(spec.feature_dim, hidden)), nn.Tanh())
+            self.critic_body = nn.Sequential(_orthogonal(nn.Linear(spec.feature_dim, hidden)), nn.Tanh())
         else:
-            self.actor_lstm = _orthogonal(nn.LSTM(cfg.feature_dim, hidden), 1.0)
-            self.critic_lstm = _orthogonal(nn.LSTM(cfg.feature_dim, hidden), 1.0)
-        self.head_skip = cfg.skip and cfg.policy != "mlp"  # heads also see the stage-1 features
-        head_in = hidden + (cfg.feature_dim if self.head_skip else 0)
-        self.actor_mean = _orthogonal(nn.Linear(head_in, cfg.num_tickers), 0.01)
+            self.actor_lstm = _orthogonal(nn.LSTM(spec.feature_dim, hidden), 1.0)
+            self.critic_lstm = _orthogonal(nn.LSTM(spec.feature_dim, hidden), 1.0)
+        self.head_skip = spec.skip and spec.policy != "mlp"  # heads also see the stage-1 features
+        head_in = hidden + (spec.feature_dim if self.head_skip else 0)
+        self.actor_mean = _orthogonal(nn.Linear(head_in, spec.num_tickers), 0.01)
         self.critic = _orthogonal(nn.Linear(head_in, 1), 1.0)
-        if cfg.next_day_head:  # tomorrow's price column per ticker, from what the actor head sees
-            self.next_day = _orthogonal(nn.Linear(head_in, cfg.num_tickers), 1.0)
-        self.log_std = nn.Parameter(torch.full((cfg.num_tickers,), float(cfg.init_log_std)))
-        if cfg.obs_norm:
+        if spec.next_day_head:  # tomorrow's price column per ticker, from what the actor head sees
+            self.next_day = _orthogonal(nn.Linear(head_in, spec.num_tickers), 1.0)
+        self.log_std = nn.Parameter(torch.full((spec.num_tickers,), float(spec.init_log_std)))
+        if spec.obs_norm:
             f64 = torch.float64
             self.register_buffer("obs_count", torch.zeros((), dtype=f64))
-            self.register_buffer("obs_mean", torch.zeros(cfg.num_features, dtype=f64))
-            self.register_buffer("obs_var", torch.ones(cfg.num_features, dtype=f64))
+            self.register_buffer("obs_mean", torch.zeros(spec.num_features, dtype=f64))
+            self.register_buffer("obs_var", torch.ones(spec.num_features, dtype=f64))
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
 
     # ------------------------------------------------------------------ parameter groups
     def stage1_parameters(self) -> list[nn.Parameter]:
         """Parameters trained at ``learning_rate_clstm``: the window LSTM and the feature layers."""
-        mods = [self.features] + ([self.window_lstm] if self.cfg.policy == "clstm" else [])
+        mods = [self.features] + ([self.window_lstm] if self.spec.policy == "clstm" else [])
         return [p for m in mods for p in m.parameters()]
 
     def stage2_parameters(self) -> list[nn.Parameter]:
@@ -231,12 +294,10 @@ class ActorCritic(nn.Module):
         return [p for p in self.parameters() if id(p) not in stage1]
 
     # ------------------------------------------------------------------ state
-    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> LSTMState:
-        """Zero recurrent state for ``batch_size`` envs: 4 tensors ``[1, B, H]`` (empty for mlp)."""
-        if self.cfg.policy == "mlp":
-            return ()
-        zeros = torch.zeros(1, batch_size, self.cfg.stage2_hidden, device=device)
-        return (zeros, zeros.clone(), zeros.clone(), zeros.clone())
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
+        """Zero recurrent state for ``batch_size`` envs (zero width for mlp)."""
+        hidden = 0 if self.spec.policy == "mlp" else self.spec.stage2_hidden
+        return RecurrentState.zeros(batch_size, hidden, device)
 
     # ------------------------------------------------------------------ observation statistics
     @torch.no_grad()
@@ -254,7 +315,7 @@ class ActorCritic(nn.Module):
     def normalize(self, windows: Windows) -> Windows:
         """The windows with every state number standardised by the running statistics and clipped to +-10
         (``obs_norm``; before any statistics: mean 0, variance 1)."""
-        if not self.cfg.obs_norm:
+        if not self.spec.obs_norm:
             return windows
         rows = windows.rows
         mean = self.obs_mean.to(rows.dtype)
@@ -264,38 +325,37 @@ class ActorCritic(nn.Module):
     # ------------------------------------------------------------------ forward pieces
     def encode(self, windows: Windows) -> Tensor:
         """Stage 1: L x E windows -> features ``[L x E, feature_dim]`` (step-major)."""
-        if self.cfg.policy != "clstm":
+        if self.spec.policy != "clstm":
             return self.features(_today(windows))
         summary = window_last_output(self.window_lstm, windows, self.window_kernel)  # [L x E, stage1_hidden]
-        if self.cfg.skip:
+        if self.spec.skip:
             summary = torch.cat([summary, _today(windows).to(summary.dtype)], dim=-1)
         return self.features(summary)
 
     def core(
-        self, feats: Tensor, state: LSTMState, starts: Tensor, host_starts: Tensor | None = None
-    ) -> tuple[Tensor, Tensor, LSTMState]:
+        self, feats: Tensor, state: RecurrentState, starts: Tensor, host_starts: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
         """Stage 2: features ``[L, B, D]`` -> actor and critic latents ``[L, B, H]`` and the new state.
 
         ``host_starts``: optional CPU copy of ``starts`` (where to cut the sequence, found without
         a device synchronisation).
         """
-        if self.cfg.policy == "mlp":
-            return self.actor_body(feats), self.critic_body(feats), ()
-        ha, ca, hc, cc = state
+        if self.spec.policy == "mlp":
+            return self.actor_body(feats), self.critic_body(feats), state
         cuts = cut_days(starts if host_starts is None else host_starts)  # once for both LSTMs
-        actor_out, (ha, ca) = run_lstm(self.actor_lstm, feats, (ha, ca), starts, cuts)
-        critic_out, (hc, cc) = run_lstm(self.critic_lstm, feats, (hc, cc), starts, cuts)
-        return actor_out, critic_out, (ha, ca, hc, cc)
+        actor_out, actor = run_lstm(self.actor_lstm, feats, state.actor, starts, cuts)
+        critic_out, critic = run_lstm(self.critic_lstm, feats, state.critic, starts, cuts)
+        return actor_out, critic_out, RecurrentState(*actor, *critic)
 
     def forward(
         self,
         obs: Tensor | Windows,
-        state: LSTMState,
+        state: RecurrentState,
         starts: Tensor,
         actions: Tensor | None = None,
         host_starts: Tensor | None = None,
         predict_next: bool = False,
-    ) -> tuple[Tensor, ...]:
+    ) -> PolicyOutput:
         """Evaluate L days of B envs.
 
         :param obs: ``[L, B, T, F]`` float observations, or the same as `Windows`.
@@ -304,8 +364,8 @@ class ActorCritic(nn.Module):
         :param actions: ``[L, B, N]`` actions to score; None samples nothing and scores the mean.
         :param host_starts: optional CPU copy of ``starts`` (no device sync to find episode cuts).
         :param predict_next: also return the next-day head's prediction (needs ``next_day_head``).
-        :return: ``(log_prob [L, B], entropy [L, B], value [L, B], mean [L, B, N], new_state)``, and with
-            ``predict_next`` a sixth item: the predicted price column of tomorrow's state ``[L, B, N]`` float32.
+        :return: a `PolicyOutput`; its ``next_day`` (the predicted price column of tomorrow's state) only with
+            ``predict_next``.
         """
         windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
         feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)
@@ -318,19 +378,18 @@ class ActorCritic(nn.Module):
         std = self.policy_std().expand_as(mean)
         scored = mean.float() if actions is None else actions.float()
         log_prob = self._log_prob(Normal(mean.float(), std), scored)
-        if self.cfg.action_dist == "tanh":  # no closed form: the sample estimate -log pi(a) at the scored actions
+        if self.spec.action_dist == "tanh":  # no closed form: the sample estimate -log pi(a) at the scored actions
             entropy = -log_prob
         else:
             entropy = Normal(mean.float(), std).entropy().sum(-1)
-        if predict_next:
-            return log_prob, entropy, value.float(), mean.float(), state, self.next_day(actor_out).float()
-        return log_prob, entropy, value.float(), mean.float(), state
+        next_day = self.next_day(actor_out).float() if predict_next else None
+        return PolicyOutput(log_prob, entropy, value.float(), mean.float(), state, next_day)
 
     def policy_std(self) -> Tensor:
         """The Gaussian's standard deviation per ticker ``[N]`` float32 (bounded when ``log_std_max`` is set)."""
         log_std = self.log_std.float()
-        if self.cfg.log_std_max is not None:
-            log_std = log_std.clamp(LOG_STD_MIN, self.cfg.log_std_max)
+        if self.spec.log_std_max is not None:
+            log_std = log_std.clamp(LOG_STD_MIN, self.spec.log_std_max)
         return log_std.exp()
 
     def _log_prob(self, dist: Normal, u: Tensor) -> Tensor:
@@ -338,49 +397,50 @@ class ActorCritic(nn.Module):
         a = tanh(u) subtracts sum log(1 - tanh(u)^2) = sum 2 (log 2 - u - softplus(-2u)) (stable form); it is the
         same for the old and the new policy, so PPO's ratio is the Gaussian's."""
         log_prob = dist.log_prob(u).sum(-1)
-        if self.cfg.action_dist == "tanh":
+        if self.spec.action_dist == "tanh":
             log_prob = log_prob - (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)
         return log_prob
 
     def env_action(self, u: Tensor) -> Tensor:
         """What the env receives for a policy sample (or mean) ``u [B, N]``: ``tanh(u)`` for the tanh distribution,
         ``u`` itself for the Gaussian (the env clips it to [-1, 1])."""
-        return torch.tanh(u) if self.cfg.action_dist == "tanh" else u
+        return torch.tanh(u) if self.spec.action_dist == "tanh" else u
 
     @torch.no_grad()
     def act(
         self,
         obs: Tensor,
-        state: LSTMState,
+        state: RecurrentState,
         starts: Tensor,
         *,
         deterministic: bool = False,
         generator: torch.Generator | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, LSTMState]:
+    ) -> ActOutput:
         """One rollout step for B envs.
 
         :param obs: ``[B, T, F]``; :param starts: ``[B]`` bool.
-        :return: ``(action [B, N], log_prob [B], value [B], new_state)``: the Gaussian sample ``u`` before any
-            squashing (what the rollout stores and PPO scores); `env_action` turns it into the env's action.
+        :return: an `ActOutput`: the Gaussian sample ``u`` before any squashing (what the rollout stores and PPO
+            scores; `env_action` turns it into the env's action), its log-probability, the value and the new state.
             ``deterministic`` returns the mean. Sampling noise comes from ``generator`` on its own device
             (training passes one on the model's device, the backtest a CPU one so sampled backtests match
             across devices).
         """
-        log_prob, _, value, mean, state = self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))
+        out = self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))
+        mean, value = out.mean, out.value[0]
         if deterministic:
-            return mean[0], log_prob[0], value[0], state
+            return ActOutput(mean[0], out.log_prob[0], value, out.state)
         std = self.policy_std()
         # Drawn on the generator's device: a CPU generator gives the same noise whatever device the model is on.
         noise_device = generator.device if generator is not None else mean.device
         noise = torch.randn(mean.shape[1:], device=noise_device, generator=generator, dtype=mean.dtype).to(mean.device)
         action = mean[0] + std * noise
         log_prob = self._log_prob(Normal(mean[0], std.expand_as(mean[0])), action)
-        return action, log_prob, value[0], state
+        return ActOutput(action, log_prob, value, out.state)
 
     @torch.no_grad()
-    def value(self, obs: Tensor, state: LSTMState, starts: Tensor) -> Tensor:
+    def value(self, obs: Tensor, state: RecurrentState, starts: Tensor) -> Tensor:
         """Value ``[B]`` of observations ``[B, T, F]`` from ``state`` (used to bootstrap)."""
-        return self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))[2][0]
+        return self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0)).value[0]
 
 
 def unwrap(model: nn.Module) -> ActorCritic:

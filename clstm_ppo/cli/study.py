@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
+from clstm_ppo.config import POLICIES
 from envs.errors import UserError
 
 # Settings the study decides for each cell and training run (the rest pass through to every cell).
@@ -41,7 +42,6 @@ STUDY_OWNED = frozenset(
         "threads",
     }
 )
-POLICIES = ("clstm", "lstm", "mlp")
 DEVICE_ENV = "CLSTM_PPO_STUDY_DEVICE"  # set by the runner for each cell process: cpu or cuda
 
 
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = parser.add_argument_group("study")
     g.add_argument("--out", required=True, help="the study's folder (re-running the same command continues it)")
-    g.add_argument("--policies", default="clstm,lstm,mlp", help="comma-separated policy variants to compare")
+    g.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policy variants to compare")
     g.add_argument("--seeds", default="1-4", help="seeds per configuration: numbers and ranges, e.g. 1-8 or 1,3,5-7")
     g.add_argument(
         "--vary",

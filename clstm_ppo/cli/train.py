@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import MISSING, fields
 from typing import Any
 
-from clstm_ppo.config import PRESETS, TrainConfig
+from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig
 from envs.errors import UserError
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
@@ -28,22 +27,23 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_config_flags(parser: argparse.ArgumentParser, skip: frozenset[str] | set[str] = frozenset()) -> None:
-    """``--config``, ``--preset`` and one flag per TrainConfig setting (but ``skip``), each with its help and default.
-    The parser must use ``argument_default=argparse.SUPPRESS`` so that only flags given override the config."""
-    parser.add_argument("--config", help="JSON file of settings; flags given here override it")
-    parser.add_argument("--preset", choices=sorted(PRESETS), help="start from a named preset (paper: Table 1)")
-    kinds = TrainConfig.field_types()
-    for f in fields(TrainConfig):
-        if f.name in skip:
+    """``--config``, ``--preset`` and one flag per TrainConfig setting (but ``skip``), each with its help and default,
+    grouped under the config's sections. The parser must use ``argument_default=argparse.SUPPRESS`` so that only
+    flags given override the config."""
+    group = parser.add_argument_group("settings files")
+    group.add_argument("--config", help="JSON file of settings; flags given here override it")
+    group.add_argument("--preset", choices=sorted(PRESETS), help="start from a named preset (paper: Table 1)")
+    groups = {name: parser.add_argument_group(title) for name, (title, _cls) in SECTIONS.items()}
+    for s in SETTINGS.values():
+        if s.flag in skip:
             continue
-        help_ = f.metadata.get("help", "")
-        default = f.default if f.default is not MISSING else None
-        text = help_ if "default" in help_ else f"{help_} (default: {default})"
+        text = s.help if "default" in s.help else f"{s.help} (default: {s.default})"
         text = text.replace("%", "%%")  # argparse formats help with %
-        if kinds[f.name] is bool:
-            parser.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=text)
+        group = groups[s.section]
+        if s.parse is bool:
+            group.add_argument(f"--{s.flag}", action=argparse.BooleanOptionalAction, help=text)
         else:
-            parser.add_argument(f"--{f.name}", type=kinds[f.name], choices=f.metadata.get("choices"), help=text)
+            group.add_argument(f"--{s.flag}", type=s.parse, choices=s.choices, help=text)
 
 
 def config_from_args(args: dict[str, Any]) -> TrainConfig:
@@ -54,8 +54,7 @@ def config_from_args(args: dict[str, Any]) -> TrainConfig:
         values.update(PRESETS[args.pop("preset")])
     if "config" in args:
         values.update(TrainConfig.from_json(args.pop("config")).to_dict())
-    known = {f.name for f in fields(TrainConfig)}
-    values.update({k: args.pop(k) for k in list(args) if k in known})
+    values.update({k: args.pop(k) for k in list(args) if k in SETTINGS})
     return TrainConfig.from_dict(values, source="settings").validate()
 
 
@@ -77,21 +76,14 @@ def parse_config(argv: list[str]) -> TrainConfig:
 
 def describe_data(cfg: TrainConfig) -> str:
     """What the run will see: the source, its tickers and dates, and each split's first day, last day and length."""
-    from clstm_ppo.market import load_data
-    from envs.data import split_days
+    from clstm_ppo.market import data_splits, load_data
 
-    data = load_data(cfg)
-    splits = split_days(
-        data,
-        window=cfg.window,
-        train_end=cfg.train_end or None,
-        validation_end=cfg.validation_end or None,
-        test_end=cfg.test_end or None,
-    )
+    data = load_data(cfg.data, seed=cfg.run.seed)
+    splits = data_splits(data, cfg.data)
     names = ", ".join(data.tickers[:10]) + (f", ... ({data.num_tickers} in all)" if data.num_tickers > 10 else "")
     lines = [
-        f"data: {cfg.data} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
-        f"({data.num_days} trading days; the first {cfg.window - 1} are the window's lookback)"
+        f"data: {cfg.data.source} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
+        f"({data.num_days} trading days; the first {cfg.data.window - 1} are the window's lookback)"
     ]
     for name, days in splits.as_dict().items():
         if days is None:
@@ -106,27 +98,24 @@ def describe_data(cfg: TrainConfig) -> str:
 def main(argv: list[str]) -> int:
     cfg = parse_config(argv)
     from clstm_ppo.market import build_market
-    from clstm_ppo.training.checkpoint import (
-        check_resume,
-        check_writable,
-        remove_stale_temp_files,
-        resolve_run_dir,
-    )
     from clstm_ppo.training.distributed import resolve_layout
     from clstm_ppo.training.launch import launch
+    from clstm_ppo.training.resume import check_resume
+    from clstm_ppo.training.run_folder import check_writable, remove_stale_temp_files, resolve_run_dir
     from clstm_ppo.training.trainer import train_worker
 
-    layout = resolve_layout(cfg.num_gpus, cfg.num_workers, cfg.backend, cfg.master_port)
-    run_dir = resolve_run_dir(cfg)
-    if cfg.dry_run:
+    system = cfg.system
+    layout = resolve_layout(system.num_gpus, system.num_workers, system.backend, system.master_port)
+    run_dir = resolve_run_dir(cfg.run, cfg.model.policy)
+    if cfg.run.dry_run:
         print(json.dumps(cfg.to_dict(), indent=2))
         print(describe_data(cfg))
-        print(f"world layout: {layout.describe(cfg.num_envs)}")
+        print(f"world layout: {layout.describe(cfg.ppo.num_envs)}")
         print(f"run folder: {run_dir}")
         return 0
-    market = build_market(cfg)
+    market = build_market(cfg.data, seed=cfg.run.seed)
     check_writable(run_dir)
-    if cfg.resume:
+    if cfg.run.resume:
         check_resume(cfg, market, run_dir)
     remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
     return launch(layout, train_worker, (cfg, market, run_dir, layout))

@@ -49,7 +49,7 @@ from clstm_ppo.evaluation.report import (
     write_comparison,
     write_report,
 )
-from clstm_ppo.market import env_config, is_alpaca, load_data
+from clstm_ppo.market import is_alpaca, load_data
 from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_market, restore_policy
 from envs.data import DayRange, MarketData
 from envs.errors import UserError
@@ -84,18 +84,24 @@ def load_backtest_data(
     dates, so a ``start`` before the checkpoint's first date is fetched with room for the lookback.
     """
     cfg = ck.cfg
-    source = data or cfg.data
+    source = data or cfg.data.source
     alpaca = is_alpaca(source)
-    load_start: str | None = None if data and not alpaca else (cfg.start or None)
+    load_start: str | None = None if data and not alpaca else (cfg.data.start or None)
     if start and (load_start is None or pd.Timestamp(start) < pd.Timestamp(load_start)):
         # Trading days are ~5/7 of calendar days; the margin covers holidays. Non-Alpaca sources read all.
         margin = dt.timedelta(days=int(ck.window * 1.6) + 14)
         load_start = (pd.Timestamp(start) - margin).strftime("%Y-%m-%d") if alpaca else None
-    load_end = end or (None if data and not alpaca else (cfg.end or None))
+    load_end = end or (None if data and not alpaca else (cfg.data.end or None))
     market_data = load_data(
-        cfg, data=source, start=load_start or "", end=load_end or "", tickers=ck.tickers, every_ticker=True
+        cfg.data,
+        seed=cfg.run.seed,
+        source=source,
+        start=load_start or "",
+        end=load_end or "",
+        tickers=ck.tickers,
+        every_ticker=True,
     )
-    return match_tickers(market_data, ck.tickers, selected=bool(cfg.ticker_list), what=str(ck.path), source=source)
+    return match_tickers(market_data, ck.tickers, selected=bool(cfg.data.ticker_list), what=str(ck.path), source=source)
 
 
 def match_tickers(data: MarketData, want: list[str], *, selected: bool, what: str, source: str) -> MarketData:
@@ -210,7 +216,7 @@ def run_policy(
         model,
         market,
         period.days,
-        env_config(ck.cfg, full_episodes=True),
+        ck.cfg.env,
         device=device,
         deterministic=deterministic,
         generator=generator,
@@ -223,9 +229,9 @@ def result_of(
     cfg = ck.cfg
     return BacktestResult.from_run(
         run,
-        initial_amount=cfg.initial_amount,
-        buy_cost_pct=cfg.buy_cost_pct,
-        sell_cost_pct=cfg.sell_cost_pct,
+        initial_amount=cfg.env.initial_amount,
+        buy_cost_pct=cfg.env.buy_cost_pct,
+        sell_cost_pct=cfg.env.sell_cost_pct,
         metadata=metadata,
         index_values=index_values,
     )
@@ -300,17 +306,17 @@ def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: st
     counters = ck.counters if isinstance(ck.counters, dict) else {}
     return {
         "checkpoint": str(ck.path),
-        "run_name": getattr(ck.cfg, "run_name", None),
+        "run_name": ck.cfg.run.run_name or None,
         "policy": ck.policy,
         "data": source,
         "period_source": period.source,
         "tickers": list(market.data.tickers),
         "window": market.window,
         "turbulence_threshold": market.turbulence_threshold,
-        "initial_amount": ck.cfg.initial_amount,
-        "buy_cost_pct": ck.cfg.buy_cost_pct,
-        "sell_cost_pct": ck.cfg.sell_cost_pct,
-        "hmax": ck.cfg.hmax,
+        "initial_amount": ck.cfg.env.initial_amount,
+        "buy_cost_pct": ck.cfg.env.buy_cost_pct,
+        "sell_cost_pct": ck.cfg.env.sell_cost_pct,
+        "hmax": ck.cfg.env.hmax,
         "trained": {k: counters.get(k) for k in ("episodes", "global_step", "update") if k in counters},
     }
 
@@ -357,7 +363,7 @@ def backtest(
     market = restore_market(ck, load_backtest_data(ck, data=data, start=start, end=end))
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
     model = restore_policy(ck, market, device)
-    metadata = _metadata(ck, market, period, data or ck.cfg.data)
+    metadata = _metadata(ck, market, period, data or ck.cfg.data.source)
     dates = np.asarray(market.data.dates)[period.days.start : period.days.stop]
     index_values = read_index(index, dates) if index else None
     folder = Path(out) if out else ck.path.parent / f"backtest-{ck.path.stem}-{period.label}"
@@ -471,10 +477,10 @@ def compare(
                 or "same names, other order"
             )
             raise UserError(f"{ck.path} trades other tickers than {first.path}: {what}; compare needs one universe")
-        if ck.cfg.initial_amount != first.cfg.initial_amount:
+        if ck.cfg.env.initial_amount != first.cfg.env.initial_amount:
             raise UserError(
-                f"{ck.path} starts with ${ck.cfg.initial_amount:,.0f}, {first.path} with "
-                f"${first.cfg.initial_amount:,.0f}; compare needs the same capital"
+                f"{ck.path} starts with ${ck.cfg.env.initial_amount:,.0f}, {first.path} with "
+                f"${first.cfg.env.initial_amount:,.0f}; compare needs the same capital"
             )
     # Longest lookback of all checkpoints, so every policy's first observation is real data.
     widest = max(cks, key=lambda c: c.window)
@@ -509,8 +515,8 @@ def compare(
                 "label": label,
                 "checkpoint": str(ck.path),
                 "policy": ck.policy,
-                "buy_cost_pct": ck.cfg.buy_cost_pct,
-                "sell_cost_pct": ck.cfg.sell_cost_pct,
+                "buy_cost_pct": ck.cfg.env.buy_cost_pct,
+                "sell_cost_pct": ck.cfg.env.sell_cost_pct,
             }
         )
     assert baseline is not None
@@ -519,7 +525,7 @@ def compare(
     folder = Path(out) if out else first.path.parent / f"compare-{period.label}"
     metadata = {
         "checkpoints": runs_meta,
-        "data": data or first.cfg.data,
+        "data": data or first.cfg.data.source,
         "period_source": period.source,
         "tickers": first.tickers,
         "mode": "deterministic (mean action)",

@@ -22,7 +22,6 @@ read back, an interrupted training resumes from its latest.pt.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -38,14 +37,14 @@ from clstm_ppo.agent.model import build_model
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.metrics import trades_from_holdings
 from clstm_ppo.evaluation.report import BacktestResult, write_report
-from clstm_ppo.market import env_config
 from clstm_ppo.study.analysis import curve_metrics
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key
 from clstm_ppo.study.spec import StudySpec
-from clstm_ppo.training.checkpoint import BEST, LATEST, load_checkpoint, restore_policy
+from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.launch import StoppedBySignal
+from clstm_ppo.training.run_folder import BEST, LATEST
+from clstm_ppo.training.signals import StoppedBySignal
 from clstm_ppo.training.trainer import Trainer
 from envs.features import PreparedMarket
 
@@ -101,12 +100,10 @@ def _portfolio(run: PolicyRun) -> tuple[float, np.ndarray]:
 def _train(cfg: TrainConfig, market: PreparedMarket, folder: Path, device: torch.device) -> float:
     """Train (or finish training) one window's model in ``folder``; return the seconds spent training."""
     latest = folder / LATEST
-    if latest.is_file() and load_checkpoint(latest).counters.get("episodes", 0) >= cfg.num_episodes:
+    if latest.is_file() and load_checkpoint(latest).counters.get("episodes", 0) >= cfg.ppo.num_episodes:
         return 0.0  # trained to the end before an interruption hit the trading step
     start = time.perf_counter()
-    Trainer(
-        dataclasses.replace(cfg, resume="latest" if latest.is_file() else ""), market, Comm(device=device), folder
-    ).train()
+    Trainer(cfg.with_settings(resume="latest" if latest.is_file() else ""), market, Comm(device=device), folder).train()
     return time.perf_counter() - start
 
 
@@ -128,7 +125,7 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
     markets = load_markets(study_dir / "prepared", market_key(cfg))
     folder = study_dir / "cells" / cell.name
     tickers = markets[0].data.tickers
-    trade_cfg = env_config(cfg, full_episodes=True)
+    trade_cfg = cfg.env
     policy_runs: list[PolicyRun] = []
     untrained_runs: list[PolicyRun] = []
     train_seconds: list[float] = []
@@ -141,14 +138,13 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
         else:
             pdir.mkdir(parents=True, exist_ok=True)
             warm = k > 0 and spec.retrain_from == "warm" and previous is not None
-            period_cfg = dataclasses.replace(
-                cfg,
+            period_cfg = cfg.with_settings(
                 run_name=pdir.name,
                 checkpoint_dir=str(pdir.parent),
                 progress=False,
                 tensorboard=False,
                 log_every=1 << 30,
-                num_episodes=cfg.num_episodes if k == 0 else spec.retrain_episodes or cfg.num_episodes,
+                num_episodes=cfg.ppo.num_episodes if k == 0 else spec.retrain_episodes or cfg.ppo.num_episodes,
                 init_weights=str(previous) if warm else "",
             )
             seconds = _train(period_cfg, market, pdir, device)
@@ -161,7 +157,7 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
                 device=device,
                 start_portfolio=_portfolio(policy_runs[-1]) if policy_runs else None,
             )
-            torch.manual_seed(cfg.seed)  # the trainer's initial weights
+            torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
             untrained = evaluate_policy(
                 build_model(cfg, market).to(device),
                 market,
@@ -184,8 +180,8 @@ def _record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> 
         run.tickers,
         run.holdings[1:],
         run.prices[:-1],
-        buy_cost_pct=cfg.buy_cost_pct,
-        sell_cost_pct=cfg.sell_cost_pct,
+        buy_cost_pct=cfg.env.buy_cost_pct,
+        sell_cost_pct=cfg.env.sell_cost_pct,
         initial_holdings=run.holdings[0],
     )
     return curve_metrics(run.values, run.holdings_value, benchmark, trades=trades)
@@ -198,9 +194,9 @@ def finish_cell(
     folder = study_dir / "cells" / cell.name
     result = BacktestResult.from_run(
         policy,
-        initial_amount=cfg.initial_amount,
-        buy_cost_pct=cfg.buy_cost_pct,
-        sell_cost_pct=cfg.sell_cost_pct,
+        initial_amount=cfg.env.initial_amount,
+        buy_cost_pct=cfg.env.buy_cost_pct,
+        sell_cost_pct=cfg.env.sell_cost_pct,
         metadata={"cell": cell.to_dict()},
     )
     write_report(result, folder / "report", title=f"study cell {cell.name}: out-of-sample walk-forward vs buy-and-hold")

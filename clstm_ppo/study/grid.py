@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.config import SETTINGS, TrainConfig
 from envs.errors import UserError
 
 # Settings a variant may not change: they name the data or how one training run is laid out, which the study
@@ -104,7 +104,6 @@ def parse_seeds(text: str) -> list[int]:
 def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:
     """``["window=5,30", "ent_coef=0,0.01"]`` -> the cartesian product of the settings, as variant tuples
     (``[()]`` when there is none). Values are parsed with the setting's type; unknown or data settings refused."""
-    kinds = TrainConfig.field_types()
     axes: list[list[tuple[str, Any]]] = []
     seen = set()
     for spec in specs:
@@ -112,7 +111,7 @@ def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:
         key = key.strip().lstrip("-")
         if not sep or not values.strip():
             raise UserError(f"--vary {spec!r}: expected SETTING=V1,V2,... (e.g. window=5,30)")
-        if key not in kinds:
+        if key not in SETTINGS:
             raise UserError(f"--vary {spec!r}: {key!r} is not a training setting (see train --help)")
         if key in NOT_VARIABLE:
             raise UserError(
@@ -123,10 +122,11 @@ def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:
         seen.add(key)
         axis = []
         for raw in filter(None, (v.strip() for v in values.split(","))):
+            parse = SETTINGS[key].parse
             try:
-                value = (raw.lower() in ("1", "true", "yes")) if kinds[key] is bool else kinds[key](raw)
+                value = (raw.lower() in ("1", "true", "yes")) if parse is bool else parse(raw)
             except ValueError:
-                raise UserError(f"--vary {key}={raw!r} is not a valid {kinds[key].__name__}") from None
+                raise UserError(f"--vary {key}={raw!r} is not a valid {parse.__name__}") from None
             axis.append((key, value))
         axes.append(axis)
     return [tuple(combo) for combo in itertools.product(*axes)] if axes else [()]

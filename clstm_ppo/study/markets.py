@@ -27,7 +27,8 @@ ARRAYS = ("open", "high", "low", "close", "volume")
 
 def market_key(cfg: TrainConfig) -> str:
     """File-safe name of the market settings of ``cfg``, e.g. ``window=30,price_features=return,use_turbulence=True``."""
-    return ",".join(f"{k}={getattr(cfg, k)}" for k in MARKET_KEYS)
+    settings = cfg.to_dict()
+    return ",".join(f"{k}={settings[k]}" for k in MARKET_KEYS)
 
 
 def prepare_markets(data: MarketData, cfg: TrainConfig, periods: list[WalkPeriod]) -> list[PreparedMarket]:
@@ -35,10 +36,10 @@ def prepare_markets(data: MarketData, cfg: TrainConfig, periods: list[WalkPeriod
     base = PreparedMarket.prepare(
         data,
         periods[0].splits,
-        window=cfg.window,
-        use_turbulence=cfg.use_turbulence,
-        price_mode=cfg.price_features,
-        indicator_names=cfg.indicator_list,
+        window=cfg.data.window,
+        use_turbulence=cfg.data.use_turbulence,
+        price_mode=cfg.data.price_features,
+        indicator_names=cfg.data.indicator_list,
     )
     return [base if k == 0 else base.resplit(p.splits) for k, p in enumerate(periods)]
 

@@ -68,7 +68,9 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     days, turbulent = _traded(markets)
     dates = np.asarray(data.dates)[days.start : days.stop]
     close = np.asarray(data.close)[days.start : days.stop]
-    rules = rule_baselines(close, dates, turbulent, base.initial_amount, base.buy_cost_pct, base.sell_cost_pct)
+    rules = rule_baselines(
+        close, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
+    )
     bench = rules[BUY_AND_HOLD].values
     baselines = {
         name: {
@@ -88,7 +90,7 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
         baselines[name]["metrics"].update(A.exposure_profile(run.values, run.holdings_value, bench, turbulent))
     if spec.index:
         level = read_index(spec.index, dates)
-        values = level / level[0] * base.initial_amount
+        values = level / level[0] * base.env.initial_amount
         baselines["index"] = {"values": values, "metrics": A.curve_metrics(values, values, bench)}
 
     cells, rows, by_group = [], [], {}

@@ -28,7 +28,7 @@ from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, s
 from clstm_ppo.study.report import build_report, verdict_lines
 from clstm_ppo.study.schedule import WalkPeriod, walk_forward
 from clstm_ppo.study.spec import SPEC_FILE, StudySpec
-from clstm_ppo.training.checkpoint import check_writable
+from clstm_ppo.training.run_folder import check_writable
 from envs.errors import UserError
 
 STOP_GRACE_S = 60.0
@@ -59,10 +59,10 @@ def prepare(study_dir: Path, spec: StudySpec, cells: list[Cell]) -> list[WalkPer
     """Load the data once, make the schedule, prepare one market per window for each market setting the cells
     use (and the base settings', which the baselines use); reuse what an earlier run prepared."""
     base = spec.base_config
-    data = load_data(base)
+    data = load_data(base.data, seed=base.run.seed)
     periods = walk_forward(
         data.dates,
-        window=max([base.window, *[c.config(base).window for c in cells]]),
+        window=max([base.data.window, *[c.config(base).data.window for c in cells]]),
         trade_start=spec.trade_start,
         trade_end=spec.trade_end or None,
         retrain=spec.retrain,

@@ -66,7 +66,9 @@ class StudySpec:
             raise UserError(f"{path} is not a study spec (it must hold a JSON object)")
         if values.get("format") != SPEC_FORMAT:
             raise UserError(f"{path} has study format {values.get('format')!r}, this version reads {SPEC_FORMAT}")
-        return cls(**values)
+        spec = cls(**values)
+        spec.base = spec.base_config.to_dict()  # each setting as this version writes it (e.g. "252" -> 252)
+        return spec
 
     def check_same(self, other: StudySpec, where: Path) -> None:
         """UserError naming what differs when ``other`` (found in ``where``) is another study."""

@@ -42,7 +42,7 @@ import torch
 
 from clstm_ppo.agent.model import ActorCritic, unwrap
 from clstm_ppo.evaluation.backtest import Period, load_backtest_data, run_policy
-from clstm_ppo.market import env_config, is_alpaca
+from clstm_ppo.market import is_alpaca
 from clstm_ppo.training.checkpoint import Checkpoint, restore_market
 from envs.alpaca import parse_timeframe
 from envs.data import DayRange
@@ -134,20 +134,20 @@ def load_trading_market(
     :raises UserError: no start date, download problems (as for training), tickers missing, stale bars.
     """
     cfg = ck.cfg
-    if is_alpaca(cfg.data):
-        frame = parse_timeframe(cfg.alpaca_timeframe)
+    if is_alpaca(cfg.data.source):
+        frame = parse_timeframe(cfg.data.alpaca_timeframe)
         if (frame.amount_value, frame.unit_value.value) != (1, "Day"):
             raise UserError(
-                f"{ck.path} was trained on {cfg.alpaca_timeframe} bars; `clstm-ppo trade` decides once "
+                f"{ck.path} was trained on {cfg.data.alpaca_timeframe} bars; `clstm-ppo trade` decides once "
                 "per session on daily bars (1Day)"
             )
-    start = history_start or cfg.start
+    start = history_start or cfg.data.start
     if not start:
         raise UserError(
             f"{ck.path} has no start date for its data; pass --history_start YYYY-MM-DD "
             "(two years back covers the window, the indicators and the turbulence index)"
         )
-    overrides: dict[str, Any] = {"start": start, "data": cfg.data if is_alpaca(cfg.data) else "alpaca"}
+    overrides: dict[str, Any] = {"start": start, "data": cfg.data.source if is_alpaca(cfg.data.source) else "alpaca"}
     if data_url:
         overrides["data_url"] = data_url
     if cache_dir:
@@ -219,7 +219,7 @@ def decide(
     :param cash: account cash in dollars (a negative balance, margin in use, counts as 0: no buys)
     :param shares: [N] account shares of ``market``'s tickers, >= 0 (no shorts: the policy is long-only)
     """
-    cfg = env_config(ck.cfg, full_episodes=True)
+    env = ck.cfg.env
     t = days.stop - 1
     shares = np.asarray(shares, dtype=np.float64)
     notes = []
@@ -240,7 +240,7 @@ def decide(
         shares_t,
         close_t,
         portfolio_value(cash_t, shares_t, close_t),
-        cfg,
+        env,
         market.normalization.holdings_scale,
     )
     policy = unwrap(model)
@@ -257,9 +257,9 @@ def decide(
     turbulence, threshold = float(market.turbulence[t]), float(market.turbulence_threshold)
     turbulent = torch.tensor([turbulence >= threshold])
     new_cash, new_shares, stats = trade_step(
-        cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t, turbulent, cfg
+        cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t, turbulent, env
     )
-    requested = orders_from_actions(torch.as_tensor(action_np).unsqueeze(0), cash_t, shares_t, close_t, cfg)[0].numpy()
+    requested = orders_from_actions(torch.as_tensor(action_np).unsqueeze(0), cash_t, shares_t, close_t, env)[0].numpy()
     decision = Decision(
         day=_day(market.data.dates[t]),
         tickers=[str(x) for x in market.data.tickers],
@@ -278,7 +278,7 @@ def decide(
         replay_start=_day(market.data.dates[days.start]),
         notes=notes,
     )
-    decision.orders = plan_orders(decision, stats.shares_traded[0].numpy(), cfg.hmax)
+    decision.orders = plan_orders(decision, stats.shares_traded[0].numpy(), env.hmax)
     return decision
 
 

@@ -83,7 +83,7 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
         raise UserError("--wait_seconds must be >= 0 and --poll_seconds > 0")
     endpoint = resolve_endpoint(live=opts.live, confirm_live=opts.confirm_live, url=opts.trading_url)
     ck = open_checkpoint(opts.checkpoint)
-    tag = run_tag(opts.order_tag or ck.cfg.run_name or ck.path.resolve().parent.name)
+    tag = run_tag(opts.order_tag or ck.cfg.run.run_name or ck.path.resolve().parent.name)
     folder = Path(opts.journal) if opts.journal else default_journal(ck.path, endpoint)
     journal = Journal(folder, run=tag, endpoint=endpoint.label, mode="submit" if opts.submit else "dry_run")
     broker = Broker(load_credentials(), endpoint)

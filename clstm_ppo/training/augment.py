@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from envs.state import StateLayout
+
 
 class TickerPermutation:
     """Per-env ticker orders ``perm [B, N]`` int64, redrawn for every env that starts an episode.
@@ -24,12 +26,11 @@ class TickerPermutation:
     """
 
     def __init__(self, num_envs: int, num_tickers: int, num_features: int, device: torch.device, seed: int) -> None:
-        if (num_features - 1) % num_tickers:
-            raise ValueError(f"state of {num_features} numbers is not 1 + blocks of {num_tickers} tickers")
+        layout = StateLayout.of_width(num_features, num_tickers)
         self.num_tickers, self.num_features, self.device = num_tickers, num_features, device
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.perm = torch.arange(num_tickers, device=device).repeat(num_envs, 1)  # [B, N]
-        self._blocks = torch.arange((num_features - 1) // num_tickers, device=device) * num_tickers + 1  # [K+2]
+        self._blocks = torch.tensor(layout.ticker_blocks, device=device)  # [K+2] first column of each block
 
     def redraw(self, starting: Tensor) -> None:
         """New random orders for the envs where ``starting [B]`` (bool) is True; the others keep theirs.

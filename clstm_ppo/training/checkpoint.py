@@ -1,14 +1,6 @@
-"""The run folder and its checkpoints: names, finding the run, atomic writes, safe loads, resume checks,
-and rebuilding a checkpoint's policy and market. Every reader (backtest, study, trade) and the trainer
-go through here.
-
-Layout of a run folder (written by rank 0 only)::
-
-    checkpoints/<run>/latest.pt        every --checkpoint_every updates, at the end and on a stop
-    checkpoints/<run>/best.pt          best validation score so far (training score without a validation split)
-    checkpoints/<run>/episode_<n>.pt   every --save_every episodes
-    checkpoints/<run>/config.json      the resolved config (no secrets: the config holds none)
-    checkpoints/<run>/metrics.jsonl    one JSON object per finished episode / update (`clstm_ppo.training.run_log`)
+"""Checkpoint files: what one holds, writing it atomically, loading it safely, and rebuilding its market and
+policy. Every reader (backtest, study, trade) and the trainer go through here; the run folder's names are
+`clstm_ppo.training.run_folder`'s, and whether a checkpoint fits a new run is `clstm_ppo.training.resume`'s.
 
 A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so it loads with
 ``torch.load(weights_only=True)`` -- no pickled code runs on load. It is written to a temporary file in
@@ -18,18 +10,15 @@ the previous checkpoint intact.
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
-import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from clstm_ppo.agent.model import ActorCritic, ModelConfig, model_config
+from clstm_ppo.agent.model import ActorCritic, ModelSpec
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.market import rebuild_market
 from envs.atomic import atomic_write
@@ -40,12 +29,6 @@ from envs.features import PreparedMarket
 FORMAT_VERSION = 1
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's archive format since torch 1.6
 REQUIRED_KEYS = ("format_version", "config", "model_config", "market_spec", "model_state", "counters")
-LATEST, BEST, CONFIG_FILE = "latest.pt", "best.pt", "config.json"
-
-
-def episode_checkpoint_name(episodes: int) -> str:
-    """File name of the periodic checkpoint kept after ``episodes`` finished episodes (--save_every)."""
-    return f"episode_{episodes}.pt"
 
 
 @dataclass
@@ -54,7 +37,7 @@ class Checkpoint:
 
     path: Path
     config: dict[str, Any]  # TrainConfig.to_dict()
-    model_config: dict[str, Any]  # ModelConfig fields
+    model_config: dict[str, Any]  # ModelSpec.to_dict()
     market_spec: dict[str, Any]  # PreparedMarket.to_spec(): tickers, normalisation, threshold, splits
     model_state: dict[str, torch.Tensor]  # raw ActorCritic state_dict (no module./_orig_mod. prefixes)
     optimizer_state: dict[str, Any] | None
@@ -106,18 +89,6 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     return path
 
 
-def remove_stale_temp_files(folder: str | Path) -> list[Path]:
-    """Delete temporary files that `save_checkpoint` left when its process was killed mid-write.
-
-    Call only when no other process writes checkpoints to ``folder`` (before training starts).
-    """
-    folder = Path(folder)
-    stale = [p for p in folder.glob(".*.pt.*.tmp") if p.is_file()] if folder.is_dir() else []
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
-
-
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
     """Load and check a checkpoint; every problem is a `UserError` naming the file."""
     path = Path(path)
@@ -162,19 +133,6 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     )
 
 
-def resolve_resume(resume: str, run_dir: Path) -> Path:
-    """Map ``--resume latest|best|PATH`` to a checkpoint file (UserError when there is none)."""
-    if resume in ("latest", "best"):
-        path = run_dir / f"{resume}.pt"
-        if not path.is_file():
-            raise UserError(f"--resume {resume}: no {path} (give --run_name of the run to resume, or a PATH)")
-        return path
-    path = Path(resume)
-    if not path.is_file():
-        raise UserError(f"--resume: checkpoint not found: {path}")
-    return path
-
-
 def open_checkpoint(path: str | Path) -> Checkpoint:
     """`load_checkpoint` on the CPU, then check that its config parses and its market spec names tickers and
     a window: what every reader (backtest, study, trade) needs before it trusts the file. UserError otherwise."""
@@ -186,123 +144,6 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     if not isinstance(spec.get("tickers"), list) or not isinstance(spec.get("window"), int):
         raise UserError(f"{ckpt.path}: its market spec has no ticker list or window (not a clstm-ppo checkpoint?)")
     return ckpt
-
-
-# ------------------------------------------------------------------------------------------- run folder
-
-
-def _newest_run(checkpoint_dir: Path, name: str) -> Path | None:
-    runs = sorted((p.parent for p in checkpoint_dir.glob(f"*/{name}")), key=lambda p: p.stat().st_mtime)
-    return runs[-1] if runs else None
-
-
-def resolve_run_dir(cfg: TrainConfig) -> Path:
-    """The run folder: --run_name, or for --resume latest/best the newest run holding one, else a new name."""
-    root = Path(cfg.checkpoint_dir)
-    if cfg.run_name:
-        return root / cfg.run_name
-    if cfg.resume in ("latest", "best"):
-        newest = _newest_run(root, f"{cfg.resume}.pt")
-        if newest is None:
-            raise UserError(f"--resume {cfg.resume}: no run in {root} has {cfg.resume}.pt")
-        return newest
-    return root / f"{cfg.policy}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def check_writable(folder: Path) -> None:
-    """Fail before training when checkpoints could not be written (read-only folder, a file in the way)."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"cannot write to the run folder {folder}: {err.strerror or err}") from None
-
-
-def write_config(run_dir: Path, cfg: TrainConfig) -> Path:
-    """The resolved settings as ``run_dir/config.json`` (they hold no secret: keys never enter a config)."""
-    path = run_dir / CONFIG_FILE
-    path.write_text(json.dumps(cfg.to_dict(), indent=2) + "\n", encoding="utf-8")
-    return path
-
-
-def _names(tickers: list[str], most: int = 6) -> str:
-    return ", ".join(tickers[:most]) + (f", ... ({len(tickers)} in all)" if len(tickers) > most else "")
-
-
-RESUME_MUST_MATCH = (
-    "action_mode",
-    "rebalance_band",
-    "reward",
-    "reward_scaling",
-    "hmax",
-    "initial_amount",
-    "buy_cost_pct",
-    "sell_cost_pct",
-    "use_turbulence",
-    "price_features",
-    "portfolio_features",
-)
-"""Env settings that give an action or a reward its meaning: a resumed run must keep the checkpoint's."""
-
-
-def _shown(value: object) -> object:
-    """A setting as the user types it (an unbounded log-std is stored as None: shown as inf)."""
-    return "inf" if value is None or value == float("inf") else value
-
-
-def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Path:
-    """Fail in the parent, before any worker starts, when ``--resume`` cannot continue this run.
-
-    :return: the checkpoint file (the trainer loads it again on every rank).
-    """
-    path = resolve_resume(cfg.resume, run_dir)
-    ckpt = load_checkpoint(path)
-    theirs, ours = [str(t) for t in ckpt.market_spec.get("tickers", [])], [str(t) for t in market.data.tickers]
-    if theirs != ours:
-        raise UserError(
-            f"--resume {path}: it was trained on {len(theirs)} tickers ({_names(theirs)}) but this run's "
-            f"data has {len(ours)} ({_names(ours)}); use the same --data/--tickers, or start a new run"
-        )
-    ours_model = model_config(cfg, market).__dict__
-    stored = ModelConfig.from_dict(ckpt.model_config).__dict__
-    flags = {f.name for f in fields(TrainConfig)}
-    then = ckpt.cfg
-    shown_as = {
-        "next_day_head": "aux_coef",
-        "obs_norm": "norm_obs",
-    }  # model fields a flag decides: name the flag and its values
-    diff = [
-        f"--{shown_as[k]} {_shown(getattr(then, shown_as[k]))} (now {_shown(getattr(cfg, shown_as[k]))})"
-        if k in shown_as
-        else f"{'--' if k in flags else ''}{k} {_shown(stored.get(k))} (now {_shown(v)})"
-        for k, v in ours_model.items()
-        if stored.get(k) != v
-    ]
-    diff += [
-        f"--{k} {_shown(getattr(then, k))} (now {_shown(getattr(cfg, k))})"
-        for k in RESUME_MUST_MATCH
-        if getattr(then, k) != getattr(cfg, k)
-    ]
-    if diff:
-        raise UserError(
-            f"--resume {path}: it was trained with {', '.join(diff)}; give the same settings, or start a new run"
-        )
-    return path
-
-
-def load_weights(path: str | Path, cfg: TrainConfig, market: PreparedMarket) -> dict[str, torch.Tensor]:
-    """The model weights of checkpoint ``path`` for a new run of ``cfg`` on ``market`` (--init_weights): UserError
-    unless it holds the same model (variant, sizes, window, features) for the same tickers."""
-    ckpt = load_checkpoint(path)
-    if [str(t) for t in ckpt.market_spec.get("tickers", [])] != [str(t) for t in market.data.tickers]:
-        raise UserError(f"--init_weights {path}: it trades other tickers than this run's data")
-    ours, theirs = model_config(cfg, market).__dict__, ModelConfig.from_dict(ckpt.model_config).__dict__
-    diff = [f"{k} {theirs.get(k)} (now {v})" for k, v in ours.items() if theirs.get(k) != v]
-    if diff:
-        raise UserError(f"--init_weights {path}: it holds another model: {', '.join(diff)}")
-    return ckpt.model_state
 
 
 # ------------------------------------------------------------------------------------------- contents
@@ -323,7 +164,7 @@ def checkpoint_payload(
     return {
         "format_version": FORMAT_VERSION,
         "config": {**cfg.to_dict(), "resume": ""},
-        "model_config": dict(model.cfg.__dict__),
+        "model_config": model.spec.to_dict(),
         "market_spec": market.to_spec(),
         "model_state": strip_prefixes({k: v.detach().cpu() for k, v in model.state_dict().items()}),
         "optimizer_state": optimizer.state_dict(),
@@ -348,21 +189,19 @@ def restore_policy(ckpt: Checkpoint, market: PreparedMarket, device: torch.devic
     """The checkpoint's ActorCritic, weights loaded, in eval mode on ``device``; UserError on any mismatch."""
     path = ckpt.path
     try:
-        model_cfg = ModelConfig.from_dict(ckpt.model_config)
+        spec = ModelSpec.from_dict(ckpt.model_config)
     except TypeError as err:
         raise UserError(f"{path}: its model config does not fit this version ({err})") from None
     want = {"num_features": market.num_features, "num_tickers": market.num_tickers, "window": market.window}
-    wrong = {k: (getattr(model_cfg, k), v) for k, v in want.items() if getattr(model_cfg, k) != v}
+    wrong = {k: (getattr(spec, k), v) for k, v in want.items() if getattr(spec, k) != v}
     if wrong:
         what = ", ".join(f"{k} {a} (market gives {b})" for k, (a, b) in wrong.items())
         raise UserError(f"{path}: the stored model does not fit its market spec: {what}")
     try:
-        model = ActorCritic(model_cfg)
+        model = ActorCritic(spec)
         model.load_state_dict(ckpt.model_state, strict=True)
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
         first = str(err).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])[:300]
-        raise UserError(
-            f"{path}: stored weights do not match its model config ({model_cfg.policy}): {detail}"
-        ) from None
+        raise UserError(f"{path}: stored weights do not match its model config ({spec.policy}): {detail}") from None
     return model.to(device).eval()

@@ -57,6 +57,17 @@ class Comm:
         dist.all_reduce(work, op=dist.ReduceOp.SUM)
         return work.to(tensor.device)
 
+    def all_reduce_named(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Each named tensor summed over workers, in one all-reduce: the tensors (any shapes, on one device) are
+        flattened into one float64 buffer in the dict's order, which must be the same on every rank."""
+        flat = torch.cat([v.detach().double().reshape(-1) for v in values.values()])
+        total = self.all_reduce_sum(flat)
+        out, start = {}, 0
+        for name, value in values.items():
+            out[name] = total[start : start + value.numel()].reshape(value.shape)
+            start += value.numel()
+        return out
+
     def all_gather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         """Concatenate every worker's ``[k_r, C]`` rows in rank order -> ``[sum k_r, C]``.
 

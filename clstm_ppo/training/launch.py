@@ -21,6 +21,7 @@ from typing import Any
 import torch.multiprocessing as mp
 
 from clstm_ppo.training.distributed import Comm, WorldLayout, init_worker, shutdown_worker
+from clstm_ppo.training.signals import StoppedBySignal
 from envs.errors import UserError
 
 WorkerFn = Callable[[Comm, Any], None]
@@ -30,14 +31,6 @@ STOP_GRACE_ENV = "CLSTM_PPO_STOP_GRACE_S"  # seconds a stop may take before the 
 STOP_GRACE_S = 30.0
 CRASH_GRACE_S = 3.0  # after one worker failed, the others get this long to exit by themselves
 EXIT_CRASH, EXIT_USER_ERROR = 1, 2
-
-
-class StoppedBySignal(Exception):  # noqa: N818 (a stop, not an error)
-    """Training ended early because SIGINT/SIGTERM asked it to (a checkpoint was saved)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 def describe_exception(err: BaseException) -> str:

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from clstm_ppo.agent.model import ActorCritic, unwrap
+from clstm_ppo.agent.model import ActorCritic, RecurrentState, unwrap
 from clstm_ppo.agent.windows import Windows
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.config import PPOConfig
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.rollout import RolloutBuffer
 from envs.errors import UserError
+from envs.state import StateLayout
 
 
 @dataclass
@@ -51,6 +52,10 @@ class UpdateStats:
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)
+
+
+SUMMED_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "aux_loss")
+"""The `UpdateStats` averaged over minibatches (the rest are computed once per update)."""
 
 
 class PhaseTimer:
@@ -75,7 +80,7 @@ class PhaseTimer:
         self.seconds[name] += time.perf_counter() - t0
 
 
-def _no_timer(_name: str) -> contextlib.AbstractContextManager:
+def no_timer(_name: str) -> contextlib.AbstractContextManager:
     return contextlib.nullcontext()
 
 
@@ -89,19 +94,19 @@ def autocast_factory(mixed_precision: str, device: torch.device) -> Callable[[],
     return lambda: torch.autocast(device.type, dtype=dtype)
 
 
-def build_optimizer(cfg: TrainConfig, model: ActorCritic, world_size: int) -> torch.optim.Adam:
+def build_optimizer(ppo: PPOConfig, model: ActorCritic, world_size: int) -> torch.optim.Adam:
     """Adam with two parameter groups: stage 1 at learning_rate_clstm, the rest at learning_rate_actor_critic.
 
     ``fused=True`` (CPU and CUDA): the per-parameter Python loop of the default implementation cost
     ~6% of a paper-preset update on a CPU (clip + Adam 16.6 -> 2.6 ms on a core; benchmarks/README.md).
     """
-    scale = world_size if cfg.scale_lr else 1
+    scale = world_size if ppo.scale_lr else 1
     return torch.optim.Adam(
         [
-            {"params": model.stage1_parameters(), "lr": cfg.learning_rate_clstm * scale, "name": "clstm"},
-            {"params": model.stage2_parameters(), "lr": cfg.learning_rate_actor_critic * scale, "name": "actor_critic"},
+            {"params": model.stage1_parameters(), "lr": ppo.learning_rate_clstm * scale, "name": "clstm"},
+            {"params": model.stage2_parameters(), "lr": ppo.learning_rate_actor_critic * scale, "name": "actor_critic"},
         ],
-        eps=cfg.adam_eps,
+        eps=ppo.adam_eps,
         fused=True,
     )
 
@@ -166,18 +171,19 @@ def advantage_statistics(
     :return: ``(adv_mean, adv_std, return_std, explained_variance)``.
     """
     err = returns - values
-    sums = torch.stack(
-        [
-            torch.tensor(float(advantages.numel()), device=advantages.device, dtype=torch.float64),
-            advantages.double().sum(),
-            advantages.double().square().sum(),
-            returns.double().sum(),
-            returns.double().square().sum(),
-            err.double().sum(),
-            err.double().square().sum(),
-        ]
+    f64 = torch.float64
+    sums = comm.all_reduce_named(
+        {
+            "n": torch.tensor(float(advantages.numel()), device=advantages.device, dtype=f64),
+            "a1": advantages.double().sum(),
+            "a2": advantages.double().square().sum(),
+            "r1": returns.double().sum(),
+            "r2": returns.double().square().sum(),
+            "e1": err.double().sum(),
+            "e2": err.double().square().sum(),
+        }
     )
-    n, a1, a2, r1, r2, e1, e2 = comm.all_reduce_sum(sums).tolist()
+    n, a1, a2, r1, r2, e1, e2 = (float(sums[k]) for k in ("n", "a1", "a2", "r1", "r2", "e1", "e2"))
     adv_mean = a1 / n
     adv_std = math.sqrt(max(a2 / n - adv_mean**2, 0.0) * n / max(n - 1, 1))
     var_ret = r2 / n - (r1 / n) ** 2
@@ -186,17 +192,18 @@ def advantage_statistics(
     return adv_mean, adv_std, math.sqrt(max(var_ret, 0.0)), explained
 
 
-def next_day_targets(windows: Windows, starts: Tensor, num_tickers: int) -> tuple[Tensor, Tensor]:
+def next_day_targets(windows: Windows, starts: Tensor, layout: StateLayout) -> tuple[Tensor, Tensor]:
     """What the next-day head learns to predict: each step's next state's price column, where one exists.
 
     :param windows: the rollout's ``S`` steps x ``B`` envs of windows; :param starts: ``[S, B]`` bool.
-    :return: ``(targets [S, B, N], valid [S, B] float)``: the price columns ``[1, 1+N)`` of the state at step
-        ``s + 1`` (tomorrow's z-scored return, or close with ``--price_features level``); not valid at the last
-        step (the next state is not in the buffer) nor where step ``s + 1`` starts a new episode.
+    :param layout: where the price columns sit in a day's state.
+    :return: ``(targets [S, B, N], valid [S, B] float)``: the price columns of the state at step ``s + 1``
+        (tomorrow's z-scored return, or close with ``--price_features level``); not valid at the last step (the
+        next state is not in the buffer) nor where step ``s + 1`` starts a new episode.
     """
     today = windows.last_rows()  # [S, B, F]
-    targets = torch.zeros(*today.shape[:2], num_tickers, dtype=torch.float32, device=today.device)
-    targets[:-1] = today[1:, :, 1 : 1 + num_tickers].float()
+    targets = torch.zeros(*today.shape[:2], layout.num_tickers, dtype=torch.float32, device=today.device)
+    targets[:-1] = today[1:, :, layout.prices].float()
     valid = torch.zeros(today.shape[:2], dtype=torch.float32, device=today.device)
     valid[:-1] = (~starts[1:]).float()
     return targets, valid
@@ -216,22 +223,24 @@ def ppo_loss(
     old_value: Tensor,
     advantages: Tensor,
     returns: Tensor,
-    cfg: TrainConfig,
+    ppo: PPOConfig,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped-surrogate PPO loss over any matching shapes (here ``[S, E]``); returns loss and parts."""
+    """Clipped-surrogate PPO loss over any matching shapes (here ``[S, E]``); returns the loss and its parts
+    (detached, named as `UpdateStats`)."""
     log_ratio = new_log_prob - old_log_prob
     ratio = log_ratio.exp()
-    pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
-    if cfg.clip_value > 0:
-        clipped = old_value + (new_value - old_value).clamp(-cfg.clip_value, cfg.clip_value)
+    clip = ppo.clip_coef
+    pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
+    if ppo.clip_value > 0:
+        clipped = old_value + (new_value - old_value).clamp(-ppo.clip_value, ppo.clip_value)
         v_loss = 0.5 * torch.max((new_value - returns).square(), (clipped - returns).square()).mean()
     else:
         v_loss = 0.5 * (new_value - returns).square().mean()
     ent = entropy.mean()
-    loss = pg_loss - cfg.ent_coef * ent + cfg.vf_coef * v_loss
+    loss = pg_loss - ppo.ent_coef * ent + ppo.vf_coef * v_loss
     with torch.no_grad():
         approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance k3 estimator
-        clip_frac = ((ratio - 1).abs() > cfg.clip_coef).float().mean()
+        clip_frac = ((ratio - 1).abs() > clip).float().mean()
     return loss, dict(
         policy_loss=pg_loss.detach(),
         value_loss=v_loss.detach(),
@@ -241,13 +250,150 @@ def ppo_loss(
     )
 
 
+@dataclass(frozen=True)
+class UpdateBatch:
+    """What every minibatch of one update reads, S steps x E env columns (CleanRL's flattened ``b_*`` arrays,
+    kept as columns because a minibatch re-runs whole env columns through the recurrence)."""
+
+    windows: Windows  # S x E observation windows
+    starts: Tensor  # [S, E] bool episode starts
+    host_starts: Tensor  # [S, E] bool, a CPU copy (where the LSTMs cut, found without a device sync)
+    actions: Tensor  # [S, E, N] the rollout's Gaussian samples
+    log_probs: Tensor  # [S, E] their log-probabilities then
+    values: Tensor  # [S, E] V then
+    advantages: Tensor  # [S, E] (normalised when --norm_adv)
+    returns: Tensor  # [S, E] the value head's targets
+    initial_state: RecurrentState  # before step 0, each [1, E, H]
+    next_targets: Tensor | None  # [S, E, N] the next-day head's targets (--aux_coef > 0)
+    next_valid: Tensor | None  # [S, E] where those exist
+
+    def columns(self, cols: Tensor, host_cols: Tensor) -> UpdateBatch:
+        """The env columns ``cols`` ``[k]`` (on the device; ``host_cols`` the same on the CPU)."""
+        on_device = dict(
+            starts=self.starts[:, cols],
+            actions=self.actions[:, cols],
+            log_probs=self.log_probs[:, cols],
+            values=self.values[:, cols],
+            advantages=self.advantages[:, cols],
+            returns=self.returns[:, cols],
+            next_targets=None if self.next_targets is None else self.next_targets[:, cols],
+            next_valid=None if self.next_valid is None else self.next_valid[:, cols],
+        )
+        return UpdateBatch(
+            windows=self.windows.select(cols),
+            host_starts=self.host_starts[:, host_cols],
+            initial_state=self.initial_state.envs(cols),
+            **on_device,
+        )
+
+
+def minibatch_loss(
+    model: nn.Module,
+    batch: UpdateBatch,
+    ppo: PPOConfig,
+    autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss of one (micro-)batch of env columns through ``model`` (the DDP wrapper when distributed), and its
+    parts by name: PPO's clipped surrogate, value and entropy terms plus, with ``--aux_coef``, the next-day loss."""
+    aux = batch.next_targets is not None
+    with autocast():
+        out = model(
+            batch.windows, batch.initial_state, batch.starts, batch.actions, host_starts=batch.host_starts,
+            predict_next=aux,
+        )  # fmt: skip
+    loss, parts = ppo_loss(
+        out.log_prob, out.entropy, out.value, batch.log_probs, batch.values, batch.advantages, batch.returns, ppo
+    )
+    if aux:
+        aux_loss = next_day_loss(out.next_day, batch.next_targets, batch.next_valid)
+        loss = loss + ppo.aux_coef * aux_loss
+        parts["aux_loss"] = aux_loss.detach()
+    else:
+        parts["aux_loss"] = torch.zeros((), device=loss.device)
+    return loss, parts
+
+
+def minibatch_gradients(
+    model: nn.Module,
+    batch: UpdateBatch,
+    columns: Tensor,
+    host_columns: Tensor,
+    ppo: PPOConfig,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    scaler: torch.amp.GradScaler | None,
+    phase: Callable[[str], contextlib.AbstractContextManager],
+) -> dict[str, Tensor]:
+    """Forward and backward of one minibatch, the env columns ``columns`` ``[k]`` (``host_columns`` on the CPU), in
+    ``gradient_accumulation_steps`` micro-batches: gradients accumulate, and DDP all-reduces them after the last
+    micro-batch only (``no_sync`` before it). Returns the loss parts averaged over the micro-batches."""
+    micro = ppo.gradient_accumulation_steps
+    size = len(columns) // micro
+    ddp = hasattr(model, "no_sync")
+    parts: dict[str, Tensor] = {}
+    for m in range(micro):
+        cut = slice(m * size, (m + 1) * size)
+        with contextlib.nullcontext() if (m == micro - 1 or not ddp) else model.no_sync():
+            with phase("forward"):
+                loss, micro_parts = minibatch_loss(model, batch.columns(columns[cut], host_columns[cut]), ppo, autocast)
+            with phase("backward"):
+                (scaler.scale(loss / micro) if scaler is not None else loss / micro).backward()
+        parts = {k: parts.get(k, 0.0) + v / micro for k, v in micro_parts.items()}
+    return parts
+
+
+def update_batch(
+    model: nn.Module, buf: RolloutBuffer, advantages: Tensor, returns: Tensor, ppo: PPOConfig, comm: Comm
+) -> tuple[UpdateBatch, tuple[float, float, float, float]]:
+    """The rollout as the update reads it (advantages normalised with all workers' statistics), and those
+    statistics (`advantage_statistics`)."""
+    statistics = advantage_statistics(advantages, returns, buf.values, comm)
+    adv_mean, adv_std = statistics[:2]
+    if ppo.norm_adv:
+        advantages = (advantages - adv_mean) / (adv_std + 1e-8)
+    windows = buf.obs.windows()  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
+    next_targets = next_valid = None
+    if ppo.aux_coef > 0:
+        spec = unwrap(model).spec
+        if not spec.next_day_head:
+            raise ValueError(
+                "aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)"
+            )
+        layout = StateLayout.of_width(spec.num_features, spec.num_tickers)
+        next_targets, next_valid = next_day_targets(windows, buf.starts, layout)
+    batch = UpdateBatch(
+        windows=windows,
+        starts=buf.starts,
+        host_starts=buf.starts.cpu(),  # one sync per update; minibatches find their LSTM cuts on the host
+        actions=buf.actions,
+        log_probs=buf.log_probs,
+        values=buf.values,
+        advantages=advantages,
+        returns=returns,
+        initial_state=buf.initial_state,
+        next_targets=next_targets,
+        next_valid=next_valid,
+    )
+    return batch, statistics
+
+
+def shuffled_minibatches(
+    num_envs: int, per_minibatch: int, generator: torch.Generator, device: torch.device
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """One epoch's minibatches: env columns in a fresh order from ``generator`` (CPU), ``per_minibatch`` at a time,
+    as ``(columns on device [k], the same on the CPU [k])``."""
+    host_order = torch.randperm(num_envs, generator=generator)
+    order = host_order.to(device)
+    for start in range(0, num_envs, per_minibatch):
+        yield order[start : start + per_minibatch], host_order[start : start + per_minibatch]
+
+
 def ppo_update(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     buf: RolloutBuffer,
     advantages: Tensor,
     returns: Tensor,
-    cfg: TrainConfig,
+    ppo: PPOConfig,
     comm: Comm,
     *,
     generator: torch.Generator,
@@ -255,7 +401,11 @@ def ppo_update(
     scaler: torch.amp.GradScaler | None = None,
     timer: PhaseTimer | None = None,
 ) -> UpdateStats:
-    """Run ``cfg.epochs`` epochs of PPO over this worker's rollout ``buf``.
+    """Run ``ppo.epochs`` epochs of PPO over this worker's rollout ``buf``.
+
+    Every minibatch is ``gradient_accumulation_steps`` micro-batches (gradients all-reduced after the last one
+    only: ``no_sync`` before it), then one optimizer step. With ``target_kl`` the epochs stop early once the
+    all-workers mean approx KL of an epoch exceeds it (one all-reduce per epoch, so every rank stops together).
 
     :param model: the ActorCritic, possibly wrapped by torch.compile and/or DDP.
     :param advantages: ``[S, B]``; :param returns: ``[S, B]`` (from `compute_gae`).
@@ -263,108 +413,36 @@ def ppo_update(
     :param timer: optional `PhaseTimer` summing forward (with the loss), backward (with DDP's
         overlapped gradient all-reduce) and optimizer (clip, step, zero_grad) seconds.
     """
-    phase = timer if timer is not None else _no_timer
-    num_envs = buf.actions.shape[1]
-    windows = buf.obs.windows()  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
-    per_mb = cfg.envs_per_minibatch
-    per_micro = per_mb // cfg.gradient_accumulation_steps
-    adv_mean, adv_std, return_std, explained = advantage_statistics(advantages, returns, buf.values, comm)
-    if cfg.norm_adv:
-        advantages = (advantages - adv_mean) / (adv_std + 1e-8)
-    ddp = hasattr(model, "no_sync")
+    phase = timer if timer is not None else no_timer
+    device = buf.actions.device
+    batch, (_, adv_std, return_std, explained) = update_batch(model, buf, advantages, returns, ppo, comm)
     params = [p for group in optimizer.param_groups for p in group["params"]]
-    host_starts = buf.starts.cpu()  # one sync per update; minibatches find their LSTM cuts on the host
-    aux = cfg.aux_coef > 0
-    if aux:
-        if not unwrap(model).cfg.next_day_head:
-            raise ValueError(
-                "aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)"
-            )
-        next_targets, next_valid = next_day_targets(windows, buf.starts, buf.actions.shape[-1])
-    totals = torch.zeros(7, dtype=torch.float64, device=buf.actions.device)  # pg, v, ent, kl, clip, grad_norm, aux
+    sums = {name: torch.zeros((), dtype=torch.float64, device=device) for name in SUMMED_STATS}
+    skipped = torch.zeros((), device=device)  # steps skipped for NaN/inf, counted on the device (no sync)
     steps = epochs_run = 0
-    skipped_t = torch.zeros((), device=buf.actions.device)  # steps skipped for NaN/inf, counted on the device
-    for _epoch in range(cfg.epochs):
-        epoch_kl = torch.zeros((), dtype=torch.float64, device=buf.actions.device)
-        host_order = torch.randperm(num_envs, generator=generator)
-        order = host_order.to(buf.actions.device)
-        for mb_start in range(0, num_envs, per_mb):
-            columns = order[mb_start : mb_start + per_mb]
-            host_columns = host_order[mb_start : mb_start + per_mb]
-            parts_sum = None
-            for micro_start in range(0, per_mb, per_micro):
-                cols = columns[micro_start : micro_start + per_micro]
-                host_cols = host_columns[micro_start : micro_start + per_micro]
-                last_micro = micro_start + per_micro >= per_mb
-                sync = contextlib.nullcontext() if (last_micro or not ddp) else model.no_sync()
-                with sync:
-                    with phase("forward"):
-                        with autocast():
-                            state = tuple(s[:, cols] for s in buf.initial_state)
-                            out = model(
-                                windows.select(cols),
-                                state,
-                                buf.starts[:, cols],
-                                buf.actions[:, cols],
-                                host_starts=host_starts[:, host_cols],
-                                predict_next=aux,
-                            )
-                        new_log_prob, entropy, new_value = out[:3]
-                        loss, parts = ppo_loss(
-                            new_log_prob,
-                            entropy,
-                            new_value,
-                            buf.log_probs[:, cols],
-                            buf.values[:, cols],
-                            advantages[:, cols],
-                            returns[:, cols],
-                            cfg,
-                        )
-                        if aux:
-                            aux_loss = next_day_loss(out[5], next_targets[:, cols], next_valid[:, cols])
-                            loss = loss + cfg.aux_coef * aux_loss
-                            parts["aux_loss"] = aux_loss.detach()
-                        else:
-                            parts["aux_loss"] = torch.zeros((), device=loss.device)
-                        loss = loss / cfg.gradient_accumulation_steps
-                    with phase("backward"):
-                        (scaler.scale(loss) if scaler is not None else loss).backward()
-                parts_sum = parts if parts_sum is None else {k: parts_sum[k] + v for k, v in parts.items()}
+    for _epoch in range(ppo.epochs):
+        epoch_kl = torch.zeros((), dtype=torch.float64, device=device)
+        for columns, host_columns in shuffled_minibatches(buf.num_envs, ppo.envs_per_minibatch, generator, device):
+            parts = minibatch_gradients(model, batch, columns, host_columns, ppo, autocast, scaler, phase)
             with phase("optimizer"):
-                grad_norm, skipped_now = optimizer_step(optimizer, params, cfg.max_grad_norm, scaler, cfg.weight_decay)
-                skipped_t += skipped_now
-            k = cfg.gradient_accumulation_steps
-            totals += torch.stack(
-                [
-                    parts_sum["policy_loss"] / k,
-                    parts_sum["value_loss"] / k,
-                    parts_sum["entropy"] / k,
-                    parts_sum["approx_kl"] / k,
-                    parts_sum["clip_fraction"] / k,
-                    grad_norm.detach().float(),
-                    parts_sum["aux_loss"] / k,
-                ]
-            ).double()
-            epoch_kl += parts_sum["approx_kl"].double() / k
+                grad_norm, skipped_now = optimizer_step(optimizer, params, ppo.max_grad_norm, scaler, ppo.weight_decay)
+            skipped += skipped_now
+            parts["grad_norm"] = grad_norm.detach().float()
+            for name in SUMMED_STATS:
+                sums[name] += parts[name].double()
+            epoch_kl += parts["approx_kl"].double()
             steps += 1
         epochs_run += 1
-        if cfg.target_kl > 0:
-            mean_kl = comm.all_reduce_sum(epoch_kl / cfg.num_minibatches).item() / comm.world_size
-            if mean_kl > cfg.target_kl:
+        if ppo.target_kl > 0:
+            mean_kl = comm.all_reduce_sum(epoch_kl / ppo.num_minibatches).item() / comm.world_size
+            if mean_kl > ppo.target_kl:
                 break
-    totals = comm.all_reduce_sum(totals / max(steps, 1)) / comm.world_size
-    pg, vl, ent, kl, cf, gn, aux_mean = totals.tolist()
+    means = comm.all_reduce_named({k: v / max(steps, 1) for k, v in sums.items()})
     return UpdateStats(
-        policy_loss=pg,
-        value_loss=vl,
-        entropy=ent,
-        approx_kl=kl,
-        clip_fraction=cf,
+        **{k: float(v) / comm.world_size for k, v in means.items()},
         explained_variance=explained,
         advantage_std=adv_std,
         return_std=return_std,
-        grad_norm=gn,
-        aux_loss=aux_mean,
         epochs_run=epochs_run,
-        skipped_steps=int(skipped_t.item()),
+        skipped_steps=int(skipped.item()),
     )

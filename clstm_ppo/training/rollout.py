@@ -17,13 +17,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from clstm_ppo.agent.model import ActorCritic, LSTMState
-from clstm_ppo.agent.moments import moment_sums
+from clstm_ppo.agent.model import ActorCritic, RecurrentState
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.augment import TickerPermutation
+from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.reward_norm import RewardNormalizer
 from envs.vector_env import EPISODE_KEYS, VectorStockTradingEnv
-
-REWARD_CLIP = 10.0  # normalised rewards are clipped to +-this (norm_reward)
 
 
 @dataclass
@@ -42,7 +41,7 @@ class RolloutBuffer:
     rewards: Tensor  # [S, B] float32 (scaled; truncation bootstrap folded in)
     dones: Tensor  # [S, B] bool
     starts: Tensor  # [S, B] bool
-    initial_state: LSTMState  # state before step 0, each [1, B, H]
+    initial_state: RecurrentState  # state before step 0, each [1, B, H]
 
     @classmethod
     def allocate(
@@ -59,12 +58,16 @@ class RolloutBuffer:
             rewards=zeros(n_steps, num_envs),
             dones=zeros(n_steps, num_envs, dtype=torch.bool),
             starts=zeros(n_steps, num_envs, dtype=torch.bool),
-            initial_state=(),
+            initial_state=RecurrentState.zeros(num_envs, 0, device),
         )
 
     @property
     def n_steps(self) -> int:
         return self.actions.shape[0]
+
+    @property
+    def num_envs(self) -> int:
+        return self.actions.shape[1]
 
 
 def compute_gae(
@@ -93,33 +96,49 @@ def compute_gae(
 
 @dataclass
 class RolloutStats:
-    """What the policy did in one rollout, as sums (so workers' rollouts add up with one all-reduce).
+    """What the policy did in one rollout, as sums by name (so workers' rollouts add up with one all-reduce).
 
-    ``sums`` is ``[2N + 5]`` float64: per-stock sums of the sampled actions [N] and of their squares [N], then the
-    number of actions |a| > 1 (clipped by the env), the number of actions, dollars of buys wanted and of buys
-    refused for cash, and the sum over env steps of the exposure (fraction of value in stock after the step).
+    Per stock (in the env's ticker order) the sums of the sampled actions and of their squares ``[N]``; the number
+    of actions with |a| > 1 (clipped by the env) and of all actions; dollars of buys wanted and of buys refused for
+    cash; the sum over env steps of the exposure (fraction of value in stock after the step). float64 tensors.
     """
 
-    sums: Tensor
+    action_sum: Tensor  # [N]
+    action_square_sum: Tensor  # [N]
+    clipped: Tensor  # []
+    actions: Tensor  # []
+    wanted_buy_value: Tensor  # [] dollars
+    refused_buy_value: Tensor  # [] dollars
+    exposure_sum: Tensor  # [] fraction x env steps
 
-    @property
-    def num_tickers(self) -> int:
-        return (self.sums.numel() - 5) // 2
+    @classmethod
+    def zeros(cls, num_tickers: int, device: torch.device | str) -> RolloutStats:
+        def z(*shape: int) -> Tensor:
+            return torch.zeros(shape, dtype=torch.float64, device=device)
+
+        return cls(z(num_tickers), z(num_tickers), z(), z(), z(), z(), z())
+
+    def named(self) -> dict[str, Tensor]:
+        return dict(self.__dict__)
+
+    def all_reduced(self, comm: Comm) -> RolloutStats:
+        """The sums over every worker's rollout."""
+        return RolloutStats(**comm.all_reduce_named(self.named()))
 
     def as_dict(self) -> dict[str, Any]:
         """``action_mean`` / ``action_std`` [N] lists, ``clipped_fraction``, ``refused_buy_fraction``, ``exposure``."""
-        n = self.num_tickers
-        s = self.sums.double().cpu()
-        per_stock = max(float(s[2 * n + 1]) / n, 1.0)  # actions of one stock
-        mean = s[:n] / per_stock
-        std = (s[n : 2 * n] / per_stock - mean.square()).clamp_min(0).sqrt()
-        steps = per_stock  # env steps: one action per stock each
+        n = self.action_sum.numel()
+        actions = float(self.actions)
+        per_stock = max(actions / n, 1.0)  # actions of one stock = env steps
+        mean = self.action_sum.double().cpu() / per_stock
+        std = (self.action_square_sum.double().cpu() / per_stock - mean.square()).clamp_min(0).sqrt()
+        wanted = float(self.wanted_buy_value)
         return {
             "action_mean": mean.tolist(),
             "action_std": std.tolist(),
-            "clipped_fraction": float(s[2 * n] / max(float(s[2 * n + 1]), 1.0)),
-            "refused_buy_fraction": float(s[2 * n + 3] / s[2 * n + 2]) if float(s[2 * n + 2]) > 0 else 0.0,
-            "exposure": float(s[2 * n + 4] / steps),
+            "clipped_fraction": float(self.clipped) / max(actions, 1.0),
+            "refused_buy_fraction": float(self.refused_buy_value) / wanted if wanted > 0 else 0.0,
+            "exposure": float(self.exposure_sum) / per_stock,
         }
 
 
@@ -133,8 +152,8 @@ class RolloutCollector:
     :param generator: action-noise generator on the policy's device.
     :param seed: seed of the envs' first reset (and of the ticker orders).
     :param permute_tickers: show every episode's tickers in a fresh random order (`TickerPermutation`).
-    :param norm_reward: record the discounted returns' statistics (``return_sums``) and multiply rewards by
-        ``reward_scale`` (set by the trainer from all workers' statistics: `Trainer.reward_scale`).
+    :param norm_reward: rewards go through a `RewardNormalizer` (``self.reward_norm``; the trainer merges its
+        statistics over all workers after each update).
     """
 
     def __init__(
@@ -158,10 +177,7 @@ class RolloutCollector:
             if permute_tickers
             else None
         )
-        self.norm_reward = norm_reward
-        self.reward_scale = 1.0  # rewards are multiplied by this (norm_reward)
-        self.discounted = torch.zeros(B, dtype=torch.float64, device=device)  # [B] running discounted raw return
-        self.return_sums = torch.zeros(3, dtype=torch.float64, device=device)  # count, sum, sum of squares
+        self.reward_norm = RewardNormalizer(B, gamma, device, enabled=norm_reward)
         obs, _ = env.reset(seed=seed)
         self.next_start = torch.ones(B, dtype=torch.bool, device=device)  # [B] it starts an episode
         self.next_obs = self._observe(obs.to(device), self.next_start)  # [B, T, F] what the next step acts on
@@ -183,13 +199,11 @@ class RolloutCollector:
             env order within a step. ``self.stats`` then holds the rollout's `RolloutStats`.
         """
         policy, device = self.policy, self.device
-        buf.initial_state = tuple(s.clone() for s in self.state)
+        buf.initial_state = self.state.map(torch.Tensor.clone)
         ep_masks, ep_fields = [], []  # finished episodes stay on the device until the rollout ends
         reset_before = True  # some env's window is not its previous one moved on a day (host-known)
-        n = buf.actions.shape[2]
-        action_sums = torch.zeros(2 * n + 2, dtype=torch.float64, device=device)  # sum, sum of squares, clipped, count
+        stats = RolloutStats.zeros(buf.actions.shape[2], device)
         env_sums = torch.zeros(3, dtype=torch.float64, device=self.env.device)  # wanted, refused, exposure
-        self.return_sums.zero_()
         with torch.no_grad(), self.autocast():
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
@@ -206,8 +220,7 @@ class RolloutCollector:
                 obs, reward = obs.to(device), reward.to(device)
                 terminated, truncated = terminated.to(device), truncated.to(device)
                 done = terminated | truncated
-                if self.norm_reward:
-                    reward = self._normalize_reward(reward, done)
+                reward = self.reward_norm(reward, done)
                 # The env decides episode ends on the host and sets "_episode" only on steps where some
                 # env finished, so other steps need no device sync here.
                 reset_before = "_episode" in info
@@ -218,11 +231,11 @@ class RolloutCollector:
                     ep_masks.append(info["_episode"].to(device))
                     ep_fields.append(torch.stack([ep[k].to(device, torch.float64) for k in EPISODE_KEYS], dim=1))
                 a = action_in_env.double()  # per-stock statistics in the env's ticker order
-                action_sums[:n] += a.sum(0)
-                action_sums[n : 2 * n] += a.square().sum(0)
-                action_sums[2 * n] += (a.abs() > 1).sum()
-                action_sums[2 * n + 1] += a.numel()
-                env_sums += torch.stack(
+                stats.action_sum += a.sum(0)
+                stats.action_square_sum += a.square().sum(0)
+                stats.clipped += (a.abs() > 1).sum()
+                stats.actions += a.numel()
+                env_sums += torch.stack(  # on the env's device: no copy per step
                     [
                         info["wanted_buy_value"].sum(),
                         info["refused_buy_value"].sum(),
@@ -235,18 +248,11 @@ class RolloutCollector:
                 buf.rewards[step] = reward
                 buf.dones[step] = done
                 self.next_obs, self.next_start = self._observe(obs, done if reset_before else None), done
-        self.stats = RolloutStats(torch.cat([action_sums, env_sums.to(device)]))
+        stats.wanted_buy_value, stats.refused_buy_value, stats.exposure_sum = env_sums.to(device).unbind()
+        self.stats = stats
         if not ep_masks:
             return torch.zeros((0, len(EPISODE_KEYS)), dtype=torch.float64)
         return torch.cat(ep_fields)[torch.cat(ep_masks)].cpu()
-
-    def _normalize_reward(self, reward: Tensor, done: Tensor) -> Tensor:
-        """Record the discounted return of every env (restarting after ``done``) and return ``reward [B]`` x
-        ``reward_scale``, clipped to +-10 (SB3's VecNormalize)."""
-        self.discounted = self.discounted * self.gamma + reward.double()
-        self.return_sums += moment_sums(self.discounted)
-        self.discounted = self.discounted.masked_fill(done, 0.0)
-        return (reward * self.reward_scale).clamp(-REWARD_CLIP, REWARD_CLIP)
 
     def _bootstrap_truncated(self, reward: Tensor, truncated: Tensor, final_obs: Tensor) -> Tensor:
         """``reward [B]`` plus gamma x V(final observation) where an episode was cut by its length (not by
@@ -255,7 +261,7 @@ class RolloutCollector:
         if not cut.numel():
             return reward
         obs = final_obs.to(self.device).index_select(0, cut)
-        state = tuple(s.index_select(1, cut) for s in self.state)
+        state = self.state.envs(cut)
         no_start = torch.zeros(cut.numel(), dtype=torch.bool, device=self.device)
         return reward.index_add(0, cut, self.gamma * self.policy.value(obs, state, no_start).float())
 
@@ -271,7 +277,7 @@ class RolloutCollector:
             "next_obs": self.next_obs.cpu(),
             "next_start": self.next_start.cpu(),
             "recurrent": [s.cpu() for s in self.state],
-            "discounted": self.discounted.cpu(),
+            "reward_norm": self.reward_norm.state_dict(),
         }
         if self.permutation is not None:
             state["permutation"] = self.permutation.state_dict()
@@ -282,10 +288,13 @@ class RolloutCollector:
         self.generator.set_state(state["action_gen"])
         self.next_obs = state["next_obs"].to(self.device)
         self.next_start = state["next_start"].to(self.device)
-        self.state = tuple(s.to(self.device) for s in state["recurrent"])
+        saved = state["recurrent"]  # an mlp's checkpoints before RecurrentState stored none
+        self.state = RecurrentState(*saved).map(lambda t: t.to(self.device)) if saved else self.state
         if "env" in state:
             self.env.load_state_dict(state["env"])
-        if "discounted" in state:
-            self.discounted = state["discounted"].to(self.device)
+        if "reward_norm" in state:
+            self.reward_norm.load_state_dict(state["reward_norm"])
+        elif "discounted" in state:  # written before RewardNormalizer: the moments were in the counters
+            self.reward_norm.discounted = state["discounted"].to(self.device)
         if self.permutation is not None and "permutation" in state:
             self.permutation.load_state_dict(state["permutation"])

@@ -1,0 +1,100 @@
+"""Whether a checkpoint may continue this run (``--resume``) or seed it (``--init_weights``): both ask for the
+same tickers and the same network, and name every setting that differs by its flag, in one line."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+from clstm_ppo.agent.model import ModelSpec, model_spec
+from clstm_ppo.config import SETTINGS, TrainConfig
+from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
+from clstm_ppo.training.run_folder import resolve_resume
+from envs.config import EnvConfig
+from envs.errors import UserError, shown_list
+from envs.features import PreparedMarket
+
+FLAG_OF_SPEC_FIELD = {"next_day_head": "aux_coef", "obs_norm": "norm_obs"}
+"""Network fields that a flag decides: a difference is named by the flag and its values."""
+
+RESUME_MUST_MATCH = (
+    *(f.name for f in fields(EnvConfig) if f.name != "episode_length"),
+    "price_features",
+    "use_turbulence",
+)
+"""Settings that give an action, a state or a reward its meaning: a resumed run must keep the checkpoint's (every
+env setting but the episode length, the state's price column and the turbulence stop)."""
+
+
+def _shown(value: object) -> object:
+    """A setting as the user types it (an unbounded log-std is stored as None: shown as inf)."""
+    return "inf" if value is None or value == float("inf") else value
+
+
+def _then_and_now(flag: str, then: TrainConfig, now: TrainConfig) -> str | None:
+    a, b = then.to_dict()[flag], now.to_dict()[flag]
+    return None if a == b else f"--{flag} {_shown(a)} (now {_shown(b)})"
+
+
+def other_tickers(ckpt: Checkpoint, market: PreparedMarket) -> str | None:
+    """Why ``ckpt`` cannot act on ``market``'s tickers (None when they are the same, in the same order)."""
+    theirs, ours = ckpt.tickers, [str(t) for t in market.data.tickers]
+    if theirs == ours:
+        return None
+    return (
+        f"it was trained on {len(theirs)} tickers ({shown_list(theirs, 6)}) but this run's data has {len(ours)} "
+        f"({shown_list(ours, 6)}); use the same --data/--tickers"
+    )
+
+
+def differences(
+    ckpt: Checkpoint, cfg: TrainConfig, market: PreparedMarket, *, settings: tuple[str, ...] = ()
+) -> list[str]:
+    """What keeps ``ckpt`` from being this run's network on ``market``, one phrase per difference: each field of the
+    network (``--stage2_hidden 16 (now 32)``; a field a flag decides, by that flag), then each of ``settings`` by
+    flag."""
+    then = ckpt.cfg
+    stored, wanted = ModelSpec.from_dict(ckpt.model_config).to_dict(), model_spec(cfg, market).to_dict()
+    out = []
+    for key, value in wanted.items():
+        if stored.get(key) == value:
+            continue
+        if key in FLAG_OF_SPEC_FIELD:
+            out.append(_then_and_now(FLAG_OF_SPEC_FIELD[key], then, cfg))
+        else:
+            out.append(f"{'--' if key in SETTINGS else ''}{key} {_shown(stored.get(key))} (now {_shown(value)})")
+    out += [_then_and_now(flag, then, cfg) for flag in settings]
+    return [d for d in out if d is not None]
+
+
+def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Path:
+    """Fail in the parent, before any worker starts, when ``--resume`` cannot continue this run.
+
+    :return: the checkpoint file (the trainer loads it again on every rank).
+    """
+    path = resolve_resume(cfg.run.resume, run_dir)
+    ckpt = load_checkpoint(path)
+    tickers = other_tickers(ckpt, market)
+    if tickers:
+        raise UserError(f"--resume {path}: {tickers}, or start a new run")
+    diff = differences(ckpt, cfg, market, settings=RESUME_MUST_MATCH)
+    if diff:
+        raise UserError(
+            f"--resume {path}: it was trained with {', '.join(diff)}; give the same settings, or start a new run"
+        )
+    return path
+
+
+def load_weights(path: str | Path, cfg: TrainConfig, market: PreparedMarket) -> dict[str, torch.Tensor]:
+    """The model weights of checkpoint ``path`` for a new run of ``cfg`` on ``market`` (--init_weights): UserError
+    unless it holds the same network (variant, sizes, window, features) for the same tickers."""
+    ckpt = load_checkpoint(path)
+    tickers = other_tickers(ckpt, market)
+    if tickers:
+        raise UserError(f"--init_weights {path}: {tickers}")
+    diff = differences(ckpt, cfg, market)
+    if diff:
+        raise UserError(f"--init_weights {path}: it holds another network: {', '.join(diff)}")
+    return ckpt.model_state

@@ -1,0 +1,91 @@
+"""The run folder: its file names, finding the run to write or resume, checking it can be written, and
+``config.json``. Checkpoint files themselves are `clstm_ppo.training.checkpoint`'s.
+
+Layout of a run folder (written by rank 0 only)::
+
+    checkpoints/<run>/latest.pt        every --checkpoint_every updates, at the end and on a stop
+    checkpoints/<run>/best.pt          best validation score so far (training score without a validation split)
+    checkpoints/<run>/episode_<n>.pt   every --save_every episodes
+    checkpoints/<run>/config.json      the resolved config (no secrets: the config holds none)
+    checkpoints/<run>/metrics.jsonl    one JSON object per finished episode / update (`clstm_ppo.training.run_log`)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from clstm_ppo.config import RunConfig, TrainConfig
+from envs.errors import UserError
+
+LATEST, BEST, CONFIG_FILE = "latest.pt", "best.pt", "config.json"
+TEMP_PATTERN = ".*.pt.*.tmp"  # what `envs.atomic.atomic_write` leaves when its process is killed mid-write
+
+
+def episode_checkpoint_name(episodes: int) -> str:
+    """File name of the periodic checkpoint kept after ``episodes`` finished episodes (--save_every)."""
+    return f"episode_{episodes}.pt"
+
+
+def _newest_run(checkpoint_dir: Path, name: str) -> Path | None:
+    runs = sorted((p.parent for p in checkpoint_dir.glob(f"*/{name}")), key=lambda p: p.stat().st_mtime)
+    return runs[-1] if runs else None
+
+
+def resolve_run_dir(run: RunConfig, policy: str) -> Path:
+    """The run folder: --run_name, or for --resume latest/best the newest run holding one, else a new name
+    ``<policy>-<timestamp>``."""
+    root = Path(run.checkpoint_dir)
+    if run.run_name:
+        return root / run.run_name
+    if run.resume in ("latest", "best"):
+        newest = _newest_run(root, f"{run.resume}.pt")
+        if newest is None:
+            raise UserError(f"--resume {run.resume}: no run in {root} has {run.resume}.pt")
+        return newest
+    return root / f"{policy}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resolve_resume(resume: str, run_dir: Path) -> Path:
+    """Map ``--resume latest|best|PATH`` to a checkpoint file (UserError when there is none)."""
+    if resume in ("latest", "best"):
+        path = run_dir / f"{resume}.pt"
+        if not path.is_file():
+            raise UserError(f"--resume {resume}: no {path} (give --run_name of the run to resume, or a PATH)")
+        return path
+    path = Path(resume)
+    if not path.is_file():
+        raise UserError(f"--resume: checkpoint not found: {path}")
+    return path
+
+
+def check_writable(folder: Path) -> None:
+    """Fail before training when checkpoints could not be written (read-only folder, a file in the way)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"cannot write to the run folder {folder}: {err.strerror or err}") from None
+
+
+def remove_stale_temp_files(folder: str | Path) -> list[Path]:
+    """Delete temporary files that a checkpoint write left when its process was killed mid-write.
+
+    Call only when no other process writes checkpoints to ``folder`` (before training starts).
+    """
+    folder = Path(folder)
+    stale = [p for p in folder.glob(TEMP_PATTERN) if p.is_file()] if folder.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+def write_config(run_dir: Path, cfg: TrainConfig) -> Path:
+    """The resolved settings as ``run_dir/config.json`` (they hold no secret: keys never enter a config)."""
+    path = run_dir / CONFIG_FILE
+    path.write_text(json.dumps(cfg.to_dict(), indent=2) + "\n", encoding="utf-8")
+    return path

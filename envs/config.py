@@ -1,0 +1,113 @@
+"""The trading environment's settings (`EnvConfig`) and the way every setting of the project is declared.
+
+A light module (no numpy, pandas or torch), so the command line can build its flags from `EnvConfig` and
+``--help`` stays fast. `EnvConfig` is the ``env`` section of the training settings
+(`clstm_ppo.config.TrainConfig`): its defaults are what training runs, declared here once. The paper's own
+meanings (share actions, dollar rewards, fills at the observed close) are the ``paper`` preset, and what
+checkpoints written before a setting existed meant is `clstm_ppo.config.LEGACY`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from envs.errors import UserError
+from envs.state import ACTION_MODES, PORTFOLIO_FEATURES, REWARDS
+
+
+def setting(
+    default: Any,
+    help_: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    parse: Callable | None = None,
+    flag: str | None = None,
+) -> Any:
+    """A dataclass field that is also a command-line flag: its default, its help text and, where the field's type
+    does not say it, ``choices``, a ``parse`` function for the flag's text, or a ``flag`` name other than the field's
+    (CleanRL's ``Args`` idea: the settings document themselves)."""
+    meta = {"help": help_, "choices": choices, "parse": parse, "flag": flag}
+    return field(default=default, metadata={k: v for k, v in meta.items() if v is not None})
+
+
+def parse_episode_length(text: str | int) -> int | str:
+    """``--episode_length``: a number of trading days (at least 2), or ``full`` for the whole split."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        days = text
+    elif str(text).strip().lower() == "full":
+        return "full"
+    else:
+        try:
+            days = int(str(text).strip())
+        except ValueError:
+            raise UserError(f"--episode_length must be a number of days or 'full', got {text!r}") from None
+    if days < 2:
+        raise UserError(f"--episode_length must be at least 2 days, got {days}")
+    return days
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """How the trading environment trades and rewards (module `envs.kernel` has the rules). The observation window
+    is not one of these: it is the market's (`envs.features.PreparedMarket.window`, from ``--window``)."""
+
+    hmax: int = setting(100, "maximum shares traded per stock per day (with --action_mode shares: action 1.0 = hmax)")
+    initial_amount: float = setting(1_000_000.0, "starting cash in dollars")
+    buy_cost_pct: float = setting(1e-3, "buy cost as a fraction of traded value")
+    sell_cost_pct: float = setting(1e-3, "sell cost as a fraction of traded value")
+    reward_scaling: float = setting(1e-4, "with --reward value: reward = change of portfolio value in dollars x this")
+    episode_length: int | str = setting(
+        252,
+        "trading days per training episode (a random start that leaves a full episode), or 'full': from the "
+        "split's first day to its end",
+        parse=parse_episode_length,
+    )
+    portfolio_features: str = setting(
+        "shares",
+        "cash and holdings in the state: shares (cash / initial amount and shares / 1,000, as in the paper) or "
+        "weights (fractions of the portfolio value)",
+        choices=PORTFOLIO_FEATURES,
+    )
+    action_mode: str = setting(
+        "weights",
+        "what an action means: shares (buy or sell up to --hmax shares per stock per day, the paper's) or weights "
+        "(the target portfolio: softmax of 5 x action over the stocks and a cash logit 0, reached by trading)",
+        choices=ACTION_MODES,
+    )
+    rebalance_band: float = setting(
+        0.01,
+        "with --action_mode weights: trade a stock only when its order is worth more than this fraction of the "
+        "portfolio value",
+    )
+    reward: str = setting(
+        "log_return",
+        "value: change of portfolio value in dollars x --reward_scaling (the paper's); log_return: 100 x the day's "
+        "log return of the portfolio",
+        choices=REWARDS,
+    )
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "episode_length", parse_episode_length(self.episode_length))
+        if self.hmax < 1:
+            raise UserError(f"--hmax must be at least 1, got {self.hmax}")
+        if not self.initial_amount > 0:
+            raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
+        if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
+            raise UserError("--buy_cost_pct and --sell_cost_pct must be in [0, 1)")
+        if not 0 <= self.rebalance_band < 1:
+            raise UserError(f"--rebalance_band must be in [0, 1), got {self.rebalance_band}")
+        for f in fields(self):  # settings given in code (not by a flag) are checked against their choices too
+            choices = f.metadata.get("choices")
+            if choices and getattr(self, f.name) not in choices:
+                raise UserError(f"--{f.name} must be one of {', '.join(choices)}, got {getattr(self, f.name)!r}")
+
+    @property
+    def episode_days(self) -> int | None:
+        """Trading days per episode; None: from the split's first day to its end (and no random start)."""
+        return None if self.episode_length == "full" else int(self.episode_length)
+
+    def whole_split(self) -> EnvConfig:
+        """These settings with every episode running from the split's first day to its end (evaluation)."""
+        return EnvConfig(**{**self.__dict__, "episode_length": "full"})
