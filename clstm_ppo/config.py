@@ -406,6 +406,7 @@ PAPER_BEHAVIOUR: dict[str, Any] = dict(
     log_std_max=math.inf,
     skip=False,  # no shortcuts around the LSTMs
     aux_coef=0.0,  # no next-day loss
+    execution="close",  # orders fill at the close the policy has just seen
 )
 """Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's."""
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from envs.errors import UserError
-from envs.state import ACTION_MODES, PORTFOLIO_FEATURES, REWARDS
+from envs.state import ACTION_MODES, EXECUTIONS, PORTFOLIO_FEATURES, REWARDS
 
 
 def setting(
@@ -80,6 +80,13 @@ class EnvConfig:
         0.01,
         "with --action_mode weights: trade a stock only when its order is worth more than this fraction of the "
         "portfolio value",
+    )
+    execution: str = setting(
+        "auto",
+        "when an order decided on a day's close fills: close (that same close, the paper's: a look-ahead no trader "
+        "gets), next_open (the next day's open, what trading after the close gets), next_close (the next day's "
+        "close), or auto: next_open where the data has opens, next_close on close-only data",
+        choices=EXECUTIONS,
     )
     reward: str = setting(
         "log_return",

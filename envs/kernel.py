@@ -4,8 +4,9 @@
 episodes at once and ``StockTradingEnv`` is that env with B = 1. Money and shares are float64 on
 whatever device the inputs live on (CPU or CUDA); no Python loop over envs or stocks.
 
-Order execution at day t's close price p (FinRL conventions, pro-rata buy cap instead of FinRL's
-largest-buy-first loop):
+Orders are sized at day t's close p, the last price the policy saw, and fill at the price ``--execution`` names
+(`envs.execution`: that same close, the next open or the next close); rules 2-4 below use the fill price
+(FinRL conventions, pro-rata buy cap instead of FinRL's largest-buy-first loop):
 
 1. Orders from the actions (`orders_from_actions`). ``action_mode="shares"`` (the paper's):
    ``orders = trunc(clip(action, -1, 1) * hmax)``, whole shares toward zero. ``action_mode="weights"``: the
@@ -72,23 +73,26 @@ def trade_step(
     prices: Tensor,
     turbulent: Tensor,
     cfg: EnvConfig,
+    fill: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, StepStats]:
-    """Execute one day's actions for B portfolios at the given close prices: `orders_from_actions`, then
-    `execute_orders`.
+    """Execute one day's actions for B portfolios: orders sized at the close the policy saw
+    (`orders_from_actions`), filled at ``fill`` (`execute_orders`; `envs.execution` says which price that is).
 
     :param cash: [B] float64 dollars, >= 0
     :param shares: [B, N] float64 whole shares, >= 0
     :param actions: [B, N] any float dtype, clipped to [-1, 1]: see `orders_from_actions`
-    :param prices: [B, N] float64 dollars, > 0: the close of the day traded at
+    :param prices: [B, N] float64 dollars, > 0: the close the decision was made on (sizes the orders)
     :param turbulent: [B] bool: liquidate everything, no buys
     :param cfg: costs and hmax
+    :param fill: [B, N] float64 dollars, > 0: the price the orders fill at (default ``prices``: the paper's fill at
+        the decision's own close)
     :return: (new_cash [B] float64, new_shares [B, N] float64, StepStats)
     """
     return execute_orders(
         cash,
         shares,
         orders_from_actions(actions, cash, shares, prices, cfg),
-        prices,
+        prices if fill is None else fill,
         turbulent,
         buy_cost_pct=cfg.buy_cost_pct,
         sell_cost_pct=cfg.sell_cost_pct,

@@ -78,3 +78,9 @@ class StateLayout:
     def ticker_blocks(self) -> list[int]:
         """First column of each block of N (prices, holdings, then each indicator)."""
         return [1 + k * self.num_tickers for k in range(2 + self.num_indicators)]
+
+
+EXECUTIONS = ("auto", "close", "next_open", "next_close")
+"""When an order decided on day t's close fills: "close" (at that very close, the paper's and FinRL's), "next_open"
+(day t+1's open: what trading after the close gets), "next_close" (day t+1's close), or "auto": next_open where the
+data has opens, next_close on close-only data (`envs.execution.resolve_execution`)."""

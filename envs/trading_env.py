@@ -128,6 +128,8 @@ class StockTradingEnv(gymnasium.Env):
         info["trades"] = vinfo["shares_traded"][0].numpy().copy()
         info["num_trades"] = int(vinfo["num_trades"][0])
         info["costs"] = float(vinfo["costs"][0])
+        info["fill_prices"] = vinfo["fill_prices"][0].numpy().copy()  # what this step's orders filled at
+        info["fill_date"] = self._dates[info["day"] - 1 if self._venv.execution == "close" else info["day"]]
         if "episode" in vinfo:
             info["episode"] = {k: v[0].item() for k, v in vinfo["episode"].items()}
         return obs[0].numpy(), float(reward[0]), bool(terminated[0]), bool(truncated[0]), info

@@ -3,10 +3,12 @@
 Each step is a fixed number of batched tensor operations, whatever B and N are: no Python loop over
 envs or stocks. The trading math is ``envs.kernel.trade_step`` (shared with ``StockTradingEnv``).
 
-Timing (FinRL's): the observation at day t holds closes and indicators up to day t only. The action
-trades at day t's close (turbulence of day t decides a liquidation); the env then moves to day t+1
-and the reward is ``(value_{t+1} - value_t) * reward_scaling`` with value = cash + shares x close:
-the costs of the trades plus the market move of the new holdings from t's close to t+1's. Day
+Timing: the observation at day t holds closes and indicators up to day t only. The action's orders are sized at
+day t's close and fill at the price ``EnvConfig.execution`` names (`envs.execution`: the next open by default,
+the next close on close-only data, or day t's close itself under the paper's ``close``); turbulence of day t
+decides a liquidation, which fills the same way. The env then moves to day t+1 and the reward is the change of
+value = cash + shares x close from t's close to t+1's (``log_return``: 100 x its log; ``value``: x
+reward_scaling): the costs, the gap between t's close and the fill, and the market move of the holdings. Day
 t+1's prices reach the agent only through that reward and the next observation.
 
 Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (oldest first):
@@ -40,6 +42,7 @@ from torch import Tensor
 from envs.config import EnvConfig
 from envs.data import DayRange
 from envs.errors import UserError
+from envs.execution import fill_prices, resolve_execution
 from envs.features import PreparedMarket
 from envs.kernel import portfolio_value, trade_step
 from envs.returns import annualised_sharpe
@@ -102,7 +105,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     the episode's days of the fraction of the portfolio value held in stock, in [0, 1]). Other info keys
     describe the step just taken (before any reset): portfolio_value, cash [B] ($), day [B] (index of
     the day the portfolio was valued at), costs [B] ($), num_trades [B], shares_traded [B, N], wanted_buy_value
-    and refused_buy_value [B] ($ of buys asked for, and of those the cash could not pay for).
+    and refused_buy_value [B] ($ of buys asked for, and of those the cash could not pay for), fill_prices [B, N] ($
+    per share the step's orders filled at).
 
     Arguments: market (PreparedMarket), split ("train" | "validation" | "test" or a DayRange),
     num_envs (B), config (EnvConfig), device, seed (of the start-day generator).
@@ -148,6 +152,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         data = market.data
         # A copy: the data's arrays can be read-only views of a pandas frame, which torch warns about.
         self._close = torch.tensor(np.asarray(data.close, dtype=np.float64), device=dev)  # [D, N]
+        self.execution = resolve_execution(config.execution, data)
+        self._fill = torch.tensor(fill_prices(data, self.execution), device=dev)  # [D, N] row t: day t's orders fill
         turbulent = np.asarray(market.turbulence) >= market.turbulence_threshold
         self._turbulent = torch.as_tensor(turbulent, device=dev)  # [D] bool
         norm = market.normalization
@@ -294,8 +300,9 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
         day = self._day
         prices = self._close.index_select(0, day)
+        fill = self._fill.index_select(0, day)
         cash, shares, stats = trade_step(
-            s["cash"], s["shares"], actions, prices, self._turbulent.index_select(0, day), cfg
+            s["cash"], s["shares"], actions, prices, self._turbulent.index_select(0, day), cfg, fill
         )
         day = day + 1
         value = portfolio_value(cash, shares, self._close.index_select(0, day))
@@ -350,6 +357,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "costs": stats.costs,
             "num_trades": stats.num_trades,
             "shares_traded": stats.shares_traded,
+            "fill_prices": fill,
             "wanted_buy_value": stats.wanted_buy_value,
             "refused_buy_value": stats.refused_buy_value,
             "final_obs": obs,

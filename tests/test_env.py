@@ -26,7 +26,9 @@ from envs.vector_env import VectorStockTradingEnv
 N = 4
 WINDOW = 10
 
-SHARES = dict(action_mode="shares", reward="value")  # the paper's actions and reward, which these cases work by hand
+SHARES = dict(
+    action_mode="shares", reward="value", execution="close"
+)  # the paper's rules, which these cases work by hand
 
 
 @pytest.fixture(scope="module")
@@ -62,6 +64,65 @@ def test_gym_env_and_vector_env_agree_step_by_step(market: PreparedMarket) -> No
             obs, _ = env.reset()  # same generator draws -> same new start day as the auto-reset
         np.testing.assert_array_equal(vobs[0].numpy(), obs)
     assert episodes == 5
+
+
+def test_hand_worked_next_open_fills() -> None:
+    """--execution next_open: orders sized at day t's close fill at day t+1's open (the pro-rata cap and the costs
+    at the open's prices); the portfolio is valued at day t+1's close as before."""
+    close = np.array([[10.0, 20.0], [11.0, 19.0], [12.0, 18.0]])
+    opens = np.array([[10.0, 20.0], [10.5, 19.5], [12.2, 17.8]])
+    data = MarketData(
+        dates=pd.bdate_range("2021-03-01", periods=3).to_numpy().astype("datetime64[ns]"),
+        tickers=("AAA", "BBB"),
+        open=opens,
+        high=np.maximum(opens, close) * 1.01,
+        low=np.minimum(opens, close) * 0.99,
+        close=close,
+        volume=np.ones_like(close),
+    )
+    market = PreparedMarket.prepare(data, Splits(DayRange(0, 3), None, None), window=1, use_turbulence=False)
+    rules = {**SHARES, "execution": "next_open"}
+    cfg = EnvConfig(
+        hmax=100, initial_amount=1000.0, buy_cost_pct=0.01, sell_cost_pct=0.02, reward_scaling=1.0,
+        episode_length="full", **rules,
+    )  # fmt: skip
+    env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
+    env.reset()
+    # Day 0: orders 50 and 25 shares (sized at the close); at day 1's open they cost 50 x 10.605 + 25 x 19.695 =
+    # $1,022.625 > $1,000: scaled by 1000/1022.625 and floored to 48 and 24 for 509.04 + 472.68 = $981.72
+    # (costs 5.04 + 4.68 = $9.72). Cash 18.28; value at day 1's close 18.28 + 48 x 11 + 24 x 19 = $1,002.28.
+    obs, reward, term, trunc, info = env.step(torch.tensor([[0.5, 0.255]]))
+    assert info["shares_traded"].tolist() == [[48.0, 24.0]]
+    assert info["fill_prices"].tolist() == [[10.5, 19.5]]
+    assert info["cash"].item() == pytest.approx(18.28, abs=1e-9)
+    assert info["costs"].item() == pytest.approx(9.72, abs=1e-9)
+    assert info["portfolio_value"].item() == pytest.approx(1002.28, abs=1e-9)
+    assert reward.item() == pytest.approx(2.28, abs=1e-4)
+    # Day 1: sell all 48 AAA at day 2's open 12.2 (-2%: $573.888), buy 10 BBB at 17.8 x 1.01 = $179.78:
+    # cash $412.388, costs 11.712 + 1.78; value at day 2's close 412.388 + 34 x 18 = $1,024.388.
+    obs, reward, term, trunc, info = env.step(torch.tensor([[-1.0, 0.1]]))
+    assert info["shares_traded"].tolist() == [[-48.0, 10.0]]
+    assert info["cash"].item() == pytest.approx(412.388, abs=1e-9)
+    assert info["costs"].item() == pytest.approx(13.492, abs=1e-9)
+    assert info["portfolio_value"].item() == pytest.approx(1024.388, abs=1e-9)
+    assert reward.item() == pytest.approx(22.108, abs=1e-4) and term.item()
+    # next_close on the same data fills day 0's orders at day 1's close instead
+    env = VectorStockTradingEnv(market, num_envs=1, config=dataclasses.replace(cfg, execution="next_close"))
+    env.reset()
+    *_, info = env.step(torch.tensor([[0.5, 0.255]]))
+    assert info["fill_prices"].tolist() == [[11.0, 19.0]]
+
+
+def test_auto_execution_is_next_open_and_next_close_on_close_only_data(market: PreparedMarket) -> None:
+    from envs.execution import describe_execution, resolve_execution
+
+    assert resolve_execution("auto", market.data) == "next_open"
+    flat = dataclasses.replace(market.data, close_only=True)
+    assert resolve_execution("auto", flat) == "next_close"
+    assert "closes only" in describe_execution("auto", flat)
+    with pytest.raises(UserError, match="next_open needs opening prices"):
+        resolve_execution("next_open", flat)
+    assert VectorStockTradingEnv(market, config=EnvConfig()).execution == "next_open"
 
 
 def test_hand_worked_two_stocks_three_days() -> None:

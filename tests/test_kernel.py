@@ -96,6 +96,24 @@ def test_turbulent_day_sells_everything_and_buys_nothing() -> None:
     assert shares[1].tolist()[0] > 250  # the calm env still bought
 
 
+def test_a_turbulent_days_liquidation_fills_at_the_fill_price() -> None:
+    """Under --execution next_open the stop decided on day t's close sells at day t+1's open, like any order; the
+    orders of a calm env are sized at the close (hmax shares) and paid at the fill."""
+    cash, shares, stats = trade_step(
+        _t([50.0, 1000.0]),
+        _t([[250.0, 3.0], [0.0, 0.0]]),
+        _t([[1.0, 1.0], [0.05, 0.05]]),
+        _t([[2.0, 4.0], [2.0, 4.0]]),  # day t's close: what the orders are sized at
+        _t([True, False], torch.bool),
+        CFG,
+        fill=_t([[1.5, 5.0], [3.0, 5.0]]),  # day t+1's open
+    )
+    assert shares[0].tolist() == [0.0, 0.0]
+    assert cash[0].item() == pytest.approx(50 + (250 * 1.5 + 3 * 5.0) * 0.98)
+    assert stats.shares_traded[1].tolist() == [5.0, 5.0]  # trunc(0.05 x 100) shares each
+    assert cash[1].item() == pytest.approx(1000 - (5 * 3.0 + 5 * 5.0) * 1.01)
+
+
 def test_config_rejects_nonsense() -> None:
     with pytest.raises(UserError, match="hmax"):
         EnvConfig(hmax=0)

@@ -218,17 +218,3 @@ def test_trades_from_holdings():
     # a sell before a buy on the same day comes first
     t2 = m.trades_from_holdings([0, 1], ["A", "B"], [[4, 0], [0, 4]], np.ones((2, 2)), buy_cost_pct=0, sell_cost_pct=0)
     assert list(t2["side"]) == ["buy", "sell", "buy"] and list(t2["ticker"]) == ["A", "A", "B"]
-
-
-def test_buy_and_hold_hand_worked():
-    close = np.array([[10.0, 20.0], [11.0, 18.0], [12.0, 25.0]])
-    # $500 each: A floor(500 / 10.1) = 49 (494.9), B floor(500 / 20.2) = 24 (484.8); cash 20.3
-    shares, cash = m.buy_and_hold_shares(close, 1000.0, 0.01)
-    np.testing.assert_array_equal(shares, [49, 24])
-    assert cash == pytest.approx(20.3)
-    np.testing.assert_allclose(m.buy_and_hold_values(close, 1000.0, 0.01), [1000.0, 991.3, 1208.3])
-    t = m.buy_and_hold_trades(["a", "b", "c"], ["A", "B"], close, 1000.0, 0.01)
-    assert list(t["side"]) == ["buy", "buy"] and list(t["date"]) == ["a", "a"]
-    assert m.total_costs(t) == pytest.approx(4.9 + 4.8)
-    with pytest.raises(ValueError):
-        m.buy_and_hold_values(np.array([[0.0, 1.0]]), 1000.0, 0.0)

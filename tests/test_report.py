@@ -11,6 +11,7 @@ import pytest
 
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import report as R
+from clstm_ppo.evaluation.baselines import buy_and_hold
 from envs.errors import UserError
 
 TICKERS = ["AAA", "BBB", "CCC"]
@@ -36,16 +37,19 @@ def _result(days: int = 120, *, with_index: bool = True, seed: int = 0) -> R.Bac
         holdings[t], cash[t] = h, c
     hv = np.sum(holdings * close, axis=1)
     trades = M.trades_from_holdings(dates, TICKERS, holdings, close, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
+    bh = buy_and_hold(close, None, 100_000.0, 1e-3)
     return R.BacktestResult(
         dates=dates,
         values=cash + hv,
         cash=cash,
         holdings_value=hv,
-        baseline_values=M.buy_and_hold_values(close, 100_000.0, 1e-3),
+        baseline_values=bh.values,
         trades=trades,
         metadata={"checkpoint": "checkpoints/demo/best.pt", "tickers": tuple(TICKERS), "split": "test"},
         index_values=close.mean(axis=1) if with_index else None,
-        baseline_trades=M.buy_and_hold_trades(dates, TICKERS, close, 100_000.0, 1e-3),
+        baseline_trades=M.trades_from_holdings(
+            dates[:-1], TICKERS, bh.holdings[1:], close[:-1], buy_cost_pct=1e-3, sell_cost_pct=0.0
+        ),
     )
 
 
@@ -201,7 +205,9 @@ def test_from_run_rebuilds_trades_and_checks_costs(tmp_path):
         prices=prices,
         costs=costs,
         tickers=("X", "Y"),
+        fill_prices=np.vstack([prices[:1], prices[:-1]]),  # --execution close: at the deciding row's close
     )
+    run.fill_dates = np.r_[run.dates[:1], run.dates[:-1]]
     result = R.BacktestResult.from_run(run, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
     assert list(result.trades["side"]) == ["buy", "sell", "buy"]
     assert list(result.trades["date"]) == list(run.dates[[1, 5, 5]])
@@ -212,13 +218,15 @@ def test_from_run_rebuilds_trades_and_checks_costs(tmp_path):
     assert rep.metrics["policy"]["num_trades"] == 3
     assert rep.metrics["policy"]["total_costs"] == pytest.approx(costs.sum())
     # a record priced the other way (trade at the same row's close): the cost check catches it
-    shifted = SimpleNamespace(**{**vars(run), "prices": np.roll(prices, -1, axis=0)})
+    shifted = SimpleNamespace(**{**vars(run), "fill_prices": prices})
     with pytest.raises(ValueError, match="misaligned"):
         R.BacktestResult.from_run(shifted, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
 
 
-def test_from_run_on_the_real_env_record(tmp_path):
-    """The env's own day-by-day record (random actions) goes through from_run: trades and costs agree."""
+@pytest.mark.parametrize("execution", ["close", "next_open", "next_close"])
+def test_from_run_on_the_real_env_record(tmp_path, execution):
+    """The env's own day-by-day record (random actions) goes through from_run: trades and costs agree, and every
+    trade is dated and priced at its fill (the deciding day's close, the next day's open or its close)."""
     from types import SimpleNamespace
 
     from envs.config import EnvConfig
@@ -229,7 +237,7 @@ def test_from_run_on_the_real_env_record(tmp_path):
 
     data = generate_market(num_tickers=4, num_days=300, seed=5)
     market = PreparedMarket.prepare(data, split_days(data, window=10), window=10, use_turbulence=False)
-    cfg = EnvConfig(episode_length="full", **SHARES)
+    cfg = EnvConfig(episode_length="full", execution=execution, **SHARES)
     env = StockTradingEnv(market=market, split="test", config=cfg)
     _, info = env.reset(seed=0)
     record, done, rng = [info], False, np.random.default_rng(0)
@@ -245,11 +253,20 @@ def test_from_run_on_the_real_env_record(tmp_path):
         prices=np.stack([r["prices"] for r in record]),
         costs=np.array([r.get("costs", 0.0) for r in record]),
         tickers=tuple(data.tickers),
+        fill_prices=np.stack([r.get("fill_prices", r["prices"]) for r in record]),
+        fill_dates=np.array([r.get("fill_date", r["date"]) for r in record], dtype="datetime64[ns]"),
     )
     result = R.BacktestResult.from_run(
         run, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct, sell_cost_pct=cfg.sell_cost_pct
     )
     assert len(result.trades["side"]) == sum(r.get("num_trades", 0) for r in record) > 0
+    index = {d: i for i, d in enumerate(np.asarray(data.dates, dtype="datetime64[ns]"))}
+    source = data.open if execution == "next_open" else data.close
+    days = [index[np.datetime64(d, "ns")] for d in result.trades["date"]]
+    for day, ticker, price in zip(days, result.trades["ticker"], result.trades["price"], strict=True):
+        assert price == source[day, data.tickers.index(ticker)]
+    first = index[np.datetime64(run.dates[0], "ns")]
+    assert (min(days) == first) == (execution == "close")  # a decision on the first day fills on it only at close
     np.testing.assert_allclose(result.cash + result.holdings_value, result.values, rtol=1e-12)
     rep = R.write_report(result, tmp_path)
     assert rep.metrics["policy"]["total_costs"] == pytest.approx(run.costs.sum(), rel=1e-9)

@@ -17,12 +17,12 @@ import pytest
 import torch
 
 from clstm_ppo.config import TrainConfig
-from clstm_ppo.evaluation.metrics import buy_and_hold_values
-from clstm_ppo.study.baselines import buy_and_hold, monthly_rebalance, turbulence_stop
+from clstm_ppo.evaluation.baselines import buy_and_hold
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
 from clstm_ppo.study.schedule import walk_forward
 from clstm_ppo.training.checkpoint import load_checkpoint
 from envs.errors import UserError
+from envs.execution import fill_prices
 from envs.synthetic import generate_market
 from tests.conftest import clean_env
 
@@ -143,30 +143,6 @@ def test_grid_seeds_variants_and_shards():
     assert (cfg.model.policy, cfg.run.seed, cfg.data.window) == ("mlp", 3, 5)
 
 
-def test_baselines_follow_the_env_rules_on_a_hand_made_market():
-    close = np.array([[10.0, 20.0], [11.0, 20.0], [12.0, 18.0], [12.0, 19.0], [13.0, 21.0]])
-    dates = pd.to_datetime(["2020-01-30", "2020-01-31", "2020-02-03", "2020-02-04", "2020-02-05"]).to_numpy()
-    calm = np.zeros(5, dtype=bool)
-    bh = buy_and_hold(close, 1000.0, 0.01)
-    np.testing.assert_array_equal(bh.values, buy_and_hold_values(close, 1000.0, 0.01))
-    # 500 dollars each at 1% cost: 49 shares at 10.10 and 24 at 20.20 -> 979.70 spent, 20.30 cash left
-    np.testing.assert_allclose(bh.values[1:], 20.3 + close[1:] @ np.array([49.0, 24.0]))
-    assert bh.num_trades == 2 and bh.costs == pytest.approx(9.7)
-    # no turbulent day: the stop baseline is buy-and-hold
-    np.testing.assert_allclose(turbulence_stop(close, calm, 1000.0, 0.01, 0.02).values, bh.values)
-    # a turbulent day 2: everything sold at its close (2% cost), bought back at day 3's close
-    stormy = calm.copy()
-    stormy[2] = True
-    stop = turbulence_stop(close, stormy, 1000.0, 0.01, 0.02)
-    cash_after_sale = 20.3 + (49 * 12.0 + 24 * 18.0) * 0.98
-    assert stop.values[3] == pytest.approx(cash_after_sale)  # all cash on day 3
-    assert stop.holdings_value[3] == 0 and stop.holdings_value[4] > 0 and stop.num_trades == 6
-    # 1/N monthly: bought on day 0, rebalanced on 2020-02-03 (the month's first trading day) only
-    monthly = monthly_rebalance(close, dates, 1000.0, 0.01, 0.02)
-    np.testing.assert_allclose(monthly.values[:3], bh.values[:3])
-    assert monthly.num_trades > bh.num_trades
-
-
 def test_warm_start_loads_the_previous_windows_weights(tmp_path):
     from clstm_ppo.cli.train import parse_config
     from clstm_ppo.market import build_market
@@ -239,11 +215,12 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     assert report["cells"]["done"] == 4 and set(report["groups"]) == {"mlp", "lstm"}
     traded = report["traded"]
     assert (traded["first"], traded["last"]) == ("2016-03-01", "2016-08-31")
-    # buy-and-hold on exactly the traded days, with the env's costs
+    # buy-and-hold on exactly the traded days, with the env's costs and fills
     data = generate_market(num_tickers=3, num_days=700, seed=1)
     dates = pd.DatetimeIndex(data.dates)
     days = (dates >= "2016-03-01") & (dates <= "2016-08-31")
-    bh = buy_and_hold_values(data.close[days], 1_000_000.0, 1e-3)
+    fill = fill_prices(data, "auto")[days]  # the study's default: orders fill at the next open
+    bh = buy_and_hold(data.close[days], fill, 1_000_000.0, 1e-3).values
     assert report["baselines"]["buy-and-hold"]["cumulative_return"] == pytest.approx(bh[-1] / bh[0] - 1)
     assert set(report["baselines"]) == {"buy-and-hold", "buy-and-hold + turbulence stop", "1/N monthly"}
     mlp = report["groups"]["mlp"]

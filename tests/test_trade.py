@@ -117,14 +117,24 @@ class Trained:
     bars: dict[str, list[dict[str, Any]]]
     trades: pd.DataFrame  # the backtest's trades.csv: date, ticker, side, shares, price, cost
     equity: pd.DataFrame  # the backtest's equity.csv: date, value, cash, holdings_value, baseline_value
+    execution: str  # how the backtest filled the orders: close, next_open or next_close
+
+    def fill_day(self, day: date) -> str:
+        """The day an order decided on ``day``'s close is dated in trades.csv: that day, or the next traded one."""
+        if self.execution == "close":
+            return day.isoformat()
+        dates = list(self.equity["date"])
+        return dates[dates.index(day.isoformat()) + 1]
 
     def closes(self, day: date) -> dict[str, float]:
         stamp = pd.Timestamp(day).tz_localize("America/New_York").tz_convert("UTC").strftime("%Y-%m-%dT%H:%M:%SZ")
         return {t: next(b["c"] for b in self.bars[t] if b["t"] == stamp) for t in TICKERS}
 
     def holdings_at(self, day: date) -> dict[str, float]:
-        """Shares the backtest held at ``day``'s close, before trading: its trades dated before ``day``."""
-        before = self.trades[pd.to_datetime(self.trades["date"]).dt.date < day]
+        """Shares the backtest held at ``day``'s close, before its decision: the trades decided before ``day`` (dated
+        before it at close fills; up to it, when orders fill on the next day)."""
+        dated = pd.to_datetime(self.trades["date"]).dt.date
+        before = self.trades[dated < day if self.execution == "close" else dated <= day]
         signed = before["shares"].where(before["side"] == "buy", -before["shares"])
         held = signed.groupby(before["ticker"]).sum()
         return {t: float(q) for t, q in held.items() if q}
@@ -133,7 +143,8 @@ class Trained:
         return float(self.equity.loc[self.equity["date"] == day.isoformat(), "cash"].iloc[0])
 
     def trades_on(self, day: date) -> list[tuple[str, str, float]]:
-        rows = self.trades[self.trades["date"] == day.isoformat()]
+        """The backtest's trades decided on ``day``'s close."""
+        rows = self.trades[self.trades["date"] == self.fill_day(day)]
         return sorted((r.ticker, r.side, float(r.shares)) for r in rows.itertuples())
 
 
@@ -185,22 +196,33 @@ def train_and_backtest(root: Path, flags: list[str]) -> Trained:
                 )
                 == 0
             )
+    report = json.loads((root / "bt" / "report.json").read_text())
     return Trained(
         root / "ck" / "alp" / "latest.pt",
         bars,
         pd.read_csv(root / "bt" / "trades.csv"),
         pd.read_csv(root / "bt" / "equity.csv"),
+        report["metadata"]["execution"],
     )
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    return train_and_backtest(tmp_path_factory.mktemp("trade"), SHARES)
+    """The paper's share actions and fills at the close: the broker scenarios below are worked on its days."""
+    return train_and_backtest(tmp_path_factory.mktemp("trade"), [*SHARES, "--execution", "close"])
 
 
 @pytest.fixture(scope="module")
 def trained_weights(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     return train_and_backtest(tmp_path_factory.mktemp("trade-weights"), [])
+
+
+@pytest.fixture(
+    scope="module", params=[(SHARES, "next_open"), ([], "next_close")], ids=["shares-next-open", "weights-next-close"]
+)
+def trained_other_fills(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Trained:
+    flags, execution = request.param
+    return train_and_backtest(tmp_path_factory.mktemp(f"trade-{execution}"), [*flags, "--execution", execution])
 
 
 @pytest.fixture
@@ -330,14 +352,25 @@ def test_plan_equals_the_backtest_trades_with_target_weight_actions(
         check_plans_equal_backtest(trained_weights, env, data, capsys, monkeypatch)
 
 
+def test_plan_equals_the_backtest_trades_under_the_other_fills(
+    trained_other_fills: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with share actions filled at the next open, and target weights filled at the next close (the
+    module's ``trained`` fills at the close, ``trained_weights`` at the next open, the default)."""
+    with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_other_fills.bars)) as data:
+        check_plans_equal_backtest(trained_other_fills, env, data, capsys, monkeypatch)
+
+
 def check_plans_equal_backtest(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trades = trained.trades
-    days = sorted(set(trades["date"]))
-    sell_days = sorted(set(trades.loc[trades["side"] == "sell", "date"]))
+    decided = {trained.fill_day(date.fromisoformat(d)): d for d in trained.equity["date"].iloc[:-1]}
+    trades = trades.assign(decided=trades["date"].map(decided))  # the day each trade was decided on
+    days = sorted(set(trades["decided"]))
+    sell_days = sorted(set(trades.loc[trades["side"] == "sell", "decided"]))
     assert sell_days, "the tiny policy no longer sells in its backtest: the test would not cover sells"
-    buy_sizes = trades[trades["side"] == "buy"].groupby("date")["shares"].sum()
+    buy_sizes = trades[trades["side"] == "buy"].groupby("decided")["shares"].sum()
     quiet = [d for d in trained.equity["date"].iloc[1:-1] if d not in days]
     chosen = sorted({sell_days[0], sell_days[-1], str(buy_sizes.idxmax()), *(quiet[:1])})
     assert len(chosen) >= 3, chosen
@@ -350,6 +383,7 @@ def check_plans_equal_backtest(
         decision = run.of("decision")[-1]
         planned = sorted((o["ticker"], o["side"], o["shares"]) for o in decision["plan"])
         assert planned == trained.trades_on(day), day_text
+        assert decision["execution"] == trained.execution
         assert decision["backtest_value"] == pytest.approx(
             float(trained.equity.loc[trained.equity["date"] == day_text, "value"].iloc[0]), rel=1e-12
         )
@@ -462,7 +496,7 @@ def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejectio
     )
     assert [cid for *_, cid in sent] == [o["client_order_id"] for o in plan]
     statuses = {e["ticker"]: e for e in run.of("order_status")}
-    assert statuses["MSFT"]["status"] == "filled" and statuses["MSFT"]["filled_qty"] == 10
+    assert statuses["MSFT"]["status"] == "filled" and statuses["MSFT"]["filled_qty"] == plan[0]["shares"]
     assert statuses["AAPL"]["status"] == "partially_filled"
     assert 0 < statuses["AAPL"]["filled_qty"] < statuses["AAPL"]["qty"] == plan[1]["shares"]
     assert statuses["NVDA"]["status"] == "rejected" and statuses["NVDA"]["filled_qty"] == 0

@@ -27,13 +27,15 @@ class PolicyRun:
     dates: np.ndarray  # [D] datetime64[ns]
     values: np.ndarray  # [D] float64, portfolio value in dollars at each day's close
     cash: np.ndarray  # [D] float64, dollars
-    # [D, N] float64, shares held at row i's close. The env trades at a day's close and then moves one
-    # day on, so the shares that changed from row i-1 to row i were traded at row i-1's close (row 0:
-    # the starting portfolio, before any trade).
+    # [D, N] float64, shares held at row i's close. The shares that changed from row i-1 to row i were decided
+    # on row i-1's close and filled at fill_prices[i] on fill_dates[i] (row i-1's close itself under
+    # --execution close, row i's open or close otherwise); row 0 is the starting portfolio, before any trade.
     holdings: np.ndarray
     prices: np.ndarray  # [D, N] float64, close prices in dollars
-    costs: np.ndarray  # [D] float64, dollars: row i holds the costs of the trade made at row i-1's close
+    costs: np.ndarray  # [D] float64, dollars: row i holds the costs of the trades leading to row i
     tickers: tuple[str, ...]
+    fill_prices: np.ndarray  # [D, N] float64 dollars the trades leading to row i filled at (row 0: prices[0])
+    fill_dates: np.ndarray  # [D] datetime64[ns] the day those trades filled (row 0: dates[0])
     # The observation of the last day ([T, F] float32), which the run never acts on (no later close to trade
     # into), and the recurrent state after the last day it acted on: what `clstm_ppo.trading.decision`
     # continues from to decide that day.
@@ -101,6 +103,8 @@ def evaluate_policy(
         prices=np.stack([np.asarray(r["prices"], dtype=np.float64) for r in record]),
         costs=np.array([r.get("costs", 0.0) for r in record], dtype=np.float64),
         tickers=tuple(market.data.tickers),
+        fill_prices=np.stack([np.asarray(r.get("fill_prices", r["prices"]), dtype=np.float64) for r in record]),
+        fill_dates=np.array([r.get("fill_date", r["date"]) for r in record], dtype="datetime64[ns]"),
         last_obs=np.asarray(obs, dtype=np.float32).copy(),
         last_state=state.map(lambda t: t.detach().clone()),
     )

@@ -112,7 +112,7 @@ def compare_main(argv: list[str]) -> int:
     d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
     print(
         f"compare {done.num_checkpoints} checkpoint(s) | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "
-        f"{done.num_tickers} tickers | deterministic"
+        f"{done.num_tickers} tickers | {done.mode}"
     )
     print(done.report.table)
     print(f"\nreport: {done.report.out_dir}  (compare.json, compare.csv, compare.png)")

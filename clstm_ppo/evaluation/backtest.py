@@ -53,6 +53,7 @@ from clstm_ppo.market import is_alpaca, load_data
 from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_market, restore_policy
 from envs.data import DayRange, MarketData
 from envs.errors import UserError
+from envs.execution import describe_execution, resolve_execution
 from envs.features import PreparedMarket
 
 SPLITS = ("test", "validation", "train")
@@ -317,6 +318,7 @@ def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: st
         "buy_cost_pct": ck.cfg.env.buy_cost_pct,
         "sell_cost_pct": ck.cfg.env.sell_cost_pct,
         "hmax": ck.cfg.env.hmax,
+        "execution": resolve_execution(ck.cfg.env.execution, market.data),
         "trained": {k: counters.get(k) for k in ("episodes", "global_step", "update") if k in counters},
     }
 
@@ -369,7 +371,7 @@ def backtest(
     folder = Path(out) if out else ck.path.parent / f"backtest-{ck.path.stem}-{period.label}"
     summary: dict[str, Any] | None = None
     if not stochastic:
-        metadata["mode"] = "deterministic (mean action)"
+        metadata["mode"] = f"deterministic (mean action), {describe_execution(ck.cfg.env.execution, market.data)}"
         run = run_policy(ck, model, market, period, device)
     else:
         generator = torch.Generator().manual_seed(seed)  # CPU: the same draws on --device cpu and cuda
@@ -385,7 +387,10 @@ def backtest(
         order = np.argsort([row["cumulative_return"] for row in rows], kind="stable")
         median = int(order[(len(order) - 1) // 2])
         run = runs[median]
-        metadata["mode"] = f"stochastic: {episodes} sampled episode(s), seed {seed}"
+        metadata["mode"] = (
+            f"stochastic: {episodes} sampled episode(s), seed {seed}, "
+            f"{describe_execution(ck.cfg.env.execution, market.data)}"
+        )
         metadata["episode_shown"] = median + 1
         summary = {
             "episodes": episodes,
@@ -439,6 +444,7 @@ class Comparison:
     """What `compare` produced."""
 
     num_checkpoints: int
+    mode: str  # "deterministic (mean action), orders fill ..."
     num_tickers: int
     period: Period
     dates: np.ndarray  # [D]
@@ -481,6 +487,11 @@ def compare(
             raise UserError(
                 f"{ck.path} starts with ${ck.cfg.env.initial_amount:,.0f}, {first.path} with "
                 f"${first.cfg.env.initial_amount:,.0f}; compare needs the same capital"
+            )
+        if ck.cfg.env.execution != first.cfg.env.execution:
+            raise UserError(
+                f"{ck.path} fills orders with --execution {ck.cfg.env.execution}, {first.path} with "
+                f"{first.cfg.env.execution}; compare needs the same fills (one would trade on prices the other cannot)"
             )
     # Longest lookback of all checkpoints, so every policy's first observation is real data.
     widest = max(cks, key=lambda c: c.window)
@@ -528,8 +539,8 @@ def compare(
         "data": data or first.cfg.data.source,
         "period_source": period.source,
         "tickers": first.tickers,
-        "mode": "deterministic (mean action)",
-        "baseline": f"equal-weight buy-and-hold with {names[0]}'s costs",
+        "mode": f"deterministic (mean action), {describe_execution(first.cfg.env.execution, market_data)}",
+        "baseline": f"equal-weight buy-and-hold with {names[0]}'s costs and fills",
     }
     report = write_comparison(
         dates,
@@ -541,5 +552,10 @@ def compare(
         title=f"{len(cks)} checkpoint(s) vs buy-and-hold: {_iso(dates[0])} .. {_iso(dates[-1])}",
     )
     return Comparison(
-        num_checkpoints=len(cks), num_tickers=len(first.tickers), period=period, dates=dates, report=report
+        num_checkpoints=len(cks),
+        mode=metadata["mode"],
+        num_tickers=len(first.tickers),
+        period=period,
+        dates=dates,
+        report=report,
     )

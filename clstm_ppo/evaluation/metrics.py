@@ -333,57 +333,6 @@ def trades_from_holdings(
     }
 
 
-# --------------------------------------------------------------------------------------------- baseline
-
-
-def buy_and_hold_shares(close: Any, initial_amount: float, buy_cost_pct: float) -> tuple[np.ndarray, float]:
-    """Equal-weight whole-share purchase on day 0: ``(shares [N] float64, cash left in dollars)``.
-
-    Each of the N tickers gets ``initial_amount / N`` dollars and buys
-    ``floor(budget / (close[0, i] * (1 + buy_cost_pct)))`` shares, so its cost fits in its budget.
-    """
-    c = np.asarray(close, dtype=np.float64)
-    if c.ndim != 2 or c.shape[0] == 0 or c.shape[1] == 0:
-        raise ValueError(f"close must be [D, N] with D, N >= 1, got shape {c.shape}")
-    if not np.all(np.isfinite(c[0])) or np.any(c[0] <= 0):
-        raise ValueError("day-0 close prices must be finite and > 0 to buy")
-    budget = float(initial_amount) / c.shape[1]
-    shares = np.floor(budget / (c[0] * (1.0 + buy_cost_pct)))
-    spent = float(np.sum(shares * c[0] * (1.0 + buy_cost_pct)))
-    return shares, float(initial_amount) - spent
-
-
-def buy_and_hold_values(close: Any, initial_amount: float, buy_cost_pct: float) -> np.ndarray:
-    """Equal-weight buy-and-hold baseline value series: ``[D] float64`` dollars.
-
-    Buys whole shares equally on day 0 at the close, paying ``buy_cost_pct`` of the traded value (see
-    `buy_and_hold_shares`), then holds to the end; nothing is sold at the end (like the policy's
-    series, values are marked to market). ``values[0] = initial_amount``: day 0's value before its trade,
-    as the env reports its first day, so the entry cost shows in day 1 and in every return metric;
-    ``values[t] = cash + shares . close[t]`` for ``t >= 1``.
-
-    :param close: ``[D, N]`` close prices in dollars.
-    :param initial_amount: starting capital, dollars.
-    :param buy_cost_pct: buy cost as a fraction of traded value (env: 0.001).
-    """
-    c = np.asarray(close, dtype=np.float64)
-    shares, cash = buy_and_hold_shares(c, initial_amount, buy_cost_pct)
-    values = cash + c @ shares
-    values[0] = float(initial_amount)
-    return values
-
-
-def buy_and_hold_trades(
-    dates: Any, tickers: Any, close: Any, initial_amount: float, buy_cost_pct: float
-) -> dict[str, np.ndarray]:
-    """The baseline's trades table (one buy per ticker with shares > 0 on day 0), same columns as
-    `trades_from_holdings`, so the baseline's trade count, costs and turnover can be reported."""
-    c = np.asarray(close, dtype=np.float64)
-    shares, _ = buy_and_hold_shares(c, initial_amount, buy_cost_pct)
-    holdings = np.broadcast_to(shares, c.shape)
-    return trades_from_holdings(dates, tickers, holdings, c, buy_cost_pct=buy_cost_pct, sell_cost_pct=0.0)
-
-
 # -------------------------------------------------------------------------------------------- summarize
 
 

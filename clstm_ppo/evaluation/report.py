@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from clstm_ppo.evaluation import metrics as M
+from clstm_ppo.evaluation.baselines import buy_and_hold
 from envs.errors import UserError
 
 TRADE_COLUMNS: tuple[str, ...] = ("date", "ticker", "side", "shares", "price", "cost")
@@ -64,13 +65,13 @@ class BacktestResult:
     :param cash: ``[D] float64`` policy cash, dollars.
     :param holdings_value: ``[D] float64`` shares x close, dollars (``cash + holdings_value == values``).
     :param baseline_values: ``[D] float64`` equal-weight buy-and-hold with the same costs
-        (`clstm_ppo.evaluation.metrics.buy_and_hold_values`), dollars.
+        (`clstm_ppo.evaluation.baselines.buy_and_hold`), dollars.
     :param trades: the policy's trades table, columns ``TRADE_COLUMNS`` (DataFrame or mapping of arrays;
         `clstm_ppo.evaluation.metrics.trades_from_holdings` builds one). None: unknown -- trade metrics are NaN
         (null in report.json) and trades.csv has only its header. An empty table means "no trades".
     :param metadata: JSON-able facts about the run: checkpoint path, period, tickers, config, ...
     :param index_values: optional ``[D]`` market index levels (any unit > 0), e.g. DJI closes.
-    :param baseline_trades: optional trades table of the baseline (`clstm_ppo.evaluation.metrics.buy_and_hold_trades`)
+    :param baseline_trades: optional trades table of the baseline (`clstm_ppo.evaluation.metrics.trades_from_holdings`)
         so its trade count, costs and turnover are reported too.
     """
 
@@ -98,22 +99,23 @@ class BacktestResult:
         """Build a result from a day-by-day policy record (`clstm_ppo.agent.evaluate.PolicyRun`'s fields).
 
         ``run`` needs ``dates [D]``, ``values [D]``, ``cash [D]``, ``holdings [D, N]`` (shares held at
-        row i's close), ``prices [D, N]`` (row i's close) and ``tickers [N]``, recorded the env's way:
+        row i's close), ``prices [D, N]`` (row i's close), ``fill_prices [D, N]`` and ``fill_dates [D]``
+        (what and when the trades leading to row i filled) and ``tickers [N]``, recorded the env's way:
         row 0 is the starting day before any trade, and the shares that changed from row i-1 to row i
-        were traded at row i-1's close (the env trades at today's close, then moves one day on). So the
-        trades table is dated and priced at row i-1. ``costs [D]`` (dollars, row i holding the costs of
-        that trade), when present, is checked against the rebuilt table, so a record that breaks this
-        convention fails loudly instead of mis-reporting. The baseline buys equal-weight at
-        ``prices[0]`` with ``buy_cost_pct`` and starts at ``initial_amount``, like the policy.
+        were decided on row i-1's close and filled as ``--execution`` says (`envs.execution`). So the
+        trades table is dated and priced at their fills. ``costs [D]`` (dollars, row i holding the costs of
+        those trades), when present, is checked against the rebuilt table, so a record that breaks this
+        convention fails loudly instead of mis-reporting. The baseline decides equal weights on row 0's close
+        and fills them the same way, with ``buy_cost_pct``, starting at ``initial_amount`` like the policy.
         """
-        dates = np.asarray(run.dates)
         prices = np.asarray(run.prices, dtype=np.float64)
+        fills = np.asarray(run.fill_prices, dtype=np.float64)
         holdings = np.asarray(run.holdings, dtype=np.float64)
         trades = M.trades_from_holdings(
-            dates[:-1],
+            np.asarray(run.fill_dates)[1:],
             run.tickers,
             holdings[1:],
-            prices[:-1],
+            fills[1:],
             buy_cost_pct=buy_cost_pct,
             sell_cost_pct=sell_cost_pct,
             initial_holdings=holdings[0],
@@ -126,16 +128,26 @@ class BacktestResult:
                     f"trades rebuilt from holdings cost ${got:,.2f} but the run recorded ${want:,.2f}: "
                     "holdings and execution prices are misaligned"
                 )
+        decided_fill = np.vstack([fills[1:], prices[-1:]])  # row t: where an order decided on row t fills
+        baseline = buy_and_hold(prices, decided_fill, initial_amount, buy_cost_pct)
+        baseline_trades = M.trades_from_holdings(
+            np.asarray(run.fill_dates)[1:],
+            run.tickers,
+            baseline.holdings[1:],
+            fills[1:],
+            buy_cost_pct=buy_cost_pct,
+            sell_cost_pct=0.0,
+        )
         return cls(
             dates=run.dates,
             values=np.asarray(run.values, dtype=np.float64),
             cash=np.asarray(run.cash, dtype=np.float64),
             holdings_value=np.sum(holdings * prices, axis=1),
-            baseline_values=M.buy_and_hold_values(prices, initial_amount, buy_cost_pct),
+            baseline_values=baseline.values,
             trades=trades,
             metadata=dict(metadata or {}),
             index_values=index_values,
-            baseline_trades=M.buy_and_hold_trades(run.dates, run.tickers, prices, initial_amount, buy_cost_pct),
+            baseline_trades=baseline_trades,
         )
 
     def __post_init__(self) -> None:

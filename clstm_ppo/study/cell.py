@@ -49,7 +49,7 @@ from clstm_ppo.training.trainer import Trainer
 from envs.features import PreparedMarket
 
 FAIL_CELL_ENV = "CLSTM_PPO_STUDY_FAIL_CELL"  # testing hook: this cell raises (proves failures are recorded)
-RECORD_FIELDS = ("values", "cash", "holdings", "prices", "costs")
+RECORD_FIELDS = ("values", "cash", "holdings", "prices", "costs", "fill_prices", "fill_dates")
 
 
 def write_status(folder: Path, status: str, **extra: Any) -> None:
@@ -68,7 +68,7 @@ def read_status(folder: Path) -> dict[str, Any]:
 
 def _save_run(path: Path, policy: PolicyRun, untrained: PolicyRun, train_seconds: float) -> None:
     arrays = {
-        f"{who}_{f}": getattr(run, f)
+        f"{who}_{f}": _stored(getattr(run, f))
         for who, run in (("policy", policy), ("untrained", untrained))
         for f in RECORD_FIELDS
     }
@@ -77,13 +77,22 @@ def _save_run(path: Path, policy: PolicyRun, untrained: PolicyRun, train_seconds
     os.replace(tmp, path)
 
 
+def _stored(array: np.ndarray) -> np.ndarray:
+    """An array as the .npz keeps it (dates as int64 nanoseconds: no pickled objects)."""
+    return array.astype("datetime64[ns]").astype(np.int64) if np.issubdtype(array.dtype, np.datetime64) else array
+
+
 def _load_run(path: Path, tickers: tuple[str, ...]) -> tuple[PolicyRun, PolicyRun, float]:
     with np.load(path, allow_pickle=False) as z:
         dates = z["dates"].astype("datetime64[ns]")
-        runs = [
-            PolicyRun(dates=dates, tickers=tickers, **{f: z[f"{who}_{f}"] for f in RECORD_FIELDS})
-            for who in ("policy", "untrained")
-        ]
+        runs = []
+        for who in ("policy", "untrained"):
+            fields = {f: z[f"{who}_{f}"] for f in RECORD_FIELDS if f"{who}_{f}" in z}
+            if "fill_prices" not in fields:  # written before --execution: trades filled at the decision's close
+                fields["fill_prices"] = np.concatenate([fields["prices"][:1], fields["prices"][:-1]])
+                fields["fill_dates"] = np.concatenate([dates[:1], dates[:-1]])
+            fields["fill_dates"] = fields["fill_dates"].astype("datetime64[ns]")
+            runs.append(PolicyRun(dates=dates, tickers=tickers, **fields))
         return runs[0], runs[1], float(z["train_seconds"])
 
 

@@ -21,12 +21,13 @@ import numpy as np
 import pandas as pd
 
 from clstm_ppo.evaluation.backtest import read_index
+from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, rule_baselines
 from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
-from clstm_ppo.study.baselines import BUY_AND_HOLD, rule_baselines
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.markets import load_markets, market_key
 from clstm_ppo.study.spec import StudySpec
+from envs.execution import fill_prices
 
 UNTRAINED = "untrained"
 
@@ -68,8 +69,9 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     days, turbulent = _traded(markets)
     dates = np.asarray(data.dates)[days.start : days.stop]
     close = np.asarray(data.close)[days.start : days.stop]
+    fill = fill_prices(data, base.env.execution)[days.start : days.stop]  # the policies' fills, for the rules too
     rules = rule_baselines(
-        close, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
+        close, fill, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
     )
     bench = rules[BUY_AND_HOLD].values
     baselines = {

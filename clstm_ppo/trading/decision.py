@@ -23,10 +23,13 @@ The rule (and why it reproduces the backtest):
    cash after the sells and costs (cash never negative), and on a turbulent day sell everything, buy
    nothing. Its share changes are the orders.
 
-So when the account holds what the backtest held on day t, the orders are the backtest's trades of day t
-(tests/test_trade.py proves it on recorded bars). What still differs in real trading: orders are sent after
-the close and fill at the next open, not at the close the rule priced them at; costs are Alpaca's, not
-``buy_cost_pct``/``sell_cost_pct``; an account with other capital than ``initial_amount`` reads as richer or
+So when the account holds what the backtest held on day t, the orders are the backtest's trades decided on day t
+(tests/test_trade.py proves it on recorded bars, under every ``--execution``). They are sent after the close and
+fill at the next open, which is what the backtest assumes under ``--execution next_open`` (the default where the
+data has opens); a checkpoint backtested with ``close`` fills (the paper preset, old checkpoints) is told so in
+the decision's notes. What still differs in real trading: when the open gaps up so far that the buys no longer
+fit the cash, the backtest scales them pro rata where the broker may refuse the last ones; costs are Alpaca's,
+not ``buy_cost_pct``/``sell_cost_pct``; an account with other capital than ``initial_amount`` reads as richer or
 poorer in the ``shares`` state encoding (``weights`` is scale-free).
 """
 
@@ -47,6 +50,7 @@ from clstm_ppo.training.checkpoint import Checkpoint, restore_market
 from envs.alpaca import parse_timeframe
 from envs.data import DayRange
 from envs.errors import UserError
+from envs.execution import FILLS_AT, resolve_execution
 from envs.features import PreparedMarket
 from envs.kernel import orders_from_actions, portfolio_value, trade_step
 from envs.vector_env import write_portfolio_columns
@@ -87,6 +91,7 @@ class Decision:
     orders: list[PlannedOrder]  # sells first, then buys, each in ticker order
     backtest_value: float  # the replayed (backtest) portfolio's value at ``day``'s close
     replay_start: date
+    execution: str  # how the backtest fills these orders (envs.execution): next_open, next_close or close
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -111,6 +116,7 @@ class Decision:
             "shares_after": [float(s) for s in self.shares_after],
             "costs": self.costs,
             "backtest_value": self.backtest_value,
+            "execution": self.execution,
             "notes": list(self.notes),
         }
 
@@ -226,6 +232,12 @@ def decide(
     if cash < 0:
         notes.append(f"account cash is ${cash:,.2f} (margin in use): counted as $0, so nothing is bought")
         cash = 0.0
+    execution = resolve_execution(env.execution, market.data)
+    if execution != "next_open":
+        notes.append(
+            f"this checkpoint's backtest fills orders {FILLS_AT[execution]}, "
+            "but these orders fill at the next open: expect the backtest and the account to drift apart"
+        )
     run = run_policy(ck, model, market, Period(days, "trade", "replay"), torch.device(device))
     assert run.last_obs is not None
 
@@ -276,6 +288,7 @@ def decide(
         orders=[],
         backtest_value=float(run.values[-1]),
         replay_start=_day(market.data.dates[days.start]),
+        execution=execution,
         notes=notes,
     )
     decision.orders = plan_orders(decision, stats.shares_traded[0].numpy(), env.hmax)

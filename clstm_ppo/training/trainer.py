@@ -38,6 +38,7 @@ from clstm_ppo.training.run_folder import BEST, LATEST, episode_checkpoint_name,
 from clstm_ppo.training.run_log import RunLog
 from clstm_ppo.training.signals import StoppedBySignal, StopRequest
 from envs.errors import UserError
+from envs.execution import describe_execution
 from envs.features import PreparedMarket
 from envs.vector_env import VectorStockTradingEnv
 
@@ -295,7 +296,8 @@ class Trainer:
         return (
             f"world size {self.comm.world_size} | backend {self.comm.backend} | devices {devices} | "
             f"{self.cfg.ppo.num_envs} envs per worker | policy {self.cfg.model.policy} | "
-            f"{self.market.num_tickers} tickers, F={self.market.num_features}, T={self.market.window}"
+            f"{self.market.num_tickers} tickers, F={self.market.num_features}, T={self.market.window} | "
+            f"{describe_execution(self.cfg.env.execution, self.market.data)}"
         )
 
     # ------------------------------------------------------------------ checkpoints
