@@ -88,6 +88,11 @@ class EnvConfig:
         "close), or auto: next_open where the data has opens, next_close on close-only data",
         choices=EXECUTIONS,
     )
+    risk_free: float = setting(
+        0.0,
+        "annual risk-free rate (fraction, e.g. 0.04): cash earns it every trading day, and Sharpe and Sortino are on "
+        "returns in excess of it",
+    )
     reward: str = setting(
         "log_return",
         "value: change of portfolio value in dollars x --reward_scaling (the paper's); log_return: 100 x the day's "
@@ -103,6 +108,8 @@ class EnvConfig:
             raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
         if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
             raise UserError("--buy_cost_pct and --sell_cost_pct must be in [0, 1)")
+        if not -0.5 < self.risk_free < 1:
+            raise UserError(f"--risk_free is an annual fraction in (-0.5, 1), e.g. 0.04; got {self.risk_free}")
         if not 0 <= self.rebalance_band < 1:
             raise UserError(f"--rebalance_band must be in [0, 1), got {self.rebalance_band}")
         for f in fields(self):  # settings given in code (not by a flag) are checked against their choices too

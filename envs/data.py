@@ -11,9 +11,13 @@ Column names are matched case-insensitively, surrounding spaces ignored, and the
     volume  <- volume, vol
     adj_close <- adjusted, adj_close, adj close, adjclose, adjusted_close
 
-An adjusted-close column is IGNORED by default (bars are used as given, e.g. Alpaca's ``adjustment="all"``
-bars are already adjusted). ``use_adjusted=True`` rescales open/high/low/close of each row by
-``adj_close / close`` so that returns include dividends; volume is left as is.
+An adjusted-close column is read as the dividends it implies (bars are otherwise used as given, e.g. Alpaca's
+``adjustment="all"`` bars are already adjusted and carry none): on each day t the dividend per share that makes
+the close-to-close return equal the adjusted one, ``d_t = close_{t-1} x adj_t / adj_{t-1} - close_t``, paid to
+the holders of day t-1's close (`MarketData.dividends`; within +-1e-4 of the previous close it counts as zero,
+and an implied payout beyond 25% of the price is refused: the closes then look split-unadjusted).
+``use_adjusted=True`` instead rescales open/high/low/close of each row by ``adj_close / close`` (returns then
+include the dividends, and none is paid); volume is left as is.
 
 Close-only input (date, tic, close [, volume]) is accepted: open/high/low are filled from close, volume
 from 0 when absent, and ``close_only=True`` (indicators needing a true high/low range degrade; the features
@@ -176,7 +180,7 @@ def _parse_numbers(raw: pd.Series, name: str, frame: pd.DataFrame) -> np.ndarray
 
 
 def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.DataFrame:
-    """Any accepted long frame -> canonical columns date, tic, open, high, low, close, volume [+ close_only].
+    """Any accepted long frame -> canonical columns date, tic, open, high, low, close, volume [, adj_close].
 
     Renames aliases, parses dates (datetime64[ns], normalised to midnight) and numbers, validates every row
     (no gap check: that needs the whole panel, see :meth:`MarketData.from_frame`), and sorts by (date, tic).
@@ -228,14 +232,17 @@ def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.Dat
         out["volume"] = _parse_numbers(df[mapping["volume"]].reset_index(drop=True), "volume", out)
     else:
         out["volume"] = 0.0
-    if use_adjusted:
+    if "adj_close" in mapping:
         adj = _parse_numbers(df[mapping["adj_close"]].reset_index(drop=True), "adj_close", out)
         bad = ~np.isfinite(adj) | (adj <= 0)
         if bad.any():
             raise UserError(f"NaN, inf or non-positive adjusted close at {_rows(out, bad)}")
-        factor = adj / out["close"].to_numpy()
-        for col in PRICE_COLUMNS:
-            out[col] = out[col].to_numpy() * factor
+        if use_adjusted:
+            factor = adj / out["close"].to_numpy()
+            for col in PRICE_COLUMNS:
+                out[col] = out[col].to_numpy() * factor
+        else:  # kept: MarketData.from_frame reads the dividends it implies
+            out["adj_close"] = adj
 
     for col in PRICE_COLUMNS:
         values = out[col].to_numpy()
@@ -310,13 +317,16 @@ class MarketData:
     close: np.ndarray  # [D, N] float64, dollars
     volume: np.ndarray  # [D, N] float64, shares
     close_only: bool = False  # True when open/high/low were filled from close
+    dividends: np.ndarray | None = None  # [D, N] float64 dollars per share paid on day t (zeros when None)
 
     def __post_init__(self) -> None:
         dates = np.asarray(self.dates).astype("datetime64[ns]")
         object.__setattr__(self, "dates", dates)
         object.__setattr__(self, "tickers", tuple(str(t) for t in self.tickers))
         shape = (len(dates), len(self.tickers))
-        for name in ("open", "high", "low", "close", "volume"):
+        if self.dividends is None:
+            object.__setattr__(self, "dividends", np.zeros(shape))
+        for name in ("open", "high", "low", "close", "volume", "dividends"):
             arr = np.asarray(getattr(self, name), dtype=np.float64)
             if arr.shape != shape:
                 raise ValueError(f"MarketData.{name} has shape {arr.shape}, expected {shape} (days, tickers)")
@@ -378,12 +388,18 @@ class MarketData:
                 raise UserError(
                     f"the {len(tickers)} tickers share no common date; gap_policy 'intersect' leaves nothing"
                 )
-        arrays = {c: _pivot(frame, c, dates, tickers) for c in ("open", "high", "low", "close", "volume")}
+        columns = ("open", "high", "low", "close", "volume") + (("adj_close",) if "adj_close" in frame else ())
+        arrays = {c: _pivot(frame, c, dates, tickers) for c in columns}
         if gaps and gap_policy == "ffill":
             arrays = _forward_fill(arrays, dates, tickers, max_ffill_days)
         check_price_jumps(arrays["close"], dates, tickers, max_price_ratio)
+        adj = arrays.pop("adj_close", None)
         return cls(
-            dates=dates.to_numpy(dtype="datetime64[ns]"), tickers=tuple(tickers), close_only=close_only, **arrays
+            dates=dates.to_numpy(dtype="datetime64[ns]"),
+            tickers=tuple(tickers),
+            close_only=close_only,
+            dividends=None if adj is None else implied_dividends(arrays["close"], adj, dates, tickers),
+            **arrays,
         )
 
     @classmethod
@@ -403,19 +419,22 @@ class MarketData:
 
     # ------------------------------------------------------------------ export and views
     def to_frame(self) -> pd.DataFrame:
-        """Long format: date, tic, open, high, low, close, volume, sorted by (date, tic); D*N rows."""
+        """Long format: date, tic, open, high, low, close, volume, sorted by (date, tic); D*N rows. With dividends,
+        an adj_close column too (the total-return series they imply, 1 on the first day), so they read back."""
         d, n = self.num_days, self.num_tickers
-        return pd.DataFrame(
-            {
-                "date": np.repeat(self.dates, n),
-                "tic": np.tile(np.asarray(self.tickers, dtype=object), d),
-                "open": self.open.reshape(-1),
-                "high": self.high.reshape(-1),
-                "low": self.low.reshape(-1),
-                "close": self.close.reshape(-1),
-                "volume": self.volume.reshape(-1),
-            }
-        )
+        columns = {
+            "date": np.repeat(self.dates, n),
+            "tic": np.tile(np.asarray(self.tickers, dtype=object), d),
+            "open": self.open.reshape(-1),
+            "high": self.high.reshape(-1),
+            "low": self.low.reshape(-1),
+            "close": self.close.reshape(-1),
+            "volume": self.volume.reshape(-1),
+        }
+        if self.dividends.any():
+            growth = (self.close[1:] + self.dividends[1:]) / self.close[:-1]
+            columns["adj_close"] = np.vstack([np.ones((1, n)), np.cumprod(growth, axis=0)]).reshape(-1)
+        return pd.DataFrame(columns)
 
     def to_path(self, path: str | Path) -> Path:
         """Write :meth:`to_frame` as CSV or Parquet by extension; creates parent folders. Returns the path."""
@@ -443,6 +462,7 @@ class MarketData:
             close=self.close[sl].copy(),
             volume=self.volume[sl].copy(),
             close_only=self.close_only,
+            dividends=self.dividends[sl].copy(),
         )
 
     def select_tickers(self, tickers: Iterable[str]) -> MarketData:
@@ -467,6 +487,7 @@ class MarketData:
             close=self.close[:, cols],
             volume=self.volume[:, cols],
             close_only=self.close_only,
+            dividends=self.dividends[:, cols],
         )
 
     def select_dates(self, start: str | None = None, end: str | None = None) -> MarketData:
@@ -493,14 +514,15 @@ class MarketData:
         return str(self.dates[day].astype("datetime64[D]"))
 
     def equals(self, other: MarketData) -> bool:
-        """Exact equality of dates, tickers, all five arrays (bit for bit) and the close_only flag."""
+        """Exact equality of dates, tickers, all six arrays (bit for bit) and the close_only flag."""
         return (
             isinstance(other, MarketData)
             and self.tickers == other.tickers
             and self.close_only == other.close_only
             and np.array_equal(self.dates, other.dates)
             and all(
-                np.array_equal(getattr(self, c), getattr(other, c)) for c in ("open", "high", "low", "close", "volume")
+                np.array_equal(getattr(self, c), getattr(other, c))
+                for c in ("open", "high", "low", "close", "volume", "dividends")
             )
         )
 
@@ -558,7 +580,37 @@ def _forward_fill(
     for name in ("open", "high", "low", "close"):
         out[name] = np.where(missing, filled_close, arrays[name])
     out["volume"] = np.where(missing, 0.0, arrays["volume"])
+    if "adj_close" in arrays:  # a filled day pays nothing: both series stay flat
+        out["adj_close"] = pd.DataFrame(arrays["adj_close"]).ffill().to_numpy()
     return out
+
+
+DIVIDEND_NOISE = 1e-4
+"""An implied dividend within this fraction of the previous close is rounding in the adjusted close: zero."""
+MAX_DIVIDEND_YIELD = 0.25
+"""An implied payout beyond this fraction of the price is a split the close column does not reflect."""
+
+
+def implied_dividends(close: np.ndarray, adj: np.ndarray, dates: Any, tickers: Sequence[str]) -> np.ndarray:
+    """The dividends per share ``[D, N]`` (dollars, paid on day t to holders of day t-1's close) that make the
+    close-to-close returns of ``close`` equal those of the adjusted closes ``adj``: ``close_{t-1} x adj_t /
+    adj_{t-1} - close_t`` (module docstring); UserError naming the first implausible one."""
+    if not (np.isfinite(adj).all() and (adj > 0).all()):
+        raise UserError("the adjusted-close column has missing, infinite or non-positive values")
+    out = np.zeros_like(close)
+    prev = close[:-1]
+    out[1:] = prev * adj[1:] / adj[:-1] - close[1:]
+    yield_ = out / np.vstack([close[:1], prev])
+    bad = np.abs(yield_) > MAX_DIVIDEND_YIELD
+    if bad.any():
+        day, col = (int(x[0]) for x in np.nonzero(bad))
+        raise UserError(
+            f"the adjusted close implies a {yield_[day, col]:+.0%} payout on {tickers[col]} "
+            f"{pd.Timestamp(dates[day]).date()}: the close column looks split-unadjusted; give split-adjusted "
+            "closes, or drop the adjusted column"
+        )
+    out[np.abs(yield_) < DIVIDEND_NOISE] = 0.0
+    return np.clip(out, 0.0, None)
 
 
 def parse_date(value: Any, what: str) -> pd.Timestamp:

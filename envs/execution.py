@@ -1,5 +1,6 @@
-"""When an order fills: the one place that maps ``--execution`` to prices, for the env, the backtest's and the
-study's baselines, and the trade plan.
+"""The terms a portfolio trades and holds on: when an order fills (``--execution``), the dividends holders receive
+and the interest cash earns (``--risk_free``). The one place that maps them to numbers, for the env, the
+backtest's and the study's baselines, and the trade plan.
 
 A policy decides on day t after seeing day t's close. Its orders are sized at that close (the last price it
 knows) and fill at:
@@ -12,14 +13,22 @@ knows) and fill at:
 
 Either way the portfolio is valued at day t+1's close, so the gap between day t's close and the fill price is
 paid (or earned) by every trade, and a turbulent day t's liquidation fills at the same price as any other order.
+
+Carry from day t's close to day t+1's: cash earns the daily risk-free rate ``(1 + risk_free)^(1/252) - 1``, and
+day t+1's dividends (`envs.data.MarketData.dividends`, paid to the holders of record at day t's close) are paid
+in cash on the shares held at day t's close: after the trade under ``close`` fills, before it under the next-day
+fills (a share bought on the ex-dividend day does not receive it).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 from envs.data import MarketData
 from envs.errors import UserError
+from envs.returns import daily_risk_free
 from envs.state import EXECUTIONS
 
 
@@ -59,3 +68,31 @@ def describe_execution(mode: str, data: MarketData) -> str:
     resolved = resolve_execution(mode, data)
     why = " (--execution auto: the data has closes only)" if mode == "auto" and resolved == "next_close" else ""
     return f"orders fill {FILLS_AT[resolved]}{why}"
+
+
+@dataclass(frozen=True)
+class Terms:
+    """The fills and carry of D days of N tickers (module docstring), for a rule or the env to trade on."""
+
+    execution: str  # resolved: close | next_open | next_close
+    fill: np.ndarray  # [D, N] float64 dollars: row t, where an order decided on day t's close fills
+    dividends: np.ndarray  # [D, N] float64 dollars per share paid on day t to the holders of day t-1's close
+    cash_rate: float  # interest on cash per trading day (fraction)
+
+    @classmethod
+    def of(cls, data: MarketData, execution: str, risk_free: float) -> Terms:
+        """The terms of ``data`` under ``--execution`` and an annual ``risk_free`` rate (fraction)."""
+        mode = resolve_execution(execution, data)
+        return cls(
+            mode, fill_prices(data, mode), np.asarray(data.dividends, dtype=np.float64), daily_risk_free(risk_free)
+        )
+
+    def days(self, start: int, stop: int) -> Terms:
+        """The terms of days [start, stop)."""
+        return Terms(self.execution, self.fill[start:stop], self.dividends[start:stop], self.cash_rate)
+
+    @property
+    def paid_after_fill(self) -> bool:
+        """Are the next day's dividends paid on the holdings after the day's trade (only when it fills at the close
+        itself, before the ex-dividend day opens)?"""
+        return self.execution == "close"

@@ -129,6 +129,7 @@ class StockTradingEnv(gymnasium.Env):
         info["num_trades"] = int(vinfo["num_trades"][0])
         info["costs"] = float(vinfo["costs"][0])
         info["fill_prices"] = vinfo["fill_prices"][0].numpy().copy()  # what this step's orders filled at
+        info["dividends"] = float(vinfo["dividends"][0])  # dollars received for the new day
         info["fill_date"] = self._dates[info["day"] - 1 if self._venv.execution == "close" else info["day"]]
         if "episode" in vinfo:
             info["episode"] = {k: v[0].item() for k, v in vinfo["episode"].items()}

@@ -42,7 +42,7 @@ from torch import Tensor
 from envs.config import EnvConfig
 from envs.data import DayRange
 from envs.errors import UserError
-from envs.execution import fill_prices, resolve_execution
+from envs.execution import Terms
 from envs.features import PreparedMarket
 from envs.kernel import portfolio_value, trade_step
 from envs.returns import annualised_sharpe
@@ -106,7 +106,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     describe the step just taken (before any reset): portfolio_value, cash [B] ($), day [B] (index of
     the day the portfolio was valued at), costs [B] ($), num_trades [B], shares_traded [B, N], wanted_buy_value
     and refused_buy_value [B] ($ of buys asked for, and of those the cash could not pay for), fill_prices [B, N] ($
-    per share the step's orders filled at).
+    per share the step's orders filled at), dividends [B] ($ received for the day moved to). Cash earns
+    ``EnvConfig.risk_free`` each day and the episode's Sharpe is on returns in excess of it (`envs.execution`).
 
     Arguments: market (PreparedMarket), split ("train" | "validation" | "test" or a DayRange),
     num_envs (B), config (EnvConfig), device, seed (of the start-day generator).
@@ -152,8 +153,11 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         data = market.data
         # A copy: the data's arrays can be read-only views of a pandas frame, which torch warns about.
         self._close = torch.tensor(np.asarray(data.close, dtype=np.float64), device=dev)  # [D, N]
-        self.execution = resolve_execution(config.execution, data)
-        self._fill = torch.tensor(fill_prices(data, self.execution), device=dev)  # [D, N] row t: day t's orders fill
+        self.terms = Terms.of(data, config.execution, config.risk_free)
+        self.execution = self.terms.execution
+        self._fill = torch.tensor(self.terms.fill, device=dev)  # [D, N] row t: where day t's orders fill
+        self._dividends = torch.tensor(self.terms.dividends, device=dev)  # [D, N] dollars per share paid on day t
+        self._pays_dividends = bool(self.terms.dividends.any())  # host-known: no work per step without them
         turbulent = np.asarray(market.turbulence) >= market.turbulence_threshold
         self._turbulent = torch.as_tensor(turbulent, device=dev)  # [D] bool
         norm = market.normalization
@@ -305,14 +309,15 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             s["cash"], s["shares"], actions, prices, self._turbulent.index_select(0, day), cfg, fill
         )
         day = day + 1
+        cash, paid = self._carry(cash, s["shares"], shares, day)
         value = portfolio_value(cash, shares, self._close.index_select(0, day))
         if cfg.reward == "log_return":
             reward64 = 100.0 * torch.log(value / s["value"])
         else:
             reward64 = (value - s["value"]) * cfg.reward_scaling
 
-        # Episode statistics, O(B): running sums of daily simple returns, running peak.
-        ret = value / s["value"] - 1.0
+        # Episode statistics, O(B): running sums of daily returns in excess of the risk-free rate, running peak.
+        ret = value / s["value"] - 1.0 - self.terms.cash_rate
         peak = torch.maximum(s["peak"], value)
         s["sum_r"] += ret
         s["sum_r2"] += ret * ret
@@ -358,6 +363,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "num_trades": stats.num_trades,
             "shares_traded": stats.shares_traded,
             "fill_prices": fill,
+            "dividends": paid,
             "wanted_buy_value": stats.wanted_buy_value,
             "refused_buy_value": stats.refused_buy_value,
             "final_obs": obs,
@@ -373,6 +379,18 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         return obs, reward64.to(torch.float32), terminated, truncated, info
 
     # ---------------------------------------------------------------- internals
+    def _carry(self, cash: Tensor, before: Tensor, after: Tensor, day: Tensor) -> tuple[Tensor, Tensor]:
+        """Cash [B] at ``day``'s close: the trade's cash with a day's interest, plus ``day``'s dividends on the
+        shares held at the previous close (``after`` the trade when it filled at that close, else ``before``:
+        `envs.execution`). Returns it and the dividends [B] paid."""
+        if self.terms.cash_rate:
+            cash = cash * (1.0 + self.terms.cash_rate)
+        if not self._pays_dividends:
+            return cash, torch.zeros_like(cash)
+        holders = after if self.terms.paid_after_fill else before
+        paid = (holders * self._dividends.index_select(0, day)).sum(1)
+        return cash + paid, paid
+
     def _episode_summary(self, length: Tensor) -> dict[str, Tensor]:
         """[B] tensors describing each env's episode so far (valid where it just finished)."""
         s = self._s

@@ -68,6 +68,29 @@ def test_fixture_use_adjusted_rescales_ohlc_by_adjusted_over_close():
     np.testing.assert_array_equal(data.volume[:, 0], aapl["volume"].to_numpy())
 
 
+def test_an_adjusted_close_column_is_read_as_the_dividends_it_implies():
+    """By hand: closes 100, 99, 101 with adjusted closes 98, 98, 100 -> on day 1 the holder of day 0's close gets
+    100 x 98/98 - 99 = $1.00; day 2 pays nothing (101/99 = 100/98 up to rounding). The fixture's AAPL pays the
+    quarterly dividends its adjusted column implies; written out and read back, the dividends survive."""
+    frame = pd.DataFrame(
+        {
+            "date": ["2021-01-04", "2021-01-05", "2021-01-06"] * 2,
+            "tic": ["A"] * 3 + ["B"] * 3,
+            "close": [100.0, 99.0, 101.0, 50.0, 51.0, 52.0],
+            "adjusted": [98.0, 98.0, 98.0 * 101.0 / 99.0, 50.0, 51.0, 52.0],
+        }
+    )
+    data = MarketData.from_frame(frame)
+    np.testing.assert_allclose(data.dividends, [[0.0, 0.0], [1.0, 0.0], [0.0, 0.0]], atol=1e-12)
+    assert MarketData.from_frame(data.to_frame()).dividends == pytest.approx(data.dividends, abs=1e-9)
+    assert not MarketData.from_frame(frame, use_adjusted=True).dividends.any()  # rescaled instead: none paid
+    aapl = MarketData.from_csv(FIXTURE).dividends[:, 0]
+    assert 40 <= (aapl > 0).sum() <= 44 and 0 < aapl.max() < 1.0  # about quarterly, split-adjusted cents
+    split = frame.assign(close=[100.0, 49.5, 50.5, 50.0, 51.0, 52.0])  # a 2:1 split the close does not show
+    with pytest.raises(UserError, match="implies a .* payout on A 2021-01-05: the close column looks split-unadjusted"):
+        MarketData.from_frame(split, max_price_ratio=0)
+
+
 def test_aliases_case_insensitive_and_unsorted_input_is_sorted():
     df = make_frame()
     shuffled = df.sample(frac=1.0, random_state=1).rename(

@@ -113,6 +113,44 @@ def test_hand_worked_next_open_fills() -> None:
     assert info["fill_prices"].tolist() == [[11.0, 19.0]]
 
 
+def test_cash_earns_interest_and_holders_receive_dividends_by_hand() -> None:
+    """risk_free 0.0252 a year is (1.0252)^(1/252) - 1 a day on the cash after the trade; a $0.50 dividend of AAA on
+    day 2 is paid on the shares held at day 1's close: after day 1's trade at close fills, before it otherwise."""
+    close = np.array([[10.0, 20.0], [11.0, 19.0], [12.0, 18.0], [12.5, 18.5]])
+    dividends = np.zeros_like(close)
+    dividends[2, 0] = 0.5
+    data = MarketData(
+        dates=pd.bdate_range("2021-03-01", periods=4).to_numpy().astype("datetime64[ns]"),
+        tickers=("AAA", "BBB"),
+        open=close,
+        high=close * 1.01,
+        low=close * 0.99,
+        close=close,
+        volume=np.ones_like(close),
+        dividends=dividends,
+    )
+    market = PreparedMarket.prepare(data, Splits(DayRange(0, 4), None, None), window=1, use_turbulence=False)
+    daily = 1.0252 ** (1 / 252) - 1
+    for execution, held in (("close", 60.0), ("next_open", 10.0)):
+        rules = {**SHARES, "execution": execution}
+        cfg = EnvConfig(
+            hmax=100, initial_amount=1000.0, buy_cost_pct=0.0, sell_cost_pct=0.0, reward_scaling=1.0,
+            episode_length="full", risk_free=0.0252, **rules,
+        )  # fmt: skip
+        env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
+        env.reset()
+        *_, info = env.step(torch.tensor([[0.1, 0.0]]))  # buy 10 AAA
+        fill = 10.0 if execution == "close" else 11.0
+        cash = (1000.0 - 10 * fill) * (1 + daily)
+        assert info["cash"].item() == pytest.approx(cash, rel=1e-12) and info["dividends"].item() == 0.0
+        *_, info = env.step(torch.tensor([[0.5, 0.0]]))  # buy 50 more AAA: held from day 1's close, or day 2's open
+        fill = 11.0 if execution == "close" else 12.0
+        cash = (cash - 50 * fill) * (1 + daily) + 0.5 * held
+        assert info["dividends"].item() == pytest.approx(0.5 * held)
+        assert info["cash"].item() == pytest.approx(cash, rel=1e-12)
+        assert info["portfolio_value"].item() == pytest.approx(cash + 60 * 12.0, rel=1e-12)
+
+
 def test_auto_execution_is_next_open_and_next_close_on_close_only_data(market: PreparedMarket) -> None:
     from envs.execution import describe_execution, resolve_execution
 

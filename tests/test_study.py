@@ -22,7 +22,7 @@ from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, par
 from clstm_ppo.study.schedule import walk_forward
 from clstm_ppo.training.checkpoint import load_checkpoint
 from envs.errors import UserError
-from envs.execution import fill_prices
+from envs.execution import Terms
 from envs.synthetic import generate_market
 from tests.conftest import clean_env
 
@@ -219,8 +219,9 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     data = generate_market(num_tickers=3, num_days=700, seed=1)
     dates = pd.DatetimeIndex(data.dates)
     days = (dates >= "2016-03-01") & (dates <= "2016-08-31")
-    fill = fill_prices(data, "auto")[days]  # the study's default: orders fill at the next open
-    bh = buy_and_hold(data.close[days], fill, 1_000_000.0, 1e-3).values
+    first, last = np.flatnonzero(days)[[0, -1]]
+    terms = Terms.of(data, "auto", 0.0).days(first, last + 1)  # the study's default: orders fill at the next open
+    bh = buy_and_hold(data.close[days], terms, 1_000_000.0, 1e-3).values
     assert report["baselines"]["buy-and-hold"]["cumulative_return"] == pytest.approx(bh[-1] / bh[0] - 1)
     assert set(report["baselines"]) == {"buy-and-hold", "buy-and-hold + turbulence stop", "1/N monthly"}
     mlp = report["groups"]["mlp"]

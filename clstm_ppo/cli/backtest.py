@@ -27,7 +27,12 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", choices=SPLITS, help="the checkpoint's split to backtest")
     parser.add_argument("--start", default=None, help="custom period: first day (YYYY-MM-DD); overrides --split")
     parser.add_argument("--end", default=None, help="custom period: last day (YYYY-MM-DD); overrides --split")
-    parser.add_argument("--risk_free", type=float, default=0.0, help="annual risk-free rate for Sharpe/Sortino")
+    parser.add_argument(
+        "--risk_free",
+        type=float,
+        default=None,
+        help="annual risk-free rate: cash earns it and Sharpe/Sortino are in excess of it (default: the checkpoint's)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
 

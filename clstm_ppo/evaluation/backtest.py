@@ -53,7 +53,7 @@ from clstm_ppo.market import is_alpaca, load_data
 from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_market, restore_policy
 from envs.data import DayRange, MarketData
 from envs.errors import UserError
-from envs.execution import describe_execution, resolve_execution
+from envs.execution import Terms, describe_execution, resolve_execution
 from envs.features import PreparedMarket
 
 SPLITS = ("test", "validation", "train")
@@ -224,17 +224,32 @@ def run_policy(
     )
 
 
+def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:
+    """``ck`` with another ``--risk_free`` (cash interest and the excess in Sharpe/Sortino), or as it is."""
+    if risk_free is None:
+        return ck
+    return dataclasses.replace(ck, config={**ck.config, "risk_free": float(risk_free)})
+
+
 def result_of(
-    ck: Checkpoint, run: PolicyRun, *, metadata: dict[str, Any], index_values: np.ndarray | None = None
+    ck: Checkpoint,
+    run: PolicyRun,
+    market: PreparedMarket,
+    period: Period,
+    *,
+    metadata: dict[str, Any],
+    index_values: np.ndarray | None = None,
 ) -> BacktestResult:
-    cfg = ck.cfg
+    """The backtest result of ``run`` over ``period``, its baseline on the same days and terms."""
+    env = ck.cfg.env
     return BacktestResult.from_run(
         run,
-        initial_amount=cfg.env.initial_amount,
-        buy_cost_pct=cfg.env.buy_cost_pct,
-        sell_cost_pct=cfg.env.sell_cost_pct,
+        initial_amount=env.initial_amount,
+        buy_cost_pct=env.buy_cost_pct,
+        sell_cost_pct=env.sell_cost_pct,
         metadata=metadata,
         index_values=index_values,
+        terms=Terms.of(market.data, env.execution, env.risk_free).days(period.days.start, period.days.stop),
     )
 
 
@@ -348,7 +363,7 @@ def backtest(
     episodes: int = 1,
     seed: int = 0,
     index: str | Path | None = None,
-    risk_free: float = 0.0,
+    risk_free: float | None = None,
     device: torch.device | str = "cpu",
 ) -> Backtest:
     """Run one checkpoint over one period and write its report folder (see the module docstring).
@@ -356,12 +371,15 @@ def backtest(
     :param episodes: with ``stochastic``, sampled episodes to run; the one with the median cumulative return
         stands for them in the report files, and report.json gains a "stochastic" section.
     :param out: report folder (default: ``backtest-<checkpoint>-<period>`` next to the checkpoint).
+    :param risk_free: annual rate that cash earns and Sharpe/Sortino are in excess of (default: the checkpoint's
+        ``--risk_free``).
     """
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
     if episodes > 1 and not stochastic:
         raise UserError("--episodes > 1 needs --stochastic (the deterministic policy gives the same run every time)")
-    ck = open_checkpoint(checkpoint)
+    ck = with_risk_free(open_checkpoint(checkpoint), risk_free)
+    risk_free = ck.cfg.env.risk_free
     market = restore_market(ck, load_backtest_data(ck, data=data, start=start, end=end))
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
     model = restore_policy(ck, market, device)
@@ -380,7 +398,10 @@ def backtest(
             for _ in range(episodes)
         ]
         rows = [
-            {"episode": k + 1, **M.summarize(r.values, trades=pd.DataFrame(result_of(ck, r, metadata={}).trades))}
+            {
+                "episode": k + 1,
+                **M.summarize(r.values, trades=pd.DataFrame(result_of(ck, r, market, period, metadata={}).trades)),
+            }
             for k, r in enumerate(runs)
         ]
         # The median episode by cumulative return stands for the distribution in the report files.
@@ -399,7 +420,9 @@ def backtest(
             "summary": _episode_summary(rows),
             "runs": rows,
         }
-    report = write_report(result_of(ck, run, metadata=metadata, index_values=index_values), folder, risk_free=risk_free)
+    report = write_report(
+        result_of(ck, run, market, period, metadata=metadata, index_values=index_values), folder, risk_free=risk_free
+    )
     if summary is not None:
         path = report.paths["report"]
         payload = json.loads(path.read_text(encoding="utf-8"))
@@ -460,11 +483,12 @@ def compare(
     start: str | None = None,
     end: str | None = None,
     out: str | Path | None = None,
-    risk_free: float = 0.0,
+    risk_free: float | None = None,
     device: torch.device | str = "cpu",
 ) -> Comparison:
-    """Several checkpoints of one universe, deterministic, on one period (the first one's data and split)."""
-    cks = [open_checkpoint(p) for p in checkpoints]
+    """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
+    earns ``risk_free`` (default: each checkpoint's own; given, the same for all)."""
+    cks = [with_risk_free(open_checkpoint(p), risk_free) for p in checkpoints]
     names = comparison_labels([c.path for c in cks], labels)
     first = cks[0]
     for ck in cks[1:]:
@@ -493,6 +517,11 @@ def compare(
                 f"{ck.path} fills orders with --execution {ck.cfg.env.execution}, {first.path} with "
                 f"{first.cfg.env.execution}; compare needs the same fills (one would trade on prices the other cannot)"
             )
+        if ck.cfg.env.risk_free != first.cfg.env.risk_free:
+            raise UserError(
+                f"{ck.path} was trained with --risk_free {ck.cfg.env.risk_free:g}, {first.path} with "
+                f"{first.cfg.env.risk_free:g}; pass --risk_free to compare them at one rate"
+            )
     # Longest lookback of all checkpoints, so every policy's first observation is real data.
     widest = max(cks, key=lambda c: c.window)
     market_data = load_backtest_data(first, data=data, start=start, end=end)
@@ -517,7 +546,7 @@ def compare(
     for ck, label in zip(cks, names, strict=True):
         market = market0 if ck is first else restore_market(ck, market_data)
         run = run_policy(ck, restore_policy(ck, market, device), market, period, device)
-        res = result_of(ck, run, metadata={})
+        res = result_of(ck, run, market, period, metadata={})
         curves[label], trades[label] = res.values, res.trades
         if baseline is None:
             baseline = res
@@ -548,7 +577,7 @@ def compare(
         folder,
         trades=trades,
         metadata=metadata,
-        risk_free=risk_free,
+        risk_free=first.cfg.env.risk_free,
         title=f"{len(cks)} checkpoint(s) vs buy-and-hold: {_iso(dates[0])} .. {_iso(dates[-1])}",
     )
     return Comparison(

@@ -2,10 +2,10 @@
 
 Every series follows the env's convention: ``values[0]`` is the starting capital on the first traded day, before
 any trade; ``values[t]`` is cash + shares x close of day t. A rule decides on day t's close, sizes its orders at
-that close and fills them at ``fill[t]``: the price ``--execution`` names for an order decided on day t
-(`envs.execution.fill_prices`: that close, the next open or the next close), exactly as the policy's orders do.
-Orders go through `envs.kernel.execute_orders` (sells first, buys capped by cash, costs on both sides), the same
-function the env trades with.
+that close and trades on the same `envs.execution.Terms` as the policy: its orders fill where ``--execution``
+says (that close, the next open or the next close), its cash earns ``--risk_free`` and its holdings receive their
+dividends, exactly as the env's do. Orders go through `envs.kernel.execute_orders` (sells first, buys capped by
+cash, costs on both sides), the same function the env trades with.
 
 - ``buy-and-hold``: equal weight in whole shares decided on the first day, held to the end (the backtest's baseline
   too).
@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from envs.execution import Terms
 from envs.kernel import execute_orders, portfolio_value
 
 BUY_AND_HOLD, TURBULENCE_STOP, MONTHLY = "buy-and-hold", "buy-and-hold + turbulence stop", "1/N monthly"
@@ -53,7 +54,7 @@ def _equal_weight_orders(
 
 def simulate(
     close: np.ndarray,
-    fill: np.ndarray | None,
+    terms: Terms | None,
     trade_today: np.ndarray,
     liquidate_today: np.ndarray,
     initial_amount: float,
@@ -61,19 +62,23 @@ def simulate(
     sell_cost_pct: float,
 ) -> BaselineRun:
     """Run a rule day by day: at each day t < D - 1, liquidate (``liquidate_today[t]``) or move to equal weight
-    (``trade_today[t]``), orders sized at ``close[t]`` and filled at ``fill[t]``; then value at t + 1.
+    (``trade_today[t]``), orders sized at ``close[t]`` and filled at ``terms.fill[t]``; carry to t + 1 (interest
+    and dividends, `envs.execution`) and value there.
 
-    :param close: ``[D, N]`` dollars; :param fill: ``[D, N]`` dollars, row t the fill of day t's orders (None: the
-        close itself, the paper's fill).
+    :param close: ``[D, N]`` dollars; :param terms: the same D days' terms (None: fills at the close itself, no
+        dividends, no interest: the paper's).
     """
     c = torch.as_tensor(close, dtype=torch.float64)
-    f = c if fill is None else torch.as_tensor(fill, dtype=torch.float64)
+    f = c if terms is None else torch.as_tensor(terms.fill, dtype=torch.float64)
+    dividends = None if terms is None or not terms.dividends.any() else torch.as_tensor(terms.dividends)
+    growth = 1.0 + (terms.cash_rate if terms is not None else 0.0)
     cash = torch.tensor([float(initial_amount)], dtype=torch.float64)
     shares = torch.zeros((1, c.shape[1]), dtype=torch.float64)
     values, holdings = np.empty(c.shape[0]), np.zeros(c.shape)
     values[0] = initial_amount
     trades, traded, costs = 0, 0.0, 0.0
     for t in range(c.shape[0] - 1):
+        held = shares
         if liquidate_today[t] or trade_today[t]:
             orders = (
                 torch.zeros_like(shares)
@@ -92,24 +97,27 @@ def simulate(
             trades += int(stats.num_trades.sum())
             traded += float((stats.shares_traded.abs() * f[t : t + 1]).sum())
             costs += float(stats.costs.sum())
+        cash = cash * growth
+        if dividends is not None:
+            cash = cash + (shares if terms.paid_after_fill else held) @ dividends[t + 1]
         holdings[t + 1] = shares[0].numpy()
         values[t + 1] = float(cash) + float((shares * c[t + 1 : t + 2]).sum())
     held = (holdings * np.asarray(close, dtype=np.float64)).sum(axis=1)
     return BaselineRun(values, holdings, held, trades, traded, costs)
 
 
-def buy_and_hold(close: np.ndarray, fill: np.ndarray | None, initial_amount: float, buy_cost_pct: float) -> BaselineRun:
+def buy_and_hold(close: np.ndarray, terms: Terms | None, initial_amount: float, buy_cost_pct: float) -> BaselineRun:
     """Equal weight in whole shares decided on day 0 (``initial_amount / N`` dollars a ticker at day 0's close,
-    costs included), filled at ``fill[0]``, held to the end; nothing is sold at the end (values are marked to
+    costs included), filled on ``terms`` (`simulate`), held to the end; nothing is sold at the end (values are marked to
     market, like the policy's)."""
     first = np.zeros(len(close), dtype=bool)
     first[0] = True
-    return simulate(close, fill, first, np.zeros(len(close), dtype=bool), initial_amount, buy_cost_pct, 0.0)
+    return simulate(close, terms, first, np.zeros(len(close), dtype=bool), initial_amount, buy_cost_pct, 0.0)
 
 
 def turbulence_stop(
     close: np.ndarray,
-    fill: np.ndarray | None,
+    terms: Terms | None,
     turbulent: np.ndarray,
     initial_amount: float,
     buy_cost_pct: float,
@@ -117,7 +125,7 @@ def turbulence_stop(
 ) -> BaselineRun:
     """Equal-weight buy-and-hold with the env's turbulence stop (module docstring).
 
-    :param close: ``[D, N]`` closes of the traded days, dollars; :param fill: as for `simulate`.
+    :param close: ``[D, N]`` closes of the traded days, dollars; :param terms: as for `simulate`.
     :param turbulent: ``[D]`` bool, the day's turbulence reaches its retraining window's threshold.
     """
     turbulent = np.asarray(turbulent, dtype=bool)
@@ -126,12 +134,12 @@ def turbulence_stop(
     for t, stormy in enumerate(turbulent):  # buy on the first calm day, and again on each calm day after a stop
         buy_today[t] = not stormy and not invested
         invested = (invested or buy_today[t]) and not stormy
-    return simulate(close, fill, buy_today, turbulent, initial_amount, buy_cost_pct, sell_cost_pct)
+    return simulate(close, terms, buy_today, turbulent, initial_amount, buy_cost_pct, sell_cost_pct)
 
 
 def monthly_rebalance(
     close: np.ndarray,
-    fill: np.ndarray | None,
+    terms: Terms | None,
     dates: np.ndarray,
     initial_amount: float,
     buy_cost_pct: float,
@@ -139,17 +147,17 @@ def monthly_rebalance(
 ) -> BaselineRun:
     """1/N decided on the first day and on the first trading day of every month.
 
-    :param dates: ``[D]`` the traded days; :param close: ``[D, N]`` dollars; :param fill: as for `simulate`.
+    :param dates: ``[D]`` the traded days; :param close: ``[D, N]`` dollars; :param terms: as for `simulate`.
     """
     months = pd.DatetimeIndex(pd.to_datetime(np.asarray(dates))).to_period("M").to_numpy()
     first_of_month = np.r_[True, months[1:] != months[:-1]]
     never = np.zeros(len(first_of_month), dtype=bool)
-    return simulate(close, fill, first_of_month, never, initial_amount, buy_cost_pct, sell_cost_pct)
+    return simulate(close, terms, first_of_month, never, initial_amount, buy_cost_pct, sell_cost_pct)
 
 
 def rule_baselines(
     close: np.ndarray,
-    fill: np.ndarray | None,
+    terms: Terms | None,
     dates: np.ndarray,
     turbulent: np.ndarray,
     initial_amount: float,
@@ -158,7 +166,7 @@ def rule_baselines(
 ) -> dict[str, BaselineRun]:
     """The three rule baselines on the traded days, by name."""
     return {
-        BUY_AND_HOLD: buy_and_hold(close, fill, initial_amount, buy_cost_pct),
-        TURBULENCE_STOP: turbulence_stop(close, fill, turbulent, initial_amount, buy_cost_pct, sell_cost_pct),
-        MONTHLY: monthly_rebalance(close, fill, dates, initial_amount, buy_cost_pct, sell_cost_pct),
+        BUY_AND_HOLD: buy_and_hold(close, terms, initial_amount, buy_cost_pct),
+        TURBULENCE_STOP: turbulence_stop(close, terms, turbulent, initial_amount, buy_cost_pct, sell_cost_pct),
+        MONTHLY: monthly_rebalance(close, terms, dates, initial_amount, buy_cost_pct, sell_cost_pct),
     }

@@ -29,6 +29,7 @@ import pandas as pd
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.baselines import buy_and_hold
 from envs.errors import UserError
+from envs.execution import Terms
 
 TRADE_COLUMNS: tuple[str, ...] = ("date", "ticker", "side", "shares", "price", "cost")
 
@@ -95,6 +96,7 @@ class BacktestResult:
         sell_cost_pct: float,
         metadata: Mapping[str, Any] | None = None,
         index_values: Any | None = None,
+        terms: Terms | None = None,
     ) -> BacktestResult:
         """Build a result from a day-by-day policy record (`clstm_ppo.agent.evaluate.PolicyRun`'s fields).
 
@@ -106,7 +108,9 @@ class BacktestResult:
         trades table is dated and priced at their fills. ``costs [D]`` (dollars, row i holding the costs of
         those trades), when present, is checked against the rebuilt table, so a record that breaks this
         convention fails loudly instead of mis-reporting. The baseline decides equal weights on row 0's close
-        and fills them the same way, with ``buy_cost_pct``, starting at ``initial_amount`` like the policy.
+        and trades on ``terms`` (the run's days' fills, dividends and interest: `envs.execution.Terms`; default:
+        the run's own fills, no dividends, no interest), with ``buy_cost_pct``, starting at ``initial_amount``
+        like the policy.
         """
         prices = np.asarray(run.prices, dtype=np.float64)
         fills = np.asarray(run.fill_prices, dtype=np.float64)
@@ -128,8 +132,9 @@ class BacktestResult:
                     f"trades rebuilt from holdings cost ${got:,.2f} but the run recorded ${want:,.2f}: "
                     "holdings and execution prices are misaligned"
                 )
-        decided_fill = np.vstack([fills[1:], prices[-1:]])  # row t: where an order decided on row t fills
-        baseline = buy_and_hold(prices, decided_fill, initial_amount, buy_cost_pct)
+        if terms is None:  # row t: where an order decided on row t fills
+            terms = Terms("close", np.vstack([fills[1:], prices[-1:]]), np.zeros_like(prices), 0.0)
+        baseline = buy_and_hold(prices, terms, initial_amount, buy_cost_pct)
         baseline_trades = M.trades_from_holdings(
             np.asarray(run.fill_dates)[1:],
             run.tickers,

@@ -46,6 +46,7 @@ from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.run_folder import BEST, LATEST
 from clstm_ppo.training.signals import StoppedBySignal
 from clstm_ppo.training.trainer import Trainer
+from envs.execution import Terms
 from envs.features import PreparedMarket
 
 FAIL_CELL_ENV = "CLSTM_PPO_STUDY_FAIL_CELL"  # testing hook: this cell raises (proves failures are recorded)
@@ -180,7 +181,10 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
         policy_runs.append(policy)
         untrained_runs.append(untrained)
         train_seconds.append(seconds)
-    return finish_cell(study_dir, cell, cfg, stitch(policy_runs), stitch(untrained_runs), train_seconds)
+    traded = Terms.of(markets[0].data, cfg.env.execution, cfg.env.risk_free).days(
+        markets[0].splits.test.start, markets[-1].splits.test.stop
+    )
+    return finish_cell(study_dir, cell, cfg, stitch(policy_runs), stitch(untrained_runs), train_seconds, traded)
 
 
 def _record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> dict[str, float]:
@@ -197,9 +201,18 @@ def _record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> 
 
 
 def finish_cell(
-    study_dir: Path, cell: Cell, cfg: TrainConfig, policy: PolicyRun, untrained: PolicyRun, train_seconds: list[float]
+    study_dir: Path,
+    cell: Cell,
+    cfg: TrainConfig,
+    policy: PolicyRun,
+    untrained: PolicyRun,
+    train_seconds: list[float],
+    terms: Terms,
 ) -> dict[str, Any]:
-    """Write the cell's stitched record, its metrics and its backtest report; return result.json's content."""
+    """Write the cell's stitched record, its metrics and its backtest report; return result.json's content.
+
+    :param terms: the traded days' fills, dividends and interest (the baseline trades on them too).
+    """
     folder = study_dir / "cells" / cell.name
     result = BacktestResult.from_run(
         policy,
@@ -207,8 +220,14 @@ def finish_cell(
         buy_cost_pct=cfg.env.buy_cost_pct,
         sell_cost_pct=cfg.env.sell_cost_pct,
         metadata={"cell": cell.to_dict()},
+        terms=terms,
     )
-    write_report(result, folder / "report", title=f"study cell {cell.name}: out-of-sample walk-forward vs buy-and-hold")
+    write_report(
+        result,
+        folder / "report",
+        risk_free=cfg.env.risk_free,
+        title=f"study cell {cell.name}: out-of-sample walk-forward vs buy-and-hold",
+    )
     benchmark = np.asarray(result.baseline_values)
     payload = {
         "cell": cell.to_dict(),

@@ -22,7 +22,7 @@ from clstm_ppo.study.schedule import WalkPeriod
 from envs.data import DayRange, MarketData, Splits
 from envs.features import Normalization, PreparedMarket
 
-ARRAYS = ("open", "high", "low", "close", "volume")
+ARRAYS = ("open", "high", "low", "close", "volume", "dividends")
 
 
 def market_key(cfg: TrainConfig) -> str:
@@ -89,7 +89,8 @@ def load_markets(folder: Path, key: str) -> list[PreparedMarket]:
     """The markets `save_markets` wrote, one per period (arrays loaded without pickle)."""
     meta = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
     with np.load(folder / f"{key}.npz", allow_pickle=False) as z:
-        arrays = {name: z[name] for name in (*ARRAYS, "dates", "indicators", "turbulence")}
+        arrays = {name: z[name] for name in (*ARRAYS, "dates", "indicators", "turbulence") if name in z}
+    arrays.setdefault("dividends", np.zeros_like(arrays["close"]))  # prepared before dividends were read
     data = MarketData(
         dates=arrays["dates"].astype("datetime64[ns]"),
         tickers=tuple(meta["tickers"]),

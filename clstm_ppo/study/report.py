@@ -27,7 +27,7 @@ from clstm_ppo.study import analysis as A
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.markets import load_markets, market_key
 from clstm_ppo.study.spec import StudySpec
-from envs.execution import fill_prices
+from envs.execution import Terms
 
 UNTRAINED = "untrained"
 
@@ -69,9 +69,9 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
     days, turbulent = _traded(markets)
     dates = np.asarray(data.dates)[days.start : days.stop]
     close = np.asarray(data.close)[days.start : days.stop]
-    fill = fill_prices(data, base.env.execution)[days.start : days.stop]  # the policies' fills, for the rules too
+    terms = Terms.of(data, base.env.execution, base.env.risk_free).days(days.start, days.stop)  # the policies'
     rules = rule_baselines(
-        close, fill, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
+        close, terms, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
     )
     bench = rules[BUY_AND_HOLD].values
     baselines = {
