@@ -570,6 +570,16 @@ def test_a_study_on_sealed_days_refuses_and_an_unseal_is_recorded_and_counted(fu
     line = one_error_line(study(tmp_path, *again))
     assert "2016-07-01 .. 2016-08-31 of this data are sealed" in line and "--unseal" in line
     assert (tmp_path / "full" / "study.json").stat().st_mtime_ns == written  # refused before writing anything
+    # days the study only trains on are as spent as the days it trades
+    from clstm_ppo.evaluation.holdout import make_seal
+    from clstm_ppo.evaluation.ledger import Ledger
+
+    training = tmp_path / "training-seal.jsonl"
+    Ledger(training).append(
+        [make_seal(generate_market(num_tickers=3, num_days=700, seed=1), DATA, "2015-06-01", "2015-06-30")]
+    )
+    line = one_error_line(study(tmp_path, *FULL_STUDY, "--out", "full", "--ledger", str(training)))
+    assert "2015-06-01 .. 2015-06-30 of this data are sealed" in line
     unsealed = study(tmp_path, *again, "--unseal")
     assert unsealed.returncode == 0, unsealed.stderr + unsealed.stdout
     assert "these days have been unsealed 1 time(s) so far" in unsealed.stdout

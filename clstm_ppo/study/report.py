@@ -26,7 +26,7 @@ import pandas as pd
 
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.backtest import read_index
-from clstm_ppo.evaluation.holdout import describe, holdout_summary
+from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
 from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials
 from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
@@ -216,7 +216,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
         "data": {"fingerprint": study.fingerprint, "tickers": list(data.tickers)},
         "cells": {"total": len(rows), **counts},
         "trials": {**counted._asdict(), "ledger": str(ledger.path), "first": study.first, "last": study.last},
-        "holdout": holdout_summary(ledger, data, study.first, study.last),
+        "holdout": holdout_summary(ledger, data, str(iso_days(data)[markets[0].splits.train.start]), study.last),
         "multiple_comparisons": {"method": "holm", "family_size": len(family), "alpha": 1.0 - confidence},
         "baselines": {name: b["metrics"] for name, b in baselines.items()},
         "baseline_sharpe_intervals": baseline_intervals,

@@ -5,6 +5,10 @@ of one cell touches no other), several at a time: ``workers`` processes on CPU c
 each), or ``cells_per_gpu`` per visible GPU (each process sees one GPU through CUDA_VISIBLE_DEVICES). Finished
 cells are skipped on a re-run; an interrupted cell continues from its own files (see `clstm_ppo.study.cell`).
 SIGINT/SIGTERM is passed on to the running cells, which save and stop; re-running the command continues.
+
+The trials ledger (`clstm_ppo.evaluation.ledger`) gets the study's record before the first cell runs and each
+cell's trial as soon as the runner sees it done, so a killed study leaves its finished cells counted. Days sealed
+in the ledger (`clstm_ppo.evaluation.holdout`) are refused before anything is written unless ``unseal``.
 """
 
 from __future__ import annotations
@@ -277,8 +281,8 @@ def run_study(
     """The whole study (or one shard of it) in ``study_dir``; returns the exit status (0, 1 when cells failed,
     128 + signal when stopped).
 
-    Before anything is written: the ledger must be writable, and days a seal covers are traded only with
-    ``unseal`` (recorded in the ledger). The study and each cell that finishes are appended to the ledger.
+    Before anything is written: the ledger must be writable, and days a seal covers are trained on or traded only
+    with ``unseal`` (recorded in the ledger). The study and each cell that finishes are appended to the ledger.
     """
     cells = spec.cells()
     if len(cells) > max_cells:
@@ -295,10 +299,10 @@ def run_study(
     data, periods = plan(spec, mine)
     ledger.check_writable()
     days = iso_days(data)
-    holdout = guard(
+    holdout = guard(  # a day trained on is as spent as a day traded: from the first training day on
         ledger,
         data,
-        str(days[periods[0].trade.start]),
+        str(days[periods[0].train.start]),
         str(days[periods[-1].trade.stop - 1]),
         unseal=unseal,
         command="study",
