@@ -80,6 +80,20 @@ def test_appends_are_idempotent_and_a_torn_last_line_is_reported_skipped_and_nev
     assert all(json.loads(line) for line in path.read_text().splitlines()[3:])
 
 
+def test_a_ledger_sees_what_another_process_appended_and_reports_a_bad_line_once(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("garbage\n")
+    warnings: list[str] = []
+    mine, theirs = Ledger(path, warn=warnings.append), Ledger(path, warn=lambda _: None)
+    assert mine.records() == []
+    theirs.append([trial("a", 0.1)])  # another study, appending at the same time
+    assert [r["key"] for r in mine.records()] == ["a"]
+    mine.append([trial("b", 0.2)])
+    theirs.append([trial("c", 0.3)])
+    assert [r["key"] for r in mine.records("trial")] == ["a", "b", "c"]
+    assert warnings == [f"{path} line 1: not JSON; skipped"]  # once, however often the file is read again
+
+
 @pytest.mark.parametrize(
     "line, problem",
     [

@@ -93,17 +93,27 @@ class Ledger:
         self.warn = warn
         self._records: list[dict[str, Any]] | None = None
         self._keys: set[tuple[str, str]] = set()
+        self._size = -1  # the file's size when last read or written: another process may append meanwhile
+        self._warned: set[int] = set()  # line numbers already reported: a line is reported once per Ledger
 
     # ---------------------------------------------------------------------------------------------- reading
 
     def records(self, kind: str | None = None) -> list[dict[str, Any]]:
-        """Every valid record in file order (of one ``kind`` if given); read once, kept in step with `append`."""
-        if self._records is None:
+        """Every valid record in file order (of one ``kind`` if given); read again only when the file has changed
+        since this object last read or wrote it (another study appending at the same time)."""
+        if self._records is None or self._size != self._file_size():
             self._records = self._read()
             self._keys = {(r["kind"], r["key"]) for r in self._records}
         return [r for r in self._records if kind is None or r["kind"] == kind]
 
+    def _file_size(self) -> int:
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return -1
+
     def _read(self) -> list[dict[str, Any]]:
+        self._size = self._file_size()
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
@@ -123,6 +133,8 @@ class Ledger:
             problem = _problem(line)
             if problem is None:
                 out.append(json.loads(line))
+            elif number in self._warned:
+                continue
             elif torn and number == len(lines):
                 self.warn(
                     f"{self.path} line {number}: the last line is cut short (a write interrupted, e.g. by a killed "
@@ -130,6 +142,7 @@ class Ledger:
                 )
             else:
                 self.warn(f"{self.path} line {number}: {problem}; skipped")
+            self._warned.add(number)
         return out
 
     # ---------------------------------------------------------------------------------------------- writing
@@ -171,16 +184,20 @@ class Ledger:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "ab") as f:
-                if f.tell() > 0 and not _ends_with_newline(self.path):
+                start = f.tell()
+                if start > 0 and not _ends_with_newline(self.path):
                     f.write(b"\n")  # a torn last line stays a line of its own, reported, never glued to ours
                 for r in new:
                     f.write(json.dumps(r, allow_nan=False).encode() + b"\n")
                     f.flush()
                     os.fsync(f.fileno())
+                end = f.tell()
         except OSError as err:
             raise UserError(f"cannot write the ledger {self.path}: {err.strerror or err}") from None
         assert self._records is not None
         self._records.extend(new)
+        # someone else appended since we read: read it all again next time
+        self._size = end if start == max(self._size, 0) else -1
         return len(new)
 
 

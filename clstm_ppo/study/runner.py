@@ -292,12 +292,12 @@ def run_study(
             f"shrink the grid"
         )
     check_writable(study_dir)
+    ledger.check_writable()
     if (study_dir / SPEC_FILE).is_file():
         StudySpec.load(study_dir).check_same(spec, study_dir)
     mine = shard(cells, *shard_of) if shard_of else cells
     t0 = time.perf_counter()
     data, periods = plan(spec, mine)
-    ledger.check_writable()
     days = iso_days(data)
     holdout = guard(  # a day trained on is as spent as a day traded: from the first training day on
         ledger,
