@@ -559,6 +559,11 @@ def test_the_deflated_sharpe_counts_every_trial_the_ledger_holds_on_these_days(f
 @pytest.mark.slow
 def test_a_study_on_sealed_days_refuses_and_an_unseal_is_recorded_and_counted(full_study, tmp_path):
     from clstm_ppo.evaluation.backtest import backtest, compare
+    from clstm_ppo.evaluation.holdout import make_seal
+    from clstm_ppo.evaluation.ledger import Ledger
+    from clstm_ppo.study.report import build_report, verdict_lines
+    from clstm_ppo.study.runner import Layout, run_study
+    from clstm_ppo.study.spec import StudySpec
 
     out, _ = full_study
     shutil.copytree(out, tmp_path / "full")
@@ -571,15 +576,10 @@ def test_a_study_on_sealed_days_refuses_and_an_unseal_is_recorded_and_counted(fu
     assert "2016-07-01 .. 2016-08-31 of this data are sealed" in line and "--unseal" in line
     assert (tmp_path / "full" / "study.json").stat().st_mtime_ns == written  # refused before writing anything
     # days the study only trains on are as spent as the days it trades
-    from clstm_ppo.evaluation.holdout import make_seal
-    from clstm_ppo.evaluation.ledger import Ledger
-
-    training = tmp_path / "training-seal.jsonl"
-    Ledger(training).append(
-        [make_seal(generate_market(num_tickers=3, num_days=700, seed=1), DATA, "2015-06-01", "2015-06-30")]
-    )
-    line = one_error_line(study(tmp_path, *FULL_STUDY, "--out", "full", "--ledger", str(training)))
-    assert "2015-06-01 .. 2015-06-30 of this data are sealed" in line
+    training = Ledger(tmp_path / "training-seal.jsonl")
+    training.append([make_seal(generate_market(num_tickers=3, num_days=700, seed=1), DATA, "2015-06-01", "2015-06-30")])
+    with pytest.raises(UserError, match="2015-06-01 .. 2015-06-30 of this data are sealed"):
+        run_study(tmp_path / "full", StudySpec.load(tmp_path / "full"), layout=Layout(1, 0, 1), ledger=training)
     unsealed = study(tmp_path, *again, "--unseal")
     assert unsealed.returncode == 0, unsealed.stderr + unsealed.stdout
     assert "these days have been unsealed 1 time(s) so far" in unsealed.stdout
@@ -602,8 +602,8 @@ def test_a_study_on_sealed_days_refuses_and_an_unseal_is_recorded_and_counted(fu
     early = tmp_path / "full" / "cells" / "mlp-s1" / "periods" / "000" / "best.pt"  # trades before the seal
     assert compare([early, early], ledger=ledger, out=tmp_path / "cmp").holdout == []
     # every later report on those days says how many times they were unsealed
-    report = study(tmp_path, "report", "full", "--bootstrap", "500", "--ledger", str(ledger))
-    assert "these days have been unsealed 2 time(s) so far" in report.stdout, report.stderr
+    lines = verdict_lines(build_report(tmp_path / "full", ledger=Ledger(ledger), n_boot=500))
+    assert "2016-07-01 .. 2016-08-31 are sealed" in lines[1] and "unsealed 2 time(s) so far" in lines[1]
     assert "Sealed hold-out: 2016-07-01 .. 2016-08-31 are sealed" in (tmp_path / "full" / "study.md").read_text()
 
 
