@@ -192,7 +192,8 @@ def significance(d: dict[str, Any]) -> str:
 
 
 def sharpe_words(interval: dict[str, Any], seeds_only: dict[str, float] | None = None) -> str:
-    """ "0.48 [0.02, 0.95] (days and seeds resampled; seeds only [0.34, 0.59])"."""
+    """A Sharpe ratio with its interval and what it resamples, e.g. "0.48 [0.02, 0.95] (days and seeds resampled;
+    seeds only [0.34, 0.59])" (the seeds-only interval when ``seeds_only`` is given and there are 2+ seeds)."""
     text = f"{interval['sharpe']:.2f} [{interval['lo']:.2f}, {interval['hi']:.2f}] ({interval['resamples']} resampled"
     if seeds_only is not None and not math.isnan(seeds_only["lo"]):
         text += f"; seeds only [{seeds_only['lo']:.2f}, {seeds_only['hi']:.2f}]"
