@@ -235,7 +235,10 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
 # ---------------------------------------------------------------------------------------------- end to end
 
 
-FULL_STUDY = ["--data", DATA, "--policies", "mlp,lstm", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY, "--workers", "2"]
+FULL_STUDY = [
+    *("--data", DATA, "--policies", "mlp,lstm", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY),
+    *("--workers", "2", "--threads", "1"),  # one thread a cell: the same arithmetic as the other studies here
+]
 
 
 @pytest.fixture(scope="module")
@@ -355,10 +358,11 @@ def test_each_cell_trades_every_traded_day_carrying_its_portfolio_across_windows
 
 
 @pytest.mark.slow
-def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(tmp_path):
+def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(full_study, tmp_path):
     """Changing every price from window 1's first traded day on leaves windows 0 and 1's models bit for bit the
-    same (and window 2's, which trains on those days, different)."""
-    data = generate_market(num_tickers=3, num_days=700, seed=1)
+    same as the full study's (and window 2's, which trains on those days, different)."""
+    out, _ = full_study
+    data = generate_market(num_tickers=3, num_days=700, seed=1)  # the full study's market
     frame = data.to_frame()
     cut = pd.Timestamp("2016-04-01")  # window 1 trades from here
     later = frame["date"] >= cut
@@ -367,25 +371,18 @@ def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(tmp_path):
         frame.loc[later, col] = frame.loc[later, col] * noise
     frame.loc[later, "high"] = frame.loc[later, ["open", "high", "low", "close"]].max(axis=1)
     frame.loc[later, "low"] = frame.loc[later, ["open", "high", "low", "close"]].min(axis=1)
-    data.to_frame().to_csv(tmp_path / "real.csv", index=False)
     frame.to_csv(tmp_path / "changed.csv", index=False)
-    runs = studies_at_once(
-        tmp_path,
-        *[
-            ["--out", name, "--data", f"csv:{tmp_path / name}.csv", "--policies", "mlp", "--seeds", "1"]
-            + [*WINDOW_FLAGS, *TINY_STUDY, "--workers", "1"]
-            for name in ("real", "changed")
-        ],
-    )
-    for proc in runs:
-        assert proc.returncode == 0, proc.stderr + proc.stdout
+    changed = ["--data", f"csv:{tmp_path / 'changed.csv'}", "--policies", "mlp", "--seeds", "1", *WINDOW_FLAGS]
+    proc = study(tmp_path, "--out", "changed", *changed, *TINY_STUDY, "--workers", "1", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
 
-    def weights(name: str, k: int) -> dict:
-        return load_checkpoint(tmp_path / name / "cells" / "mlp-s1" / "periods" / f"{k:03d}" / "latest.pt").model_state
+    def weights(folder: Path, k: int) -> dict:
+        return load_checkpoint(folder / "cells" / "mlp-s1" / "periods" / f"{k:03d}" / "latest.pt").model_state
 
+    real, other = out, tmp_path / "changed"
     for k in (0, 1):
-        assert all(torch.equal(v, weights("changed", k)[key]) for key, v in weights("real", k).items()), k
-    assert not all(torch.equal(v, weights("changed", 2)[key]) for key, v in weights("real", 2).items())
+        assert all(torch.equal(v, weights(other, k)[key]) for key, v in weights(real, k).items()), k
+    assert not all(torch.equal(v, weights(other, 2)[key]) for key, v in weights(real, 2).items())
 
 
 @pytest.mark.slow
@@ -393,6 +390,7 @@ def test_shards_merge_into_the_same_study(full_study, tmp_path):
     out, _ = full_study
     # the mlp cells of the full study's grid, in two shards of one cell each, side by side
     grid = ["--data", DATA, "--policies", "mlp", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY, "--workers", "1"]
+    grid += ["--threads", "1"]
     for proc in studies_at_once(tmp_path, *[["--out", f"part{i}", *grid, "--shard", f"{i}/2"] for i in (1, 2)]):
         assert proc.returncode == 0, proc.stderr + proc.stdout
         assert "1 cell(s) (shard" in proc.stdout
