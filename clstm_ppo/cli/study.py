@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"training episodes of each cell's first window (default: {STUDY_NUM_EPISODES}, or what --preset or "
         "--config sets; later windows: --retrain_episodes)",
     )
-    g.add_argument("--ledger", default=None, help=LEDGER_HELP)
+    g.add_argument("--ledger", help=LEDGER_HELP)  # no "(default: None)": the help names the default
     g.add_argument(
         "--unseal",
         action="store_true",
@@ -215,7 +215,7 @@ def main(argv: list[str]) -> int:
             "bootstrap",
         )
     }
-    ledger, unseal = Ledger(args.pop("ledger")), args.pop("unseal")
+    ledger, unseal = Ledger(args.pop("ledger", None)), args.pop("unseal")
     base = study_config(args)
     if study_flags["index"] and not Path(study_flags["index"]).is_file():
         raise UserError(f"--index: file not found: {study_flags['index']}")
