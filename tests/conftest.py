@@ -58,6 +58,17 @@ TINY = [
 ]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every test (and every command it starts) keeps its trials ledger in a temporary folder, never in the
+    user's home: a test that needs its own ledger passes ``--ledger``."""
+    from clstm_ppo.evaluation.ledger import LEDGER_ENV
+
+    path = tmp_path_factory.mktemp("ledger") / "ledger.jsonl"
+    os.environ[LEDGER_ENV] = str(path)
+    return path
+
+
 def clean_env() -> dict[str, str]:
     env = {
         k: v

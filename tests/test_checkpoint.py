@@ -37,6 +37,8 @@ THEN = [
     "--no-skip",
     "--aux_coef",
     "0",
+    "--execution",
+    "close",
 ]
 FIXTURE_FLAGS = [*TINY, *THEN, "--num_episodes", "32"]
 FINAL_VALUES_THEN = (998156.5636585176, 1000569.8560440058)  # its 2 sampled test-split episodes, seed 0
@@ -119,7 +121,7 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     assert (
         "--action_mode shares (now weights)" in changed.stderr and "--action_dist gaussian (now tanh)" in changed.stderr
     )
-    assert "--aux_coef 0.0 (now 1.0)" in changed.stderr
+    assert "--aux_coef 0.0 (now 1.0)" in changed.stderr and "--execution close (now auto)" in changed.stderr
     assert "--norm_obs False (now True)" in changed.stderr  # a model field a flag decides: named by its flag
     proc = subprocess.run(
         [

@@ -68,7 +68,7 @@ def test_inspect_fixture_summary(capsys):
     assert main(["inspect", str(FIXTURE)]) == 0
     out = capsys.readouterr().out
     assert "rows: 16194   tickers: 6   dates: 2013-01-02 .. 2023-09-21 (2699 trading days)" in out
-    assert "symbol->tic" in out and "(ignored: adjusted)" in out
+    assert "symbol->tic" in out and "(dividends implied by adjusted)" in out
     assert "gaps: none" in out
     lines = {line.split()[0]: line.split() for line in out.splitlines() if line.strip()}
     header = lines["ticker"]

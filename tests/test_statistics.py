@@ -238,6 +238,82 @@ def test_pairing_narrows_the_interval_against_an_unpaired_oracle():
     assert paired["hi"] - paired["lo"] < (hi - lo) / 4
 
 
+def test_paired_sharpe_p_value_inverts_its_interval():
+    rng = np.random.default_rng(14)
+    base = rng.normal(0.0003, 0.01, 300)
+    clear = st.paired_sharpe_difference(np.tile(base + 0.0006, (3, 1)), base, n_boot=400)
+    assert clear["lo"] > 0 and clear["p_value"] == pytest.approx(2 / 401)  # every draw above 0: the smallest p
+    same = st.paired_sharpe_difference(np.tile(base, (2, 1)), base, n_boot=400)
+    assert same["p_value"] == 1.0  # every draw exactly 0
+    # in between, "0 outside the 95% interval" and "p < 0.05" agree but for draws right at the boundary
+    for rep in range(20):
+        policy = base + 0.0004 * rep / 10 + rng.normal(0, 0.004, (3, 300))
+        res = st.paired_sharpe_difference(policy, base, n_boot=400, seed=rep)
+        assert (res["lo"] > 0 or res["hi"] < 0) == (res["p_value"] < 0.05) or abs(res["p_value"] - 0.05) < 0.01
+
+
+def test_bootstrap_p_value_by_hand():
+    # 1 draw <= 0 and 4 >= 0 of 5: p = 2 (1 + 1) / (5 + 1)
+    assert st.bootstrap_p_value([-1.0, 0.5, 1.0, 2.0, 3.0]) == pytest.approx(4 / 6)
+    # a draw equal to the null counts on both sides: 2 <= 0, 3 >= 0 -> 2 (2 + 1) / 5 > 1 -> 1
+    assert st.bootstrap_p_value([-1.0, 0.0, 1.0, 2.0]) == 1.0
+    assert st.bootstrap_p_value(np.arange(1.0, 100.0)) == pytest.approx(2 / 100)
+    assert st.bootstrap_p_value([1.0, 2.0, 3.0], null=2.5) == pytest.approx(2 * 2 / 4)
+    with pytest.raises(ValueError):
+        st.bootstrap_p_value([])
+
+
+# ------------------------------------------------------------------ Sharpe interval over days (and seeds)
+
+
+def test_sharpe_interval_over_days_covers_the_true_sharpe():
+    # iid normal days with a known Sharpe: the days-only interval covers it at about the nominal rate
+    mu, sd, days, reps = 0.0005, 0.01, 400, 150
+    true = mu / sd * SQRT252
+    rng = np.random.default_rng(15)
+    hits = 0
+    for rep in range(reps):
+        res = st.sharpe_interval(rng.normal(mu, sd, days), n_boot=300, seed=rep)
+        hits += res["lo"] <= true <= res["hi"]
+        assert res["resamples"] == "days"
+    assert 0.88 <= hits / reps <= 0.99
+    # its width is the market's noise: about 2 x 1.96 x sqrt(252 / days) annualised, whatever the seeds do
+    width = res["hi"] - res["lo"]
+    assert 0.7 * 3.92 * math.sqrt(252 / days) < width < 1.3 * 3.92 * math.sqrt(252 / days)
+
+
+def test_sharpe_interval_of_seeds_is_wider_than_the_seeds_only_interval():
+    rng = np.random.default_rng(16)
+    market = rng.normal(0.0004, 0.01, 500)
+    seeds = market + rng.normal(0.0001, 0.002, (6, 500))  # seeds close to each other on the same days
+    res = st.sharpe_interval(seeds, n_boot=500)
+    per_seed = [sharpe_from_returns(x) for x in seeds]
+    assert res["sharpe"] == pytest.approx(np.mean(per_seed), rel=1e-12)
+    assert res["num_seeds"] == 6 and res["resamples"] == "days and seeds"
+    _, lo, hi = st.bootstrap_mean_ci(per_seed, n_boot=2000)
+    assert res["lo"] < lo and res["hi"] > hi and (res["hi"] - res["lo"]) > 5 * (hi - lo)
+    # the same draws as the difference against a baseline of zeros (Sharpe 0): one resampling implementation
+    diff = st.paired_sharpe_difference(seeds, np.zeros(500), n_boot=500)
+    assert (res["lo"], res["hi"]) == (diff["lo"], diff["hi"])
+
+
+# ------------------------------------------------------------------------------------- Holm
+
+
+def test_holm_adjustment_on_a_hand_made_family():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted: 0.005 x 4 = 0.02; 0.01 x 3 = 0.03; 0.03 x 2 = 0.06; 0.04 x 1 = 0.04 -> max(0.06, 0.04) = 0.06
+    np.testing.assert_allclose(st.holm_adjust(p), [0.03, 0.06, 0.06, 0.02])
+    assert [a < 0.05 for a in st.holm_adjust(p)] == [True, False, False, True]  # unadjusted, all four pass
+    # the step-down never lets a larger p-value overtake: 0.021 x 2 = 0.042 < 0.06 is raised to 0.06
+    np.testing.assert_allclose(st.holm_adjust([0.5, 0.02, 0.021]), [0.5, 0.06, 0.06])
+    np.testing.assert_allclose(st.holm_adjust([0.6, 0.7]), [1.0, 1.0])  # capped at 1
+    np.testing.assert_allclose(st.holm_adjust([0.03]), [0.03])  # a family of one is not adjusted
+    assert st.holm_adjust([]).shape == (0,)
+    with pytest.raises(ValueError):
+        st.holm_adjust([0.5, 1.5])
+
+
 # ------------------------------------------------------------------------------------------------ PSR
 
 
@@ -271,6 +347,18 @@ def test_psr_increases_with_sharpe_and_falls_with_benchmark():
 
 
 # ------------------------------------------------------------------------------------------------ DSR
+
+
+def test_psr_on_active_returns_tests_beating_the_market_not_exposure():
+    # half invested in a rising market: a Sharpe above 0 (exposure alone), but behind the market every day it rises
+    market = np.random.default_rng(17).normal(0.0015, 0.01, 500)
+    half = 0.5 * market
+    assert st.probabilistic_sharpe_ratio(half) > 0.95
+    active = st.active_returns(half, market)
+    np.testing.assert_allclose(active, -0.5 * market)
+    assert st.probabilistic_sharpe_ratio(active) < 0.05
+    with pytest.raises(ValueError, match="same days"):
+        st.active_returns(half[:-1], market)
 
 
 def test_dsr_numerical_example_of_bailey_lopez_de_prado_2014():

@@ -4,12 +4,15 @@ shards and merge; failed cells; warm starts."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -18,6 +21,7 @@ import torch
 
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.baselines import buy_and_hold
+from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
 from clstm_ppo.study.schedule import walk_forward
 from clstm_ppo.training.checkpoint import load_checkpoint
@@ -73,6 +77,38 @@ def study(cwd: Path, *args: str, timeout: int = 300, env: dict | None = None) ->
         text=True,
         timeout=timeout,
     )
+
+
+def studies_at_once(cwd: Path, *arg_lists: list[str], timeout: int = 300) -> list[subprocess.CompletedProcess]:
+    """Several `study` commands run side by side (one worker each: the box has 2 cores), their results in order."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
+            cwd=cwd,
+            env=clean_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in arg_lists
+    ]
+    done = []
+    for proc, args in zip(procs, arg_lists, strict=True):
+        out, err = proc.communicate(timeout=timeout)
+        done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    return done
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def ledger_lines(path: Path) -> list[dict]:
+    """Every line of a ledger file, each of which must parse."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
 # ---------------------------------------------------------------------------------------------- units
@@ -175,24 +211,18 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
 # ---------------------------------------------------------------------------------------------- end to end
 
 
+FULL_STUDY = [
+    *("--data", DATA, "--policies", "mlp,lstm", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY),
+    *("--workers", "2", "--threads", "1"),  # one thread a cell: the same arithmetic as the other studies here
+]
+
+
 @pytest.fixture(scope="module")
 def full_study(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """One study of 4 cells shared by the module's tests (those that write copy it first); its ledger is
+    ``ledger.jsonl`` next to it."""
     cwd = tmp_path_factory.mktemp("study")
-    proc = study(
-        cwd,
-        "--out",
-        "full",
-        "--data",
-        DATA,
-        "--policies",
-        "mlp,lstm",
-        "--seeds",
-        "1-2",
-        *WINDOW_FLAGS,
-        *TINY_STUDY,
-        "--workers",
-        "2",
-    )
+    proc = study(cwd, "--out", "full", *FULL_STUDY, "--ledger", str(cwd / "ledger.jsonl"))
     return cwd / "full", proc
 
 
@@ -207,10 +237,18 @@ def group_cells(out: Path, group: str) -> list[dict]:
     return found
 
 
+def traded_buy_and_hold(data, dates: pd.DatetimeIndex, first: str, last: str) -> np.ndarray:
+    """The study's buy-and-hold values on the traded days, with its default fills (the next open)."""
+    days = np.flatnonzero((dates >= first) & (dates <= last))
+    terms = Terms.of(data, "auto", 0.0).days(days[0], days[-1] + 1)
+    return buy_and_hold(data.close[days], terms, 1_000_000.0, 1e-3).values
+
+
 def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_study):
     out, proc = full_study
     assert proc.returncode == 0, proc.stderr + proc.stdout
     assert "4/4 done" in proc.stdout and "ETA" in proc.stdout
+    assert "per cell" in proc.stdout and "for the 4 cell(s) on 2 worker(s)" in proc.stdout  # the estimated wall time
     report = json.loads((out / "study.json").read_text())
     assert report["cells"]["done"] == 4 and set(report["groups"]) == {"mlp", "lstm"}
     traded = report["traded"]
@@ -218,10 +256,7 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     # buy-and-hold on exactly the traded days, with the env's costs and fills
     data = generate_market(num_tickers=3, num_days=700, seed=1)
     dates = pd.DatetimeIndex(data.dates)
-    days = (dates >= "2016-03-01") & (dates <= "2016-08-31")
-    first, last = np.flatnonzero(days)[[0, -1]]
-    terms = Terms.of(data, "auto", 0.0).days(first, last + 1)  # the study's default: orders fill at the next open
-    bh = buy_and_hold(data.close[days], terms, 1_000_000.0, 1e-3).values
+    bh = traded_buy_and_hold(data, dates, "2016-03-01", "2016-08-31")
     assert report["baselines"]["buy-and-hold"]["cumulative_return"] == pytest.approx(bh[-1] / bh[0] - 1)
     assert set(report["baselines"]) == {"buy-and-hold", "buy-and-hold + turbulence stop", "1/N monthly"}
     mlp = report["groups"]["mlp"]
@@ -238,6 +273,8 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
         "information_ratio",
         "psr",
         "dsr",
+        "psr_active",
+        "dsr_active",
         "sortino",
         "calmar",
         "annual_turnover",
@@ -247,7 +284,25 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
         assert stat["n"] == 2 and (stat["lo"] <= stat["mean"] <= stat["hi"])
     assert mlp["verdict"].startswith("mlp: Sharpe ") and "seeds beat it" in mlp["verdict"]
     assert report["overfitting"]["num_configurations"] == 4 and 0 <= report["overfitting"]["pbo"] <= 1
-    assert report["trials"]["num_trials"] == 4
+    # the ledger: the study once and each cell once, as they finished; N counts them
+    lines = ledger_lines(out.parent / "ledger.jsonl")
+    assert [r["kind"] for r in lines] == ["study", *["trial"] * 4]
+    assert sorted(r["cell"] for r in lines[1:]) == ["lstm-s1", "lstm-s2", "mlp-s1", "mlp-s2"]
+    assert report["trials"] | {"num_trials": 4, "num_configurations": 2} == report["trials"]
+    assert "These days have been traded by 2 configurations (4 trials" in (out / "study.md").read_text()
+    # every Sharpe with an interval over days and seeds, wider than the seeds-only one kept beside it
+    for g in report["groups"].values():
+        iv, seeds_only = g["sharpe_interval"], g["summary"]["sharpe"]
+        assert iv["resamples"] == "days and seeds" and iv["sharpe"] == pytest.approx(seeds_only["mean"])
+        assert iv["hi"] - iv["lo"] > seeds_only["hi"] - seeds_only["lo"]
+    assert report["baseline_sharpe_intervals"]["buy-and-hold"]["resamples"] == "days"
+    assert "days and seeds resampled; seeds only [" in mlp["verdict"]
+    # Holm over the study's 9 comparisons: 2 configurations x (3 baselines + untrained) and the pair
+    family = [d for g in report["groups"].values() for d in g["vs"].values()] + report["between"]
+    assert report["multiple_comparisons"]["family_size"] == len(family) == 9
+    for d in family:
+        assert d["p_value"] <= d["p_holm"] <= min(1.0, 9 * d["p_value"]) and d["family_size"] == 9
+        assert d["survives_holm"] == (d["p_holm"] < 0.05)
     (pair,) = report["between"]  # mlp against lstm, paired by seed
     assert (pair["first"], pair["second"], pair["seeds"], pair["num_seeds"]) == ("mlp", "lstm", [1, 2], 2)
     mlp_sr = [c["policy"]["sharpe"] for c in sorted(group_cells(out, "mlp"), key=lambda c: c["seed"])]
@@ -255,7 +310,8 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     assert pair["seeds_beating"] == sum(a > b for a, b in zip(mlp_sr, lstm_sr, strict=True))
     assert pair["lo"] <= pair["hi"] and "mlp vs lstm: Sharpe difference" in proc.stdout
     md = (out / "study.md").read_text()
-    assert "## Configurations against each other" in md
+    assert "## Configurations against each other" in md and "## What the intervals resample" in md
+    assert "| PSR vs 0 | DSR vs 0 | PSR vs B&H | DSR vs B&H |" in md
     assert "| mlp (2 seeds) |" in md and "## Verdicts" in md and "Probability of backtest overfitting" in md
     cells = pd.read_csv(out / "cells.csv")
     assert len(cells) == 4 and set(cells["status"]) == {"done"} and cells["sharpe"].notna().all()
@@ -284,10 +340,11 @@ def test_each_cell_trades_every_traded_day_carrying_its_portfolio_across_windows
 
 
 @pytest.mark.slow
-def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(tmp_path):
+def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(full_study, tmp_path):
     """Changing every price from window 1's first traded day on leaves windows 0 and 1's models bit for bit the
-    same (and window 2's, which trains on those days, different)."""
-    data = generate_market(num_tickers=3, num_days=700, seed=1)
+    same as the full study's (and window 2's, which trains on those days, different)."""
+    out, _ = full_study
+    data = generate_market(num_tickers=3, num_days=700, seed=1)  # the full study's market
     frame = data.to_frame()
     cut = pd.Timestamp("2016-04-01")  # window 1 trades from here
     later = frame["date"] >= cut
@@ -296,61 +353,35 @@ def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(tmp_path):
         frame.loc[later, col] = frame.loc[later, col] * noise
     frame.loc[later, "high"] = frame.loc[later, ["open", "high", "low", "close"]].max(axis=1)
     frame.loc[later, "low"] = frame.loc[later, ["open", "high", "low", "close"]].min(axis=1)
-    data.to_frame().to_csv(tmp_path / "real.csv", index=False)
     frame.to_csv(tmp_path / "changed.csv", index=False)
-    for name in ("real", "changed"):
-        proc = study(
-            tmp_path,
-            "--out",
-            name,
-            "--data",
-            f"csv:{tmp_path / name}.csv",
-            "--policies",
-            "mlp",
-            "--seeds",
-            "1",
-            *WINDOW_FLAGS,
-            *TINY_STUDY,
-            "--workers",
-            "1",
-        )
-        assert proc.returncode == 0, proc.stderr + proc.stdout
+    changed = ["--data", f"csv:{tmp_path / 'changed.csv'}", "--policies", "mlp", "--seeds", "1", *WINDOW_FLAGS]
+    proc = study(tmp_path, "--out", "changed", *changed, *TINY_STUDY, "--workers", "1", "--threads", "1")
+    assert proc.returncode == 0, proc.stderr + proc.stdout
 
-    def weights(name: str, k: int) -> dict:
-        return load_checkpoint(tmp_path / name / "cells" / "mlp-s1" / "periods" / f"{k:03d}" / "latest.pt").model_state
+    def weights(folder: Path, k: int) -> dict:
+        return load_checkpoint(folder / "cells" / "mlp-s1" / "periods" / f"{k:03d}" / "latest.pt").model_state
 
+    real, other = out, tmp_path / "changed"
     for k in (0, 1):
-        assert all(torch.equal(v, weights("changed", k)[key]) for key, v in weights("real", k).items()), k
-    assert not all(torch.equal(v, weights("changed", 2)[key]) for key, v in weights("real", 2).items())
+        assert all(torch.equal(v, weights(other, k)[key]) for key, v in weights(real, k).items()), k
+    assert not all(torch.equal(v, weights(other, 2)[key]) for key, v in weights(real, 2).items())
 
 
 @pytest.mark.slow
 def test_shards_merge_into_the_same_study(full_study, tmp_path):
     out, _ = full_study
-    for i in (1, 2):
-        proc = study(
-            tmp_path,
-            "--out",
-            f"part{i}",
-            "--data",
-            DATA,
-            "--policies",
-            "mlp,lstm",
-            "--seeds",
-            "1-2",
-            *WINDOW_FLAGS,
-            *TINY_STUDY,
-            "--workers",
-            "2",
-            "--shard",
-            f"{i}/2",
-        )
+    # the mlp cells of the full study's grid, in two shards of one cell each, side by side
+    grid = ["--data", DATA, "--policies", "mlp", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY, "--workers", "1"]
+    grid += ["--threads", "1"]
+    for proc in studies_at_once(tmp_path, *[["--out", f"part{i}", *grid, "--shard", f"{i}/2"] for i in (1, 2)]):
         assert proc.returncode == 0, proc.stderr + proc.stdout
-        assert "2 cell(s) (shard" in proc.stdout
+        assert "1 cell(s) (shard" in proc.stdout
     merged = study(tmp_path, "merge", "--out", "merged", "part1", "part2", "--bootstrap", "500")
     assert merged.returncode == 0, merged.stderr + merged.stdout
-    a, b = (pd.read_csv(p / "cells.csv").set_index("cell") for p in (out, tmp_path / "merged"))
-    pd.testing.assert_series_equal(a["sharpe"].sort_index(), b["sharpe"].sort_index())  # same cells, same numbers
+    a = pd.read_csv(out / "cells.csv").set_index("cell")
+    b = pd.read_csv(tmp_path / "merged" / "cells.csv").set_index("cell")
+    assert sorted(b.index) == ["mlp-s1", "mlp-s2"] and set(b["status"]) == {"done"}
+    pd.testing.assert_series_equal(a["sharpe"][b.index], b["sharpe"])  # the same cells give the same numbers
     other = study(tmp_path, "merge", "--out", "merged", "part1", str(out / "cells"))
     assert other.returncode == 2 and "error:" in other.stderr
 
@@ -377,6 +408,8 @@ def test_a_failed_cell_is_recorded_and_a_killed_study_continues_where_it_stopped
         "2016-08-31",
         "--retrain",
         "none",
+        "--ledger",
+        str(tmp_path / "ledger.jsonl"),
     ]
     env = clean_env() | {"CLSTM_PPO_STUDY_FAIL_CELL": "mlp-s2"}
     proc = subprocess.Popen(
@@ -396,6 +429,11 @@ def test_a_failed_cell_is_recorded_and_a_killed_study_continues_where_it_stopped
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err + out
     assert "run the same command again to continue" in out
+    # the ledger kept every cell that finished before the kill, and parses line by line
+    finished = {c for c in ("mlp-s1", "mlp-s3") if read_status(tmp_path / "run" / "cells" / c)["status"] == "done"}
+    killed = ledger_lines(tmp_path / "ledger.jsonl")
+    assert killed[0]["kind"] == "study" and "mlp-s1" in finished
+    assert {r["cell"] for r in killed if r["kind"] == "trial"} == finished  # not the failed mlp-s2
     done_at = (tmp_path / "run" / "cells" / "mlp-s1" / "result.json").stat().st_mtime_ns
     again = subprocess.run(
         [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
@@ -412,6 +450,8 @@ def test_a_failed_cell_is_recorded_and_a_killed_study_continues_where_it_stopped
     assert report["cells"] | {"total": 3} == report["cells"] and report["cells"]["done"] == 2
     assert report["cells"]["failed"] == 1 and report["groups"]["mlp"]["seeds"] == [1, 3]  # never averaged in
     assert "`mlp-s2`: failed: RuntimeError: injected failure" in (tmp_path / "run" / "study.md").read_text()
+    trials = [r["cell"] for r in ledger_lines(tmp_path / "ledger.jsonl") if r["kind"] == "trial"]
+    assert sorted(trials) == ["mlp-s1", "mlp-s3"] and report["trials"]["num_trials"] == 2  # each once
     assert not [p for p in Path("/proc").glob("[0-9]*") if _is_cell_of(p, tmp_path)]  # no cell left running
 
 
@@ -420,6 +460,147 @@ def _is_cell_of(proc_dir: Path, tmp_path: Path) -> bool:
         return str(tmp_path) in (proc_dir / "cmdline").read_text().replace("\0", " ")
     except OSError:
         return False
+
+
+def daily_moments(r: np.ndarray) -> tuple[float, float, float]:
+    """Daily Sharpe (ddof 1), skewness and non-excess kurtosis (population moments), by hand."""
+    dev = r - r.mean()
+    m2 = np.mean(dev**2)
+    return r.mean() / r.std(ddof=1), np.mean(dev**3) / m2**1.5, np.mean(dev**4) / m2**2
+
+
+def dsr_by_hand(r: np.ndarray, n: int, variance: float) -> float:
+    """Bailey & Lopez de Prado (2014): PSR against the expected maximum Sharpe of n unskilled trials."""
+    gamma, phi = 0.5772156649015329, NormalDist()
+    sr0 = math.sqrt(variance) * ((1 - gamma) * phi.inv_cdf(1 - 1 / n) + gamma * phi.inv_cdf(1 - 1 / (n * math.e)))
+    sr, g3, g4 = daily_moments(r)
+    return phi.cdf((sr - sr0) * math.sqrt(r.size - 1) / math.sqrt(1 - g3 * sr + (g4 - 1) / 4 * sr * sr))
+
+
+@pytest.mark.slow
+def test_the_deflated_sharpe_counts_every_trial_the_ledger_holds_on_these_days(full_study, tmp_path):
+    from clstm_ppo.evaluation.ledger import Ledger, record
+    from clstm_ppo.study.report import build_report
+
+    out, _ = full_study
+    shutil.copytree(out, tmp_path / "old")
+    fingerprint = json.loads((out / "study.json").read_text())["data"]["fingerprint"]
+    planted = {"x": (0.08, 0.01), "y": (-0.05, -0.03)}  # daily Sharpe vs 0 and vs buy-and-hold of other trials
+
+    def trial(key: str, first: str, last: str, fp: str = fingerprint, sr: float = 0.5, active: float = 0.1) -> dict:
+        return record(
+            "trial",
+            key,
+            config=f"config-{key}",
+            study="another study",
+            fingerprint=fp,
+            first=first,
+            last=last,
+            num_days=100,
+            sharpe=sr * math.sqrt(252),
+            sharpe_daily=sr,
+            active_sharpe=active * math.sqrt(252),
+            active_sharpe_daily=active,
+        )
+
+    # a ledger that never saw this study: two trials on overlapping days of its data, one on other days, one on
+    # other data
+    ledger = tmp_path / "ledger.jsonl"
+    Ledger(ledger).append(
+        [trial(k, "2016-06-01", "2016-12-30", sr=a, active=b) for k, (a, b) in planted.items()]
+        + [trial("before", "2015-01-02", "2015-12-31"), trial("elsewhere", "2016-03-01", "2016-08-31", fp="other")]
+    )
+    proc = study(tmp_path, "report", "old", "--bootstrap", "500", "--ledger", str(ledger))
+    assert proc.returncode == 0, proc.stderr
+    assert "these days have been traded by 4 configurations (6 trials) so far" in proc.stdout
+    report = json.loads((tmp_path / "old" / "study.json").read_text())
+    assert report["trials"] | {"num_trials": 6, "num_configurations": 4} == report["trials"]
+    # by hand: N = 4 cells + 2 planted trials, V = the variance of their daily Sharpe ratios
+    data = generate_market(num_tickers=3, num_days=700, seed=1)
+    dates = pd.DatetimeIndex(data.dates)
+    bench = traded_buy_and_hold(data, dates, "2016-03-01", "2016-08-31")
+    b = bench[1:] / bench[:-1] - 1
+    returns = {}
+    for cell in ("mlp-s1", "mlp-s2", "lstm-s1", "lstm-s2"):
+        values = np.load(out / "cells" / cell / "result.npz")["values"]
+        returns[cell] = values[1:] / values[:-1] - 1
+    variance = np.var([daily_moments(r)[0] for r in returns.values()] + [a for a, _ in planted.values()], ddof=1)
+    active = np.var([daily_moments(r - b)[0] for r in returns.values()] + [x for _, x in planted.values()], ddof=1)
+    cells = pd.read_csv(tmp_path / "old" / "cells.csv").set_index("cell")
+    for cell, r in returns.items():
+        assert cells.loc[cell, "dsr"] == pytest.approx(dsr_by_hand(r, 6, variance), rel=1e-9, abs=1e-12)
+        assert cells.loc[cell, "dsr_active"] == pytest.approx(dsr_by_hand(r - b, 6, active), rel=1e-9, abs=1e-12)
+    # reporting the old study again adds nothing: its cells are in the ledger once
+    before = ledger.read_text()
+    assert build_report(tmp_path / "old", ledger=Ledger(ledger), n_boot=500)["trials"]["num_trials"] == 6
+    assert ledger.read_text() == before and len(ledger_lines(ledger)) == 1 + 4 + 4
+
+
+@pytest.mark.slow
+def test_a_study_on_sealed_days_refuses_and_an_unseal_is_recorded_and_counted(full_study, tmp_path):
+    from clstm_ppo.evaluation.backtest import backtest, compare
+    from clstm_ppo.evaluation.holdout import make_seal
+    from clstm_ppo.evaluation.ledger import Ledger
+    from clstm_ppo.study.report import build_report, verdict_lines
+    from clstm_ppo.study.runner import Layout, run_study
+    from clstm_ppo.study.spec import StudySpec
+
+    out, _ = full_study
+    shutil.copytree(out, tmp_path / "full")
+    ledger = tmp_path / "ledger.jsonl"
+    sealed = study(tmp_path, "seal", "--data", DATA, "--from", "2016-07-01", "--ledger", str(ledger))
+    assert sealed.returncode == 0 and "sealed 2016-07-01 .. (no end" in sealed.stdout, sealed.stderr
+    again = [*FULL_STUDY, "--out", "full", "--ledger", str(ledger)]
+    written = (tmp_path / "full" / "study.json").stat().st_mtime_ns
+    line = one_error_line(study(tmp_path, *again))
+    assert "2016-07-01 .. 2016-08-31 of this data are sealed" in line and "--unseal" in line
+    assert (tmp_path / "full" / "study.json").stat().st_mtime_ns == written  # refused before writing anything
+    # days the study only trains on are as spent as the days it trades
+    training = Ledger(tmp_path / "training-seal.jsonl")
+    training.append([make_seal(generate_market(num_tickers=3, num_days=700, seed=1), DATA, "2015-06-01", "2015-06-30")])
+    with pytest.raises(UserError, match="2015-06-01 .. 2015-06-30 of this data are sealed"):
+        run_study(tmp_path / "full", StudySpec.load(tmp_path / "full"), layout=Layout(1, 0, 1), ledger=training)
+    unsealed = study(tmp_path, *again, "--unseal")
+    assert unsealed.returncode == 0, unsealed.stderr + unsealed.stdout
+    assert "these days have been unsealed 1 time(s) so far" in unsealed.stdout
+    (entry,) = json.loads((tmp_path / "full" / "study.json").read_text())["holdout"]
+    assert (entry["first"], entry["last"], entry["from"], entry["to"], entry["unsealed"]) == (
+        "2016-07-01",
+        "2016-08-31",
+        "2016-07-01",
+        "",
+        1,
+    )
+    assert [r["kind"] for r in ledger_lines(ledger)].count("unseal") == 1
+    # a backtest of a cell's checkpoint on the sealed days refuses too; unsealed, it is a second look
+    checkpoint = tmp_path / "full" / "cells" / "mlp-s1" / "periods" / "002" / "best.pt"
+    with pytest.raises(UserError, match="of this data are sealed"):
+        backtest(checkpoint, ledger=ledger, out=tmp_path / "bt")
+    done = backtest(checkpoint, ledger=ledger, out=tmp_path / "bt", unseal=True)
+    assert [h["unsealed"] for h in done.holdout] == [2]
+    assert json.loads((tmp_path / "bt" / "report.json").read_text())["metadata"]["holdout"][0]["unsealed"] == 2
+    early = tmp_path / "full" / "cells" / "mlp-s1" / "periods" / "000" / "best.pt"  # trades before the seal
+    assert compare([early, early], ledger=ledger, out=tmp_path / "cmp").holdout == []
+    # every later report on those days says how many times they were unsealed
+    lines = verdict_lines(build_report(tmp_path / "full", ledger=Ledger(ledger), n_boot=500))
+    assert "2016-07-01 .. 2016-08-31 are sealed" in lines[1] and "unsealed 2 time(s) so far" in lines[1]
+    assert "Sealed hold-out: 2016-07-01 .. 2016-08-31 are sealed" in (tmp_path / "full" / "study.md").read_text()
+
+
+def test_a_study_trains_400_episodes_per_cell_unless_told_otherwise(tmp_path):
+    from clstm_ppo.cli.study import STUDY_NUM_EPISODES, build_parser, study_config
+
+    def episodes(*flags: str) -> int:
+        args = vars(build_parser().parse_args(["--out", "x", "--trade_start", "2016-01-04", *flags]))
+        return study_config(args).ppo.num_episodes
+
+    (tmp_path / "named.json").write_text('{"num_episodes": 77}')
+    (tmp_path / "silent.json").write_text('{"window": 5}')
+    assert STUDY_NUM_EPISODES == 400 and episodes() == 400 and episodes("--preset", "paper") == 400
+    assert episodes("--num_episodes", "50") == 50
+    assert episodes("--config", str(tmp_path / "named.json")) == 77
+    assert episodes("--config", str(tmp_path / "silent.json")) == 400
+    assert episodes("--config", str(tmp_path / "named.json"), "--num_episodes", "9") == 9
 
 
 def test_study_help_explains_every_flag():

@@ -3,7 +3,10 @@
 clstm-ppo backtest --checkpoint checkpoints/run/best.pt [--split test|validation|train]
                    [--start YYYY-MM-DD] [--end YYYY-MM-DD] [--data SRC] [--out DIR]
                    [--stochastic --episodes K] [--seed S] [--index FILE] [--risk_free R] [--device cpu|cuda]
-clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...]
+                   [--ledger FILE] [--unseal]
+clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...] [--unseal]
+
+Days sealed with `clstm-ppo study seal` are refused unless ``--unseal`` (recorded in the trials ledger).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 import torch
 
 from clstm_ppo.evaluation.backtest import SPLITS, backtest, compare, distribution_table
+from clstm_ppo.evaluation.holdout import describe
 from envs.errors import UserError
 
 
@@ -35,6 +39,16 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    parser.add_argument(
+        "--ledger",
+        default=None,
+        help="the trials ledger holding the seals (default: $CLSTM_PPO_LEDGER, else ~/.clstm_ppo/ledger.jsonl)",
+    )
+    parser.add_argument(
+        "--unseal",
+        action="store_true",
+        help="trade days sealed with `clstm-ppo study seal` anyway (the ledger records it)",
+    )
 
 
 def _device_and_threads(args: argparse.Namespace) -> torch.device:
@@ -75,7 +89,11 @@ def main(argv: list[str]) -> int:
         index=args.index,
         risk_free=args.risk_free,
         device=device,
+        ledger=args.ledger,
+        unseal=args.unseal,
     )
+    for entry in done.holdout:
+        print(f"--unseal: {describe(entry)}")
     d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
     print(
         f"backtest {done.checkpoint.path} | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "
@@ -113,7 +131,11 @@ def compare_main(argv: list[str]) -> int:
         out=args.out,
         risk_free=args.risk_free,
         device=device,
+        ledger=args.ledger,
+        unseal=args.unseal,
     )
+    for entry in done.holdout:
+        print(f"--unseal: {describe(entry)}")
     d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
     print(
         f"compare {done.num_checkpoints} checkpoint(s) | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "

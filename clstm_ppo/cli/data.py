@@ -217,7 +217,7 @@ def summarize(frame: pd.DataFrame) -> str:
         f"bars: {'close only (open/high/low filled from close)' if frame.attrs.get('close_only') else 'OHLCV'}"
         f"   columns: {used}"
         + (
-            f"   ({'OHLC rescaled by' if frame.attrs.get('adjusted') else 'ignored:'} {cols['adj_close']})"
+            f"   ({'OHLC rescaled by' if frame.attrs.get('adjusted') else 'dividends implied by'} {cols['adj_close']})"
             if "adj_close" in cols
             else ""
         ),

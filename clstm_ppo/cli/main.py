@@ -3,7 +3,7 @@
     clstm-ppo train ...        the distributed trainer (same flags as train_distributed_clstm_ppo.py)
     clstm-ppo backtest ...     backtest a checkpoint
     clstm-ppo compare ...      several checkpoints on one period
-    clstm-ppo study ...        walk-forward study over policies x seeds x variants (merge, report)
+    clstm-ppo study ...        walk-forward study over policies x seeds x variants (merge, report, seal)
     clstm-ppo trade ...        paper-trade a checkpoint on Alpaca (trade report: paper vs backtest)
     clstm-ppo plot RUN_DIR     training curves to PNG
     clstm-ppo data ...         generate | inspect | download market data

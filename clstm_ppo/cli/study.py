@@ -4,20 +4,25 @@
         --trade_start 2016-01-01 --trade_end 2020-05-08 --retrain quarterly --out studies/us [training flags]
     clstm-ppo study merge --out studies/us studies/us-shard1 studies/us-shard2 ...
     clstm-ppo study report studies/us
+    clstm-ppo study seal --data csv:PATH --from 2022-01-01 [--to 2023-12-29]
 
 Every training flag of `train_distributed_clstm_ppo.py` (``--num_episodes``, ``--window``, ``--preset``,
-``--config``, ...) sets the cells' common settings. See docs/study.md.
+``--config``, ...) sets the cells' common settings, but ``--num_episodes`` defaults to `STUDY_NUM_EPISODES` (a
+study trains every cell once per window; training's 10,000 would take hours per cell on a CPU). Every command here
+reads and writes the trials ledger (``--ledger``, `clstm_ppo.evaluation.ledger`). See docs/study.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
-from clstm_ppo.config import POLICIES
+from clstm_ppo.config import POLICIES, PRESETS, TrainConfig
 from envs.errors import UserError
 
 # Settings the study decides for each cell and training run (the rest pass through to every cell).
@@ -42,6 +47,12 @@ STUDY_OWNED = frozenset(
         "threads",
     }
 )
+STUDY_NUM_EPISODES = 400
+"""The study's default training episodes per cell (first window); `train` defaults to 10,000."""
+LEDGER_HELP = (
+    "the trials ledger (JSON lines) that counts every configuration traded on the data's days and holds the seals "
+    "(default: $CLSTM_PPO_LEDGER, else ~/.clstm_ppo/ledger.jsonl)"
+)
 DEVICE_ENV = "CLSTM_PPO_STUDY_DEVICE"  # set by the runner for each cell process: cpu or cuda
 
 
@@ -55,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         "buy-and-hold, buy-and-hold with the turbulence stop, 1/N rebalanced monthly, the untrained "
         "network and an index; with confidence intervals, paired block-bootstrap Sharpe differences, "
         "PSR/DSR and the probability of backtest overfitting. Sub-commands: `study merge` (join shards), "
-        "`study report DIR` (write the report again). Every training flag sets the cells' common settings.",
+        "`study report DIR` (write the report again), `study seal` (seal a hold-out period). Every training flag sets the cells' common settings.",
     )
     g = parser.add_argument_group("study")
     g.add_argument("--out", required=True, help="the study's folder (re-running the same command continues it)")
@@ -123,8 +134,40 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max_cells", type=int, default=1000, help="refuse a grid larger than this (a typo guard)")
     g.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
     g.add_argument("--bootstrap", type=int, default=5000, help="bootstrap draws for the intervals over seeds")
-    add_config_flags(parser, skip=STUDY_OWNED)
+    g.add_argument(
+        "--num_episodes",
+        type=int,
+        help=f"training episodes of each cell's first window (default: {STUDY_NUM_EPISODES}, or what --preset or "
+        "--config sets; later windows: --retrain_episodes)",
+    )
+    g.add_argument("--ledger", help=LEDGER_HELP)  # no "(default: None)": the help names the default
+    g.add_argument(
+        "--unseal",
+        action="store_true",
+        default=False,
+        help="trade days sealed with `clstm-ppo study seal` anyway; the ledger records it and every report on those "
+        "days says how many times they were unsealed",
+    )
+    add_config_flags(parser, skip=STUDY_OWNED | {"num_episodes"})
     return parser
+
+
+def study_config(args: dict[str, Any]) -> TrainConfig:
+    """The cells' common settings from the parsed training flags (consumed from ``args``), as `config_from_args`
+    makes them, but with the study's own default of `STUDY_NUM_EPISODES` episodes unless ``--num_episodes``, the
+    ``--preset`` or the ``--config`` file names a number."""
+    if "num_episodes" not in args and not _names_num_episodes(args):
+        args["num_episodes"] = STUDY_NUM_EPISODES
+    return config_from_args(args)
+
+
+def _names_num_episodes(args: dict[str, Any]) -> bool:
+    if "num_episodes" in PRESETS.get(args.get("preset", ""), {}):
+        return True
+    try:
+        return "num_episodes" in json.loads(Path(args["config"]).read_text(encoding="utf-8"))
+    except (KeyError, OSError, ValueError, TypeError):  # no --config; a bad file is reported by config_from_args
+        return False
 
 
 def main(argv: list[str]) -> int:
@@ -133,8 +176,11 @@ def main(argv: list[str]) -> int:
         return _merge(args_list[1:])
     if args_list[:1] == ["report"]:
         return _report(args_list[1:])
+    if args_list[:1] == ["seal"]:
+        return _seal(args_list[1:])
     if args_list[:1] == ["_cell"]:
         return _cell(args_list[1:])
+    from clstm_ppo.evaluation.ledger import Ledger
     from clstm_ppo.study.grid import parse_seeds, parse_shard, parse_variants
     from clstm_ppo.study.runner import plan_layout, run_study
     from clstm_ppo.study.spec import StudySpec
@@ -168,7 +214,8 @@ def main(argv: list[str]) -> int:
             "bootstrap",
         )
     }
-    base = config_from_args(args)
+    ledger, unseal = Ledger(args.pop("ledger", None)), args.pop("unseal")
+    base = study_config(args)
     if study_flags["index"] and not Path(study_flags["index"]).is_file():
         raise UserError(f"--index: file not found: {study_flags['index']}")
     spec = StudySpec(
@@ -190,6 +237,8 @@ def main(argv: list[str]) -> int:
         out,
         spec,
         layout=layout,
+        ledger=ledger,
+        unseal=unseal,
         shard_of=shard_of,
         max_cells=study_flags["max_cells"],
         confidence=study_flags["confidence"],
@@ -206,26 +255,75 @@ def _merge(argv: list[str]) -> int:
     parser.add_argument("shards", nargs="+", help="study folders written with --shard I/N")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
     parser.add_argument("--bootstrap", type=int, default=5000, help="bootstrap draws for the intervals over seeds")
+    parser.add_argument("--ledger", default=None, help=LEDGER_HELP)
     args = parser.parse_args(argv)
+    from clstm_ppo.evaluation.ledger import Ledger
     from clstm_ppo.study.runner import merge_shards
 
     return merge_shards(
-        Path(args.out), [Path(s) for s in args.shards], confidence=args.confidence, n_boot=args.bootstrap
+        Path(args.out),
+        [Path(s) for s in args.shards],
+        ledger=Ledger(args.ledger),
+        confidence=args.confidence,
+        n_boot=args.bootstrap,
     )
 
 
 def _report(argv: list[str]) -> int:
-    parser = Parser(prog="clstm-ppo study report", description="Write a study's report again from its cells.")
+    parser = Parser(
+        prog="clstm-ppo study report",
+        description="Write a study's report again from its cells, adding the study and its finished cells to the "
+        "trials ledger (once: reporting again does not count them twice).",
+    )
     parser.add_argument("folder", help="the study's folder")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
     parser.add_argument("--bootstrap", type=int, default=5000, help="bootstrap draws for the intervals over seeds")
+    parser.add_argument("--ledger", default=None, help=LEDGER_HELP)
     args = parser.parse_args(argv)
+    from clstm_ppo.evaluation.ledger import Ledger
     from clstm_ppo.study.report import build_report, verdict_lines
+    from clstm_ppo.study.spec import StudySpec
 
-    report = build_report(Path(args.folder), confidence=args.confidence, n_boot=args.bootstrap)
+    ledger = Ledger(args.ledger)
+    StudySpec.load(Path(args.folder))  # not a study folder: say so before anything else
+    ledger.check_writable()
+    report = build_report(Path(args.folder), ledger=ledger, confidence=args.confidence, n_boot=args.bootstrap)
     print(f"report: {Path(args.folder) / 'study.md'} ({report['cells']['done']}/{report['cells']['total']} cells done)")
     for line in verdict_lines(report):
         print(f"  {line}")
+    return 0
+
+
+def _seal(argv: list[str]) -> int:
+    parser = Parser(
+        prog="clstm-ppo study seal",
+        description="Seal a hold-out period of a data set: any later study, backtest or compare that would trade "
+        "its days refuses unless given --unseal, which the ledger records and every later report on those days "
+        "counts. The seal applies to the same market loaded again (a later end date, another file format, a "
+        "subset of its tickers): it is recognised by its closes on the first trading day of each month.",
+    )
+    parser.add_argument("--data", required=True, help="the data source (synthetic[:k=v] | csv:PATH | parquet:PATH)")
+    parser.add_argument("--from", dest="start", required=True, help="first sealed day (YYYY-MM-DD)")
+    parser.add_argument("--to", dest="end", default="", help="last sealed day (default: none, every later day too)")
+    parser.add_argument("--ledger", default=None, help=LEDGER_HELP)
+    args = parser.parse_args(argv)
+    from clstm_ppo.evaluation.holdout import make_seal
+    from clstm_ppo.evaluation.ledger import Ledger
+    from clstm_ppo.market import load_data
+
+    ledger = Ledger(args.ledger)
+    ledger.check_writable()
+    source = TrainConfig.from_dict({"data": args.data}, source="--data").validate()
+    data = load_data(source.data, seed=source.run.seed)
+    seal = make_seal(data, args.data, args.start, args.end)
+    period = f"{seal['from']} .. {seal['to'] or '(no end: later days too)'}"
+    if not ledger.append([seal]):
+        print(f"already sealed: {period} of {args.data} (seal {seal['id']} in {ledger.path})")
+        return 0
+    print(
+        f"sealed {period} of {args.data}: {seal['sealed_days_then']} trading days there now, "
+        f"{len(seal['tickers'])} tickers (seal {seal['id']} in {ledger.path})"
+    )
     return 0
 
 

@@ -19,6 +19,10 @@ How a backtest is put together (the same code paths as training, so nothing is r
 4. `clstm_ppo.evaluation.report` turns the day-by-day record into report.json, equity.csv, trades.csv and
    equity.png, with equal-weight buy-and-hold (same costs, same capital) as the baseline.
 
+Before the policy runs, `clstm_ppo.evaluation.holdout.guard` refuses a period that trades days sealed in the trials
+ledger, unless ``unseal`` (then the unseal is recorded, and report.json's metadata says how many times those days
+have been unsealed).
+
 With ``--stochastic`` the report files describe the episode with the median cumulative return, and
 report.json gains a ``"stochastic"`` section: the seed, every episode's metrics and the mean / std /
 min / max of each metric over the episodes; equity_episodes.csv holds every episode's value series.
@@ -28,8 +32,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,8 @@ import torch
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
+from clstm_ppo.evaluation.holdout import guard, iso_days
+from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.report import (
     METRIC_ROWS,
     BacktestResult,
@@ -190,6 +197,34 @@ def resolve_period(
         )
     days = DayRange(lo, hi)
     return Period(days=days, label=f"{_iso(dates[lo])}_{_iso(dates[hi - 1])}", source="--start/--end")
+
+
+def file_digest(path: Path) -> str:
+    """sha256 (hex, first 16 characters) of a file's bytes: what identifies a checkpoint for the ledger."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def check_holdout(
+    market: PreparedMarket, period: Period, checkpoints: list[Path], *, ledger: Ledger, unseal: bool, command: str
+) -> list[dict[str, Any]]:
+    """`clstm_ppo.evaluation.holdout.guard` for a backtest (or comparison) of ``checkpoints`` over ``period``: one
+    look per set of checkpoint files and period, so running the same backtest again is not another unseal."""
+    days = iso_days(market.data)
+    first, last = str(days[period.days.start]), str(days[period.days.stop - 1])
+    return guard(
+        ledger,
+        market.data,
+        first,
+        last,
+        unseal=unseal,
+        command=command,
+        look=",".join(sorted(file_digest(p) for p in checkpoints)) + f"@{first}..{last}",
+        what=", ".join(str(p) for p in checkpoints),
+    )
 
 
 def _date(text: str, flag: str) -> np.datetime64:
@@ -349,6 +384,7 @@ class Backtest:
     mode: str  # "deterministic (mean action)" or "stochastic: ..."
     report: Report
     stochastic: dict[str, Any] | None  # seed, episodes, per-episode metrics and their summary
+    holdout: list[dict[str, Any]] = field(default_factory=list)  # sealed days traded with --unseal (holdout_summary)
 
 
 def backtest(
@@ -365,6 +401,8 @@ def backtest(
     index: str | Path | None = None,
     risk_free: float | None = None,
     device: torch.device | str = "cpu",
+    ledger: str | Path | None = None,
+    unseal: bool = False,
 ) -> Backtest:
     """Run one checkpoint over one period and write its report folder (see the module docstring).
 
@@ -373,6 +411,8 @@ def backtest(
     :param out: report folder (default: ``backtest-<checkpoint>-<period>`` next to the checkpoint).
     :param risk_free: annual rate that cash earns and Sharpe/Sortino are in excess of (default: the checkpoint's
         ``--risk_free``).
+    :param ledger: the trials ledger holding the seals (None: `clstm_ppo.evaluation.ledger.ledger_path`'s default).
+    :param unseal: trade sealed days anyway (recorded in the ledger); without it, sealed days are refused.
     """
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
@@ -382,8 +422,11 @@ def backtest(
     risk_free = ck.cfg.env.risk_free
     market = restore_market(ck, load_backtest_data(ck, data=data, start=start, end=end))
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
+    holdout = check_holdout(market, period, [ck.path], ledger=Ledger(ledger), unseal=unseal, command="backtest")
     model = restore_policy(ck, market, device)
     metadata = _metadata(ck, market, period, data or ck.cfg.data.source)
+    if holdout:
+        metadata["holdout"] = holdout
     dates = np.asarray(market.data.dates)[period.days.start : period.days.stop]
     index_values = read_index(index, dates) if index else None
     folder = Path(out) if out else ck.path.parent / f"backtest-{ck.path.stem}-{period.label}"
@@ -441,6 +484,7 @@ def backtest(
         mode=metadata["mode"],
         report=report,
         stochastic=summary,
+        holdout=holdout,
     )
 
 
@@ -472,6 +516,7 @@ class Comparison:
     period: Period
     dates: np.ndarray  # [D]
     report: Report
+    holdout: list[dict[str, Any]] = field(default_factory=list)  # sealed days traded with --unseal (holdout_summary)
 
 
 def compare(
@@ -485,9 +530,12 @@ def compare(
     out: str | Path | None = None,
     risk_free: float | None = None,
     device: torch.device | str = "cpu",
+    ledger: str | Path | None = None,
+    unseal: bool = False,
 ) -> Comparison:
     """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
-    earns ``risk_free`` (default: each checkpoint's own; given, the same for all)."""
+    earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
+    `backtest` (sealed days are refused unless ``unseal``)."""
     cks = [with_risk_free(open_checkpoint(p), risk_free) for p in checkpoints]
     names = comparison_labels([c.path for c in cks], labels)
     first = cks[0]
@@ -539,6 +587,9 @@ def compare(
             raise UserError(
                 f"{widest.path} needs {widest.window - 1} lookback days before the period; pass a later --start"
             )
+    holdout = check_holdout(
+        market0, period, [c.path for c in cks], ledger=Ledger(ledger), unseal=unseal, command="compare"
+    )
     curves: dict[str, np.ndarray] = {}
     trades: dict[str, Any] = {}
     baseline = None
@@ -570,6 +621,7 @@ def compare(
         "tickers": first.tickers,
         "mode": f"deterministic (mean action), {describe_execution(first.cfg.env.execution, market_data)}",
         "baseline": f"equal-weight buy-and-hold with {names[0]}'s costs and fills",
+        **({"holdout": holdout} if holdout else {}),
     }
     report = write_comparison(
         dates,
@@ -587,4 +639,5 @@ def compare(
         period=period,
         dates=dates,
         report=report,
+        holdout=holdout,
     )

@@ -275,6 +275,75 @@ def stationary_bootstrap_indices(
     return (first_day + (day - last_start)) % num_days
 
 
+def block_bootstrap_sharpe(
+    policy: np.ndarray,
+    baseline: np.ndarray | None,
+    *,
+    n_boot: int,
+    mean_block: float,
+    seed: int,
+    resample_seeds: bool = True,
+) -> np.ndarray:
+    """``[n_boot]`` draws of ``mean_s (SR(policy_s) - SR(baseline_s))`` on resampled days (and seeds).
+
+    The one resampling behind `paired_sharpe_difference` and `sharpe_interval` (its design is explained in
+    `paired_sharpe_difference`): each draw takes stationary-bootstrap day indices
+    (`stationary_bootstrap_indices`), applies the SAME indices to every seed and to the baseline, and weights
+    the seeds by multinomial counts (S of S with replacement) when ``resample_seeds``.
+
+    :param policy: ``[S, D]`` float64 daily returns, finite, D >= 2 (checked by the callers).
+    :param baseline: ``[D]`` or ``[S, D]`` daily returns on the same days, or None: the draws are then of
+        ``mean_s SR(policy_s)`` itself.
+    :param mean_block: mean block length in days (>= 1).
+    :return: ``[n_boot] float64`` annualised Sharpe ratios (or differences of them).
+    """
+    s, d = policy.shape
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_boot)
+    chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // (s * d)))
+    uniform = np.full(s, 1.0 / s)
+    for start in range(0, n_boot, chunk):
+        c = min(chunk, n_boot - start)
+        days = stationary_bootstrap_indices(d, c, mean_block, rng)  # [c, D]
+        if resample_seeds:
+            seed_counts = rng.multinomial(s, uniform, size=c)  # [c, S]: how often each seed is drawn
+        else:
+            seed_counts = np.ones((c, s))
+        # np.take gathers into C-contiguous rows, so every series is summed in the same (pairwise) order
+        # whatever its batch shape: an identical policy and baseline give an exactly zero difference
+        sharpe = _sharpe(np.take(policy, days, axis=1))  # [S, c]
+        if baseline is not None:
+            sharpe = sharpe - _sharpe(np.take(baseline, days, axis=-1))  # - [c] or [S, c]
+        stats[start : start + c] = np.sum(seed_counts * sharpe.T, axis=1) / s
+    return stats
+
+
+def bootstrap_p_value(draws: Any, null: float = 0.0) -> float:
+    """Two-sided p-value of ``statistic == null`` from bootstrap draws of the statistic.
+
+    ``p = min(1, 2 * min(#{draws <= null} + 1, #{draws >= null} + 1) / (B + 1))``: twice the smaller tail of the
+    draws beyond the null, the inversion of the percentile interval (0 lies outside the level-c percentile
+    interval about when p < 1 - c). The +1s count the observed sample as one draw (Davison & Hinkley 1997,
+    "Bootstrap Methods and their Application", eq. 4.11), so p is never 0: the smallest p that B draws can
+    show is ``2 / (B + 1)``.
+
+    :param draws: ``[B]`` bootstrap draws (e.g. of a Sharpe difference), finite.
+    :param null: the value tested.
+    :return: p in ``(0, 1]``.
+    """
+    x = np.asarray(draws, dtype=np.float64)
+    if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
+        raise ValueError(f"draws must be a non-empty finite 1-D array, got shape {x.shape}")
+    below = int(np.sum(x <= null)) + 1
+    above = int(np.sum(x >= null)) + 1
+    return float(min(1.0, 2.0 * min(below, above) / (x.size + 1)))
+
+
+def _check_returns_matrix(p: np.ndarray, name: str) -> None:
+    if p.ndim != 2 or p.shape[0] < 1 or p.shape[1] < 2:
+        raise ValueError(f"{name} must be [S, D] with S >= 1 and D >= 2, got shape {p.shape}")
+
+
 def paired_sharpe_difference(
     policy: Any,
     baseline: Any,
@@ -299,6 +368,7 @@ def paired_sharpe_difference(
     :return: dict with
         ``difference``: ``mean_s (SR(policy_s) - SR(baseline_s))`` on the original days (annualised);
         ``lo``, ``hi``: percentile interval of the same statistic over the draws;
+        ``p_value``: two-sided bootstrap p-value of "no difference" (`bootstrap_p_value` of the draws);
         ``seeds_beating``: number of seeds with ``SR(policy_s) > SR(baseline_s)`` (strictly);
         ``num_seeds`` S, ``mean_block``, ``n_boot``;
         ``policy_sharpe``, ``baseline_sharpe``: ``[S]`` the per-seed annualised Sharpe ratios.
@@ -324,13 +394,13 @@ def paired_sharpe_difference(
     noise on the same days it over-covers (~0.99 at 0.95 nominal when that noise dominates; see the
     tests). It never under-covers because of the seeds, which ignoring seed variation would.
 
-    Cost: ``n_boot x S x D`` gathered floats, processed in chunks of about ``_CHUNK_ELEMENTS``.
+    Cost: ``n_boot x S x D`` gathered floats, processed in chunks of about ``_CHUNK_ELEMENTS``
+    (`block_bootstrap_sharpe` draws them; `sharpe_interval` is the same draw without a baseline).
     """
     _check_confidence(confidence)
     p = np.asarray(policy, dtype=np.float64)
     b = np.asarray(baseline, dtype=np.float64)
-    if p.ndim != 2 or p.shape[0] < 1 or p.shape[1] < 2:
-        raise ValueError(f"policy must be [S, D] with S >= 1 and D >= 2, got shape {p.shape}")
+    _check_returns_matrix(p, "policy")
     if b.shape not in ((p.shape[1],), p.shape):
         raise ValueError(f"baseline must be [D] or [S, D] matching policy {p.shape}, got {b.shape}")
     if not (np.all(np.isfinite(p)) and np.all(np.isfinite(b))):
@@ -342,27 +412,14 @@ def paired_sharpe_difference(
 
     sr_policy = _sharpe(p)
     sr_base = np.broadcast_to(_sharpe(b), (s,))
-    rng = np.random.default_rng(seed)
-    stats = np.empty(n_boot)
-    chunk = max(1, min(n_boot, _CHUNK_ELEMENTS // (s * d)))
-    uniform = np.full(s, 1.0 / s)
-    for start in range(0, n_boot, chunk):
-        c = min(chunk, n_boot - start)
-        days = stationary_bootstrap_indices(d, c, block, rng)  # [c, D]
-        if resample_seeds:
-            seed_counts = rng.multinomial(s, uniform, size=c)  # [c, S]: how often each seed is drawn
-        else:
-            seed_counts = np.ones((c, s))
-        # np.take gathers into C-contiguous rows, so every series is summed in the same (pairwise) order
-        # whatever its batch shape: an identical policy and baseline give an exactly zero difference
-        diff = _sharpe(np.take(p, days, axis=1)) - _sharpe(np.take(b, days, axis=-1))  # [S, c] - [c] / [S, c]
-        stats[start : start + c] = np.sum(seed_counts * diff.T, axis=1) / s
+    stats = block_bootstrap_sharpe(p, b, n_boot=n_boot, mean_block=block, seed=seed, resample_seeds=resample_seeds)
     alpha = (1.0 - confidence) / 2.0
     lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
     return {
         "difference": float(np.mean(sr_policy - sr_base)),
         "lo": float(lo),
         "hi": float(hi),
+        "p_value": bootstrap_p_value(stats),
         "seeds_beating": int(np.sum(sr_policy > sr_base)),
         "num_seeds": s,
         "mean_block": block,
@@ -370,6 +427,89 @@ def paired_sharpe_difference(
         "policy_sharpe": sr_policy,
         "baseline_sharpe": np.array(sr_base),
     }
+
+
+def sharpe_interval(
+    returns: Any,
+    confidence: float = 0.95,
+    n_boot: int = 2_000,
+    mean_block: float | None = None,
+    seed: int = 0,
+    resample_seeds: bool = True,
+) -> dict[str, Any]:
+    """An annualised Sharpe ratio with an interval that includes the market's noise, not only the seeds'.
+
+    :param returns: ``[D]`` daily simple returns of one series (a baseline: only days are resampled), or
+        ``[S, D]`` S seeds of one policy on the same D days (days and, with ``resample_seeds``, seeds).
+    :param confidence: / :param n_boot: / :param mean_block: / :param seed: as in `paired_sharpe_difference`.
+    :return: dict with ``sharpe`` (``mean_s SR(returns_s)`` on the original days), ``lo``, ``hi`` (percentile
+        interval of the same statistic over `block_bootstrap_sharpe` draws), ``num_seeds``, ``mean_block``,
+        ``n_boot`` and ``resamples`` ("days" or "days and seeds", for the report's words).
+
+    What it answers: how much the Sharpe ratio could differ on another draw of market days like these (the
+    stationary block bootstrap keeps their volatility clustering), from a freshly trained seed. Over ~680 days
+    the market's noise alone gives an annualised Sharpe a standard error of about ``sqrt(252 / 680) = 0.6``,
+    which an interval over seeds on fixed days (`bootstrap_mean_ci`) leaves out.
+    """
+    _check_confidence(confidence)
+    x = np.asarray(returns, dtype=np.float64)
+    p = x[None, :] if x.ndim == 1 else x
+    _check_returns_matrix(p, "returns")
+    if not np.all(np.isfinite(p)):
+        raise ValueError("returns contain NaN or inf")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    block = float(default_block_length(p.shape[1]) if mean_block is None else mean_block)
+    stats = block_bootstrap_sharpe(p, None, n_boot=n_boot, mean_block=block, seed=seed, resample_seeds=resample_seeds)
+    alpha = (1.0 - confidence) / 2.0
+    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
+    seeds_too = resample_seeds and p.shape[0] > 1
+    return {
+        "sharpe": float(np.mean(_sharpe(p))),
+        "lo": float(lo),
+        "hi": float(hi),
+        "num_seeds": int(p.shape[0]),
+        "mean_block": block,
+        "n_boot": int(n_boot),
+        "resamples": "days and seeds" if seeds_too else "days",
+    }
+
+
+# ------------------------------------------------------------------------------------ multiple comparisons
+
+
+def holm_adjust(p_values: Any) -> np.ndarray:
+    """Holm's step-down adjusted p-values (Holm 1979, "A simple sequentially rejective multiple test procedure",
+    Scandinavian Journal of Statistics 6(2)): family-wise error control under any dependence between the tests.
+
+    With the m p-values sorted ascending, ``p_(1) <= ... <= p_(m)``: ``adj_(i) = max_{j <= i} min(1, (m - j + 1)
+    p_(j))``, returned in the input's order. Rejecting every hypothesis whose adjusted p is ``< alpha`` keeps the
+    probability of any false rejection in the family at most alpha.
+
+    :param p_values: ``[m]`` p-values in [0, 1] (m >= 0).
+    :return: ``[m] float64`` adjusted p-values, each ``>=`` its raw p-value and ``<= 1``.
+    """
+    p = np.asarray(p_values, dtype=np.float64)
+    if p.ndim != 1:
+        raise ValueError(f"p_values must be 1-D, got shape {p.shape}")
+    if not np.all((p >= 0.0) & (p <= 1.0)):
+        raise ValueError("p_values must lie in [0, 1]")
+    m = p.size
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted
+
+
+def active_returns(returns: Any, benchmark: Any) -> np.ndarray:
+    """``[D]`` active daily returns ``r_t - b_t`` of a portfolio over a benchmark on the same days (fractions).
+
+    PSR and DSR of these test "beats the benchmark" rather than "Sharpe > 0", which on a long-only book in a
+    rising market mostly measures exposure.
+    """
+    r, b = _paired_1d(returns, benchmark)
+    return r - b
 
 
 # ------------------------------------------------------------------------------ PSR and deflated Sharpe

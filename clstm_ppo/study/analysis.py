@@ -3,14 +3,19 @@
 - Per record (a cell's stitched run, its untrained network, a baseline): the paper's Table 6 metrics (CR, MER,
   MPB, APPT, SR), annual return and volatility, Sortino, Calmar, turnover, costs, mean gross exposure, beta and
   annualised alpha against equal-weight buy-and-hold, the information ratio against it, and the probabilistic
-  Sharpe ratio (PSR, against 0).
+  Sharpe ratio (PSR) twice: of the daily returns (against 0) and of the active returns over equal-weight
+  buy-and-hold on the same days (`active_profile`), since on a long-only book in a rising market "Sharpe > 0"
+  mostly measures exposure.
 - Per record, over the days the turbulence stop did not force to cash (`exposure_profile`): how much the
   chosen exposure moves from day to day and how it correlates with the market's next move.
 - Per configuration (a policy and variant over its seeds): mean, std and a 95% percentile-bootstrap interval of
-  each metric; the deflated Sharpe ratio (DSR) of each seed with the number of trials = every cell the study ran.
+  each metric over seeds (days fixed); the Sharpe ratio's interval with days and seeds resampled
+  (`clstm_ppo.evaluation.statistics.sharpe_interval`); the deflated Sharpe ratio (DSR) of each seed, vs 0 and on
+  active returns, with the number of trials and their Sharpe variance from the trials ledger (`add_deflated_sharpe`).
 - Per configuration and baseline: the paired stationary block-bootstrap interval of the Sharpe difference on
-  daily returns (days and seeds resampled; see `clstm_ppo.evaluation.statistics.paired_sharpe_difference`) and
-  how many seeds beat the baseline.
+  daily returns (days and seeds resampled; see `clstm_ppo.evaluation.statistics.paired_sharpe_difference`), its
+  p-value, and how many seeds beat the baseline; Holm's adjustment over every comparison of the study
+  (`holm_family`) says which verdicts survive a family-wise correction.
 - With 4 or more cells: the probability of backtest overfitting (CSCV) over the cells' daily returns.
 
 The statistics themselves are `clstm_ppo.evaluation.statistics` (oracle-tested); this module only arranges them.
@@ -25,8 +30,9 @@ import numpy as np
 
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import statistics as S
+from clstm_ppo.evaluation.ledger import TrialCount
 
-EXTRA_METRICS = ("exposure", "beta", "alpha", "information_ratio", "psr")
+EXTRA_METRICS = ("exposure", "beta", "alpha", "information_ratio", "psr", "psr_active")
 TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
     ("cumulative_return", "CR", "pct"),
     ("max_earning_rate", "MER", "pct"),
@@ -45,9 +51,12 @@ TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
     ("beta", "beta", "ratio"),
     ("alpha", "alpha/yr", "pct"),
     ("information_ratio", "IR", "ratio"),
-    ("psr", "PSR", "prob"),
-    ("dsr", "DSR", "prob"),
+    ("psr", "PSR vs 0", "prob"),
+    ("dsr", "DSR vs 0", "prob"),
+    ("psr_active", "PSR vs B&H", "prob"),
+    ("dsr_active", "DSR vs B&H", "prob"),
 )
+DEFLATED = ("dsr", "dsr_active")  # per cell only: a baseline or an untrained network is not a selected trial
 
 
 def returns_of(values: np.ndarray) -> np.ndarray:
@@ -106,25 +115,39 @@ def seed_summary(
     }
 
 
-def add_deflated_sharpe(cells: list[dict[str, Any]]) -> dict[str, float]:
-    """Put each cell's DSR (trials = all cells, variance of their daily Sharpe ratios) into its policy metrics.
+def active_profile(values: np.ndarray, benchmark_values: np.ndarray) -> dict[str, float]:
+    """``{psr_active}``: the PSR of the active daily returns of ``values`` ``[D]`` over ``benchmark_values`` ``[D]``
+    (equal-weight buy-and-hold, dollars, same days): the probability that the true Sharpe of the excess over
+    buy-and-hold is above 0."""
+    a = S.active_returns(returns_of(values), returns_of(benchmark_values))
+    return {"psr_active": S.probabilistic_sharpe_ratio(a) if a.size > 1 else 0.5}
+
+
+def add_deflated_sharpe(cells: list[dict[str, Any]], trials: TrialCount, benchmark_returns: np.ndarray) -> None:
+    """Put each cell's DSR vs 0 and DSR of active returns into its policy metrics (``dsr``, ``dsr_active``).
 
     :param cells: each with ``"returns"`` ``[D-1]`` and ``"policy"`` (its metrics dict, updated in place).
-    :return: ``{"num_trials", "sharpe_variance"}`` (daily units) for the report.
+    :param trials: N and the variances of the trials' daily Sharpe ratios (and of their active Sharpe ratios) on
+        these days of this data, from the trials ledger (which holds these cells too).
+    :param benchmark_returns: ``[D-1]`` equal-weight buy-and-hold's daily returns on the same days.
     """
-    daily = np.array([M.sharpe_from_returns(c["returns"]) / math.sqrt(M.TRADING_DAYS) for c in cells])
-    variance = float(daily.var(ddof=1)) if len(cells) > 1 else 0.0
+    n = max(trials.num_trials, 1)
     for c in cells:
-        c["policy"]["dsr"] = (
-            float(S.deflated_sharpe_ratio(c["returns"], len(cells), variance)) if c["returns"].size > 1 else 0.5
+        r = c["returns"]
+        short = r.size < 2
+        c["policy"]["dsr"] = 0.5 if short else float(S.deflated_sharpe_ratio(r, n, trials.sharpe_variance_daily))
+        c["policy"]["dsr_active"] = (
+            0.5
+            if short
+            else float(S.deflated_sharpe_ratio(S.active_returns(r, benchmark_returns), n, trials.active_variance_daily))
         )
-    return {"num_trials": len(cells), "sharpe_variance_daily": variance}
 
 
 def compare(
     policy_returns: np.ndarray, baseline_returns: np.ndarray, *, confidence: float, n_boot: int, seed: int = 0
 ) -> dict[str, Any]:
-    """Paired block-bootstrap interval of the Sharpe difference: ``[S, D-1]`` policy vs ``[D-1]`` or ``[S, D-1]``."""
+    """Paired block-bootstrap interval and p-value of the Sharpe difference: ``[S, D-1]`` policy vs ``[D-1]`` or
+    ``[S, D-1]``."""
     out = S.paired_sharpe_difference(policy_returns, baseline_returns, confidence=confidence, n_boot=n_boot, seed=seed)
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
 
@@ -146,26 +169,62 @@ def overfitting(cell_returns: np.ndarray) -> dict[str, Any] | None:
     }
 
 
+def holm_family(comparisons: list[dict[str, Any]], confidence: float) -> None:
+    """Holm's adjustment over a family of comparisons (each a `compare` result, updated in place with ``p_holm``
+    and ``survives_holm``: adjusted p below ``1 - confidence``) and ``family_size``."""
+    adjusted = S.holm_adjust([c["p_value"] for c in comparisons])
+    for c, p in zip(comparisons, adjusted, strict=True):
+        c.update(p_holm=float(p), survives_holm=bool(p < 1.0 - confidence), family_size=len(comparisons))
+
+
+def significance(d: dict[str, Any]) -> str:
+    """The p-value and, where the unadjusted interval excludes 0, whether the claim survives Holm's correction:
+    "p 0.004; survives Holm over the study's 9 comparisons (adjusted p 0.036)", or "p 0.41, Holm-adjusted 1.000"."""
+    if "p_holm" not in d:
+        return f"p {d['p_value']:.3f}"
+    if d["lo"] <= 0 <= d["hi"]:
+        return f"p {d['p_value']:.3f}, Holm-adjusted {d['p_holm']:.3f}"
+    word = "survives" if d["survives_holm"] else "but does not survive"
+    return (
+        f"p {d['p_value']:.3f}; {word} Holm over the study's {d['family_size']} comparisons "
+        f"(adjusted p {d['p_holm']:.3f})"
+    )
+
+
+def sharpe_words(interval: dict[str, Any], seeds_only: dict[str, float] | None = None) -> str:
+    """A Sharpe ratio with its interval and what it resamples, e.g. "0.48 [0.02, 0.95] (days and seeds resampled;
+    seeds only [0.34, 0.59])" (the seeds-only interval when ``seeds_only`` is given and there are 2+ seeds)."""
+    text = f"{interval['sharpe']:.2f} [{interval['lo']:.2f}, {interval['hi']:.2f}] ({interval['resamples']} resampled"
+    if seeds_only is not None and not math.isnan(seeds_only["lo"]):
+        text += f"; seeds only [{seeds_only['lo']:.2f}, {seeds_only['hi']:.2f}]"
+    return text + ")"
+
+
 def verdict(
     group: str,
     summary: dict[str, dict[str, float]],
+    interval: dict[str, Any],
     vs_buy_and_hold: dict[str, Any],
-    baseline_sharpe: float,
+    baseline_interval: dict[str, Any],
     confidence: float,
 ) -> str:
-    """One line in plain words, e.g. "clstm: Sharpe 0.97 [0.81, 1.12] vs buy-and-hold 1.08; does not beat it
-    (difference CI includes 0); 3/8 seeds beat it; mean exposure 18%"."""
-    sr, exp = summary["sharpe"], summary["exposure"]
-    lo, hi = vs_buy_and_hold["lo"], vs_buy_and_hold["hi"]
-    if lo > 0:
-        word = f"beats buy-and-hold (the {confidence:.0%} interval of the Sharpe difference, [{lo:+.2f}, {hi:+.2f}], lies above 0)"
-    elif hi < 0:
-        word = f"does worse than buy-and-hold (difference interval [{lo:+.2f}, {hi:+.2f}] below 0)"
+    """One line in plain words, e.g. "clstm: Sharpe 0.97 [0.20, 1.71] (days and seeds resampled; seeds only [0.81,
+    1.12]) vs buy-and-hold 1.08 [0.31, 1.80] (days resampled); does not beat it (difference +0.11 [-0.30, +0.52]
+    includes 0; p 0.61; does not survive Holm ...); 3/8 seeds beat it; mean exposure 18%"."""
+    exp = summary["exposure"]
+    d = vs_buy_and_hold
+    diff = f"{d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}]"
+    if d["lo"] > 0:
+        word = (
+            f"beats buy-and-hold (the {confidence:.0%} interval of the Sharpe difference, {diff}, lies above 0; "
+            f"{significance(d)})"
+        )
+    elif d["hi"] < 0:
+        word = f"does worse than buy-and-hold (difference {diff} below 0; {significance(d)})"
     else:
-        word = f"does not beat buy-and-hold (difference interval [{lo:+.2f}, {hi:+.2f}] includes 0)"
-    interval = "" if math.isnan(sr["lo"]) else f" [{sr['lo']:.2f}, {sr['hi']:.2f}]"
+        word = f"does not beat buy-and-hold (difference {diff} includes 0; {significance(d)})"
     return (
-        f"{group}: Sharpe {sr['mean']:.2f}{interval} vs buy-and-hold {baseline_sharpe:.2f}; {word}; "
-        f"{vs_buy_and_hold['seeds_beating']}/{vs_buy_and_hold['num_seeds']} seeds beat it; "
+        f"{group}: Sharpe {sharpe_words(interval, summary['sharpe'])} vs buy-and-hold "
+        f"{sharpe_words(baseline_interval)}; {word}; {d['seeds_beating']}/{d['num_seeds']} seeds beat it; "
         f"mean exposure {exp['mean']:.0%}"
     )

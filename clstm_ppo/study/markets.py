@@ -130,3 +130,14 @@ def same_market(a: PreparedMarket, b: PreparedMarket) -> bool:
         and a.normalization.to_dict() == b.normalization.to_dict()
         and dataclasses.astuple(a.splits) == dataclasses.astuple(b.splits)
     )
+
+
+def traded_window(markets: list[PreparedMarket]) -> tuple[range, np.ndarray]:
+    """The study's traded day indices (the first window's first traded day .. the last window's last) and, for
+    each, whether its window's turbulence stop fires that day (``[D] bool``)."""
+    days = range(markets[0].splits.test.start, markets[-1].splits.test.stop)
+    turbulent = np.zeros(len(days), dtype=bool)
+    for m in markets:  # each window decides on its days but the last, which the next window decides on
+        for t in range(m.splits.test.start, m.splits.test.stop - 1):
+            turbulent[t - days.start] = m.turbulence[t] >= m.turbulence_threshold
+    return days, turbulent

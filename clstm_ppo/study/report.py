@@ -1,13 +1,17 @@
 """A study's report from its folder: baselines on the traded days, statistics over the finished cells, and the files.
 
-    study.md     the paper's Table 6 metrics per configuration with confidence intervals, every other metric, the
-                 Sharpe differences against each baseline, a verdict per configuration in plain words, overfitting
+    study.md     what each interval resamples; a verdict per configuration in plain words (with Holm's correction
+                 over the study's comparisons); the Sharpe ratios with days-and-seeds and seeds-only intervals; the
+                 paper's Table 6 metrics per configuration; every other metric (PSR/DSR vs 0 and vs buy-and-hold);
+                 the Sharpe differences against each baseline; the trials ledger's count; seals; overfitting
     study.json   everything above, machine readable (with the spec, the schedule and each cell's metrics)
     cells.csv    one row per cell: status, error, seconds, metrics
     study.png    out-of-sample equity: per configuration the median over seeds with a 25-75% band, the baselines,
                  and a drawdown panel
 
-Failed or unfinished cells are counted and listed; they are never averaged in.
+Failed or unfinished cells are counted and listed; they are never averaged in. Building the report adds the study
+and its finished cells to the trials ledger (idempotently), whose count of trials on these days deflates the Sharpe
+ratios.
 """
 
 from __future__ import annotations
@@ -20,26 +24,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.backtest import read_index
 from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, rule_baselines
+from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
+from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials
 from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
 from clstm_ppo.study.cell import read_status
-from clstm_ppo.study.markets import load_markets, market_key
+from clstm_ppo.study.markets import load_markets, market_key, traded_window
 from clstm_ppo.study.spec import StudySpec
+from clstm_ppo.study.trials import record_cells, record_study
 from envs.execution import Terms
 
 UNTRAINED = "untrained"
-
-
-def _traded(markets: list[Any]) -> tuple[range, np.ndarray]:
-    """Traded day indices s_0 .. e and, for each, whether its window's turbulence stop fires that day."""
-    days = range(markets[0].splits.test.start, markets[-1].splits.test.stop)
-    turbulent = np.zeros(len(days), dtype=bool)
-    for m in markets:  # each window decides on its days but the last, which the next window decides on
-        for t in range(m.splits.test.start, m.splits.test.stop - 1):
-            turbulent[t - days.start] = m.turbulence[t] >= m.turbulence_threshold
-    return days, turbulent
 
 
 def _fmt(value: float, kind: str) -> str:
@@ -60,13 +58,18 @@ def _ci(stat: dict[str, float], kind: str) -> str:
     return f"{_fmt(stat['mean'], kind)} [{_fmt(stat['lo'], kind)}, {_fmt(stat['hi'], kind)}]"
 
 
-def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 5000) -> dict[str, Any]:
-    """Compute the statistics and write study.md, study.json, cells.csv and study.png; return study.json."""
+def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n_boot: int = 5000) -> dict[str, Any]:
+    """Compute the statistics and write study.md, study.json, cells.csv and study.png; return study.json.
+
+    The study and its finished cells are added to ``ledger`` first (once: keys make it idempotent, so an old
+    study reported again is not counted twice), and the deflated Sharpe ratios count every trial the ledger holds
+    on these days of this data.
+    """
     spec = StudySpec.load(study_dir)
     base = spec.base_config
     markets = load_markets(study_dir / "prepared", market_key(base))
     data = markets[0].data
-    days, turbulent = _traded(markets)
+    days, turbulent = traded_window(markets)
     dates = np.asarray(data.dates)[days.start : days.stop]
     close = np.asarray(data.close)[days.start : days.stop]
     terms = Terms.of(data, base.env.execution, base.env.risk_free).days(days.start, days.stop)  # the policies'
@@ -74,6 +77,7 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
         close, terms, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
     )
     bench = rules[BUY_AND_HOLD].values
+    bench_returns = A.returns_of(bench)
     baselines = {
         name: {
             "values": run.values,
@@ -94,6 +98,8 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
         level = read_index(spec.index, dates)
         values = level / level[0] * base.env.initial_amount
         baselines["index"] = {"values": values, "metrics": A.curve_metrics(values, values, bench)}
+    for b in baselines.values():
+        b["metrics"].update(A.active_profile(b["values"], bench))
 
     cells, rows, by_group = [], [], {}
     for cell in spec.cells():
@@ -118,6 +124,7 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
                     record.update(
                         A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench, turbulent)
                     )
+                    record.update(A.active_profile(z[f"{prefix}values"], bench))
             entry = {
                 "cell": cell,
                 "policy": result["policy"],
@@ -132,44 +139,71 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
             row.update({k: v for k, v in result["policy"].items() if k in dict((t[0], 1) for t in A.TABLE)})
         rows.append(row)
 
-    trials = A.add_deflated_sharpe(cells) if cells else {"num_trials": 0}
+    # the ledger: this study and its cells, then every trial on these days of this data
+    study = record_study(ledger, study_dir, spec)
+    record_cells(ledger, study_dir, spec, study, spec.cells())
+    counted = count_trials(
+        same_data_trials(
+            ledger,
+            fingerprint=study.fingerprint,
+            tickers=list(data.tickers),
+            witness=study.witness,
+            first=study.first,
+            last=study.last,
+        )
+    )
+    A.add_deflated_sharpe(cells, counted, bench_returns)
     for entry in cells:
-        next(r for r in rows if r["cell"] == entry["cell"].name)["dsr"] = entry["policy"]["dsr"]
+        row = next(r for r in rows if r["cell"] == entry["cell"].name)
+        row.update({k: entry["policy"][k] for k in A.DEFLATED})
     keys = [t[0] for t in A.TABLE]
+    boot = max(500, n_boot // 5)  # draws of D-day series, heavier than the seed bootstrap's
+    baseline_intervals = {
+        name: S.sharpe_interval(A.returns_of(b["values"]), confidence=confidence, n_boot=boot, seed=k)
+        for k, (name, b) in enumerate(baselines.items())
+    }
     groups: dict[str, Any] = {}
     for i, (group, entries) in enumerate(by_group.items()):
         policy_returns = np.stack([e["returns"] for e in entries])
+        untrained_returns = np.stack([e["untrained_returns"] for e in entries])
         summary = A.seed_summary([e["policy"] for e in entries], keys, confidence=confidence, n_boot=n_boot, seed=i)
         untrained = A.seed_summary(
             [e["untrained"] for e in entries],
-            [k for k in keys if k != "dsr"],
+            [k for k in keys if k not in A.DEFLATED],
             confidence=confidence,
             n_boot=n_boot,
             seed=i,
         )
         against = {
-            name: A.compare(
-                policy_returns, A.returns_of(b["values"]), confidence=confidence, n_boot=max(500, n_boot // 5), seed=i
-            )
+            name: A.compare(policy_returns, A.returns_of(b["values"]), confidence=confidence, n_boot=boot, seed=i)
             for name, b in baselines.items()
         }
         against[f"{UNTRAINED} {group}"] = A.compare(
-            policy_returns,
-            np.stack([e["untrained_returns"] for e in entries]),
-            confidence=confidence,
-            n_boot=max(500, n_boot // 5),
-            seed=i,
+            policy_returns, untrained_returns, confidence=confidence, n_boot=boot, seed=i
         )
         groups[group] = {
             "seeds": [e["cell"].seed for e in entries],
             "summary": summary,
             "untrained": untrained,
-            "vs": against,
-            "verdict": A.verdict(
-                group, summary, against[BUY_AND_HOLD], baselines[BUY_AND_HOLD]["metrics"]["sharpe"], confidence
+            "sharpe_interval": S.sharpe_interval(policy_returns, confidence=confidence, n_boot=boot, seed=i),
+            "untrained_sharpe_interval": S.sharpe_interval(
+                untrained_returns, confidence=confidence, n_boot=boot, seed=i
             ),
+            "vs": against,
         }
-    between = _between_groups(by_group, confidence=confidence, n_boot=max(500, n_boot // 5))
+    between = _between_groups(by_group, confidence=confidence, n_boot=boot)
+    family = [d for g in groups.values() for d in g["vs"].values()] + between
+    if family:
+        A.holm_family(family, confidence)
+    for group, g in groups.items():
+        g["verdict"] = A.verdict(
+            group,
+            g["summary"],
+            g["sharpe_interval"],
+            g["vs"][BUY_AND_HOLD],
+            baseline_intervals[BUY_AND_HOLD],
+            confidence,
+        )
     pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
     best = max(cells, key=lambda e: e["policy"]["sharpe"]) if cells else None
     counts = {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")}
@@ -183,15 +217,23 @@ def build_report(study_dir: Path, *, confidence: float = 0.95, n_boot: int = 500
             "num_days": int(len(dates)),
             "turbulent_days": int(turbulent.sum()),
         },
+        "data": {"fingerprint": study.fingerprint, "tickers": list(data.tickers)},
         "cells": {"total": len(rows), **counts},
-        "trials": trials,
+        "trials": {**counted._asdict(), "ledger": str(ledger.path), "first": study.first, "last": study.last},
+        "holdout": holdout_summary(ledger, data, str(iso_days(data)[markets[0].splits.train.start]), study.last),
+        "multiple_comparisons": {"method": "holm", "family_size": len(family), "alpha": 1.0 - confidence},
         "baselines": {name: b["metrics"] for name, b in baselines.items()},
+        "baseline_sharpe_intervals": baseline_intervals,
         "groups": groups,
         "between": between,
         "overfitting": pbo,
         "best_cell": None
         if best is None
-        else {"cell": best["cell"].name, "sharpe": best["policy"]["sharpe"], "dsr": best["policy"]["dsr"]},
+        else {
+            "cell": best["cell"].name,
+            "sharpe": best["policy"]["sharpe"],
+            **{k: best["policy"][k] for k in A.DEFLATED},
+        },
     }
     (study_dir / "study.json").write_text(json.dumps(jsonable(report), indent=2) + "\n", encoding="utf-8")
     pd.DataFrame(rows).to_csv(study_dir / "cells.csv", index=False)
@@ -236,37 +278,105 @@ def between_verdict(pair: dict[str, Any], confidence: float) -> str:
         word = "no difference can be claimed (the interval includes 0)"
     return (
         f"{a} vs {b}: Sharpe difference {pair['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]; {word}; "
-        f"{a} ahead in {pair['seeds_beating']}/{pair['num_seeds']} paired seeds"
+        f"{A.significance(pair)}; {a} ahead in {pair['seeds_beating']}/{pair['num_seeds']} paired seeds"
     )
 
 
 def verdict_lines(report: dict[str, Any]) -> list[str]:
-    """The plain-words lines: one per configuration against buy-and-hold, then one per pair of configurations."""
-    return [g["verdict"] for g in report["groups"].values()] + [
-        between_verdict(pair, report["confidence"]) for pair in report.get("between", [])
+    """The plain-words lines: the trials count and the seals, one per configuration against buy-and-hold, then one
+    per pair of configurations."""
+    tr = report["trials"]
+    head = [
+        f"these days have been traded by {tr['num_configurations']} configurations ({tr['num_trials']} trials) so "
+        f"far (ledger {tr['ledger']})"
+    ] + [describe(entry) for entry in report.get("holdout", [])]
+    return (
+        head
+        + [g["verdict"] for g in report["groups"].values()]
+        + [between_verdict(pair, report["confidence"]) for pair in report.get("between", [])]
+    )
+
+
+def resampling_words(report: dict[str, Any]) -> list[str]:
+    """What each interval of the report resamples, in words (study.md says it above the tables)."""
+    c = f"{report['confidence']:.0%}"
+    groups = list(report["groups"].values())
+    block = groups[0]["sharpe_interval"]["mean_block"] if groups else None
+    days = (
+        f"the traded days by the stationary block bootstrap (blocks of {block:.0f} days on average, so runs of calm "
+        f"and turbulent days stay together)"
+        if block
+        else "the traded days by the stationary block bootstrap"
+    )
+    return [
+        f"- **Sharpe, days and seeds**: a {c} interval that resamples {days} and the seeds (with replacement): "
+        "what a freshly trained seed could show on another stretch of market like this one. This is the headline "
+        "interval.",
+        f"- **Sharpe, seeds only**: a {c} percentile bootstrap over the seeds with the days held fixed: how much "
+        "training runs differ on these very days. It leaves the market's noise out, so it is much narrower.",
+        "- **Baselines** (buy-and-hold, the turbulence stop, 1/N, an index) have no seeds: their intervals resample "
+        "the days only.",
+        "- **Differences** (against a baseline, or between configurations paired by seed): the same resampled days "
+        "for both sides (so the market's common moves cancel) and the seeds resampled; the p-value is the "
+        "bootstrap's two-sided tail beyond 0.",
+        f"- **Every other metric**: mean over seeds with a {c} percentile bootstrap over seeds (days fixed).",
     ]
 
 
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
     c, t = report["cells"], report["traded"]
     base = spec.base
+    mc = report["multiple_comparisons"]
     lines = [
         "# Study",
         "",
-        f"Data `{base['data']}`; traded {t['first']} .. {t['last']} ({t['num_days']} days, {t['turbulent_days']} "
-        f"with the turbulence stop on), retrained {spec.retrain} ({spec.retrain_from} start), "
-        f"{spec.validation_days} validation days per window; {base['num_episodes']} episodes for the first window"
+        f"Data `{base['data']}` (fingerprint `{report['data']['fingerprint']}`); traded {t['first']} .. {t['last']} "
+        f"({t['num_days']} days, {t['turbulent_days']} with the turbulence stop on), retrained {spec.retrain} "
+        f"({spec.retrain_from} start), {spec.validation_days} validation days per window; {base['num_episodes']} "
+        f"episodes for the first window"
         + (f", {spec.retrain_episodes} for later ones" if spec.retrain_episodes else "")
         + ".",
         f"Cells: {c['total']} ({c['done']} done, {c['failed']} failed, "
-        f"{c['total'] - c['done'] - c['failed']} not finished); intervals are {report['confidence']:.0%} "
-        f"(percentile bootstrap over seeds; paired stationary block bootstrap of daily returns for differences).",
+        f"{c['total'] - c['done'] - c['failed']} not finished); intervals are {report['confidence']:.0%}.",
+        "",
+    ]
+    tr = report["trials"]
+    lines.append(
+        f"These days have been traded by {tr['num_configurations']} configurations ({tr['num_trials']} trials: "
+        f"a configuration and a seed) so far, this study's included (trials ledger `{tr['ledger']}`)."
+    )
+    for entry in report["holdout"]:
+        lines.append(f"Sealed hold-out: {describe(entry)}.")
+    lines += [
+        "",
+        "## What the intervals resample",
+        "",
+        *resampling_words(report),
+        f"- **Verdicts** name the comparisons that survive Holm's family-wise correction over all {mc['family_size']} "
+        f"comparisons of this study (each configuration against each baseline and its untrained network, and "
+        f"every pair of configurations), at {mc['alpha']:.0%}; the unadjusted interval stays beside it.",
         "",
         "## Verdicts",
         "",
         *[f"- {g['verdict']}" for g in report["groups"].values()],
         "",
-        "## The paper's Table 6 metrics (mean over seeds [interval])",
+        "## Sharpe ratios",
+        "",
+        "| | Sharpe | days and seeds resampled | seeds only (days fixed) |",
+        "|---|---:|---:|---:|",
+    ]
+    for group, g in report["groups"].items():
+        for label, iv, seeds in (
+            (f"{group} ({len(g['seeds'])} seeds)", g["sharpe_interval"], g["summary"]["sharpe"]),
+            (f"{UNTRAINED} {group}", g["untrained_sharpe_interval"], g["untrained"]["sharpe"]),
+        ):
+            only = "n/a" if math.isnan(seeds["lo"]) else f"[{seeds['lo']:.2f}, {seeds['hi']:.2f}]"
+            lines.append(f"| {label} | {iv['sharpe']:.2f} | [{iv['lo']:.2f}, {iv['hi']:.2f}] | {only} |")
+    for name, iv in report["baseline_sharpe_intervals"].items():
+        lines.append(f"| {name} | {iv['sharpe']:.2f} | [{iv['lo']:.2f}, {iv['hi']:.2f}] (days only) | n/a |")
+    lines += [
+        "",
+        "## The paper's Table 6 metrics (mean over seeds [interval over seeds, days fixed]; SR: see above)",
         "",
         "| | CR | MER | MPB | APPT | SR | exposure |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -291,6 +401,10 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
         "",
         "## Every other metric (mean over seeds)",
         "",
+        'PSR and DSR "vs 0" test a Sharpe ratio above 0; "vs B&H" test the active daily returns over '
+        'equal-weight buy-and-hold on the same days (a long-only book in a rising market passes "vs 0" by its '
+        f"exposure alone). The DSRs deflate by the {tr['num_trials']} trials on these days in the ledger.",
+        "",
         "| | " + " | ".join(col for _, col, _ in rest) + " |",
         "|---|" + "---:|" * len(rest),
     ]
@@ -302,13 +416,14 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
         "",
         "## Sharpe difference against each baseline (paired block bootstrap, days and seeds resampled)",
         "",
-        "| configuration | baseline | difference [interval] | seeds beating |",
-        "|---|---|---:|---:|",
+        "| configuration | baseline | difference [interval] | p | Holm p | survives Holm | seeds beating |",
+        "|---|---|---:|---:|---:|:---:|---:|",
     ]
     for group, g in report["groups"].items():
         for name, d in g["vs"].items():
             lines.append(
                 f"| {group} | {name} | {d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] | "
+                f"{d['p_value']:.3f} | {d['p_holm']:.3f} | {'yes' if d['survives_holm'] else 'no'} | "
                 f"{d['seeds_beating']}/{d['num_seeds']} |"
             )
     if report["between"]:
@@ -318,13 +433,15 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
             "",
             *[f"- {between_verdict(pair, report['confidence'])}" for pair in report["between"]],
         ]
-    tr, pbo, best = report["trials"], report["overfitting"], report["best_cell"]
+    pbo, best = report["overfitting"], report["best_cell"]
     lines += ["", "## Overfitting", ""]
     if best is not None:
         lines.append(
-            f"- The best of {tr['num_trials']} cells, `{best['cell']}`, has Sharpe {best['sharpe']:.2f}; its "
-            f"deflated Sharpe ratio (the probability that its true Sharpe is above what the best of "
-            f"{tr['num_trials']} unskilled trials would show) is {best['dsr']:.2f}."
+            f"- The best cell of this study, `{best['cell']}`, has Sharpe {best['sharpe']:.2f}. Its deflated Sharpe "
+            f"ratio, the probability that its true Sharpe is above what the best of the {tr['num_trials']} trials "
+            f"on these days would show without skill (variance of their daily Sharpe ratios "
+            f"{tr['sharpe_variance_daily']:.2e}), is {best['dsr']:.2f} vs 0 and {best['dsr_active']:.2f} on its "
+            f"returns over buy-and-hold."
         )
     lines.append(
         f"- Probability of backtest overfitting (CSCV, {pbo['num_splits']} blocks, {pbo['num_configurations']} "

@@ -5,22 +5,31 @@ of one cell touches no other), several at a time: ``workers`` processes on CPU c
 each), or ``cells_per_gpu`` per visible GPU (each process sees one GPU through CUDA_VISIBLE_DEVICES). Finished
 cells are skipped on a re-run; an interrupted cell continues from its own files (see `clstm_ppo.study.cell`).
 SIGINT/SIGTERM is passed on to the running cells, which save and stop; re-running the command continues.
+
+The trials ledger (`clstm_ppo.evaluation.ledger`) gets the study's record before the first cell runs and each
+cell's trial as soon as the runner sees it done, so a killed study leaves its finished cells counted. Days sealed
+in the ledger (`clstm_ppo.evaluation.holdout`) are refused before anything is written unless ``unseal``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from clstm_ppo.evaluation.fingerprint import data_fingerprint
+from clstm_ppo.evaluation.holdout import describe, guard, iso_days
+from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.market import load_data
 from clstm_ppo.study.cell import read_status, write_status
 from clstm_ppo.study.grid import Cell, shard
@@ -28,7 +37,9 @@ from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, s
 from clstm_ppo.study.report import build_report, verdict_lines
 from clstm_ppo.study.schedule import WalkPeriod, walk_forward
 from clstm_ppo.study.spec import SPEC_FILE, StudySpec
+from clstm_ppo.study.trials import record_cells, record_study, study_key
 from clstm_ppo.training.run_folder import check_writable
+from envs.data import MarketData
 from envs.errors import UserError
 
 STOP_GRACE_S = 60.0
@@ -55,9 +66,8 @@ def plan_layout(workers: int, cells_per_gpu: int, threads: int, use_gpus: bool) 
     return Layout(workers=workers, gpus=gpus, threads=threads)
 
 
-def prepare(study_dir: Path, spec: StudySpec, cells: list[Cell]) -> list[WalkPeriod]:
-    """Load the data once, make the schedule, prepare one market per window for each market setting the cells
-    use (and the base settings', which the baselines use); reuse what an earlier run prepared."""
+def plan(spec: StudySpec, cells: list[Cell]) -> tuple[MarketData, list[WalkPeriod]]:
+    """Load the data once and make the walk-forward schedule (nothing is written)."""
     base = spec.base_config
     data = load_data(base.data, seed=base.run.seed)
     periods = walk_forward(
@@ -68,6 +78,13 @@ def prepare(study_dir: Path, spec: StudySpec, cells: list[Cell]) -> list[WalkPer
         retrain=spec.retrain,
         validation_days=spec.validation_days,
     )
+    return data, periods
+
+
+def prepare(study_dir: Path, spec: StudySpec, cells: list[Cell], data: MarketData, periods: list[WalkPeriod]) -> None:
+    """Prepare one market per window for each market setting the cells use (and the base settings', which the
+    baselines use); reuse what an earlier run prepared."""
+    base = spec.base_config
     folder = study_dir / "prepared"
     configs = {market_key(c): c for c in [base, *[cell.config(base) for cell in cells]]}
     for key, cfg in configs.items():
@@ -81,7 +98,23 @@ def prepare(study_dir: Path, spec: StudySpec, cells: list[Cell]) -> list[WalkPer
                 )
             continue
         save_markets(folder, key, markets)
-    return periods
+
+
+def episodes_per_cell(spec: StudySpec, windows: int) -> int:
+    """Training episodes one cell runs over its ``windows`` walk-forward windows."""
+    first = spec.base_config.ppo.num_episodes
+    return first + (windows - 1) * (spec.retrain_episodes or first)
+
+
+def _episodes_done(cell_dir: Path) -> int:
+    """Training episodes a running cell has finished so far (its trainers' metrics.jsonl lines)."""
+    done = 0
+    for path in (cell_dir / "periods").glob("*/metrics.jsonl"):
+        try:
+            done += path.read_bytes().count(b'"kind": "episode"')
+        except OSError:
+            pass
+    return done
 
 
 def _cell_command(study_dir: Path, cell: Cell, threads: int) -> list[str]:
@@ -98,9 +131,20 @@ def _cell_command(study_dir: Path, cell: Cell, threads: int) -> list[str]:
     ]
 
 
-def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = print) -> dict[str, int]:
+def run_cells(
+    study_dir: Path,
+    cells: list[Cell],
+    layout: Layout,
+    *,
+    log: Any = print,
+    on_done: Callable[[Cell], None] | None = None,
+    cell_episodes: int = 0,
+) -> dict[str, int]:
     """Run ``cells`` (those not done yet) ``layout.workers`` at a time; print progress with an ETA.
 
+    :param on_done: called with each cell that finishes done (the study records it in the trials ledger).
+    :param cell_episodes: training episodes per cell (`episodes_per_cell`): with it, the estimated wall time is
+        printed as soon as the first cell has trained a tenth of them; without, when the first cell finishes.
     :return: counts {"done", "failed", "interrupted"} of the cells run now; raises KeyboardInterrupt-free: a
         signal stops the running cells gracefully and returns with "interrupted" counted.
     """
@@ -112,8 +156,16 @@ def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = 
     running: dict[int, tuple[subprocess.Popen, Cell, int, float]] = {}  # pid -> (process, cell, slot, start)
     free_slots = list(range(layout.workers))
     stop: list[tuple[int, float]] = []  # (signal, when)
-    start_all = time.perf_counter()
     cell_seconds: list[float] = []
+    estimated = False
+    next_look = 0.0
+
+    def estimate(seconds_per_cell: float, what: str) -> None:
+        waves = math.ceil(len(todo) / layout.workers)
+        log(
+            f"[study] {what}: about {_duration(seconds_per_cell)} per cell, {_duration(waves * seconds_per_cell)} "
+            f"for the {len(todo)} cell(s) on {layout.workers} worker(s)"
+        )
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop.append((signum, time.perf_counter()))
@@ -147,6 +199,14 @@ def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = 
             if not running:
                 break
             time.sleep(0.2)
+            if not estimated and cell_episodes and time.perf_counter() >= next_look:
+                next_look = time.perf_counter() + 2.0
+                _, first, _, began = next(iter(running.values()))
+                episodes = _episodes_done(study_dir / "cells" / first.name)
+                if episodes >= max(1, cell_episodes // 10):
+                    took = time.perf_counter() - began
+                    estimated = True
+                    estimate(took / episodes * cell_episodes, f"first cell: {episodes} episodes in {took:,.0f} s")
             for pid, (proc, cell, slot, began) in list(running.items()):
                 code = proc.poll()
                 if code is None:
@@ -168,11 +228,18 @@ def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = 
                 if stop and state != "done":
                     state = "interrupted"
                 counts[state] += 1
-                cell_seconds.append(time.perf_counter() - began)
+                if state == "done":
+                    cell_seconds.append(time.perf_counter() - began)
+                    if on_done is not None:
+                        on_done(cell)
+                    if not estimated:
+                        estimated = True
+                        estimate(cell_seconds[0], f"first cell done in {cell_seconds[0]:,.0f} s")
                 finished = counts["done"] + counts["failed"]
                 left = len(todo) - finished - counts["interrupted"]
-                elapsed = time.perf_counter() - start_all
-                eta = elapsed / finished * left if finished else float("nan")
+                # cells run layout.workers at a time: the left ones take their mean time per wave of workers
+                per_cell = sum(cell_seconds) / len(cell_seconds) if cell_seconds else float("nan")
+                eta = per_cell * left / min(layout.workers, max(left, 1))
                 what = {
                     "done": f"done in {time.perf_counter() - began:,.0f} s",
                     "failed": f"FAILED: {status.get('error', '')}",
@@ -180,7 +247,7 @@ def run_cells(study_dir: Path, cells: list[Cell], layout: Layout, *, log: Any = 
                 }[state]
                 log(
                     f"[study] {cell.name} {what} | {skipped + counts['done']}/{len(cells)} done, {counts['failed']} failed, "
-                    f"{max(left, 0)} left" + (f" | ETA {_duration(eta)}" if left > 0 and finished else "")
+                    f"{max(left, 0)} left" + (f" | ETA {_duration(eta)}" if left > 0 and cell_seconds else "")
                 )
     finally:
         for sig, handler in previous.items():
@@ -203,6 +270,8 @@ def run_study(
     spec: StudySpec,
     *,
     layout: Layout,
+    ledger: Ledger,
+    unseal: bool = False,
     shard_of: tuple[int, int] | None = None,
     max_cells: int = 1000,
     confidence: float = 0.95,
@@ -210,7 +279,11 @@ def run_study(
     log: Any = print,
 ) -> int:
     """The whole study (or one shard of it) in ``study_dir``; returns the exit status (0, 1 when cells failed,
-    128 + signal when stopped)."""
+    128 + signal when stopped).
+
+    Before anything is written: the ledger must be writable, and days a seal covers are trained on or traded only
+    with ``unseal`` (recorded in the ledger). The study and each cell that finishes are appended to the ledger.
+    """
     cells = spec.cells()
     if len(cells) > max_cells:
         raise UserError(
@@ -219,12 +292,28 @@ def run_study(
             f"shrink the grid"
         )
     check_writable(study_dir)
+    ledger.check_writable()
     if (study_dir / SPEC_FILE).is_file():
         StudySpec.load(study_dir).check_same(spec, study_dir)
     mine = shard(cells, *shard_of) if shard_of else cells
     t0 = time.perf_counter()
-    periods = prepare(study_dir, spec, mine)
+    data, periods = plan(spec, mine)
+    days = iso_days(data)
+    holdout = guard(  # a day trained on is as spent as a day traded: from the first training day on
+        ledger,
+        data,
+        str(days[periods[0].train.start]),
+        str(days[periods[-1].trade.stop - 1]),
+        unseal=unseal,
+        command="study",
+        look=study_key(spec, data_fingerprint(data)),
+        what=str(study_dir.resolve()),
+    )
+    for entry in holdout:
+        log(f"[study] --unseal: {describe(entry)}")
+    prepare(study_dir, spec, mine, data, periods)
     spec.save(study_dir)
+    entry = record_study(ledger, study_dir, spec)
     prepare_s = time.perf_counter() - t0
     where = (
         f"{layout.gpus} GPU(s) x {layout.workers // max(layout.gpus, 1)}"
@@ -233,14 +322,22 @@ def run_study(
     )
     log(
         f"[study] {len(mine)} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {len(cells)})' if shard_of else ''}, "
-        f"{len(periods)} walk-forward window(s), on {where}; data prepared in {prepare_s:.1f} s"
+        f"{len(periods)} walk-forward window(s), {episodes_per_cell(spec, len(periods)):,} training episodes per "
+        f"cell, on {where}; data prepared in {prepare_s:.1f} s"
     )
-    counts = run_cells(study_dir, mine, layout, log=log)
+    counts = run_cells(
+        study_dir,
+        mine,
+        layout,
+        log=log,
+        on_done=lambda cell: record_cells(ledger, study_dir, spec, entry, [cell]),
+        cell_episodes=episodes_per_cell(spec, len(periods)),
+    )
     if "signal" in counts:
-        log("[study] stopped: finished cells are kept; run the same command again to continue")
+        log("[study] stopped: finished cells are kept (and in the ledger); run the same command again to continue")
         return 128 + counts["signal"]
     t1 = time.perf_counter()
-    report = build_report(study_dir, confidence=confidence, n_boot=n_boot)
+    report = build_report(study_dir, ledger=ledger, confidence=confidence, n_boot=n_boot)
     c = report["cells"]
     log(
         f"[study] report: {study_dir / 'study.md'} ({c['done']}/{c['total']} cells done, {c['failed']} failed; "
@@ -252,13 +349,20 @@ def run_study(
 
 
 def merge_shards(
-    out: Path, shards: list[Path], *, confidence: float = 0.95, n_boot: int = 5000, log: Any = print
+    out: Path,
+    shards: list[Path],
+    *,
+    ledger: Ledger,
+    confidence: float = 0.95,
+    n_boot: int = 5000,
+    log: Any = print,
 ) -> int:
     """Join the finished cells of shard folders into ``out`` (all of one study) and write the report there."""
     specs = [StudySpec.load(s) for s in shards]
     for s, other in zip(shards[1:], specs[1:], strict=True):
         specs[0].check_same(other, s)
     check_writable(out)
+    ledger.check_writable()
     if (out / SPEC_FILE).is_file():
         StudySpec.load(out).check_same(specs[0], out)
     specs[0].save(out)
@@ -278,7 +382,7 @@ def merge_shards(
             ):
                 shutil.copytree(cell_dir, out / "cells" / cell_dir.name, dirs_exist_ok=True)
                 copied += 1
-    report = build_report(out, confidence=confidence, n_boot=n_boot)
+    report = build_report(out, ledger=ledger, confidence=confidence, n_boot=n_boot)
     c = report["cells"]
     log(
         f"[study] merged {copied} cell(s) from {len(shards)} folder(s): {c['done']}/{c['total']} done; "

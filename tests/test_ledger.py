@@ -1,0 +1,276 @@
+"""The trials ledger, data fingerprints and seals: appends that survive kills, damaged lines reported and skipped,
+the same market recognised across reloads, seals refused or recorded; bad input answered in one line."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clstm_ppo.evaluation.fingerprint import agreeing_tickers, data_fingerprint, market_witness
+from clstm_ppo.evaluation.holdout import guard, make_seal, sealed_hits
+from clstm_ppo.evaluation.ledger import Ledger, count_trials, record, same_data_trials
+from envs.errors import UserError
+from envs.sources import load_market_data
+from envs.synthetic import generate_market
+from tests.conftest import clean_env
+
+
+def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", *args],
+        cwd=cwd,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def one_error_line(proc: subprocess.CompletedProcess) -> str:
+    """The single ``error:`` line of a refused command (and no traceback)."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+def trial(key: str, sharpe_daily: float, **fields) -> dict:
+    values = dict(
+        config=f"c-{key}",
+        study="s",
+        fingerprint="f",
+        first="2020-01-01",
+        last="2020-06-30",
+        num_days=120,
+        sharpe=sharpe_daily * 252**0.5,
+        sharpe_daily=sharpe_daily,
+        active_sharpe=0.0,
+        active_sharpe_daily=0.0,
+    )
+    return record("trial", key, **{**values, **fields})
+
+
+# ---------------------------------------------------------------------------------------------- the file
+
+
+def test_appends_are_idempotent_and_a_torn_last_line_is_reported_skipped_and_never_glued_to(tmp_path):
+    path = tmp_path / "deep" / "ledger.jsonl"
+    warnings: list[str] = []
+    ledger = Ledger(path, warn=warnings.append)
+    assert ledger.records() == [] and not path.exists()  # reading never creates the file
+    assert ledger.append([trial("a", 0.1), trial("b", 0.2)]) == 2
+    assert Ledger(path).append([trial("a", 0.1)]) == 0  # the same key again: not counted twice
+    with open(path, "ab") as f:  # a process killed half-way through a record
+        f.write(b'{"kind": "trial", "key": "c", "sharpe_da')
+    again = Ledger(path, warn=warnings.append)
+    assert [r["key"] for r in again.records()] == ["a", "b"]
+    assert warnings == [
+        f"{path} line 3: the last line is cut short (a write interrupted, e.g. by a killed process); skipped"
+    ]
+    assert again.append([trial("d", 0.3)]) == 1
+    warnings.clear()
+    assert [r["key"] for r in Ledger(path, warn=warnings.append).records()] == ["a", "b", "d"]
+    assert warnings == [f"{path} line 3: not JSON; skipped"]  # still reported, now as a damaged middle line
+    assert all(json.loads(line) for line in path.read_text().splitlines()[3:])
+
+
+def test_a_ledger_sees_what_another_process_appended_and_reports_a_bad_line_once(tmp_path):
+    path = tmp_path / "ledger.jsonl"
+    path.write_text("garbage\n")
+    warnings: list[str] = []
+    mine, theirs = Ledger(path, warn=warnings.append), Ledger(path, warn=lambda _: None)
+    assert mine.records() == []
+    theirs.append([trial("a", 0.1)])  # another study, appending at the same time
+    assert [r["key"] for r in mine.records()] == ["a"]
+    mine.append([trial("b", 0.2)])
+    theirs.append([trial("c", 0.3)])
+    assert [r["key"] for r in mine.records("trial")] == ["a", "b", "c"]
+    assert warnings == [f"{path} line 1: not JSON; skipped"]  # once, however often the file is read again
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("not json at all", "not JSON"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"kind": "pizza", "key": "x"}', "unknown record kind 'pizza'"),
+        ('{"kind": "trial", "key": "x", "config": "c"}', "a trial record without study, fingerprint"),
+    ],
+)
+def test_a_corrupt_line_is_reported_with_its_number_and_skipped(tmp_path, line, problem):
+    path = tmp_path / "ledger.jsonl"
+    path.write_text(json.dumps(trial("a", 0.1)) + "\n" + line + "\n" + json.dumps(trial("b", 0.2)) + "\n")
+    warnings: list[str] = []
+    assert [r["key"] for r in Ledger(path, warn=warnings.append).records()] == ["a", "b"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{path} line 2: {problem}")
+
+
+@pytest.mark.slow
+def test_a_corrupt_ledger_line_is_one_warning_through_the_command_line(tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text(json.dumps(trial("a", 0.1)) + "\n{oops\n")
+    proc = cli(
+        tmp_path,
+        "study",
+        "seal",
+        "--data",
+        "synthetic:tickers=2,days=300",
+        "--from",
+        "2015-01-02",
+        "--ledger",
+        str(ledger),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [f"warning: {ledger} line 2: not JSON; skipped"]
+    assert "sealed 2015-01-02 .." in proc.stdout
+    lines = ledger.read_text().splitlines()
+    assert lines[1] == "{oops" and json.loads(lines[2])["kind"] == "seal"  # kept, and the seal after it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["seal", "study"])
+def test_a_ledger_that_cannot_be_written_is_one_clear_line(tmp_path, command):
+    (tmp_path / "a_file").write_text("x")
+    bad = str(tmp_path / "a_file" / "ledger.jsonl")  # its folder is a regular file
+    args = {
+        "seal": ["study", "seal", "--data", "synthetic:tickers=2,days=300", "--from", "2015-01-02"],
+        "study": [
+            "study",
+            *("--out", "s", "--data", "synthetic:tickers=2,days=300", "--trade_start", "2014-09-01"),
+            *("--window", "5", "--validation_days", "5", "--policies", "mlp", "--seeds", "1"),
+        ],
+    }[command]
+    line = one_error_line(cli(tmp_path, *args, "--ledger", bad))
+    assert f"cannot write the ledger {bad}" in line and "--ledger" in line
+    assert not (tmp_path / "s" / "spec.json").exists()  # refused before anything was written
+    assert "is a folder" in one_error_line(cli(tmp_path, *args, "--ledger", str(tmp_path)))
+
+
+# -------------------------------------------------------------------------------------------- fingerprints
+
+
+def test_the_fingerprint_is_the_datas_not_its_files_and_the_witness_spans_date_ranges(tmp_path):
+    data = generate_market(num_tickers=3, num_days=300, seed=4)
+    data.to_frame().to_csv(tmp_path / "m.csv", index=False)
+    reloaded = load_market_data(f"csv:{tmp_path / 'm.csv'}")
+    assert data_fingerprint(reloaded) == data_fingerprint(data)  # a CSV and the same data reloaded
+    assert data_fingerprint(data.select_tickers(list(reversed(data.tickers)))) == data_fingerprint(data)
+    changed = data.to_frame()
+    changed.loc[5, "close"] *= 1.0001
+    changed.loc[5, "high"] = max(changed.loc[5, "high"], changed.loc[5, "close"])
+    changed.to_csv(tmp_path / "changed.csv", index=False)
+    assert data_fingerprint(load_market_data(f"csv:{tmp_path / 'changed.csv'}")) != data_fingerprint(data)
+    shorter = load_market_data(f"csv:{tmp_path / 'm.csv'}", end=str(data.dates[200])[:10])
+    assert data_fingerprint(shorter) != data_fingerprint(data)
+    # the same market over fewer days: the witness days they share agree, ticker by ticker
+    assert agreeing_tickers(market_witness(shorter), market_witness(data)) == (list(data.tickers), [])
+    other = generate_market(num_tickers=3, num_days=300, seed=5)  # same ticker names, other prices
+    assert agreeing_tickers(market_witness(other), market_witness(data)) == ([], list(data.tickers))
+
+
+def test_trials_count_on_the_same_data_and_overlapping_days_only(tmp_path):
+    data = generate_market(num_tickers=3, num_days=300, seed=4)
+    witness, fp = market_witness(data), data_fingerprint(data)
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    other = generate_market(num_tickers=3, num_days=300, seed=5)
+    ledger.append(
+        [
+            record(
+                "study",
+                "same-market",
+                fingerprint="old",
+                tickers=list(data.tickers),
+                witness=witness,
+                first="2014-06-02",
+                last="2014-12-31",
+                configurations=[],
+            ),
+            record(
+                "study",
+                "other-market",
+                fingerprint="x",
+                tickers=list(data.tickers),
+                witness=market_witness(other),
+                first="2014-06-02",
+                last="2014-12-31",
+                configurations=[],
+            ),
+            trial("t1", 0.10, fingerprint=fp, first="2014-06-02", last="2014-09-30", config="A"),
+            trial("t2", 0.05, fingerprint=fp, first="2014-09-01", last="2014-12-31", config="A"),
+            trial("t3", -0.02, fingerprint="old", study="same-market", first="2014-07-01", last="2014-08-29"),
+            trial("t4", 0.30, fingerprint=fp, first="2013-01-01", last="2013-12-31"),  # other days
+            trial("t5", 0.30, fingerprint="x", study="other-market", first="2014-07-01", last="2014-08-29"),
+            trial("t6", 0.30, fingerprint="y", study="unknown", first="2014-07-01", last="2014-08-29"),
+        ]
+    )
+    found = same_data_trials(
+        ledger, fingerprint=fp, tickers=list(data.tickers), witness=witness, first="2014-08-01", last="2014-10-31"
+    )
+    assert sorted(t["key"] for t in found) == ["t1", "t2", "t3"]
+    n = count_trials(found)
+    assert (n.num_trials, n.num_configurations) == (3, 2)
+    assert n.sharpe_variance_daily == pytest.approx(np.var([0.10, 0.05, -0.02], ddof=1))
+
+
+# -------------------------------------------------------------------------------------------------- seals
+
+
+def test_a_seal_covers_the_same_market_loaded_with_a_later_end_date_and_counts_its_looks(tmp_path):
+    data = generate_market(num_tickers=3, num_days=400, seed=4)
+    data.to_frame().to_csv(tmp_path / "m.csv", index=False)
+    early = load_market_data(f"csv:{tmp_path / 'm.csv'}", end=str(data.dates[299])[:10])
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    sealed_from = str(data.dates[250])[:10]
+    ledger.append([make_seal(early, "csv:m.csv", sealed_from)])
+    last = str(data.dates[-1])[:10]
+    later = load_market_data(f"csv:{tmp_path / 'm.csv'}")  # the file with more days than when it was sealed
+    (hit,) = sealed_hits(ledger, market_witness(later), str(data.dates[200])[:10], last)
+    assert (hit.first, hit.last, hit.tickers) == (sealed_from, last, list(data.tickers))
+    assert sealed_hits(ledger, market_witness(later), str(data.dates[100])[:10], str(data.dates[249])[:10]) == []
+    other = generate_market(num_tickers=3, num_days=400, seed=5)
+    assert sealed_hits(ledger, market_witness(other), sealed_from, last) == []  # same names, another market
+    with pytest.raises(UserError, match=f"{sealed_from} .. {last} of this data are sealed .*--unseal"):
+        guard(ledger, later, sealed_from, last, unseal=False, command="backtest", look="a", what="a.pt")
+    for look in ("a", "a", "b"):  # the same look twice is one unseal
+        (summary,) = guard(ledger, later, sealed_from, last, unseal=True, command="backtest", look=look, what=look)
+    assert summary["unsealed"] == 2 and len(ledger.records("unseal")) == 2
+
+
+@pytest.mark.slow
+def test_a_seal_outside_the_data_is_refused_in_one_line(tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    proc = cli(
+        tmp_path,
+        "study",
+        "seal",
+        "--data",
+        "synthetic:tickers=2,days=300",
+        "--from",
+        "2030-01-02",
+        "--ledger",
+        str(ledger),
+    )
+    assert "--from 2030-01-02 is outside the data (2014-01-02 .. " in one_error_line(proc)
+    assert not ledger.exists()
+
+
+@pytest.mark.parametrize(
+    "start, end, message",
+    [
+        ("2000-01-03", "", "--from 2000-01-03 is outside the data"),
+        ("2014-06-02", "2031-01-01", "--to 2031-01-01 is outside the data"),
+        ("2014-06-02", "2014-03-03", "--to 2014-03-03 is before --from 2014-06-02"),
+        ("2014-06-07", "2014-06-08", "no trading day of the data lies in 2014-06-07 .. 2014-06-08"),  # a weekend
+        ("someday", "", "--from 'someday' is not a date"),
+    ],
+)
+def test_seal_periods_the_data_does_not_hold_are_refused(start, end, message):
+    data = generate_market(num_tickers=2, num_days=300, seed=1)
+    with pytest.raises(UserError, match=re.escape(message)):
+        make_seal(data, "synthetic", start, end)
