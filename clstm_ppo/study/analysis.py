@@ -31,6 +31,7 @@ import numpy as np
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.ledger import TrialCount
+from envs.returns import daily_risk_free
 
 EXTRA_METRICS = ("exposure", "beta", "alpha", "information_ratio", "psr", "psr_active")
 TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
@@ -59,9 +60,10 @@ TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
 DEFLATED = ("dsr", "dsr_active")  # per cell only: a baseline or an untrained network is not a selected trial
 
 
-def returns_of(values: np.ndarray) -> np.ndarray:
-    """``[D-1]`` daily simple returns of ``[D]`` values (dollars)."""
-    return M.daily_returns(values)
+def returns_of(values: np.ndarray, risk_free: float = 0.0) -> np.ndarray:
+    """``[D-1]`` daily simple returns of ``[D]`` values (dollars), in excess of the daily rate of an annual
+    ``risk_free`` (the study's ``--risk_free``: every Sharpe ratio, PSR and DSR is on excess returns)."""
+    return M.daily_returns(values) - daily_risk_free(risk_free)
 
 
 def curve_metrics(
@@ -72,16 +74,18 @@ def curve_metrics(
     trades: Any = None,
     costs: float | None = None,
     traded_value: float | None = None,
+    risk_free: float = 0.0,
 ) -> dict[str, float]:
-    """Every per-record metric (module docstring) of one value series ``[D]`` dollars.
+    """Every per-record metric (module docstring) of one value series ``[D]`` dollars (ratios on returns in excess
+    of the annual ``risk_free``).
 
     :param holdings_value: ``[D]`` dollars held in stock (exposure = holdings / value).
     :param benchmark_values: ``[D]`` equal-weight buy-and-hold on the same days (beta, alpha, IR).
     :param trades: the trades table (or a trade count, with ``costs`` and ``traded_value`` in dollars).
     """
-    r, b = returns_of(values), returns_of(benchmark_values)
+    r, b = returns_of(values, risk_free), returns_of(benchmark_values, risk_free)
     beta, alpha = S.beta_alpha(r, b)
-    out = M.summarize(values, trades=trades, costs=costs, traded_value=traded_value)
+    out = M.summarize(values, trades=trades, costs=costs, traded_value=traded_value, risk_free=risk_free)
     out.update(
         exposure=S.mean_exposure(values, holdings_value),
         beta=beta,

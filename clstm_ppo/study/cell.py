@@ -189,15 +189,15 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
 
 def _record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> dict[str, float]:
     trades = trades_from_holdings(
-        run.dates[:-1],
+        run.fill_dates[1:],
         run.tickers,
         run.holdings[1:],
-        run.prices[:-1],
+        run.fill_prices[1:],
         buy_cost_pct=cfg.env.buy_cost_pct,
         sell_cost_pct=cfg.env.sell_cost_pct,
         initial_holdings=run.holdings[0],
     )
-    return curve_metrics(run.values, run.holdings_value, benchmark, trades=trades)
+    return curve_metrics(run.values, run.holdings_value, benchmark, trades=trades, risk_free=cfg.env.risk_free)
 
 
 def finish_cell(

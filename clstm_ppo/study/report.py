@@ -67,6 +67,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     """
     spec = StudySpec.load(study_dir)
     base = spec.base_config
+    rf = base.env.risk_free  # every ratio is on returns in excess of it
     markets = load_markets(study_dir / "prepared", market_key(base))
     data = markets[0].data
     days, turbulent = traded_window(markets)
@@ -77,7 +78,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
         close, terms, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
     )
     bench = rules[BUY_AND_HOLD].values
-    bench_returns = A.returns_of(bench)
+    bench_returns = A.returns_of(bench, rf)
     baselines = {
         name: {
             "values": run.values,
@@ -88,6 +89,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
                 trades=run.num_trades,
                 costs=run.costs,
                 traded_value=run.traded_value,
+                risk_free=rf,
             ),
         }
         for name, run in rules.items()
@@ -97,7 +99,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     if spec.index:
         level = read_index(spec.index, dates)
         values = level / level[0] * base.env.initial_amount
-        baselines["index"] = {"values": values, "metrics": A.curve_metrics(values, values, bench)}
+        baselines["index"] = {"values": values, "metrics": A.curve_metrics(values, values, bench, risk_free=rf)}
     for b in baselines.values():
         b["metrics"].update(A.active_profile(b["values"], bench))
 
@@ -131,8 +133,8 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
                 "untrained": result["untrained"],
                 "values": values,
                 "untrained_values": untrained,
-                "returns": A.returns_of(values),
-                "untrained_returns": A.returns_of(untrained),
+                "returns": A.returns_of(values, rf),
+                "untrained_returns": A.returns_of(untrained, rf),
             }
             cells.append(entry)
             by_group.setdefault(cell.group, []).append(entry)
@@ -159,7 +161,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     keys = [t[0] for t in A.TABLE]
     boot = max(500, n_boot // 5)  # draws of D-day series, heavier than the seed bootstrap's
     baseline_intervals = {
-        name: S.sharpe_interval(A.returns_of(b["values"]), confidence=confidence, n_boot=boot, seed=k)
+        name: S.sharpe_interval(A.returns_of(b["values"], rf), confidence=confidence, n_boot=boot, seed=k)
         for k, (name, b) in enumerate(baselines.items())
     }
     groups: dict[str, Any] = {}
@@ -175,7 +177,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
             seed=i,
         )
         against = {
-            name: A.compare(policy_returns, A.returns_of(b["values"]), confidence=confidence, n_boot=boot, seed=i)
+            name: A.compare(policy_returns, A.returns_of(b["values"], rf), confidence=confidence, n_boot=boot, seed=i)
             for name, b in baselines.items()
         }
         against[f"{UNTRAINED} {group}"] = A.compare(

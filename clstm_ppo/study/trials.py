@@ -126,7 +126,7 @@ def trial_record(spec: StudySpec, cell: Cell, sd: StudyData, values: np.ndarray)
     if len(values) != len(sd.benchmark):
         raise ValueError(f"cell {cell.name} has {len(values)} values for {len(sd.benchmark)} traded days")
     r, b = daily_returns(values), daily_returns(sd.benchmark)
-    sharpe, active = sharpe_from_returns(r), S.information_ratio(r, b)
+    sharpe, active = sharpe_from_returns(r, spec.base_config.env.risk_free), S.information_ratio(r, b)
     config = config_key(spec, cell)
     return record(
         "trial",
