@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,7 @@ def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 0, out
         assert (root / "ck" / name / "latest.pt").is_file(), out
+        (root / f"{name}.log").write_text(out)  # what the run printed
     return {name: root / "ck" / name for name in runs}
 
 
@@ -133,6 +135,31 @@ def assert_report_consistent(out: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------ backtest
+
+
+def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
+    ckpts: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
+) -> None:
+    """The train command's last line scores best.pt on the test split against buy-and-hold; the backtest of the
+    same checkpoint reports the same Sharpe ratios, return and days."""
+    last = (ckpts["a"].parent.parent / "a.log").read_text().strip().splitlines()[-1]
+    pattern = (
+        r"held-out test (\S+) \.\. (\S+) \((\d+) days, orders fill at the next day's open\): best\.pt Sharpe (-?[\d.]+), "
+        r"return ([+-][\d.]+)%, exposure \d+% \| buy-and-hold Sharpe (-?[\d.]+), return ([+-][\d.]+)%"
+    )
+    match = re.search(pattern, last)
+    assert match, last
+    code, _, _ = in_process(
+        capsys, "backtest", "--checkpoint", str(ckpts["a"] / "best.pt"), "--out", str(tmp_path / "bt")
+    )
+    assert code == 0
+    report = json.loads((tmp_path / "bt" / "report.json").read_text())
+    first, end, days, sharpe, ret, bh_sharpe, bh_ret = match.groups()
+    assert (report["period"]["start"], report["period"]["end"], report["period"]["num_days"]) == (first, end, int(days))
+    assert report["metrics"]["policy"]["sharpe"] == pytest.approx(float(sharpe), abs=0.005)
+    assert report["metrics"]["policy"]["cumulative_return"] == pytest.approx(float(ret) / 100, abs=0.00005)
+    assert report["metrics"]["baseline"]["sharpe"] == pytest.approx(float(bh_sharpe), abs=0.005)
+    assert report["metrics"]["baseline"]["cumulative_return"] == pytest.approx(float(bh_ret) / 100, abs=0.00005)
 
 
 def test_backtest_cli_end_to_end_and_deterministic(ckpts: dict[str, Path], tmp_path: Path) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig
@@ -118,7 +120,22 @@ def main(argv: list[str]) -> int:
     if cfg.run.resume:
         check_resume(cfg, market, run_dir)
     remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
-    return launch(layout, train_worker, (cfg, market, run_dir, layout))
+    code = launch(layout, train_worker, (cfg, market, run_dir, layout))
+    if code == 0 and (not layout.torchrun or os.environ.get("RANK") == "0"):
+        report_held_out(run_dir, market)
+    return code
+
+
+def report_held_out(run_dir: Path, market: Any) -> None:
+    """The run's last line: its selected policy (best.pt, else latest.pt) on the held-out test days against
+    buy-and-hold (`clstm_ppo.evaluation.backtest.held_out_line`)."""
+    from clstm_ppo.evaluation.backtest import held_out_line
+    from clstm_ppo.training.run_folder import BEST, LATEST
+
+    path = run_dir / BEST if (run_dir / BEST).is_file() else run_dir / LATEST
+    line = held_out_line(path, market) if path.is_file() else None
+    if line is not None:
+        print(f"[Rank 0] {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -488,6 +488,30 @@ def backtest(
     )
 
 
+def held_out_line(checkpoint: str | Path, market: PreparedMarket) -> str | None:
+    """One line for the end of a training run: the deterministic policy of ``checkpoint`` on ``market``'s held-out
+    test split, next to buy-and-hold on the same days and terms (Sharpe, return, exposure); None without a test
+    split. ``market`` is the run's own (nothing is loaded again and no file is written)."""
+    test = market.splits.test
+    if test is None:
+        return None
+    ck = open_checkpoint(checkpoint)
+    period = Period(days=test, label="test", source="test split")
+    run = run_policy(ck, restore_policy(ck, market), market, period, torch.device("cpu"))
+    result = result_of(ck, run, market, period, metadata={})
+    rf = ck.cfg.env.risk_free
+    policy = M.summarize(result.values, risk_free=rf)
+    baseline = M.summarize(result.baseline_values, risk_free=rf)
+    exposure = float(np.mean(result.holdings_value[1:] / result.values[1:]))
+    return (
+        f"held-out test {_iso(run.dates[0])} .. {_iso(run.dates[-1])} ({len(run.dates)} days, "
+        f"{describe_execution(ck.cfg.env.execution, market.data)}): {ck.path.name} Sharpe {policy['sharpe']:.2f}, "
+        f"return {policy['cumulative_return']:+.2%}, exposure {exposure:.0%} | buy-and-hold Sharpe "
+        f"{baseline['sharpe']:.2f}, return {baseline['cumulative_return']:+.2%} | full report: clstm-ppo backtest "
+        f"--checkpoint {ck.path}"
+    )
+
+
 def comparison_labels(paths: list[Path], given: str | None) -> list[str]:
     """One unique label per checkpoint: ``given`` (comma-separated) or ``<run>/<file stem>``."""
     if given:
