@@ -407,6 +407,7 @@ PAPER_BEHAVIOUR: dict[str, Any] = dict(
     skip=False,  # no shortcuts around the LSTMs
     aux_coef=0.0,  # no next-day loss
     execution="close",  # orders fill at the close the policy has just seen
+    turbulence_exit_days=1,  # back in on the first calm day after a turbulence stop
 )
 """Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's."""
 

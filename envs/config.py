@@ -88,6 +88,11 @@ class EnvConfig:
         "close), or auto: next_open where the data has opens, next_close on close-only data",
         choices=EXECUTIONS,
     )
+    turbulence_exit_days: int = setting(
+        1,
+        "after the turbulence stop sells everything, stay in cash until turbulence has been below the threshold for "
+        "this many days in a row (1: back in on the first calm day, the paper's rule)",
+    )
     risk_free: float = setting(
         0.0,
         "annual risk-free rate (fraction, e.g. 0.04): cash earns it every trading day, and Sharpe and Sortino are on "
@@ -108,6 +113,8 @@ class EnvConfig:
             raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
         if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
             raise UserError("--buy_cost_pct and --sell_cost_pct must be in [0, 1)")
+        if self.turbulence_exit_days < 1:
+            raise UserError(f"--turbulence_exit_days must be at least 1, got {self.turbulence_exit_days}")
         if not -0.5 < self.risk_free < 1:
             raise UserError(f"--risk_free is an annual fraction in (-0.5, 1), e.g. 0.04; got {self.risk_free}")
         if not 0 <= self.rebalance_band < 1:

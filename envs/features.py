@@ -383,6 +383,28 @@ def _dates_to_range(data: MarketData, d: dict[str, str] | None) -> DayRange | No
     return DayRange(start, stop)
 
 
+def stop_days(turbulence: np.ndarray, threshold: float, exit_days: int = 1) -> np.ndarray:
+    """``[D] bool``: the days the turbulence stop is on. It goes on on a day whose turbulence reaches ``threshold``
+    and stays on until turbulence has been below it for ``exit_days`` days in a row (hysteresis: with 1, the
+    paper's rule, it is off on the first calm day; a larger value keeps a choppy spell from switching the whole
+    book in and out every few days). Causal: day t depends on days <= t only.
+
+    :param turbulence: ``[D]`` the turbulence index; :param threshold: inf when the stop is off.
+    """
+    if exit_days < 1:
+        raise UserError(f"--turbulence_exit_days must be at least 1, got {exit_days}")
+    hot = np.asarray(turbulence) >= threshold
+    if exit_days == 1 or not hot.any():
+        return hot
+    out = np.zeros_like(hot)
+    on, calm = False, 0
+    for t, h in enumerate(hot):  # D steps of host Python, once per market
+        calm = 0 if h else calm + 1
+        on = bool(h) or (on and calm < exit_days)
+        out[t] = on
+    return out
+
+
 @dataclass(frozen=True, eq=False)
 class PreparedMarket:
     """Everything an env needs. Arrays over the FULL data; splits index into them."""
@@ -458,6 +480,11 @@ class PreparedMarket:
                 price_relative=norm.price_relative,
             ),
         )
+
+    def stopped_days(self, exit_days: int = 1) -> np.ndarray:
+        """``[D] bool``: the days the turbulence stop holds the portfolio in cash (`stop_days` with this market's
+        threshold)."""
+        return stop_days(np.asarray(self.turbulence), self.turbulence_threshold, exit_days)
 
     @property
     def num_tickers(self) -> int:

@@ -158,7 +158,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._fill = torch.tensor(self.terms.fill, device=dev)  # [D, N] row t: where day t's orders fill
         self._dividends = torch.tensor(self.terms.dividends, device=dev)  # [D, N] dollars per share paid on day t
         self._pays_dividends = bool(self.terms.dividends.any())  # host-known: no work per step without them
-        turbulent = np.asarray(market.turbulence) >= market.turbulence_threshold
+        turbulent = market.stopped_days(config.turbulence_exit_days)
         self._turbulent = torch.as_tensor(turbulent, device=dev)  # [D] bool
         norm = market.normalization
         mrows = np.zeros((data.num_days, F), dtype=np.float32)

@@ -363,3 +363,21 @@ def test_unknown_repeated_or_missing_indicators_are_refused(indicators) -> None:
 
     with pytest.raises(UserError, match="--indicators"):
         DataConfig(indicators=indicators).validate()
+
+
+def test_the_turbulence_stop_stays_on_until_enough_calm_days_in_a_row() -> None:
+    """Hysteresis by hand: on at a turbulent day, off after ``exit_days`` calm days in a row (1: the paper's rule,
+    off on the first calm day); causal, and a choppy spell no longer switches the book every other day."""
+    from envs.features import stop_days
+
+    turbulence = np.array([0.0, 5.0, 0.0, 5.0, 0.0, 0.0, 0.0, 1.0])
+    assert stop_days(turbulence, 4.0, 1).tolist() == [False, True, False, True, False, False, False, False]
+    assert stop_days(turbulence, 4.0, 3).tolist() == [False, True, True, True, True, True, False, False]
+    changed = turbulence.copy()
+    changed[6:] = 9.0  # later days cannot change earlier ones
+    np.testing.assert_array_equal(stop_days(changed, 4.0, 3)[:6], stop_days(turbulence, 4.0, 3)[:6])
+    assert not stop_days(turbulence, float("inf"), 5).any()  # the stop off
+    switches = np.abs(np.diff(stop_days(turbulence, 4.0, 1).astype(int))).sum()
+    assert np.abs(np.diff(stop_days(turbulence, 4.0, 3).astype(int))).sum() < switches
+    with pytest.raises(UserError, match="turbulence_exit_days"):
+        stop_days(turbulence, 4.0, 0)

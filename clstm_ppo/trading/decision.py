@@ -92,11 +92,8 @@ class Decision:
     backtest_value: float  # the replayed (backtest) portfolio's value at ``day``'s close
     replay_start: date
     execution: str  # how the backtest fills these orders (envs.execution): next_open, next_close or close
+    turbulent: bool = False  # the turbulence stop holds the book in cash today (hysteresis included)
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def turbulent(self) -> bool:
-        return bool(self.turbulence >= self.threshold)
 
     def to_json(self) -> dict[str, Any]:
         """For the journal (plain numbers and strings; inf thresholds as null)."""
@@ -267,7 +264,8 @@ def decide(
     action_np = policy.env_action(action)[0].float().cpu().numpy()
 
     turbulence, threshold = float(market.turbulence[t]), float(market.turbulence_threshold)
-    turbulent = torch.tensor([turbulence >= threshold])
+    stopped = bool(market.stopped_days(env.turbulence_exit_days)[t])  # the backtest's stop, hysteresis included
+    turbulent = torch.tensor([stopped])
     new_cash, new_shares, stats = trade_step(
         cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t, turbulent, env
     )
@@ -279,6 +277,7 @@ def decide(
         action=action_np,
         requested=requested,
         turbulence=turbulence,
+        turbulent=stopped,
         threshold=threshold,
         cash=float(cash),
         shares=shares,
@@ -302,7 +301,12 @@ def plan_orders(d: Decision, traded: np.ndarray, hmax: int) -> list[PlannedOrder
         change, asked, held, act = float(traded[i]), float(d.requested[i]), float(d.shares[i]), float(d.action[i])
         if change < 0:
             if d.turbulent:
-                reason = f"turbulence {d.turbulence:.2f} >= threshold {d.threshold:.2f}: sell everything"
+                reason = (
+                    f"turbulence {d.turbulence:.2f} >= threshold {d.threshold:.2f}: sell everything"
+                    if d.turbulence >= d.threshold
+                    else f"turbulence stop still on ({d.turbulence:.2f} < {d.threshold:.2f}, not yet calm for long"
+                    " enough): sell everything"
+                )
             elif -asked > held:
                 reason = f"action {act:+.4f} asks to sell {-asked:g}; capped at the {held:g} held"
             else:
