@@ -315,6 +315,15 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     assert "| mlp (2 seeds) |" in md and "## Verdicts" in md and "Probability of backtest overfitting" in md
     cells = pd.read_csv(out / "cells.csv")
     assert len(cells) == 4 and set(cells["status"]) == {"done"} and cells["sharpe"].notna().all()
+    # how each cell's training ended: its windows' last KL and clip fraction, and a training episode's costs
+    assert (cells["final_kl"] >= 0).all() and cells["final_clip_fraction"].between(0, 1).all()
+    lasts = []
+    for path in sorted((out / "cells" / "mlp-s1" / "periods").glob("*/metrics.jsonl")):
+        lasts.append([m for m in map(json.loads, path.open()) if m["kind"] == "update"][-1])
+    row = cells.set_index("cell").loc["mlp-s1"]
+    assert len(lasts) >= 2 and row["final_kl"] == pytest.approx(np.mean([m["approx_kl"] for m in lasts]))
+    assert row["final_clip_fraction"] == pytest.approx(np.mean([m["clip_fraction"] for m in lasts]))
+    assert (cells["train_episode_costs"] > 0).all()
     assert (out / "study.png").stat().st_size > 10_000
 
 

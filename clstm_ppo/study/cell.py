@@ -200,6 +200,32 @@ def _record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> 
     return curve_metrics(run.values, run.holdings_value, benchmark, trades=trades, risk_free=cfg.env.risk_free)
 
 
+LAST_EPISODES = 20  # training episodes whose costs describe where training ended
+
+
+def training_diagnostics(periods: Path) -> dict[str, float]:
+    """How the cell's training ended, from its windows' metrics.jsonl (means over the windows): the last update's
+    approx KL and clip fraction (what CleanRL/SB3 runs that learn well keep near 0.01-0.02 and 0.1-0.2), and the
+    transaction costs of a training episode (dollars, the last `LAST_EPISODES`), which the policy's own exploration
+    noise pays. Empty when no window logged an update."""
+    kl, clip, costs = [], [], []
+    for path in sorted(periods.glob("*/metrics.jsonl")):
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        updates = [r for r in rows if r.get("kind") == "update"]
+        episodes = [r for r in rows if r.get("kind") == "episode"]
+        if updates:
+            kl.append(float(updates[-1]["approx_kl"]))
+            clip.append(float(updates[-1]["clip_fraction"]))
+        if episodes:
+            costs.append(float(np.mean([e["costs"] for e in episodes[-LAST_EPISODES:]])))
+    out = {}
+    if kl:
+        out.update(final_kl=float(np.mean(kl)), final_clip_fraction=float(np.mean(clip)))
+    if costs:
+        out["train_episode_costs"] = float(np.mean(costs))
+    return out
+
+
 def finish_cell(
     study_dir: Path,
     cell: Cell,
@@ -235,6 +261,7 @@ def finish_cell(
         "untrained": _record_metrics(untrained, cfg, benchmark),
         "train_seconds": train_seconds,
         "num_days": int(len(policy.values)),
+        "training": training_diagnostics(folder / "periods"),
     }
     np.savez(
         folder / "result.npz",

@@ -139,6 +139,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
             cells.append(entry)
             by_group.setdefault(cell.group, []).append(entry)
             row.update({k: v for k, v in result["policy"].items() if k in dict((t[0], 1) for t in A.TABLE)})
+            row.update(result.get("training", {}))  # final KL, clip fraction, training episodes' costs
         rows.append(row)
 
     # the ledger: this study and its cells, then every trial on these days of this data
