@@ -205,6 +205,11 @@ class PPOConfig:
     norm_reward: bool = setting(
         False, "divide rewards by the running std of the discounted return (as SB3's VecNormalize)"
     )
+    noise_hold: int = setting(
+        1,
+        "hold each env's exploration noise for this many days (redrawn at episode starts): a fresh draw every day "
+        "re-trades the whole book daily; held noise explores the same Gaussian with far fewer trades",
+    )
     permute_tickers: bool = setting(
         False,
         "augmentation: each training episode shows the tickers in a fresh random order (the policy must find a "
@@ -228,7 +233,7 @@ class PPOConfig:
     def validate(self) -> None:
         if self.num_episodes <= 0:
             raise UserError(f"--num_episodes must be positive, got {self.num_episodes}")
-        _positive(self, "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps")
+        _positive(self, "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps", "noise_hold")
         _positive(self, "learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef")
         if self.batch_size % self.n_steps or self.rollout_steps % self.batch_size:
             raise UserError(

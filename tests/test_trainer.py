@@ -70,7 +70,17 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     "extra",
     [
         (),
-        ("--norm_obs", "--norm_reward", "--permute_tickers", "--weight_decay", "0.01", "--episode_length", "12"),
+        (
+            "--norm_obs",
+            "--norm_reward",
+            "--permute_tickers",
+            "--weight_decay",
+            "0.01",
+            "--episode_length",
+            "12",
+            "--noise_hold",
+            "3",
+        ),
     ],  # episodes end inside rollouts
     ids=["defaults", "normalisers-and-augmentation"],
 )

@@ -415,6 +415,7 @@ class ActorCritic(nn.Module):
         *,
         deterministic: bool = False,
         generator: torch.Generator | None = None,
+        noise: Tensor | None = None,
     ) -> ActOutput:
         """One rollout step for B envs.
 
@@ -423,7 +424,8 @@ class ActorCritic(nn.Module):
             scores; `env_action` turns it into the env's action), its log-probability, the value and the new state.
             ``deterministic`` returns the mean. Sampling noise comes from ``generator`` on its own device
             (training passes one on the model's device, the backtest a CPU one so sampled backtests match
-            across devices).
+            across devices). ``noise`` ``[B, N]``: the standard-normal draws to use instead (held exploration noise,
+            `clstm_ppo.training.exploration`).
         """
         out = self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))
         mean, value = out.mean, out.value[0]
@@ -431,9 +433,10 @@ class ActorCritic(nn.Module):
             return ActOutput(mean[0], out.log_prob[0], value, out.state)
         std = self.policy_std()
         # Drawn on the generator's device: a CPU generator gives the same noise whatever device the model is on.
-        noise_device = generator.device if generator is not None else mean.device
-        noise = torch.randn(mean.shape[1:], device=noise_device, generator=generator, dtype=mean.dtype).to(mean.device)
-        action = mean[0] + std * noise
+        if noise is None:
+            noise_device = generator.device if generator is not None else mean.device
+            noise = torch.randn(mean.shape[1:], device=noise_device, generator=generator, dtype=mean.dtype)
+        action = mean[0] + std * noise.to(mean.device, mean.dtype)
         log_prob = self._log_prob(Normal(mean[0], std.expand_as(mean[0])), action)
         return ActOutput(action, log_prob, value, out.state)
 

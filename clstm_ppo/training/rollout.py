@@ -21,6 +21,7 @@ from clstm_ppo.agent.model import ActorCritic, RecurrentState
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.augment import TickerPermutation
 from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.exploration import HeldNoise
 from clstm_ppo.training.reward_norm import RewardNormalizer
 from envs.vector_env import EPISODE_KEYS, VectorStockTradingEnv
 
@@ -152,6 +153,7 @@ class RolloutCollector:
     :param generator: action-noise generator on the policy's device.
     :param seed: seed of the envs' first reset (and of the ticker orders).
     :param permute_tickers: show every episode's tickers in a fresh random order (`TickerPermutation`).
+    :param noise_hold: hold each env's action noise for this many days (`HeldNoise`; 1: a fresh draw every day).
     :param norm_reward: rewards go through a `RewardNormalizer` (``self.reward_norm``; the trainer merges its
         statistics over all workers after each update).
     """
@@ -168,6 +170,7 @@ class RolloutCollector:
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
         permute_tickers: bool = False,
         norm_reward: bool = False,
+        noise_hold: int = 1,
     ) -> None:
         self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
         self.generator, self.autocast = generator, autocast
@@ -178,6 +181,7 @@ class RolloutCollector:
             else None
         )
         self.reward_norm = RewardNormalizer(B, gamma, device, enabled=norm_reward)
+        self.held_noise = HeldNoise(B, env.num_tickers, noise_hold, generator) if noise_hold > 1 else None
         obs, _ = env.reset(seed=seed)
         self.next_start = torch.ones(B, dtype=torch.bool, device=device)  # [B] it starts an episode
         self.next_obs = self._observe(obs.to(device), self.next_start)  # [B, T, F] what the next step acts on
@@ -208,8 +212,9 @@ class RolloutCollector:
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
+                noise = None if self.held_noise is None else self.held_noise.draw(self.next_start)
                 action, log_prob, value, self.state = policy.act(
-                    self.next_obs, self.state, self.next_start, generator=self.generator
+                    self.next_obs, self.state, self.next_start, generator=self.generator, noise=noise
                 )
                 env_action = policy.env_action(action)
                 if self.permutation is not None:
@@ -281,6 +286,8 @@ class RolloutCollector:
         }
         if self.permutation is not None:
             state["permutation"] = self.permutation.state_dict()
+        if self.held_noise is not None:
+            state["held_noise"] = self.held_noise.state_dict()
         state["env"] = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in self.env.state_dict().items()}
         return state
 
@@ -298,3 +305,5 @@ class RolloutCollector:
             self.reward_norm.discounted = state["discounted"].to(self.device)
         if self.permutation is not None and "permutation" in state:
             self.permutation.load_state_dict(state["permutation"])
+        if self.held_noise is not None and "held_noise" in state:
+            self.held_noise.load_state_dict(state["held_noise"])

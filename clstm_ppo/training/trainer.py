@@ -116,6 +116,7 @@ class Trainer:
             generator=torch.Generator(device=device).manual_seed(seed * 7919 + 104729 * comm.rank + 1),
             permute_tickers=ppo.permute_tickers,
             norm_reward=ppo.norm_reward,
+            noise_hold=ppo.noise_hold,
         )
         self.buf = RolloutBuffer.allocate(
             ppo.n_steps, ppo.num_envs, (market.window, market.num_features), market.num_tickers, device
