@@ -53,14 +53,28 @@ class StepStats(NamedTuple):
 WEIGHT_LOGIT_SCALE = 5.0  # action_mode "weights": logits = this x clip(action, -1, 1)
 
 
+def target_weights(actions: Tensor) -> Tensor:
+    """``action_mode="weights"``: actions ``[B, N]`` -> the target portfolio ``[B, N + 1]`` float64, the stocks'
+    weights then cash's: ``softmax([5 clip(a_1), ..., 5 clip(a_N), 0])``."""
+    clipped = actions.to(torch.float64).clamp(-1.0, 1.0)
+    logits = torch.cat([clipped * WEIGHT_LOGIT_SCALE, torch.zeros_like(clipped[:, :1])], dim=1)
+    return torch.softmax(logits, dim=1)
+
+
+def actions_for_weights(weights: Tensor) -> Tensor:
+    """The inverse of `target_weights`: the actions ``[B, N]`` whose target portfolio is ``weights [B, N + 1]``
+    (stocks, then cash; every weight > 0). A mean of targets that came from actions in [-1, 1] maps back into
+    [-1, 1]: each ratio w_i / w_cash of the mean lies between the members' ratios."""
+    w = weights.to(torch.float64)
+    return (torch.log(w[:, :-1]) - torch.log(w[:, -1:])) / WEIGHT_LOGIT_SCALE
+
+
 def orders_from_actions(actions: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, cfg: EnvConfig) -> Tensor:
     """Rule 1 of the module docstring: actions ``[B, N]`` (any float dtype) -> whole-share orders ``[B, N]``
     float64 (+ buy, - sell) for portfolios of cash [B] and shares [B, N] at prices [B, N] dollars."""
-    clipped = actions.to(torch.float64).clamp(-1.0, 1.0)
     if cfg.action_mode == "shares":
-        return torch.trunc(clipped * cfg.hmax)
-    logits = torch.cat([clipped * WEIGHT_LOGIT_SCALE, torch.zeros_like(clipped[:, :1])], dim=1)
-    weights = torch.softmax(logits, dim=1)[:, :-1]
+        return torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * cfg.hmax)
+    weights = target_weights(actions)[:, :-1]
     value = portfolio_value(cash, shares, prices).unsqueeze(1)
     orders = torch.floor(weights * value / (prices * (1.0 + cfg.buy_cost_pct))) - shares
     return torch.where((orders * prices).abs() > cfg.rebalance_band * value, orders, 0.0)

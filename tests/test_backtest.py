@@ -23,7 +23,8 @@ import torch
 
 from clstm_ppo import cli
 from clstm_ppo.evaluation import metrics as M
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.evaluation.backtest import Period, load_backtest_data
+from clstm_ppo.training.checkpoint import load_checkpoint, restore_market, restore_policy
 from envs.synthetic import generate_market
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -447,3 +448,53 @@ def test_compare_two_checkpoints_writes_table_and_png(ckpts, tmp_path, capsys, o
 
     code, _, err = in_process(capsys, "compare", str(a_latest), str(a_best), "--labels", "only-one")
     assert code == 2 and "--labels needs 2" in err
+
+
+# ------------------------------------------------------------------------------------ ensembles
+
+
+def test_an_ensemble_acts_on_the_mean_of_its_members_target_weights(ckpts: dict[str, Path], one_thread: None) -> None:
+    """Members keep their own recurrent states; the ensemble's target portfolio is the mean of theirs, and an
+    ensemble of one policy with itself trades exactly as the policy does."""
+    from clstm_ppo.agent.ensemble import Ensemble
+    from clstm_ppo.evaluation.backtest import open_members, restore_acting, run_policy
+    from envs.kernel import target_weights
+
+    cks = open_members([ckpts["a"] / "latest.pt", ckpts["a"] / "best.pt"])
+    market = restore_market(cks[0], load_backtest_data(cks[0]))
+    assert isinstance(restore_acting(cks, market, "cpu"), Ensemble) and cks[0].cfg.env.action_mode == "weights"
+    a, b = (restore_policy(ck, market) for ck in cks)
+    with torch.no_grad():  # a second member that disagrees (this tiny run's best.pt is its latest.pt)
+        torch.manual_seed(0)
+        b.actor_mean.weight.add_(torch.randn_like(b.actor_mean.weight))
+    ensemble = Ensemble([a, b], "weights")
+    obs = torch.randn(3, market.window, market.num_features)
+    starts = torch.ones(3, dtype=torch.bool)
+    state = ensemble.initial_state(3)
+    out = ensemble.act(obs, state, starts)
+    wa = target_weights(a.env_action(a.act(obs, a.initial_state(3), starts, deterministic=True).action))
+    wb = target_weights(b.env_action(b.act(obs, b.initial_state(3), starts, deterministic=True).action))
+    torch.testing.assert_close(target_weights(out.action), (wa + wb) / 2, rtol=1e-5, atol=1e-6)
+    own = [m.act(obs, m.initial_state(3), starts, deterministic=True).state for m in (a, b)]
+    assert len(out.state) == 2 and all(torch.equal(o.critic_c, e.critic_c) for o, e in zip(own, out.state, strict=True))
+    period = Period(days=market.splits.test, label="test", source="test split")
+    single = run_policy(cks[0], a, market, period, torch.device("cpu"))
+    twice = run_policy(cks[0], Ensemble([a, a], "weights"), market, period, torch.device("cpu"))
+    np.testing.assert_allclose(twice.values, single.values, rtol=1e-9)
+
+
+def test_an_ensemble_backtest_reports_its_members_and_refuses_another_market(
+    ckpts: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
+) -> None:
+    code, out, err = in_process(
+        capsys, "backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), str(ckpts["a"] / "best.pt"),
+        "--out", str(tmp_path / "ens"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert "ensemble of 2 (mean target)" in out
+    report = assert_report_consistent(tmp_path / "ens")
+    assert report["metadata"]["ensemble"] == [str(ckpts["a"] / "latest.pt"), str(ckpts["a"] / "best.pt")]
+    code, _, err = in_process(
+        capsys, "backtest", "--checkpoint", str(ckpts["a"] / "best.pt"), str(ckpts["b"] / "best.pt")
+    )
+    assert code == 2 and err.count("\n") == 1 and "cannot join" in err and "its market's tickers" in err

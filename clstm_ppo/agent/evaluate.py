@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from clstm_ppo.agent.ensemble import Ensemble, EnsembleState
 from clstm_ppo.agent.model import ActorCritic, RecurrentState, unwrap
 from envs.config import EnvConfig
 from envs.data import DayRange
@@ -40,7 +41,7 @@ class PolicyRun:
     # into), and the recurrent state after the last day it acted on: what `clstm_ppo.trading.decision`
     # continues from to decide that day.
     last_obs: np.ndarray | None = None
-    last_state: RecurrentState | None = None
+    last_state: RecurrentState | EnsembleState | None = None
 
     @property
     def holdings_value(self) -> np.ndarray:
@@ -54,7 +55,7 @@ class PolicyRun:
 
 
 def evaluate_policy(
-    model: torch.nn.Module,
+    model: torch.nn.Module | Ensemble,
     market: PreparedMarket,
     split: str | DayRange,
     config: EnvConfig,
@@ -74,7 +75,7 @@ def evaluate_policy(
     :param start_portfolio: ``(cash in dollars, shares [N])`` held on the first day instead of the config's
         ``initial_amount`` in cash (a walk-forward study hands one period's last portfolio to the next).
     """
-    policy: ActorCritic = unwrap(model)
+    policy: ActorCritic | Ensemble = unwrap(model) if isinstance(model, torch.nn.Module) else model
     env = StockTradingEnv(market=market, split=split, config=config.whole_split())
     options = None if start_portfolio is None else {"cash": start_portfolio[0], "shares": start_portfolio[1]}
     obs, info = env.reset(seed=0, options=options)

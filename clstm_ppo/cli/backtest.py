@@ -68,7 +68,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="clstm-ppo backtest", description="Backtest a saved checkpoint against equal-weight buy-and-hold."
     )
-    parser.add_argument("--checkpoint", required=True, help="checkpoint file (.pt), e.g. checkpoints/run/best.pt")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        nargs="+",
+        help="checkpoint file (.pt), e.g. checkpoints/run/best.pt; several: an ensemble acting on the mean of their "
+        "target weights (the seeds of one configuration, trained on one market)",
+    )
     _common_flags(parser)
     parser.add_argument("--stochastic", action="store_true", help="sample actions instead of the mean action")
     parser.add_argument("--episodes", type=int, default=1, help="with --stochastic: sampled episodes to run")

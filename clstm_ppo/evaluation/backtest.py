@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
@@ -58,6 +59,7 @@ from clstm_ppo.evaluation.report import (
 )
 from clstm_ppo.market import is_alpaca, load_data
 from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_market, restore_policy
+from envs.config import EnvConfig
 from envs.data import DayRange, MarketData
 from envs.errors import UserError
 from envs.execution import Terms, describe_execution, resolve_execution
@@ -387,8 +389,33 @@ class Backtest:
     holdout: list[dict[str, Any]] = field(default_factory=list)  # sealed days traded with --unseal (holdout_summary)
 
 
+MEMBERS_MUST_MATCH = tuple(f.name for f in dataclasses.fields(EnvConfig) if f.name != "episode_length")
+"""The env settings (how actions trade, what they cost) every member of an ensemble must share."""
+
+
+def open_members(paths: list[str | Path]) -> list[Checkpoint]:
+    """The checkpoints of an ensemble (one or more), checked to act on one market the same way: the same tickers,
+    market spec (window, state, normalisation, threshold) and env settings; UserError naming what differs."""
+    cks = [open_checkpoint(p) for p in paths]
+    first = cks[0]
+    for ck in cks[1:]:
+        spec_diff = sorted(k for k in set(first.market_spec) | set(ck.market_spec)
+                           if first.market_spec.get(k) != ck.market_spec.get(k))  # fmt: skip
+        env_diff = [k for k in MEMBERS_MUST_MATCH if getattr(ck.cfg.env, k) != getattr(first.cfg.env, k)]
+        if spec_diff or env_diff:
+            what = ", ".join([*(f"its market's {k}" for k in spec_diff), *(f"--{k}" for k in env_diff)])
+            raise UserError(f"{ck.path} cannot join {first.path} in an ensemble: they differ in {what}")
+    return cks
+
+
+def restore_acting(cks: list[Checkpoint], market: PreparedMarket, device: torch.device | str) -> Any:
+    """The one policy of ``cks``, or their `Ensemble` when there are several (`open_members`)."""
+    models = [restore_policy(ck, market, device) for ck in cks]
+    return models[0] if len(models) == 1 else Ensemble(models, cks[0].cfg.env.action_mode)
+
+
 def backtest(
-    checkpoint: str | Path,
+    checkpoint: str | Path | list[str | Path],
     *,
     data: str | None = None,
     split: str = "test",
@@ -404,7 +431,8 @@ def backtest(
     ledger: str | Path | None = None,
     unseal: bool = False,
 ) -> Backtest:
-    """Run one checkpoint over one period and write its report folder (see the module docstring).
+    """Run one checkpoint (or an ensemble of several: `clstm_ppo.agent.ensemble`) over one period and write its
+    report folder (see the module docstring).
 
     :param episodes: with ``stochastic``, sampled episodes to run; the one with the median cumulative return
         stands for them in the report files, and report.json gains a "stochastic" section.
@@ -418,21 +446,31 @@ def backtest(
         raise UserError(f"--episodes must be >= 1, got {episodes}")
     if episodes > 1 and not stochastic:
         raise UserError("--episodes > 1 needs --stochastic (the deterministic policy gives the same run every time)")
-    ck = with_risk_free(open_checkpoint(checkpoint), risk_free)
+    paths = list(checkpoint) if isinstance(checkpoint, list | tuple) else [checkpoint]
+    if stochastic and len(paths) > 1:
+        raise UserError("--stochastic samples one policy's actions; an ensemble acts on its members' mean actions")
+    cks = [with_risk_free(c, risk_free) for c in open_members(paths)]
+    ck = cks[0]
     risk_free = ck.cfg.env.risk_free
     market = restore_market(ck, load_backtest_data(ck, data=data, start=start, end=end))
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
-    holdout = check_holdout(market, period, [ck.path], ledger=Ledger(ledger), unseal=unseal, command="backtest")
-    model = restore_policy(ck, market, device)
+    holdout = check_holdout(
+        market, period, [c.path for c in cks], ledger=Ledger(ledger), unseal=unseal, command="backtest"
+    )
+    model = restore_acting(cks, market, device)
     metadata = _metadata(ck, market, period, data or ck.cfg.data.source)
+    if len(cks) > 1:
+        metadata["ensemble"] = [str(c.path) for c in cks]
     if holdout:
         metadata["holdout"] = holdout
     dates = np.asarray(market.data.dates)[period.days.start : period.days.stop]
     index_values = read_index(index, dates) if index else None
-    folder = Path(out) if out else ck.path.parent / f"backtest-{ck.path.stem}-{period.label}"
+    stem = ck.path.stem if len(cks) == 1 else f"ensemble{len(cks)}"
+    folder = Path(out) if out else ck.path.parent / f"backtest-{stem}-{period.label}"
     summary: dict[str, Any] | None = None
     if not stochastic:
-        metadata["mode"] = f"deterministic (mean action), {describe_execution(ck.cfg.env.execution, market.data)}"
+        acting = "deterministic (mean action)" if len(cks) == 1 else f"ensemble of {len(cks)} (mean target)"
+        metadata["mode"] = f"{acting}, {describe_execution(ck.cfg.env.execution, market.data)}"
         run = run_policy(ck, model, market, period, device)
     else:
         generator = torch.Generator().manual_seed(seed)  # CPU: the same draws on --device cpu and cuda
