@@ -324,6 +324,12 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     assert len(lasts) >= 2 and row["final_kl"] == pytest.approx(np.mean([m["approx_kl"] for m in lasts]))
     assert row["final_clip_fraction"] == pytest.approx(np.mean([m["clip_fraction"] for m in lasts]))
     assert (cells["train_episode_costs"] > 0).all()
+    # the ensemble of each configuration's seeds, next to the mean of its members
+    ensemble = report["groups"]["mlp"]["ensemble"]
+    assert ensemble["members"] == ["mlp-s1", "mlp-s2"] and "## Ensembles of the seeds" in md
+    by_cell = cells.set_index("cell")
+    assert ensemble["members_mean"]["sharpe"] == pytest.approx(by_cell.loc[["mlp-s1", "mlp-s2"], "sharpe"].mean())
+    assert math.isfinite(ensemble["metrics"]["sharpe"]) and (out / "ensembles" / "mlp-s1+mlp-s2.npz").is_file()
     assert (out / "study.png").stat().st_size > 10_000
 
 

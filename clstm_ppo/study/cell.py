@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.agent.model import build_model
 from clstm_ppo.config import TrainConfig
@@ -187,7 +188,39 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
     return finish_cell(study_dir, cell, cfg, stitch(policy_runs), stitch(untrained_runs), train_seconds, traded)
 
 
-def _record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> dict[str, float]:
+def run_ensemble(study_dir: Path, cells: list[Cell], device: torch.device | str = "cpu") -> PolicyRun:
+    """The ensemble of ``cells`` (the seeds of one configuration, all finished): in each window their selected
+    checkpoints act as one (`clstm_ppo.agent.ensemble`) on the window's traded days, the portfolio carried from
+    window to window as each cell's is; the windows stitched into one record. Kept in ``ensembles/<cells>.npz``."""
+    spec = StudySpec.load(study_dir)
+    cfg = cells[0].config(spec.base_config)
+    markets = load_markets(study_dir / "prepared", market_key(cfg))
+    path = study_dir / "ensembles" / ("+".join(c.name for c in cells) + ".npz")
+    if path.is_file():
+        return _load_run(path, markets[0].data.tickers)[0]
+    runs: list[PolicyRun] = []
+    for k, market in enumerate(markets):
+        members = []
+        for cell in cells:
+            pdir = study_dir / "cells" / cell.name / "periods" / f"{k:03d}"
+            members.append(restore_policy(load_checkpoint(_selected(pdir, market)), market, device))
+        runs.append(
+            evaluate_policy(
+                Ensemble(members, cfg.env.action_mode),
+                market,
+                market.splits.test,
+                cfg.env,
+                device=device,
+                start_portfolio=_portfolio(runs[-1]) if runs else None,
+            )
+        )
+    run = stitch(runs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _save_run(path, run, run, 0.0)
+    return run
+
+
+def record_metrics(run: PolicyRun, cfg: TrainConfig, benchmark: np.ndarray) -> dict[str, float]:
     trades = trades_from_holdings(
         run.fill_dates[1:],
         run.tickers,
@@ -257,8 +290,8 @@ def finish_cell(
     benchmark = np.asarray(result.baseline_values)
     payload = {
         "cell": cell.to_dict(),
-        "policy": _record_metrics(policy, cfg, benchmark),
-        "untrained": _record_metrics(untrained, cfg, benchmark),
+        "policy": record_metrics(policy, cfg, benchmark),
+        "untrained": record_metrics(untrained, cfg, benchmark),
         "train_seconds": train_seconds,
         "num_days": int(len(policy.values)),
         "training": training_diagnostics(folder / "periods"),

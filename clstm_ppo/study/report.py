@@ -31,7 +31,7 @@ from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
 from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials
 from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
-from clstm_ppo.study.cell import read_status
+from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble
 from clstm_ppo.study.markets import load_markets, market_key, traded_window
 from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.study.trials import record_cells, record_study
@@ -194,6 +194,9 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
             ),
             "vs": against,
         }
+    for i, (group, entries) in enumerate(by_group.items()):
+        if len(entries) >= 2:
+            groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, boot, i)
     between = _between_groups(by_group, confidence=confidence, n_boot=boot)
     family = [d for g in groups.values() for d in g["vs"].values()] + between
     if family:
@@ -326,6 +329,34 @@ def resampling_words(report: dict[str, Any]) -> list[str]:
     ]
 
 
+ENSEMBLE_KEYS = ("sharpe", "max_drawdown", "annual_turnover", "cumulative_return")
+
+
+def _ensemble(
+    study_dir: Path,
+    base: Any,
+    entries: list[dict[str, Any]],
+    bench: np.ndarray,
+    rf: float,
+    confidence: float,
+    boot: int,
+    seed: int,
+) -> dict[str, Any]:
+    """The ensemble of one configuration's seeds (`clstm_ppo.study.cell.run_ensemble`): its metrics, its Sharpe
+    interval (days resampled: it is one series) and the mean of its members' metrics beside them."""
+    cells = [e["cell"] for e in entries]
+    run = run_ensemble(study_dir, cells)
+    metrics = record_metrics(run, cells[0].config(base), bench)
+    return {
+        "members": [c.name for c in cells],
+        "metrics": metrics,
+        "sharpe_interval": S.sharpe_interval(
+            A.returns_of(run.values, rf), confidence=confidence, n_boot=boot, seed=seed
+        ),
+        "members_mean": {k: float(np.mean([e["policy"][k] for e in entries])) for k in ENSEMBLE_KEYS},
+    }
+
+
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
     c, t = report["cells"], report["traded"]
     base = spec.base
@@ -428,6 +459,24 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
                 f"| {group} | {name} | {d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] | "
                 f"{d['p_value']:.3f} | {d['p_holm']:.3f} | {'yes' if d['survives_holm'] else 'no'} | "
                 f"{d['seeds_beating']}/{d['num_seeds']} |"
+            )
+    ensembles = {group: g["ensemble"] for group, g in report["groups"].items() if "ensemble" in g}
+    if ensembles:
+        lines += [
+            "",
+            "## Ensembles of the seeds (the seeds' selected checkpoints acting on the mean of their target weights)",
+            "",
+            "| configuration | Sharpe [days resampled] | members' mean Sharpe | max drawdown (members) | "
+            "turnover/yr (members) | CR (members) |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
+        for group, e in ensembles.items():
+            m, mm, iv = e["metrics"], e["members_mean"], e["sharpe_interval"]
+            lines.append(
+                f"| {group} ({len(e['members'])} seeds) | {iv['sharpe']:.2f} [{iv['lo']:.2f}, {iv['hi']:.2f}] | "
+                f"{mm['sharpe']:.2f} | {_fmt(m['max_drawdown'], 'pct')} ({_fmt(mm['max_drawdown'], 'pct')}) | "
+                f"{_fmt(m['annual_turnover'], 'times')} ({_fmt(mm['annual_turnover'], 'times')}) | "
+                f"{_fmt(m['cumulative_return'], 'pct')} ({_fmt(mm['cumulative_return'], 'pct')}) |"
             )
     if report["between"]:
         lines += [
