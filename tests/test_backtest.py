@@ -498,3 +498,15 @@ def test_an_ensemble_backtest_reports_its_members_and_refuses_another_market(
         capsys, "backtest", "--checkpoint", str(ckpts["a"] / "best.pt"), str(ckpts["b"] / "best.pt")
     )
     assert code == 2 and err.count("\n") == 1 and "cannot join" in err and "its market's tickers" in err
+
+
+def test_compare_takes_an_ensemble_as_one_entry(
+    ckpts: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
+) -> None:
+    """``A+B`` is one entry: an ensemble of A and B next to A alone (here the same tiny run's best and latest)."""
+    a, b = ckpts["a"] / "best.pt", ckpts["a"] / "latest.pt"
+    code, out, err = in_process(capsys, "compare", str(a), f"{a}+{b}", "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    report = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    entries = [c["checkpoint"] for c in report["metadata"]["checkpoints"]]
+    assert entries == [str(a), f"{a}+{b}"] and "(ensemble of 2)" in out

@@ -5,6 +5,7 @@ clstm-ppo backtest --checkpoint checkpoints/run/best.pt [--split test|validation
                    [--stochastic --episodes K] [--seed S] [--index FILE] [--risk_free R] [--device cpu|cuda]
                    [--ledger FILE] [--unseal]
 clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...] [--unseal]
+                  (CKPT may be A.pt+B.pt+C.pt: an ensemble of those, compared as one policy)
 
 Days sealed with `clstm-ppo study seal` are refused unless ``--unseal`` (recorded in the trials ledger).
 """
@@ -122,7 +123,11 @@ def compare_main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="clstm-ppo compare", description="backtest several checkpoints (same tickers) on one period"
     )
-    parser.add_argument("checkpoints", nargs="+", help="checkpoint files; the first one's data and split are used")
+    parser.add_argument(
+        "checkpoints",
+        nargs="+",
+        help="checkpoint files; the first one's data and split are used; A.pt+B.pt+C.pt is one ensemble of those",
+    )
     parser.add_argument("--labels", default=None, help="comma-separated names, one per checkpoint")
     _common_flags(parser)
     args = parser.parse_args(argv)

@@ -597,9 +597,12 @@ def compare(
 ) -> Comparison:
     """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
     earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
-    `backtest` (sealed days are refused unless ``unseal``)."""
-    cks = [with_risk_free(open_checkpoint(p), risk_free) for p in checkpoints]
+    `backtest` (sealed days are refused unless ``unseal``). An entry ``A.pt+B.pt+C.pt`` is an ensemble of those
+    checkpoints (`open_members`), compared as one policy."""
+    groups = [[with_risk_free(c, risk_free) for c in open_members(str(p).split("+"))] for p in checkpoints]
+    cks = [g[0] for g in groups]
     names = comparison_labels([c.path for c in cks], labels)
+    names = [n if len(g) == 1 else f"{n} (ensemble of {len(g)})" for n, g in zip(names, groups, strict=True)]
     first = cks[0]
     for ck in cks[1:]:
         if ck.tickers != first.tickers:
@@ -650,15 +653,16 @@ def compare(
                 f"{widest.path} needs {widest.window - 1} lookback days before the period; pass a later --start"
             )
     holdout = check_holdout(
-        market0, period, [c.path for c in cks], ledger=Ledger(ledger), unseal=unseal, command="compare"
+        market0, period, [c.path for g in groups for c in g], ledger=Ledger(ledger), unseal=unseal, command="compare"
     )
     curves: dict[str, np.ndarray] = {}
     trades: dict[str, Any] = {}
     baseline = None
     runs_meta = []
-    for ck, label in zip(cks, names, strict=True):
+    for group, label in zip(groups, names, strict=True):
+        ck = group[0]
         market = market0 if ck is first else restore_market(ck, market_data)
-        run = run_policy(ck, restore_policy(ck, market, device), market, period, device)
+        run = run_policy(ck, restore_acting(group, market, device), market, period, device)
         res = result_of(ck, run, market, period, metadata={})
         curves[label], trades[label] = res.values, res.trades
         if baseline is None:
@@ -666,7 +670,7 @@ def compare(
         runs_meta.append(
             {
                 "label": label,
-                "checkpoint": str(ck.path),
+                "checkpoint": "+".join(str(c.path) for c in group),
                 "policy": ck.policy,
                 "buy_cost_pct": ck.cfg.env.buy_cost_pct,
                 "sell_cost_pct": ck.cfg.env.sell_cost_pct,
