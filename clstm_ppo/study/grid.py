@@ -13,41 +13,15 @@ from typing import Any
 from clstm_ppo.config import SETTINGS, TrainConfig
 from envs.errors import UserError
 
-# Settings a variant may not change: they name the data or how one training run is laid out, which the study
-# owns (one market per retraining window, one process per cell).
-NOT_VARIABLE = frozenset(
-    {
-        "data",
-        "tickers",
-        "start",
-        "end",
-        "train_end",
-        "validation_end",
-        "test_end",
-        "alpaca_feed",
-        "alpaca_adjustment",
-        "alpaca_timeframe",
-        "data_url",
-        "data_cache_dir",
-        "refresh_data",
-        "gap_policy",
-        "max_price_ratio",
-        "run_name",
-        "checkpoint_dir",
-        "resume",
-        "init_weights",
-        "num_gpus",
-        "num_workers",
-        "backend",
-        "master_port",
-        "dry_run",
-        "policy",
-        "seed",
-        "num_episodes",
-    }
-)
 # Settings that change the prepared market (so cells differing in them need their own market per window).
 MARKET_KEYS = ("window", "price_features", "use_turbulence", "indicators")
+# Settings a variant may not change: the data's (but the market keys), which the study loads once, and how one
+# training run is laid out, which the study owns (one market per retraining window, one process per cell).
+NOT_VARIABLE = frozenset(
+    {s.flag for s in SETTINGS.values() if s.section == "data" and s.flag not in MARKET_KEYS}
+    | {"run_name", "checkpoint_dir", "resume", "init_weights", "dry_run", "policy", "seed", "num_episodes"}
+    | {"num_gpus", "num_workers", "backend", "master_port"}
+)
 
 
 @dataclass(frozen=True)
