@@ -14,7 +14,7 @@ from dataclasses import MISSING, fields
 from typing import Any
 
 from clstm_ppo.config import PRESETS, TrainConfig
-from envs.errors import UserError
+from envs.errors import UserError, shown_list
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
 # answers in a fraction of a second instead of after torch's ~2 s import.
@@ -88,7 +88,7 @@ def describe_data(cfg: TrainConfig) -> str:
         validation_end=cfg.validation_end or None,
         test_end=cfg.test_end or None,
     )
-    names = ", ".join(data.tickers[:10]) + (f", ... ({data.num_tickers} in all)" if data.num_tickers > 10 else "")
+    names = shown_list(data.tickers, 10)
     lines = [
         f"data: {cfg.data} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
         f"({data.num_days} trading days; the first {cfg.window - 1} are the window's lookback)"
