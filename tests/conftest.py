@@ -98,6 +98,54 @@ def train(
     return subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=timeout)
 
 
+QUICK_DATA = ["--data", "synthetic:tickers=3,days=200"]
+QUICK = [
+    "--window",
+    "5",
+    "--num_envs",
+    "2",
+    "--n_steps",
+    "8",
+    "--batch_size",
+    "16",
+    "--epochs",
+    "1",
+    "--episode_length",
+    "8",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--num_episodes",
+    "2",
+]
+"""The smallest run that writes a checkpoint (2 episodes of 8 days), without its data flag (QUICK_DATA)."""
+
+
+@pytest.fixture(scope="session")
+def quick_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``latest.pt`` of one QUICK run on QUICK_DATA (3 synthetic tickers, stage-2 width 16), trained once per
+    session by the real command and shared read-only (copy it before changing it)."""
+    root = tmp_path_factory.mktemp("quick_checkpoint")
+    result = subprocess.run(
+        [sys.executable, SCRIPT, *QUICK_DATA, *QUICK, "--checkpoint_dir", str(root / "ck"), "--run_name", "quick"],
+        cwd=root,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return root / "ck" / "quick" / "latest.pt"
+
+
 def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [r for r in rows if r["kind"] == "episode"], [r for r in rows if r["kind"] == "update"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -718,6 +719,56 @@ def test_no_session_before_the_close_or_stale_bars_one_line_nothing_sent(
             else "closes at 16:00 ET and the decision uses its closing bars"
         )
         assert want in text
+
+
+def closed_port_url() -> str:
+    """An http URL on 127.0.0.1 where nothing listens (a port bound, read and released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def test_local_mistakes_are_refused_before_any_request(
+    trained: Trained,
+    quick_checkpoint: Path,
+    env: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both Alpaca endpoints point at a closed port: a mistake that can be seen without the network is its own
+    one line (not "cannot reach"), and with none left the same command does fail on the connection."""
+    monkeypatch.setenv("ALPACA_TRADING_URL", closed_port_url())
+    monkeypatch.setenv("ALPACA_DATA_URL", closed_port_url())
+    monkeypatch.setenv("ALPACA_MAX_RETRIES", "0")
+    (env / "a_file").write_text("a regular file where the journal folder should be\n")
+    good = ["--checkpoint", str(trained.ckpt), "--journal", str(env / "j"), "--data_cache_dir", str(env / "cache")]
+    cases = [
+        (["--checkpoint", str(quick_checkpoint)], "trained on synthetic tickers (SYN00, SYN01, SYN02)"),
+        ([*good, "--replay_start", "someday"], "--replay_start 'someday' is not a date (YYYY-MM-DD)"),
+        ([*good, "--replay_start", "2023-02-30"], "--replay_start '2023-02-30' is not a date"),
+        ([*good, "--history_start", "2022-13-45"], "--history_start date '2022-13-45' is not a date"),
+        ([*good, "--data_url", "ftp://bars.example"], "is not an http(s) URL"),
+        ([*good, "--journal", str(env / "a_file" / "j")], "cannot create the journal folder"),
+        ([*good, "--wait_seconds", "-1", "--submit"], "--wait_seconds must be >= 0"),
+        (["--checkpoint", str(env / "missing.pt")], "missing.pt"),
+    ]
+    for flags, expected in cases:
+        code = cli.main(["trade", *flags])
+        cap = capsys.readouterr()
+        assert code == 2 and cap.out == "", (flags, cap)
+        assert cap.err.count("\n") == 1 and cap.err.startswith("error: ") and expected in cap.err, (flags, cap.err)
+        assert "reach" not in cap.err and "127.0.0.1" not in cap.err, cap.err
+    assert not (env / "j").exists()  # nothing journaled: the command stopped before its first step
+    monkeypatch.delenv("ALPACA_API_KEY")
+    assert cli.main(["trade", *good]) == 2
+    assert "Alpaca API keys not found: set ALPACA_API_KEY" in capsys.readouterr().err
+    use_alpaca_keys(monkeypatch, KEY, SECRET)
+    monkeypatch.setenv("ALPACA_TRADING_URL", closed_port_url())
+    monkeypatch.setenv("ALPACA_MAX_RETRIES", "0")
+    assert cli.main(["trade", *good]) == 2  # nothing local left wrong: now it is the connection
+    cap = capsys.readouterr()
+    assert cap.err.count("\n") == 1 and "127.0.0.1" in cap.err, cap.err
 
 
 @pytest.mark.parametrize(
