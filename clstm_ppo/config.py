@@ -51,6 +51,14 @@ class TrainConfig:
     log_every: int = _f(10, "log a line every this many finished episodes (all workers together)")
     tensorboard: bool = _f(False, "write TensorBoard scalars to the run folder (needs the tensorboard package)")
     progress: bool = _f(True, "show a progress bar when stdout is a terminal")
+    track: str = _f(
+        "none",
+        "experiment tracking: wandb sends the config and the TensorBoard scalars to Weights & Biases "
+        "(rank 0; needs pip install 'clstm-ppo[wandb]'; WANDB_MODE=offline logs locally)",
+        choices=("none", "wandb"),
+    )
+    wandb_project: str = _f("clstm-ppo", "W&B project of --track wandb (the run is named after the run folder)")
+    wandb_entity: str = _f("", "W&B team or user of --track wandb (default: your W&B default entity)")
     # --- distributed layout
     num_gpus: int | None = _f(None, "GPUs to use: default all visible, -1 all, 0 CPU only")
     num_workers: int = _f(1, "CPU worker processes when no GPU is used (gloo)")

@@ -105,6 +105,9 @@ def describe_data(cfg: TrainConfig) -> str:
 
 def main(argv: list[str]) -> int:
     cfg = parse_config(argv)
+    from clstm_ppo.training.tracking import check_tracking
+
+    check_tracking(cfg.track)  # a missing wandb is one line now, not a worker's crash after the data loaded
     from clstm_ppo.market import build_market
     from clstm_ppo.training.checkpoint import (
         check_resume,

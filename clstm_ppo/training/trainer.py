@@ -44,6 +44,7 @@ from clstm_ppo.training.launch import StoppedBySignal
 from clstm_ppo.training.ppo import autocast_factory, build_optimizer, ppo_update
 from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, RolloutStats, compute_gae
 from clstm_ppo.training.run_log import RunLog
+from clstm_ppo.training.tracking import open_tracker
 from envs.errors import UserError
 from envs.features import PreparedMarket
 from envs.vector_env import VectorStockTradingEnv
@@ -131,6 +132,7 @@ class Trainer:
                 episodes_done=c["episodes"],
                 tensorboard=cfg.tensorboard,
                 progress=cfg.progress,
+                tracker=open_tracker(cfg, self.run_dir),
             )
             self.log.line(f"[Rank 0] {self.layout_line}")
         self._install_signal_handlers()
