@@ -1,6 +1,6 @@
 """Shared test helpers: the tiny-run flags and process helpers, small models and rollouts, a small market.
 
-Fast loop: ``python -m pytest -m "not slow"`` (about a minute); the full suite is ``python -m pytest``.
+Fast loop: ``python -m pytest -m "not slow"`` (about 2 minutes on 2 cores); the full suite is ``python -m pytest``.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,20 @@ TINY = [
     "--threads",
     "1",
 ]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread() -> Iterator[None]:
+    """Torch work inside the test process runs on one thread (subprocesses choose their own, mostly --threads 1).
+
+    The models here are tiny: a second OpenMP thread buys nothing, and on the 2-core box, busy with the
+    subprocesses the tests start (or any other job), it spins and waits: test_ppo's aux-loss test took 177 s
+    with two threads and 5 s with one on a loaded box.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def clean_env() -> dict[str, str]:

@@ -135,6 +135,7 @@ def assert_report_consistent(out: Path) -> dict:
 # ------------------------------------------------------------------------------------ backtest
 
 
+@pytest.mark.slow  # two backtests through the real CLI in subprocesses
 def test_backtest_cli_end_to_end_and_deterministic(ckpts: dict[str, Path], tmp_path: Path) -> None:
     ck = ckpts["a"] / "latest.pt"
     first = run_cli(

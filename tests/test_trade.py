@@ -7,6 +7,8 @@ target-weight actions checks the plan against its own backtest) and backtested o
 trades.csv and equity.csv are the recorded backtest the plans are checked against. Each test then points
 the command at fresh servers whose clock says "after the close" of a chosen session of that backtest.
 Commands run in-process through `clstm_ppo.cli.main` (the same guarded entry point as the console script).
+The tests that use those checkpoints are marked slow (training them is most of the module's time); the fast
+loop, ``pytest -m "not slow"``, keeps the others.
 """
 
 from __future__ import annotations
@@ -315,6 +317,7 @@ def test_client_order_ids_are_deterministic_short_and_distinct() -> None:
     assert run_tag("a/b c") != run_tag("a-b-c")  # same slug, different names: the hash tells them apart
 
 
+@pytest.mark.slow
 def test_plan_equals_the_backtest_trades_of_recorded_days(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -323,6 +326,7 @@ def test_plan_equals_the_backtest_trades_of_recorded_days(
     check_plans_equal_backtest(trained, env, data, capsys, monkeypatch)
 
 
+@pytest.mark.slow
 def test_plan_equals_the_backtest_trades_with_target_weight_actions(
     trained_weights: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,6 +362,7 @@ def check_plans_equal_backtest(
         assert not posted(server)  # a dry run
 
 
+@pytest.mark.slow
 def test_the_account_not_the_replay_is_what_the_policy_sees_and_trades(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -382,6 +387,7 @@ def test_the_account_not_the_replay_is_what_the_policy_sees_and_trades(
     }
 
 
+@pytest.mark.slow
 def test_a_checkpoint_trained_on_intraday_bars_is_refused(trained: Trained) -> None:
     ck = open_checkpoint(trained.ckpt)
     hourly = dataclasses.replace(ck, config={**ck.config, "alpaca_timeframe": "1Hour"})
@@ -389,6 +395,7 @@ def test_a_checkpoint_trained_on_intraday_bars_is_refused(trained: Trained) -> N
         load_trading_market(hourly, MIXED_DAY)
 
 
+@pytest.mark.slow
 def test_buys_are_cut_to_the_account_cash(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -405,6 +412,7 @@ def test_buys_are_cut_to_the_account_cash(
 # ------------------------------------------------------------------------------------ dry run and submit
 
 
+@pytest.mark.slow
 def test_dry_run_prints_journals_sends_nothing_and_leaves_other_tickers_alone(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -438,6 +446,7 @@ def test_dry_run_prints_journals_sends_nothing_and_leaves_other_tickers_alone(
     assert equity["backtest_value"].iloc[0] == pytest.approx(decision["backtest_value"])
 
 
+@pytest.mark.slow
 def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejections(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -474,6 +483,7 @@ def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejectio
     assert "sent 3 of 3 orders" in run.out
 
 
+@pytest.mark.slow
 def test_rerun_on_the_same_day_sends_nothing_twice(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -493,6 +503,7 @@ def test_rerun_on_the_same_day_sends_nothing_twice(
     assert "sent 0 of 3 orders, 3 already sent by an earlier run (not sent again)" in second.out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop_status", [None, 504])
 def test_dropped_answer_mid_batch_is_recovered_by_client_id(
     trained: Trained,
@@ -518,6 +529,7 @@ def test_dropped_answer_mid_batch_is_recovered_by_client_id(
     assert [e["outcome"] for e in again.of("order")] == ["already_sent"] * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["processed", "lost"])
 def test_timeout_mid_batch_then_the_order_is_found_or_resent_once(
     trained: Trained,
@@ -561,6 +573,7 @@ class SilentAfterSecondOrder(TradingState):
         return status, answer
 
 
+@pytest.mark.slow
 def test_server_gone_mid_batch_one_line_journal_says_what_went_out_and_rerun_continues(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -597,6 +610,7 @@ class RateLimitedOrders(TradingState):
         return super().submit(body)
 
 
+@pytest.mark.slow
 def test_429_on_an_order_is_retried_and_the_order_goes_out_once(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -612,6 +626,7 @@ def test_429_on_an_order_is_retried_and_the_order_goes_out_once(
 # ------------------------------------------------------------------------------------ refusals
 
 
+@pytest.mark.slow
 def test_refusals_one_line_each_and_the_journal_says_which_went_out(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -643,6 +658,7 @@ def test_refusals_one_line_each_and_the_journal_says_which_went_out(
     assert [o["symbol"] for o in server.orders()] == ["MSFT", "NVDA"]
 
 
+@pytest.mark.slow
 def test_not_fractionable_sell_on_a_turbulent_day_is_refused_in_one_line(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -669,6 +685,7 @@ def test_not_fractionable_sell_on_a_turbulent_day_is_refused_in_one_line(
     assert [o["symbol"] for o in server.orders()] == ["NVDA"]
 
 
+@pytest.mark.slow
 def test_wrong_keys_are_one_line_and_nothing_is_sent(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -685,6 +702,7 @@ def test_wrong_keys_are_one_line_and_nothing_is_sent(
     assert run.code == 2 and run.err.count("\n") == 1 and "ALPACA_SECRET_KEY" in run.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["weekend", "holiday", "session_open", "before_open", "stale_bars"])
 def test_no_session_before_the_close_or_stale_bars_one_line_nothing_sent(
     trained: Trained,
@@ -729,6 +747,7 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+@pytest.mark.slow
 def test_local_mistakes_are_refused_before_any_request(
     trained: Trained,
     quick_checkpoint: Path,
@@ -771,6 +790,7 @@ def test_local_mistakes_are_refused_before_any_request(
     assert cap.err.count("\n") == 1 and "127.0.0.1" in cap.err, cap.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags,url", [(["--live"], None), (["--confirm_live_trading"], None), ([], "https://api.alpaca.markets")]
 )
@@ -790,6 +810,7 @@ def test_live_without_both_flags_is_refused_before_any_request(
     assert "--live" in cap.err and "--confirm_live_trading" in cap.err
 
 
+@pytest.mark.slow
 def test_live_with_both_flags_uses_the_live_journal(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -816,6 +837,7 @@ def test_live_with_both_flags_uses_the_live_journal(
 # ------------------------------------------------------------------------------------ journal, report, keys
 
 
+@pytest.mark.slow
 def test_next_run_records_yesterdays_fills_and_report_uses_them(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -907,6 +929,7 @@ def test_report_numbers_match_a_hand_computation(tmp_path: Path, capsys: pytest.
     assert rows["2024-01-04"] == ["2024-01-04", "$100,500.00", "-0.50%", "$1,010,000.00", "-0.98%", "+0.49%", "-"]
 
 
+@pytest.mark.slow
 def test_keys_never_reach_any_output_or_file(
     trained: Trained, env: Path, data: AlpacaTestServer, capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
