@@ -35,8 +35,10 @@ setup(
             "ta>=0.11",
             "empyrical-reloaded>=0.5.10",
             "tensorboard>=2.14",
+            "wandb>=0.16",  # tests/test_tracking.py runs --track wandb offline
         ],
         "tensorboard": ["tensorboard>=2.14"],
+        "wandb": ["wandb>=0.16"],
         "bench": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],
     },
     entry_points={"console_scripts": ["clstm-ppo=clstm_ppo.cli:main"]},

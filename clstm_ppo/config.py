@@ -61,6 +61,14 @@ class RunConfig:
     log_every: int = setting(10, "log a line every this many finished episodes (all workers together)")
     tensorboard: bool = setting(False, "write TensorBoard scalars to the run folder (needs the tensorboard package)")
     progress: bool = setting(True, "show a progress bar when stdout is a terminal")
+    track: str = setting(
+        "none",
+        "experiment tracking: wandb sends the config and the TensorBoard scalars to Weights & Biases "
+        "(rank 0; needs pip install 'clstm-ppo[wandb]'; WANDB_MODE=offline logs locally)",
+        choices=("none", "wandb"),
+    )
+    wandb_project: str = setting("clstm-ppo", "W&B project of --track wandb (the run is named after the run folder)")
+    wandb_entity: str = setting("", "W&B team or user of --track wandb (default: your W&B default entity)")
     max_bad_updates: int = setting(5, "stop after this many consecutive updates with NaN/inf loss or gradients")
     dry_run: bool = setting(False, "print the resolved config and world layout, then exit")
 

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pandas as pd
 
 from envs.atomic import atomic_write
-from envs.errors import UserError
+from envs.errors import UserError, first_line
 
 COLUMNS = ("date", "tic", "open", "high", "low", "close", "volume")
 ADJUSTMENTS = ("raw", "split", "dividend", "all")
@@ -374,7 +374,7 @@ def _api_error_message(err: Exception, url: str, retries: int) -> str:
         if isinstance(body, dict) and isinstance(body.get("message"), str):
             detail = body["message"][:200]
     except (ValueError, TypeError):
-        detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        detail = first_line(err, 200)
     where = redact_url(url)
     if status in (401, 403) and "subscription" not in detail.lower():
         return (

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from envs.errors import UserError
+from envs.errors import UserError, first_line, shown_list
 from envs.state import MAX_PRICE_RATIO
 
 COLUMNS: tuple[str, ...] = ("date", "tic", "open", "high", "low", "close", "volume")
@@ -75,15 +75,7 @@ _ROUND_TRIP: dict[str, str] = {"float_precision": "round_trip"} if int(pd.__vers
 
 
 def _fmt_dates(values: Iterable[Any], limit: int = _SHOW) -> str:
-    items = [str(pd.Timestamp(v).date()) for v in values]
-    more = f", ... ({len(items)} in all)" if len(items) > limit else ""
-    return ", ".join(items[:limit]) + more
-
-
-def _fmt_list(values: Sequence[Any], limit: int = _SHOW) -> str:
-    items = [str(v) for v in values]
-    more = f", ... ({len(items)} in all)" if len(items) > limit else ""
-    return ", ".join(items[:limit]) + more
+    return shown_list([pd.Timestamp(v).date() for v in values], limit)
 
 
 def _rows(df: pd.DataFrame, mask: np.ndarray | pd.Series, limit: int = _SHOW) -> str:
@@ -95,8 +87,7 @@ def _rows(df: pd.DataFrame, mask: np.ndarray | pd.Series, limit: int = _SHOW) ->
             parts.append(f"{tic} {pd.Timestamp(date).date()}")
         except (ValueError, TypeError):
             parts.append(f"{tic} {date}")
-    more = f", ... ({len(sub)} rows in all)" if len(sub) > limit else ""
-    return ", ".join(parts) + more
+    return shown_list(parts, limit, noun="rows", total=len(sub))
 
 
 def _resolve_columns(columns: Sequence[Any]) -> dict[str, str]:
@@ -146,8 +137,8 @@ def _parse_dates(raw: pd.Series, tics: pd.Series) -> tuple[pd.Series, bool]:
         bad = parsed.isna().to_numpy()
         if bad.any():
             shown = [f"{t} {v!r}" for t, v in zip(tics[bad][:_SHOW], raw[bad][:_SHOW], strict=True)]
-            more = f", ... ({int(bad.sum())} rows in all)" if bad.sum() > _SHOW else ""
-            raise UserError(f"unparseable dates in column 'date': {', '.join(shown)}{more}")
+            listed = shown_list(shown, _SHOW, noun="rows", total=int(bad.sum()))
+            raise UserError(f"unparseable dates in column 'date': {listed}")
     if parsed.isna().any():
         raise UserError(f"missing dates in column 'date' ({int(parsed.isna().sum())} rows)")
     day = parsed.dt.normalize()
@@ -175,8 +166,8 @@ def _parse_numbers(raw: pd.Series, name: str, frame: pd.DataFrame) -> np.ndarray
             for v, t, d in zip(raw[bad][:_SHOW], frame["tic"][bad][:_SHOW], frame["date"][bad][:_SHOW], strict=True)
         ]
         shown = [s.replace(" 00:00:00", "") for s in shown]
-        more = f", ... ({int(bad.sum())} rows in all)" if bad.sum() > _SHOW else ""
-        raise UserError(f"non-numeric values in column {name!r}: {', '.join(shown)}{more}") from None
+        listed = shown_list(shown, _SHOW, noun="rows", total=int(bad.sum()))
+        raise UserError(f"non-numeric values in column {name!r}: {listed}") from None
 
 
 def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.DataFrame:
@@ -293,7 +284,7 @@ def coverage_gaps(frame: pd.DataFrame) -> dict[str, np.ndarray]:
 
 def _describe_gaps(gaps: dict[str, np.ndarray], num_dates: int) -> str:
     parts = [f"{tic} misses {len(m)} of {num_dates} dates ({_fmt_dates(m, 3)})" for tic, m in gaps.items()]
-    return "; ".join(parts[:_SHOW]) + (f"; ... ({len(parts)} tickers in all)" if len(parts) > _SHOW else "")
+    return shown_list(parts, _SHOW, noun="tickers", sep="; ")
 
 
 def _pivot(frame: pd.DataFrame, col: str, dates: pd.DatetimeIndex, tickers: list[str]) -> np.ndarray:
@@ -473,7 +464,9 @@ class MarketData:
         index = {t: i for i, t in enumerate(self.tickers)}
         unknown = [t for t in wanted if t not in index]
         if unknown:
-            raise UserError(f"unknown tickers {_fmt_list(unknown)}; the data has {_fmt_list(self.tickers, 10)}")
+            raise UserError(
+                f"unknown tickers {shown_list(unknown, _SHOW)}; the data has {shown_list(self.tickers, 10)}"
+            )
         repeated = sorted({t for t in wanted if wanted.count(t) > 1})
         if repeated:
             raise UserError(f"tickers selected more than once: {', '.join(repeated)}")
@@ -650,13 +643,13 @@ def read_frame(path: str | Path, kind: str | None = None) -> pd.DataFrame:
         try:
             return pd.read_parquet(path)
         except Exception as err:  # pyarrow raises many types for a corrupt file
-            raise UserError(f"cannot read Parquet file {path}: {str(err).splitlines()[0][:200]}") from None
+            raise UserError(f"cannot read Parquet file {path}: {first_line(err, 200)}") from None
     try:
         header = pd.read_csv(path, nrows=0)
     except pd.errors.EmptyDataError:
         raise UserError(f"data file is empty: {path}") from None
     except (UnicodeDecodeError, pd.errors.ParserError) as err:
-        raise UserError(f"cannot read CSV file {path}: {str(err).splitlines()[0][:200]}") from None
+        raise UserError(f"cannot read CSV file {path}: {first_line(err, 200)}") from None
     tic_cols = [c for c in header.columns if str(c).strip().lower() in ALIASES["tic"]]
     na_values = {c: _NA_STRINGS for c in header.columns if c not in tic_cols}
     try:
@@ -664,7 +657,7 @@ def read_frame(path: str | Path, kind: str | None = None) -> pd.DataFrame:
             path, dtype={c: str for c in tic_cols}, keep_default_na=False, na_values=na_values, **_ROUND_TRIP
         )
     except (UnicodeDecodeError, pd.errors.ParserError, ValueError) as err:
-        raise UserError(f"cannot read CSV file {path}: {str(err).splitlines()[0][:200]}") from None
+        raise UserError(f"cannot read CSV file {path}: {first_line(err, 200)}") from None
 
 
 # ---------------------------------------------------------------------- splits

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from envs.data import MarketData, parse_date, read_frame, standardize_frame
-from envs.errors import UserError
+from envs.errors import UserError, shown_list
 from envs.state import MAX_PRICE_RATIO
 from envs.synthetic import generate_market
 
@@ -70,8 +70,7 @@ def _filter_frame(
         have = sorted(frame["tic"].unique().tolist())
         unknown = [t for t in wanted if t not in set(have)]
         if unknown:
-            shown = ", ".join(have[:10]) + (f", ... ({len(have)} in all)" if len(have) > 10 else "")
-            raise UserError(f"unknown tickers {', '.join(unknown)} in {what}; it has {shown}")
+            raise UserError(f"unknown tickers {', '.join(unknown)} in {what}; it has {shown_list(have, 10)}")
         frame = frame[frame["tic"].isin(wanted)]
     lo = parse_date(start, "start") if start is not None else None
     hi = parse_date(end, "end") if end is not None else None

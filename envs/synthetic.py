@@ -52,6 +52,8 @@ Tickers are "SYN00", "SYN01", ... (zero-padded to at least two digits).
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -68,6 +70,12 @@ SECTOR_VOL = 0.007  # daily
 SIGNAL_SHARE_AT_FULL = 0.5  # share of return variance carried by the signal at strength 1 (0.1: subtle, 0.5: strong)
 MOMENTUM_PHI = 0.90
 TRADING_DAYS = 252
+TICKER_PREFIX = "SYN"  # names "SYN00", "SYN01", ...: letters then digits, unlike any listed US stock
+
+
+def is_synthetic_ticker(name: str) -> bool:
+    """Is ``name`` one `generate_market` makes (so no exchange lists it)? Also true of a CSV of generated data."""
+    return re.fullmatch(rf"{TICKER_PREFIX}\d{{2,}}", name) is not None
 
 
 def _regime_path(rng: np.random.Generator, num_days: int) -> np.ndarray:
@@ -176,7 +184,7 @@ def generate_market(
         median_volume[None, :] * np.exp(0.25 * np.abs(ret) / daily_vol + 0.3 * rng.standard_normal((d, n)))
     )
     width = max(2, len(str(n - 1)))
-    tickers = tuple(f"SYN{i:0{width}d}" for i in range(n))
+    tickers = tuple(f"{TICKER_PREFIX}{i:0{width}d}" for i in range(n))
     return MarketData(
         dates=dates.to_numpy(dtype="datetime64[ns]"),
         tickers=tickers,

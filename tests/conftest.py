@@ -1,6 +1,6 @@
 """Shared test helpers: the tiny-run flags and process helpers, small models and rollouts, a small market.
 
-Fast loop: ``python -m pytest -m "not slow"`` (about a minute); the full suite is ``python -m pytest``.
+Fast loop: ``python -m pytest -m "not slow"`` (about 2 minutes on 2 cores); the full suite is ``python -m pytest``.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,20 @@ def private_ledger(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_torch_thread() -> Iterator[None]:
+    """Torch work inside the test process runs on one thread (subprocesses choose their own, mostly --threads 1).
+
+    The models here are tiny: a second OpenMP thread buys nothing, and on the 2-core box, busy with the
+    subprocesses the tests start (or any other job), it spins and waits: test_ppo's aux-loss test took 177 s
+    with two threads and 5 s with one on a loaded box.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def clean_env() -> dict[str, str]:
     env = {
         k: v
@@ -107,6 +122,54 @@ def train(
 ) -> subprocess.CompletedProcess:
     cmd = [*(launcher or [sys.executable]), SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
     return subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+
+
+QUICK_DATA = ["--data", "synthetic:tickers=3,days=200"]
+QUICK = [
+    "--window",
+    "5",
+    "--num_envs",
+    "2",
+    "--n_steps",
+    "8",
+    "--batch_size",
+    "16",
+    "--epochs",
+    "1",
+    "--episode_length",
+    "8",
+    "--stage1_hidden",
+    "8",
+    "--feature_dim",
+    "8",
+    "--stage2_hidden",
+    "16",
+    "--num_gpus",
+    "0",
+    "--no-progress",
+    "--threads",
+    "1",
+    "--num_episodes",
+    "2",
+]
+"""The smallest run that writes a checkpoint (2 episodes of 8 days), without its data flag (QUICK_DATA)."""
+
+
+@pytest.fixture(scope="session")
+def quick_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``latest.pt`` of one QUICK run on QUICK_DATA (3 synthetic tickers, stage-2 width 16), trained once per
+    session by the real command and shared read-only (copy it before changing it)."""
+    root = tmp_path_factory.mktemp("quick_checkpoint")
+    result = subprocess.run(
+        [sys.executable, SCRIPT, *QUICK_DATA, *QUICK, "--checkpoint_dir", str(root / "ck"), "--run_name", "quick"],
+        cwd=root,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return root / "ck" / "quick" / "latest.pt"
 
 
 def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:

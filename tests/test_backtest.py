@@ -163,6 +163,7 @@ def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     assert report["metrics"]["baseline"]["cumulative_return"] == pytest.approx(float(bh_ret) / 100, abs=0.00005)
 
 
+@pytest.mark.slow  # two backtests through the real CLI in subprocesses
 def test_backtest_cli_end_to_end_and_deterministic(ckpts: dict[str, Path], tmp_path: Path) -> None:
     ck = ckpts["a"] / "latest.pt"
     first = run_cli(

@@ -1,12 +1,18 @@
-"""Bad input through the real command line: each case is a subprocess that must fail with status != 0,
-exactly one ``error:`` line on stderr naming the problem, and no traceback.
+"""Bad input through the commands' own entry points: each case must fail with exit status 2, exactly one
+``error:`` line on stderr naming the problem, no traceback, and nothing the user had changed.
 
-The cases run two at a time (the box has 2 cores); the files they need are written once per module.
+The cases run in this interpreter, through the functions the console scripts call (`clstm_ppo.cli.main.main` for
+``clstm-ppo``, `run_guarded` over `clstm_ppo.cli.train.main` for the train script), each in a clean working
+directory without Alpaca keys, with the process state a command may touch (environment, torch threads, signal
+handlers) restored after it. A few cases also run as real subprocesses, so the console path itself (the script,
+``python -m clstm_ppo.cli``, exit status and stderr of a real process) stays covered.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -16,37 +22,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from clstm_ppo.cli.main import main as cli_main
+from clstm_ppo.cli.main import run_guarded
+from clstm_ppo.cli.train import main as train_main
 from envs.synthetic import generate_market
-from tests.conftest import SCRIPT
+from tests.conftest import QUICK, QUICK_DATA, SCRIPT
 
-TINY = [
-    "--window",
-    "5",
-    "--num_envs",
-    "2",
-    "--n_steps",
-    "8",
-    "--batch_size",
-    "16",
-    "--epochs",
-    "1",
-    "--episode_length",
-    "8",
-    "--stage1_hidden",
-    "8",
-    "--feature_dim",
-    "8",
-    "--stage2_hidden",
-    "16",
-    "--num_gpus",
-    "0",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--num_episodes",
-    "2",
-]
-SYN = ["--data", "synthetic:tickers=3,days=200"]
+TINY = QUICK  # the quick run's flags: "--resume" cases compare against the quick checkpoint's settings
+SYN = QUICK_DATA
 STUDY = (
     "study",
     "--out",
@@ -117,6 +100,7 @@ CASES = [
     Case("--episode_length not a number", "train", (*SYN, *TINY, "--episode_length", "long"), "--episode_length"),
     Case("a float flag given text", "train", (*SYN, *TINY, "--learning_rate_clstm", "fast"), "learning_rate_clstm"),
     Case("unknown flag", "train", (*SYN, *TINY, "--nope", "1"), "--nope"),
+    Case("unknown --track", "train", (*SYN, *TINY, "--track", "tensorboard"), "--track"),
     Case("bad --config json", "train", ("--config", "{d}/bad.json", *SYN, *TINY), "bad.json"),
     Case("--config with an unknown key", "train", ("--config", "{d}/unknown_key.json", *SYN, *TINY), "learning_rat"),
     Case("missing --config file", "train", ("--config", "{d}/none.json", *SYN, *TINY), "none.json"),
@@ -246,7 +230,7 @@ def _write(path: Path, text: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Path:
+def files(tmp_path_factory: pytest.TempPathFactory, quick_checkpoint: Path) -> Path:
     d = tmp_path_factory.mktemp("bad_inputs")
     frame = generate_market(num_tickers=2, num_days=120, seed=3).to_frame()
     good = frame.to_csv(index=False)
@@ -282,42 +266,94 @@ def files(tmp_path_factory) -> Path:
     _write(d / "a_file", "a regular file where a folder should be\n")
     (d / "empty_ck").mkdir()
     # one real checkpoint (3 tickers, tiny model) for the universe / size / truncation cases
-    result = subprocess.run(
-        [sys.executable, SCRIPT, *SYN, *TINY, "--checkpoint_dir", str(d / "ck"), "--run_name", "good"],
-        cwd=d,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    blob = (d / "ck" / "good" / "latest.pt").read_bytes()
+    (d / "ck" / "good").mkdir(parents=True)
+    blob = quick_checkpoint.read_bytes()
+    (d / "ck" / "good" / "latest.pt").write_bytes(blob)
     (d / "truncated.pt").write_bytes(blob[: len(blob) // 2])
     return d
 
 
-def _run(case: Case, d: Path) -> subprocess.CompletedProcess:
-    args = [a.replace("{d}", str(d)) for a in case.args]
-    cmd = [sys.executable, SCRIPT, *args] if case.command == "train" else [sys.executable, "-m", "clstm_ppo.cli", *args]
+@dataclass
+class Outcome:
+    code: int
+    out: str
+    err: str
+
+
+def _args(case: Case, d: Path) -> list[str]:
+    return [a.replace("{d}", str(d)) for a in case.args]
+
+
+def _in_process(case: Case, d: Path, capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> Outcome:
+    """Run one case through the entry point its console script calls; restore what a command may change."""
     cwd = d / "cwd"
     cwd.mkdir(exist_ok=True)  # no .env here: the Alpaca case must see no keys
-    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120)
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    with monkeypatch.context() as mp:
+        mp.chdir(cwd)
+        for name in [*SECRET_ENV, *(n for n in os.environ if n.startswith("CLSTM_PPO_"))]:
+            mp.delenv(name, raising=False)
+        try:
+            args = _args(case, d)
+            code = run_guarded(train_main, args) if case.command == "train" else cli_main(args)
+        finally:
+            os.environ.clear()
+            os.environ.update(environ)
+            torch.set_num_threads(threads)
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+    cap = capfd.readouterr()
+    return Outcome(code, cap.out, cap.err)
 
 
-@pytest.mark.slow
-def test_bad_inputs_fail_with_one_clear_line(files):
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(lambda c: _run(c, files), CASES))
-    problems = []
-    for case, result in zip(CASES, results, strict=True):
-        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-        ok = (
-            result.returncode != 0
-            and "Traceback" not in result.stderr + result.stdout
-            and len(errors) == 1
-            and case.expect.lower() in errors[0].lower()
-        )
-        if not ok:
-            problems.append(f"{case.name}: exit {result.returncode}, stderr:\n{result.stderr[-1500:]}")
+def _subprocess(case: Case, d: Path) -> Outcome:
+    """Run one case as the user does: a new Python process, the console script or ``python -m clstm_ppo.cli``."""
+    args = _args(case, d)
+    cmd = [sys.executable, SCRIPT, *args] if case.command == "train" else [sys.executable, "-m", "clstm_ppo.cli", *args]
+    cwd = d / "cwd"
+    cwd.mkdir(exist_ok=True)
+    result = subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=120)
+    return Outcome(result.returncode, result.stdout, result.stderr)
+
+
+def _problem(case: Case, outcome: Outcome) -> str | None:
+    """Why ``outcome`` is not one clear line for ``case`` (None when it is)."""
+    errors = [line for line in outcome.err.splitlines() if line.startswith("error:")]
+    ok = (
+        outcome.code == 2
+        and "Traceback" not in outcome.err + outcome.out
+        and len(errors) == 1
+        and case.expect.lower() in errors[0].lower()
+    )
+    return None if ok else f"{case.name}: exit {outcome.code}, stderr:\n{outcome.err[-1500:]}"
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()
+    }
+
+
+SUBPROCESS_CASES = ("unknown flag", "backtest missing checkpoint", "unknown sub-command")
+"""Also run as real processes: the train script, and ``python -m clstm_ppo.cli`` twice."""
+
+
+def test_bad_inputs_fail_with_one_clear_line(
+    files: Path, capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _digests(files)
+    problems = [p for case in CASES if (p := _problem(case, _in_process(case, files, capfd, monkeypatch)))]
     assert len(CASES) >= 20
+    assert not problems, "\n\n".join(problems)
+    after = _digests(files)
+    assert {k: after.get(k) for k in before} == before  # every prepared file is still there, unchanged
+
+
+def test_bad_inputs_through_real_processes(files: Path) -> None:
+    cases = [c for c in CASES if c.name in SUBPROCESS_CASES]
+    assert len(cases) == len(SUBPROCESS_CASES)
+    with ThreadPoolExecutor(2) as pool:  # the box has 2 cores
+        outcomes = list(pool.map(lambda c: _subprocess(c, files), cases))
+    problems = [p for case, outcome in zip(cases, outcomes, strict=True) if (p := _problem(case, outcome))]
     assert not problems, "\n\n".join(problems)

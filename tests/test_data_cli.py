@@ -1,11 +1,10 @@
-"""`clstm-ppo data generate | inspect`: in-process for output, and the real CLI in a subprocess for errors."""
+"""`clstm-ppo data generate | inspect`: in-process through the guarded entry point, and the real CLI in a subprocess."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import pandas as pd
 import pytest
 
 from clstm_ppo.cli.data import main
+from clstm_ppo.cli.main import main as cli_main
 from envs.data import MarketData
 from envs.errors import UserError
 from envs.synthetic import generate_market
@@ -168,22 +168,23 @@ BAD_FILES: dict[str, tuple[str, str, list[str]]] = {
 }
 
 
-def test_real_cli_rejects_bad_files_with_one_line_and_exit_2(tmp_path):
+def test_bad_files_are_one_line_and_exit_2(tmp_path, capfd):
+    """Each bad file through `clstm-ppo data inspect`'s guarded entry point, in this interpreter (the real process
+    path is `test_real_cli_generate_then_inspect`'s)."""
     cases = []
     for name, (text, expected, flags) in BAD_FILES.items():
         path = tmp_path / name
         path.write_text(text)
         cases.append((str(path), expected, flags))
     cases.append((str(tmp_path / "missing.csv"), f"data file not found: {tmp_path / 'missing.csv'}", []))
-    # two at a time: each subprocess spends most of its time importing pandas
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda c: run_cli("inspect", c[0], *c[2]), cases))
-    for (path, expected, _), proc in zip(cases, results, strict=True):
-        assert proc.returncode == 2, (path, proc.returncode, proc.stdout, proc.stderr)
-        stderr = proc.stderr.strip().splitlines()
-        assert len(stderr) == 1, (path, proc.stderr)
+    for path, expected, flags in cases:
+        code = cli_main(["data", "inspect", path, *flags])
+        out, err = capfd.readouterr()
+        assert code == 2, (path, code, out, err)
+        stderr = err.strip().splitlines()
+        assert len(stderr) == 1, (path, err)
         assert stderr[0].startswith("error: ") and expected in stderr[0], (path, stderr[0])
-        assert "Traceback" not in proc.stderr + proc.stdout
+        assert "Traceback" not in err + out
 
 
 def test_real_cli_generate_then_inspect(tmp_path):
@@ -195,4 +196,6 @@ def test_real_cli_generate_then_inspect(tmp_path):
     assert "tickers: 3" in ins.stdout and "(30 trading days)" in ins.stdout and "SYN02" in ins.stdout
     bad = run_cli("generate", "--out", str(out), "--days", "0")
     assert bad.returncode == 2 and bad.stderr.startswith("error: num_days must be a whole number >= 2")
+    missing = run_cli("inspect", str(tmp_path / "missing.csv"))
+    assert missing.returncode == 2 and missing.stderr == f"error: data file not found: {tmp_path / 'missing.csv'}\n"
     assert np.isfinite(MarketData.from_parquet(out).close).all()

@@ -7,6 +7,7 @@ import math
 import time
 
 import numpy as np
+import pytest
 import torch
 
 from clstm_ppo.agent.model import ActorCritic, cut_days
@@ -192,6 +193,7 @@ def test_next_day_targets_are_tomorrows_z_scored_returns_from_the_real_env(windo
             np.testing.assert_allclose(targets[s, b].numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # a learning test: 2 x 5 updates of 10 epochs
 def test_aux_loss_trains_the_next_day_head_through_the_window_lstm():
     """With the PPO terms switched off (no advantages, no value loss), the auxiliary loss alone must move the
     window LSTM and fit the next-day head: its error on the rollout falls over updates; with aux_coef 0 nothing

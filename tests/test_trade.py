@@ -7,6 +7,8 @@ target-weight actions checks the plan against its own backtest) and backtested o
 trades.csv and equity.csv are the recorded backtest the plans are checked against. Each test then points
 the command at fresh servers whose clock says "after the close" of a chosen session of that backtest.
 Commands run in-process through `clstm_ppo.cli.main` (the same guarded entry point as the console script).
+The tests that use those checkpoints are marked slow (training them is most of the module's time); the fast
+loop, ``pytest -m "not slow"``, keeps the others.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -336,6 +339,7 @@ def test_client_order_ids_are_deterministic_short_and_distinct() -> None:
     assert run_tag("a/b c") != run_tag("a-b-c")  # same slug, different names: the hash tells them apart
 
 
+@pytest.mark.slow
 def test_plan_equals_the_backtest_trades_of_recorded_days(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -344,6 +348,7 @@ def test_plan_equals_the_backtest_trades_of_recorded_days(
     check_plans_equal_backtest(trained, env, data, capsys, monkeypatch)
 
 
+@pytest.mark.slow
 def test_plan_equals_the_backtest_trades_with_target_weight_actions(
     trained_weights: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -391,6 +396,7 @@ def check_plans_equal_backtest(
         assert not posted(server)  # a dry run
 
 
+@pytest.mark.slow
 def test_the_account_not_the_replay_is_what_the_policy_sees_and_trades(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -415,6 +421,7 @@ def test_the_account_not_the_replay_is_what_the_policy_sees_and_trades(
     }
 
 
+@pytest.mark.slow
 def test_a_checkpoint_trained_on_intraday_bars_is_refused(trained: Trained) -> None:
     ck = open_checkpoint(trained.ckpt)
     hourly = dataclasses.replace(ck, config={**ck.config, "alpaca_timeframe": "1Hour"})
@@ -422,6 +429,7 @@ def test_a_checkpoint_trained_on_intraday_bars_is_refused(trained: Trained) -> N
         load_trading_market(hourly, MIXED_DAY)
 
 
+@pytest.mark.slow
 def test_buys_are_cut_to_the_account_cash(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -438,6 +446,7 @@ def test_buys_are_cut_to_the_account_cash(
 # ------------------------------------------------------------------------------------ dry run and submit
 
 
+@pytest.mark.slow
 def test_dry_run_prints_journals_sends_nothing_and_leaves_other_tickers_alone(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -471,6 +480,7 @@ def test_dry_run_prints_journals_sends_nothing_and_leaves_other_tickers_alone(
     assert equity["backtest_value"].iloc[0] == pytest.approx(decision["backtest_value"])
 
 
+@pytest.mark.slow
 def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejections(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -507,6 +517,7 @@ def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejectio
     assert "sent 3 of 3 orders" in run.out
 
 
+@pytest.mark.slow
 def test_rerun_on_the_same_day_sends_nothing_twice(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -526,6 +537,7 @@ def test_rerun_on_the_same_day_sends_nothing_twice(
     assert "sent 0 of 3 orders, 3 already sent by an earlier run (not sent again)" in second.out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("drop_status", [None, 504])
 def test_dropped_answer_mid_batch_is_recovered_by_client_id(
     trained: Trained,
@@ -551,6 +563,7 @@ def test_dropped_answer_mid_batch_is_recovered_by_client_id(
     assert [e["outcome"] for e in again.of("order")] == ["already_sent"] * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["processed", "lost"])
 def test_timeout_mid_batch_then_the_order_is_found_or_resent_once(
     trained: Trained,
@@ -594,6 +607,7 @@ class SilentAfterSecondOrder(TradingState):
         return status, answer
 
 
+@pytest.mark.slow
 def test_server_gone_mid_batch_one_line_journal_says_what_went_out_and_rerun_continues(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -630,6 +644,7 @@ class RateLimitedOrders(TradingState):
         return super().submit(body)
 
 
+@pytest.mark.slow
 def test_429_on_an_order_is_retried_and_the_order_goes_out_once(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -645,6 +660,7 @@ def test_429_on_an_order_is_retried_and_the_order_goes_out_once(
 # ------------------------------------------------------------------------------------ refusals
 
 
+@pytest.mark.slow
 def test_refusals_one_line_each_and_the_journal_says_which_went_out(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -676,6 +692,7 @@ def test_refusals_one_line_each_and_the_journal_says_which_went_out(
     assert [o["symbol"] for o in server.orders()] == ["MSFT", "NVDA"]
 
 
+@pytest.mark.slow
 def test_not_fractionable_sell_on_a_turbulent_day_is_refused_in_one_line(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -702,6 +719,7 @@ def test_not_fractionable_sell_on_a_turbulent_day_is_refused_in_one_line(
     assert [o["symbol"] for o in server.orders()] == ["NVDA"]
 
 
+@pytest.mark.slow
 def test_wrong_keys_are_one_line_and_nothing_is_sent(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -718,6 +736,7 @@ def test_wrong_keys_are_one_line_and_nothing_is_sent(
     assert run.code == 2 and run.err.count("\n") == 1 and "ALPACA_SECRET_KEY" in run.err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["weekend", "holiday", "session_open", "before_open", "stale_bars"])
 def test_no_session_before_the_close_or_stale_bars_one_line_nothing_sent(
     trained: Trained,
@@ -754,6 +773,58 @@ def test_no_session_before_the_close_or_stale_bars_one_line_nothing_sent(
         assert want in text
 
 
+def closed_port_url() -> str:
+    """An http URL on 127.0.0.1 where nothing listens (a port bound, read and released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+@pytest.mark.slow
+def test_local_mistakes_are_refused_before_any_request(
+    trained: Trained,
+    quick_checkpoint: Path,
+    env: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both Alpaca endpoints point at a closed port: a mistake that can be seen without the network is its own
+    one line (not "cannot reach"), and with none left the same command does fail on the connection."""
+    monkeypatch.setenv("ALPACA_TRADING_URL", closed_port_url())
+    monkeypatch.setenv("ALPACA_DATA_URL", closed_port_url())
+    monkeypatch.setenv("ALPACA_MAX_RETRIES", "0")
+    (env / "a_file").write_text("a regular file where the journal folder should be\n")
+    good = ["--checkpoint", str(trained.ckpt), "--journal", str(env / "j"), "--data_cache_dir", str(env / "cache")]
+    cases = [
+        (["--checkpoint", str(quick_checkpoint)], "trained on synthetic tickers (SYN00, SYN01, SYN02)"),
+        ([*good, "--replay_start", "someday"], "--replay_start 'someday' is not a date (YYYY-MM-DD)"),
+        ([*good, "--replay_start", "2023-02-30"], "--replay_start '2023-02-30' is not a date"),
+        ([*good, "--history_start", "2022-13-45"], "--history_start date '2022-13-45' is not a date"),
+        ([*good, "--data_url", "ftp://bars.example"], "is not an http(s) URL"),
+        ([*good, "--journal", str(env / "a_file" / "j")], "cannot create the journal folder"),
+        ([*good, "--wait_seconds", "-1", "--submit"], "--wait_seconds must be >= 0"),
+        (["--checkpoint", str(env / "missing.pt")], "missing.pt"),
+    ]
+    for flags, expected in cases:
+        code = cli.main(["trade", *flags])
+        cap = capsys.readouterr()
+        assert code == 2 and cap.out == "", (flags, cap)
+        assert cap.err.count("\n") == 1 and cap.err.startswith("error: ") and expected in cap.err, (flags, cap.err)
+        assert "reach" not in cap.err and "127.0.0.1" not in cap.err, cap.err
+    assert not (env / "j").exists()  # nothing journaled: the command stopped before its first step
+    monkeypatch.delenv("ALPACA_API_KEY")
+    assert cli.main(["trade", *good]) == 2
+    assert "Alpaca API keys not found: set ALPACA_API_KEY" in capsys.readouterr().err
+    use_alpaca_keys(monkeypatch, KEY, SECRET)
+    monkeypatch.setenv("ALPACA_TRADING_URL", closed_port_url())
+    monkeypatch.setenv("ALPACA_MAX_RETRIES", "0")
+    assert cli.main(["trade", *good]) == 2  # nothing local left wrong: now it is the connection
+    cap = capsys.readouterr()
+    assert cap.err.count("\n") == 1 and "127.0.0.1" in cap.err, cap.err
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags,url", [(["--live"], None), (["--confirm_live_trading"], None), ([], "https://api.alpaca.markets")]
 )
@@ -773,6 +844,7 @@ def test_live_without_both_flags_is_refused_before_any_request(
     assert "--live" in cap.err and "--confirm_live_trading" in cap.err
 
 
+@pytest.mark.slow
 def test_live_with_both_flags_uses_the_live_journal(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -799,6 +871,7 @@ def test_live_with_both_flags_uses_the_live_journal(
 # ------------------------------------------------------------------------------------ journal, report, keys
 
 
+@pytest.mark.slow
 def test_next_run_records_yesterdays_fills_and_report_uses_them(
     trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -890,6 +963,7 @@ def test_report_numbers_match_a_hand_computation(tmp_path: Path, capsys: pytest.
     assert rows["2024-01-04"] == ["2024-01-04", "$100,500.00", "-0.50%", "$1,010,000.00", "-0.98%", "+0.49%", "-"]
 
 
+@pytest.mark.slow
 def test_keys_never_reach_any_output_or_file(
     trained: Trained, env: Path, data: AlpacaTestServer, capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

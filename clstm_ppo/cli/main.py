@@ -22,7 +22,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 
-from envs.errors import UserError
+from envs.errors import DEBUG_ENV, UserError, describe_exception
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "train": ("clstm_ppo.cli.train", "main", "train CLSTM-PPO (single process, multi-process CPU, or multi-GPU)"),
@@ -42,7 +42,7 @@ def run_guarded(entry: Callable[[list[str]], int], argv: Sequence[str]) -> int:
     debug = "--debug" in args
     if debug:
         args.remove("--debug")
-        os.environ["CLSTM_PPO_DEBUG"] = "1"  # spawned training workers print their tracebacks too
+        os.environ[DEBUG_ENV] = "1"  # spawned training workers print their tracebacks too
     try:
         return int(entry(args) or 0)
     except UserError as err:
@@ -58,12 +58,7 @@ def run_guarded(entry: Callable[[list[str]], int], argv: Sequence[str]) -> int:
             traceback.print_exc()
             print(f"error: unexpected {type(err).__name__}: {err}", file=sys.stderr)
         else:
-            text = str(err).strip().splitlines()
-            print(
-                f"error: unexpected {type(err).__name__}{': ' + text[0][:300] if text else ''} "
-                f"(--debug shows the traceback)",
-                file=sys.stderr,
-            )
+            print(f"error: unexpected {describe_exception(err)} (--debug shows the traceback)", file=sys.stderr)
         return 1
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig
-from envs.errors import UserError
+from envs.errors import UserError, shown_list
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
 # answers in a fraction of a second instead of after torch's ~2 s import.
@@ -82,7 +82,7 @@ def describe_data(cfg: TrainConfig) -> str:
 
     data = load_data(cfg.data, seed=cfg.run.seed)
     splits = data_splits(data, cfg.data)
-    names = ", ".join(data.tickers[:10]) + (f", ... ({data.num_tickers} in all)" if data.num_tickers > 10 else "")
+    names = shown_list(data.tickers, 10)
     lines = [
         f"data: {cfg.data.source} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
         f"({data.num_days} trading days; the first {cfg.data.window - 1} are the window's lookback)"
@@ -99,6 +99,9 @@ def describe_data(cfg: TrainConfig) -> str:
 
 def main(argv: list[str]) -> int:
     cfg = parse_config(argv)
+    from clstm_ppo.training.tracking import check_tracking
+
+    check_tracking(cfg.run.track)  # a missing wandb is one line now, not a worker's crash after the data loaded
     from clstm_ppo.market import build_market
     from clstm_ppo.training.distributed import resolve_layout
     from clstm_ppo.training.launch import launch

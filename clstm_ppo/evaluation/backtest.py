@@ -61,7 +61,7 @@ from clstm_ppo.market import is_alpaca, load_data
 from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_market, restore_policy
 from envs.config import EnvConfig
 from envs.data import DayRange, MarketData
-from envs.errors import UserError
+from envs.errors import UserError, first_line, shown_list
 from envs.execution import Terms, describe_execution, resolve_execution
 from envs.features import PreparedMarket
 
@@ -126,19 +126,14 @@ def match_tickers(data: MarketData, want: list[str], *, selected: bool, what: st
     if missing or (extra and not selected):
         parts = []
         if missing:
-            parts.append(f"missing {_names(missing)}")
+            parts.append(f"missing {shown_list(missing, 8)}")
         if extra and not selected:
-            parts.append(f"unexpected {_names(extra)}")
+            parts.append(f"unexpected {shown_list(extra, 8)}")
         raise UserError(
             f"data {source!r} does not hold the tickers {what} was trained on: {'; '.join(parts)} "
-            f"(it trades {len(want)}: {_names(want)})"
+            f"(it trades {len(want)}: {shown_list(want, 8)})"
         )
     return data if have == want else data.select_tickers(want)
-
-
-def _names(names: list[str], limit: int = 8) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names)} in all)" if len(names) > limit else "")
 
 
 # -------------------------------------------------------------------------------------------- period
@@ -302,7 +297,7 @@ def read_index(path: str | Path, dates: np.ndarray) -> np.ndarray:
     except FileNotFoundError:
         raise UserError(f"--index: file not found: {path}") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise UserError(f"--index {path}: not a readable CSV ({str(err).strip().splitlines()[0]})") from None
+        raise UserError(f"--index {path}: not a readable CSV ({first_line(err)})") from None
     cols = {str(c).strip().lower(): c for c in frame.columns}
     if "date" not in cols or "value" not in cols:
         raise UserError(f"--index {path}: needs columns date,value; it has {', '.join(map(str, frame.columns))}")
@@ -612,8 +607,8 @@ def compare(
                 "; ".join(
                     p
                     for p in (
-                        f"missing {_names(missing)}" if missing else "",
-                        f"extra {_names(extra)}" if extra else "",
+                        f"missing {shown_list(missing, 8)}" if missing else "",
+                        f"extra {shown_list(extra, 8)}" if extra else "",
                     )
                     if p
                 )

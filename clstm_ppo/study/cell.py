@@ -47,6 +47,7 @@ from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.run_folder import BEST, LATEST
 from clstm_ppo.training.signals import StoppedBySignal
 from clstm_ppo.training.trainer import Trainer
+from envs.errors import describe_exception
 from envs.execution import Terms
 from envs.features import PreparedMarket
 
@@ -327,7 +328,7 @@ def run_cell_guarded(study_dir: Path, cell: Cell, device: torch.device | str = "
             "failed",
             started=started,
             finished=time.time(),
-            error=f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"[:500],
+            error=describe_exception(err, 500),
             traceback=traceback.format_exc()[-4000:],
         )
         return 1

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 from envs.alpaca import Credentials, patient_client_class, read_settings, redact_url, retry_settings
-from envs.errors import UserError
+from envs.errors import UserError, first_line
 
 NY = ZoneInfo("America/New_York")
 PAPER_URL = "https://paper-api.alpaca.markets"
@@ -351,7 +351,7 @@ class Broker:
                 code = body.get("code") if isinstance(body.get("code"), int) else None
                 detail = str(body.get("message", ""))[:200]
         except (ValueError, TypeError):
-            detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+            detail = first_line(err, 200)
         where = redact_url(self.endpoint.url)
         if status == 401 or (status == 403 and code is None):
             hint = KEY_HINT.format(label=self.endpoint.label)

@@ -47,12 +47,13 @@ from clstm_ppo.agent.model import ActorCritic, unwrap
 from clstm_ppo.evaluation.backtest import Period, load_backtest_data, run_policy
 from clstm_ppo.market import is_alpaca
 from clstm_ppo.training.checkpoint import Checkpoint, restore_market
-from envs.alpaca import parse_timeframe
-from envs.data import DayRange
-from envs.errors import UserError
+from envs.alpaca import parse_timeframe, resolve_data_url
+from envs.data import DayRange, parse_date
+from envs.errors import UserError, shown_list
 from envs.execution import FILLS_AT, resolve_execution
 from envs.features import PreparedMarket
 from envs.kernel import orders_from_actions, portfolio_value, trade_step
+from envs.synthetic import is_synthetic_ticker
 from envs.vector_env import write_portfolio_columns
 
 
@@ -121,22 +122,38 @@ class Decision:
 # ------------------------------------------------------------------------------------------- data
 
 
-def load_trading_market(
+def check_tradable(
     ck: Checkpoint,
-    day: date,
     *,
+    replay_start: str | None = None,
     history_start: str | None = None,
     data_url: str | None = None,
-    cache_dir: str | None = None,
-) -> PreparedMarket:
-    """The checkpoint's market over its tickers' daily Alpaca bars from its first date to ``day`` (step 1-2).
+) -> None:
+    """Everything about the checkpoint, its tickers and the dates that can be checked without the network.
 
-    :param history_start: first date of bars (default: the checkpoint's ``start``; earlier or later moves the
-        indicators' warm-up away from the backtest's).
-    :param data_url: / :param cache_dir: override the run's Alpaca data endpoint and cache folder.
-    :raises UserError: no start date, download problems (as for training), tickers missing, stale bars.
+    `clstm-ppo trade` calls it before its first request, so that a local mistake is reported as itself, not
+    as whatever the broker or the data feed would answer to it.
+
+    :raises UserError: synthetic tickers (no exchange lists them), bars other than daily, no start date for the
+        bars, a ``history_start`` or ``replay_start`` that is not a date, no test split to start the replay at,
+        a data URL that is not http(s).
     """
+    _bars_start(ck, history_start)
+    _replay_start(ck, replay_start)
+    resolve_data_url(data_url or ck.cfg.data_url or None)
+
+
+def _bars_start(ck: Checkpoint, history_start: str | None) -> str:
+    """The first date of bars to download (``history_start``, else the checkpoint's start), once the
+    checkpoint's bars are known to be downloadable: real tickers, daily bars."""
     cfg = ck.cfg
+    synthetic = [t for t in ck.tickers if is_synthetic_ticker(t)]
+    if synthetic:
+        raise UserError(
+            f"{ck.path} was trained on synthetic tickers ({shown_list(synthetic, 5)}), which no exchange lists: "
+            "`clstm-ppo trade` needs a checkpoint trained on real tickers (--data alpaca, or a CSV/Parquet file "
+            "of real bars)"
+        )
     if is_alpaca(cfg.data.source):
         frame = parse_timeframe(cfg.data.alpaca_timeframe)
         if (frame.amount_value, frame.unit_value.value) != (1, "Day"):
@@ -150,6 +167,43 @@ def load_trading_market(
             f"{ck.path} has no start date for its data; pass --history_start YYYY-MM-DD "
             "(two years back covers the window, the indicators and the turbulence index)"
         )
+    parse_date(start, "--history_start" if history_start else f"{ck.path}'s start")
+    return start
+
+
+def _replay_start(ck: Checkpoint, replay_start: str | None) -> tuple[date, str]:
+    """The replay's first day (``replay_start``, else the checkpoint's test-split start) and how to name it."""
+    if replay_start:
+        first, what = replay_start, f"--replay_start {replay_start}"
+    else:
+        test = (ck.market_spec.get("splits") or {}).get("test")
+        if not isinstance(test, dict):
+            raise UserError(f"{ck.path} has no test split to start the replay at; pass --replay_start YYYY-MM-DD")
+        first, what = test["start"], f"the checkpoint's test split start ({test['start']})"
+    try:
+        return date.fromisoformat(str(first)), what
+    except ValueError:
+        raise UserError(f"--replay_start {first!r} is not a date (YYYY-MM-DD)") from None
+
+
+def load_trading_market(
+    ck: Checkpoint,
+    day: date,
+    *,
+    history_start: str | None = None,
+    data_url: str | None = None,
+    cache_dir: str | None = None,
+) -> PreparedMarket:
+    """The checkpoint's market over its tickers' daily Alpaca bars from its first date to ``day`` (step 1-2).
+
+    :param history_start: first date of bars (default: the checkpoint's ``start``; earlier or later moves the
+        indicators' warm-up away from the backtest's).
+    :param data_url: / :param cache_dir: override the run's Alpaca data endpoint and cache folder.
+    :raises UserError: synthetic tickers, bars other than daily, no start date, download problems (as for
+        training), tickers missing, stale bars.
+    """
+    cfg = ck.cfg
+    start = _bars_start(ck, history_start)
     overrides: dict[str, Any] = {"start": start, "data": cfg.data.source if is_alpaca(cfg.data.source) else "alpaca"}
     if data_url:
         overrides["data_url"] = data_url
@@ -178,17 +232,8 @@ def replay_days(ck: Checkpoint, market: PreparedMarket, replay_start: str | None
     :raises UserError: no test split and no ``replay_start``, too little lookback, or nothing to replay.
     """
     dates = np.asarray(market.data.dates).astype("datetime64[D]")
-    if replay_start:
-        first, what = replay_start, f"--replay_start {replay_start}"
-    else:
-        test = (ck.market_spec.get("splits") or {}).get("test")
-        if not isinstance(test, dict):
-            raise UserError(f"{ck.path} has no test split to start the replay at; pass --replay_start YYYY-MM-DD")
-        first, what = test["start"], f"the checkpoint's test split start ({test['start']})"
-    try:
-        lo = int(np.searchsorted(dates, np.datetime64(date.fromisoformat(str(first)), "D"), side="left"))
-    except ValueError:
-        raise UserError(f"--replay_start {first!r} is not a date (YYYY-MM-DD)") from None
+    first, what = _replay_start(ck, replay_start)
+    lo = int(np.searchsorted(dates, np.datetime64(first, "D"), side="left"))
     last = len(dates) - 1
     if lo < market.window - 1:
         raise UserError(

@@ -66,7 +66,8 @@ class Journal:
     def equity_path(self) -> Path:
         return self.folder / EQUITY_FILE
 
-    def _ensure(self) -> None:
+    def create_folder(self) -> None:
+        """Make the journal folder (UserError naming it when it cannot be: a regular file in the way, rights)."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -74,7 +75,7 @@ class Journal:
 
     def record(self, event: str, **fields: Any) -> dict[str, Any]:
         """Append one event line (flushed and fsynced before returning); returns what was written."""
-        self._ensure()
+        self.create_folder()
         line = {"time": utc_now(), "event": event, **self.context, **fields}
         text = json.dumps(line, allow_nan=False, default=str)
         try:
@@ -114,7 +115,7 @@ class Journal:
         self, day: str, *, equity: float, cash: float, long_market_value: float, backtest_value: float
     ) -> None:
         """Write (or replace) ``day``'s row; the file is rewritten atomically, sorted by date."""
-        self._ensure()
+        self.create_folder()
         rows = {r["date"]: r for r in self.equity_rows()}
         rows[day] = {
             "date": day,

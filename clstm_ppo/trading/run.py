@@ -2,7 +2,10 @@
 
 The order of the steps is the order of the checks, so that nothing is sent unless everything before it held:
 
-1. endpoint (paper by default; live only with both live flags), checkpoint, keys;
+1. everything local, before the first request, so that a local mistake is reported as itself and not as the
+   broker's or the data feed's answer to it: the flags, the endpoint (paper by default; live only with both
+   live flags), the checkpoint (real tickers, daily bars; `clstm_ppo.trading.decision.check_tradable`), the
+   dates, the keys, the journal folder;
 2. the broker's clock and calendar: today must be a session day and its close must have passed
    (`clstm_ppo.trading.schedule`); otherwise one line, nothing sent;
 3. orders journaled earlier and not yet final are looked up (their fills reach the journal);
@@ -23,7 +26,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.trading.broker import Broker, Endpoint, calendar_window, resolve_endpoint
-from clstm_ppo.trading.decision import Decision, decide, load_trading_market, replay_days
+from clstm_ppo.trading.decision import Decision, check_tradable, decide, load_trading_market, replay_days
 from clstm_ppo.trading.journal import Journal
 from clstm_ppo.trading.orders import (
     OrderOutcome,
@@ -83,11 +86,15 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
         raise UserError("--wait_seconds must be >= 0 and --poll_seconds > 0")
     endpoint = resolve_endpoint(live=opts.live, confirm_live=opts.confirm_live, url=opts.trading_url)
     ck = open_checkpoint(opts.checkpoint)
+    check_tradable(ck, replay_start=opts.replay_start, history_start=opts.history_start, data_url=opts.data_url)
     tag = run_tag(opts.order_tag or ck.cfg.run.run_name or ck.path.resolve().parent.name)
     folder = Path(opts.journal) if opts.journal else default_journal(ck.path, endpoint)
     journal = Journal(folder, run=tag, endpoint=endpoint.label, mode="submit" if opts.submit else "dry_run")
-    broker = Broker(load_credentials(), endpoint)
+    creds = load_credentials()
+    journal.create_folder()
+    broker = Broker(creds, endpoint)
 
+    # The first request: everything above was checked without the network.
     now = broker.clock()
     try:
         session = decision_session(now, broker.sessions(*calendar_window(now)))

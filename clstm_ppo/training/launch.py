@@ -22,26 +22,14 @@ import torch.multiprocessing as mp
 
 from clstm_ppo.training.distributed import Comm, WorldLayout, init_worker, shutdown_worker
 from clstm_ppo.training.signals import StoppedBySignal
-from envs.errors import UserError
+from envs.errors import UserError, debug_enabled, describe_exception
 
 WorkerFn = Callable[[Comm, Any], None]
 
-DEBUG_ENV = "CLSTM_PPO_DEBUG"  # set by `--debug` (cli.run_guarded): workers print full tracebacks
 STOP_GRACE_ENV = "CLSTM_PPO_STOP_GRACE_S"  # seconds a stop may take before the parent kills the workers
 STOP_GRACE_S = 30.0
 CRASH_GRACE_S = 3.0  # after one worker failed, the others get this long to exit by themselves
 EXIT_CRASH, EXIT_USER_ERROR = 1, 2
-
-
-def describe_exception(err: BaseException) -> str:
-    """``Type: first line of the message`` -- what a user sees of an unexpected error."""
-    text = str(err).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(err).__name__}: {first[:300]}" if first else type(err).__name__
-
-
-def _debug() -> bool:
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def _stop_grace() -> float:
@@ -87,13 +75,13 @@ def _run_worker(
 
 def _print_report(item: WorkerReport, world_size: int) -> int:
     """Print a worker's error as the one ``error:`` line (traceback first under --debug); return the exit status."""
-    if _debug():
+    if debug_enabled():
         print(item.traceback, file=sys.stderr, end="")
     if item.kind == "user":
         print(f"error: {item.message}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
     where = f"worker rank {item.rank}" if world_size > 1 else "training"
-    hint = "" if _debug() else " (--debug shows the traceback)"
+    hint = "" if debug_enabled() else " (--debug shows the traceback)"
     print(f"error: {where} failed: {item.message}{hint}", file=sys.stderr, flush=True)
     return EXIT_CRASH
 

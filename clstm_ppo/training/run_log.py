@@ -1,4 +1,5 @@
-"""Rank 0's record of a run: metrics.jsonl, TensorBoard scalars, the progress bar and the console lines.
+"""Rank 0's record of a run: metrics.jsonl, TensorBoard scalars (and the same to a ``--track`` tracker), the
+progress bar and the console lines.
 
 metrics.jsonl holds one JSON object per line, of two kinds (`clstm-ppo plot` draws them):
 
@@ -15,16 +16,20 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 
 from envs.errors import UserError
 from envs.vector_env import EPISODE_KEYS
 
+if TYPE_CHECKING:
+    from clstm_ppo.training.tracking import WandbTracker
+
 METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
-TENSORBOARD_EPISODE_KEYS = ("reward", "final_value", "return", "sharpe", "max_drawdown", "trades", "exposure")
+SCALAR_EPISODE_KEYS = ("reward", "final_value", "return", "sharpe", "max_drawdown", "trades", "exposure")
+"""The episode fields drawn as scalars (``episode/<key>`` against the episode number)."""
 
 
 class RunLog:
@@ -34,6 +39,8 @@ class RunLog:
     :param num_episodes: the run's episode budget (progress bar total, last logged episode).
     :param log_every: print a console line every this many finished episodes.
     :param episodes_done: episodes already finished (a resumed run's progress bar starts there).
+    :param tracker: where the scalars go besides TensorBoard (`clstm_ppo.training.tracking.open_tracker`);
+        closed with the log.
     """
 
     def __init__(
@@ -45,6 +52,7 @@ class RunLog:
         episodes_done: int = 0,
         tensorboard: bool = False,
         progress: bool = True,
+        tracker: WandbTracker | None = None,
     ) -> None:
         self.num_episodes, self.log_every = num_episodes, max(1, log_every)
         self.file: TextIO | None = open(run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
@@ -55,6 +63,7 @@ class RunLog:
             except ImportError:
                 raise UserError("--tensorboard needs the tensorboard package: pip install tensorboard") from None
             self.tb = SummaryWriter(str(run_dir / TENSORBOARD_DIR))
+        self.tracker = tracker
         self.bar = None
         if progress and sys.stdout.isatty():
             from tqdm import tqdm
@@ -100,9 +109,7 @@ class RunLog:
             record["length"] = int(record["length"])
             lines.append(json.dumps(record))
             self.recent_returns = (self.recent_returns + [record["return"]])[-100:]
-            if self.tb is not None:
-                for key in TENSORBOARD_EPISODE_KEYS:
-                    self.tb.add_scalar(f"episode/{key}", record[key], episode)
+            self._scalars({f"episode/{key}": record[key] for key in SCALAR_EPISODE_KEYS}, "episode", episode)
             if (episode % self.log_every == 0 and episode <= self.num_episodes) or episode == self.num_episodes:
                 self.line(
                     f"[Rank 0] Episode {episode}/{self.num_episodes} | reward {record['reward']:.2f} | "
@@ -111,10 +118,8 @@ class RunLog:
                     f"sharpe {record['sharpe']:.2f} | {sps:,.0f} steps/s"
                 )
         lines.append(json.dumps({"kind": "update", **update, "steps_per_second": sps, "time": time}))
-        if self.tb is not None:
-            for key, value in update.items():
-                if isinstance(value, float | int):
-                    self.tb.add_scalar(f"train/{key}", value, global_step)
+        numbers = {f"train/{key}": value for key, value in update.items() if isinstance(value, float | int)}
+        self._scalars(numbers, "global_step", global_step)
         if self.file is not None:
             self.file.write("\n".join(lines) + "\n")
             self.file.flush()
@@ -123,11 +128,27 @@ class RunLog:
             self.bar.set_postfix_str(f"{sps:,.0f} steps/s")
             self.bar.refresh()
 
+    def _scalars(self, values: dict[str, float], step_name: str, step: int) -> None:
+        """The same scalars at the same step to TensorBoard and to the tracker (one list, so they cannot differ)."""
+        if self.tb is not None:
+            for tag, value in values.items():
+                self.tb.add_scalar(tag, value, step)
+        if self.tracker is not None:
+            self.tracker.log(values, step_name, step)
+
     def mean_recent_return(self) -> float | None:
         """Mean return of the last 100 training episodes (None before any finished)."""
         return sum(self.recent_returns) / len(self.recent_returns) if self.recent_returns else None
 
     def close(self) -> None:
+        """Close the files and the tracker. Called from the trainer's ``finally``: an exception on its way out
+        (other than a stop by signal, which ends a run cleanly and resumably) marks the tracked run failed."""
+        if self.tracker is not None:
+            from clstm_ppo.training.launch import StoppedBySignal
+
+            err = sys.exc_info()[1]
+            self.tracker.close(failed=err is not None and not isinstance(err, StoppedBySignal))
+            self.tracker = None
         if self.bar is not None:
             self.bar.close()
             self.bar = None

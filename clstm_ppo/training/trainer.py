@@ -37,6 +37,7 @@ from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, compute_
 from clstm_ppo.training.run_folder import BEST, LATEST, episode_checkpoint_name, resolve_resume, write_config
 from clstm_ppo.training.run_log import RunLog
 from clstm_ppo.training.signals import StoppedBySignal, StopRequest
+from clstm_ppo.training.tracking import open_tracker
 from envs.errors import UserError
 from envs.execution import describe_execution
 from envs.features import PreparedMarket
@@ -213,6 +214,7 @@ class Trainer:
                 episodes_done=c.episodes,
                 tensorboard=cfg.run.tensorboard,
                 progress=cfg.run.progress,
+                tracker=open_tracker(cfg, self.run_dir),
             )
             self.log.line(f"[Rank 0] {self.layout_line}")
         self.stop.install()

@@ -1,0 +1,96 @@
+"""Experiment tracking, as CleanRL's ``--track``: ``--track wandb`` sends a run to Weights & Biases.
+
+Rank 0 alone (it alone holds a `clstm_ppo.training.run_log.RunLog`) opens one W&B run named after the run
+folder, logs the resolved settings once as its config, and then every scalar TensorBoard gets, at the same
+step: ``episode/<key>`` against ``episode`` and ``train/<key>`` against ``global_step`` (W&B keeps the two
+counters as the x-axes of the two groups). The run's W&B id is kept in the run folder, so ``--resume``
+continues the same W&B run.
+
+What is sent holds no secret: Alpaca keys are read from the environment by the data loader and never enter
+the settings, and a data URL is sent without user:password or query string. wandb's own environment
+variables work as documented (``WANDB_MODE=offline`` logs locally for a later ``wandb sync``; ``WANDB_DIR``
+moves its files, by default ``wandb/`` inside the run folder).
+
+wandb is an optional extra (``pip install clstm-ppo[wandb]``); without it ``--track wandb`` is refused before
+any worker starts.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from clstm_ppo.config import TrainConfig
+from envs.alpaca import redact_url
+from envs.errors import UserError, first_line
+
+TRACKERS = ("none", "wandb")
+RUN_ID_FILE = "wandb_run_id.txt"  # in the run folder: a resumed run logs to the same W&B run
+STEP_METRICS = {"episode": "episode/*", "global_step": "train/*"}  # x-axis -> the scalars drawn against it
+
+
+def check_tracking(track: str) -> None:
+    """Refuse an unknown ``--track`` or a tracker whose package is missing, in one line (before workers start)."""
+    if track not in TRACKERS:
+        raise UserError(f"--track must be one of {', '.join(TRACKERS)}, got {track!r}")
+    if track == "wandb":
+        try:
+            import wandb  # noqa: F401  (0.7 s, paid only by runs that track)
+        except ImportError:
+            raise UserError(
+                "--track wandb needs the wandb package: pip install 'clstm-ppo[wandb]' (or pip install wandb)"
+            ) from None
+
+
+def tracked_config(cfg: TrainConfig) -> dict[str, Any]:
+    """The settings as the tracker gets them: `TrainConfig.to_dict`, the data URL redacted."""
+    values = cfg.to_dict()
+    if values.get("data_url"):
+        values["data_url"] = redact_url(values["data_url"])
+    return values
+
+
+class WandbTracker:
+    """One W&B run: the settings once at the start, then scalars against their step counter."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path) -> None:
+        import wandb
+
+        id_file = run_dir / RUN_ID_FILE
+        run_id = id_file.read_text(encoding="utf-8").strip() if id_file.is_file() else ""
+        if not run_id:
+            run_id = secrets.token_hex(4)  # W&B's own id length; random, so two machines' "exp1" never merge
+            id_file.write_text(run_id + "\n", encoding="utf-8")
+        try:
+            self.run = wandb.init(
+                project=cfg.run.wandb_project,
+                entity=cfg.run.wandb_entity or None,
+                name=run_dir.name,
+                id=run_id,
+                resume="allow",
+                config=tracked_config(cfg),
+                dir=None if os.environ.get("WANDB_DIR") else str(run_dir),
+            )
+        except Exception as err:  # wandb raises its own types for logins, projects and the network
+            raise UserError(
+                f"--track wandb: {first_line(err, 300)} (`wandb login`, or WANDB_MODE=offline to log locally)"
+            ) from None
+        for step, pattern in STEP_METRICS.items():
+            self.run.define_metric(step)
+            self.run.define_metric(pattern, step_metric=step)
+
+    def log(self, scalars: dict[str, float], step_name: str, step: int) -> None:
+        """``scalars`` (full names, e.g. ``train/policy_loss``) at ``step`` of the ``step_name`` counter."""
+        self.run.log({**scalars, step_name: step})
+
+    def close(self, failed: bool = False) -> None:
+        """Finish the run (marked failed after an error; a stop by signal is a clean end, resumable)."""
+        self.run.finish(exit_code=1 if failed else 0)
+
+
+def open_tracker(cfg: TrainConfig, run_dir: Path) -> WandbTracker | None:
+    """The tracker ``--track`` asks for (None for ``none``); call on rank 0 only, after the run folder exists."""
+    check_tracking(cfg.run.track)
+    return WandbTracker(cfg, run_dir) if cfg.run.track == "wandb" else None
