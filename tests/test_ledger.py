@@ -274,3 +274,33 @@ def test_seal_periods_the_data_does_not_hold_are_refused(start, end, message):
     data = generate_market(num_tickers=2, num_days=300, seed=1)
     with pytest.raises(UserError, match=re.escape(message)):
         make_seal(data, "synthetic", start, end)
+
+
+def test_a_configurations_key_ignores_what_does_not_change_numbers_and_settings_a_release_adds(monkeypatch):
+    """Two cells differ in their key exactly when a setting that changes numbers differs; a setting at the value an
+    older file without it is read as (a new setting's legacy meaning) leaves the key as it was."""
+    from clstm_ppo.config import LEGACY, TrainConfig
+    from clstm_ppo.study.grid import Cell
+    from clstm_ppo.study.spec import StudySpec
+    from clstm_ppo.study.trials import config_key
+
+    def key(**base):
+        spec = StudySpec(
+            base=TrainConfig().with_settings(**base).to_dict(), policies=["clstm"], seeds=[1], variants=[],
+            trade_start="2020-01-02", trade_end="", retrain="none", retrain_from="warm", validation_days=63,
+            retrain_episodes=0,
+        )  # fmt: skip
+        return config_key(spec, Cell("clstm", 1))
+
+    today = key()
+    assert key(tensorboard=True, track="wandb", threads=3, log_every=7) == today  # numbers unchanged
+    assert key(gamma=0.9) != today and key(execution="close") != key(execution="next_open")
+    # A release before --execution existed had no such setting: its fills were the close (LEGACY), so the key of
+    # a close-fill configuration is the key that release computed.
+    closes = key(execution="close")
+    assert LEGACY["execution"] == "close" != TrainConfig().env.execution and closes != today
+    to_dict = TrainConfig.to_dict
+    monkeypatch.setattr(
+        TrainConfig, "to_dict", lambda self: {k: v for k, v in to_dict(self).items() if k != "execution"}
+    )
+    assert key() == closes

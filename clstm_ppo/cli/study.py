@@ -44,6 +44,9 @@ STUDY_OWNED = frozenset(
         "test_end",
         "progress",
         "tensorboard",
+        "track",
+        "wandb_project",
+        "wandb_entity",
         "threads",
     }
 )

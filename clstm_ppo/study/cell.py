@@ -155,6 +155,7 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
                 checkpoint_dir=str(pdir.parent),
                 progress=False,
                 tensorboard=False,
+                track="none",
                 log_every=1 << 30,
                 num_episodes=cfg.ppo.num_episodes if k == 0 else spec.retrain_episodes or cfg.ppo.num_episodes,
                 init_weights=str(previous) if warm else "",

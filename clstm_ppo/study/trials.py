@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from clstm_ppo.config import LEGACY, SETTINGS
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.baselines import buy_and_hold
 from clstm_ppo.evaluation.fingerprint import data_fingerprint, market_witness
@@ -34,7 +35,19 @@ from envs.execution import Terms
 
 SCHEDULE = ("trade_start", "trade_end", "retrain", "retrain_from", "validation_days", "retrain_episodes")
 # Settings that do not change a cell's numbers, or name the data (which the fingerprint identifies instead).
-NOT_SETTINGS = ("seed", "data", "run_name", "checkpoint_dir", "progress", "tensorboard", "threads", "log_every")
+NOT_SETTINGS = (
+    "seed",
+    "data",
+    "run_name",
+    "checkpoint_dir",
+    "progress",
+    "tensorboard",
+    "track",
+    "wandb_project",
+    "wandb_entity",
+    "threads",
+    "log_every",
+)
 
 
 def _digest(obj: Any) -> str:
@@ -42,10 +55,14 @@ def _digest(obj: Any) -> str:
 
 
 def config_key(spec: StudySpec, cell: Cell) -> str:
-    """The key of ``cell``'s configuration: its settings without the seed, and the study's schedule."""
+    """The key of ``cell``'s configuration: its settings without the seed, and the study's schedule.
+
+    A setting at the value a file without it is read as (`clstm_ppo.config.LEGACY`, else its default) is left
+    out, so a release that adds a setting does not make every configuration in a ledger count again."""
     settings = cell.config(spec.base_config).to_dict()
     for name in NOT_SETTINGS:
         settings.pop(name, None)
+    settings = {flag: value for flag, value in settings.items() if value != LEGACY.get(flag, SETTINGS[flag].default)}
     return _digest({"settings": settings, "schedule": {k: getattr(spec, k) for k in SCHEDULE}})
 
 

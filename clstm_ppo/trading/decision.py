@@ -140,7 +140,7 @@ def check_tradable(
     """
     _bars_start(ck, history_start)
     _replay_start(ck, replay_start)
-    resolve_data_url(data_url or ck.cfg.data_url or None)
+    resolve_data_url(data_url or ck.cfg.data.data_url or None)
 
 
 def _bars_start(ck: Checkpoint, history_start: str | None) -> str:
