@@ -288,13 +288,17 @@ def between_verdict(pair: dict[str, Any], confidence: float) -> str:
     )
 
 
+def _configurations(trials: dict[str, Any]) -> str:
+    count = trials["num_configurations"]
+    return f"{count} configuration{'' if count == 1 else 's'}"
+
+
 def verdict_lines(report: dict[str, Any]) -> list[str]:
     """The plain-words lines: the trials count and the seals, one per configuration against buy-and-hold, then one
     per pair of configurations."""
     tr = report["trials"]
     head = [
-        f"these days have been traded by {tr['num_configurations']} configurations ({tr['num_trials']} trials) so "
-        f"far (ledger {tr['ledger']})"
+        f"these days have been traded by {_configurations(tr)} ({tr['num_trials']} trials) so far (ledger {tr['ledger']})"
     ] + [describe(entry) for entry in report.get("holdout", [])]
     return (
         head
@@ -376,7 +380,7 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
     ]
     tr = report["trials"]
     lines.append(
-        f"These days have been traded by {tr['num_configurations']} configurations ({tr['num_trials']} trials: "
+        f"These days have been traded by {_configurations(tr)} ({tr['num_trials']} trials: "
         f"a configuration and a seed) so far, this study's included (trials ledger `{tr['ledger']}`)."
     )
     for entry in report["holdout"]:
