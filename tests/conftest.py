@@ -28,9 +28,7 @@ from envs.vector_env import VectorStockTradingEnv
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 
-TINY = [
-    "--data",
-    "synthetic:tickers=4,days=400",
+TINY_RUN = [
     "--window",
     "5",
     "--num_envs",
@@ -51,12 +49,12 @@ TINY = [
     "16",
     "--num_gpus",
     "0",
-    "--log_every",
-    "1",
     "--no-progress",
     "--threads",
     "1",
 ]
+"""A tiny model and rollout on one CPU process, no data named: the flags most end-to-end tests start from."""
+TINY = ["--data", "synthetic:tickers=4,days=400", *TINY_RUN, "--log_every", "1"]
 
 
 @pytest.fixture(autouse=True, scope="session")

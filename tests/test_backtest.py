@@ -26,38 +26,11 @@ from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.backtest import Period, load_backtest_data
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_market, restore_policy
 from envs.synthetic import generate_market
+from tests.conftest import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
-TINY = [
-    "--window",
-    "5",
-    "--num_envs",
-    "4",
-    "--n_steps",
-    "16",
-    "--batch_size",
-    "32",
-    "--epochs",
-    "2",
-    "--episode_length",
-    "16",
-    "--stage1_hidden",
-    "8",
-    "--feature_dim",
-    "8",
-    "--stage2_hidden",
-    "16",
-    "--num_gpus",
-    "0",
-    "--num_episodes",
-    "8",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--hmax",
-    "5000",
-]
+TINY = [*TINY_RUN, "--num_episodes", "8", "--hmax", "5000"]
 
 
 def _env() -> dict[str, str]:

@@ -22,44 +22,13 @@ import torch
 
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.run_folder import remove_stale_temp_files
+from tests.conftest import TINY as CONFTEST_TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 # 4 tickers, 5-day windows, tiny nets; 16-day episodes end with each 16-step rollout, so one update of
 # 2 workers x 4 envs finishes 8 episodes.
-TINY = [
-    "--data",
-    "synthetic:tickers=4,days=400",
-    "--window",
-    "5",
-    "--num_envs",
-    "4",
-    "--n_steps",
-    "16",
-    "--batch_size",
-    "32",
-    "--epochs",
-    "2",
-    "--episode_length",
-    "16",
-    "--stage1_hidden",
-    "8",
-    "--feature_dim",
-    "8",
-    "--stage2_hidden",
-    "16",
-    "--num_gpus",
-    "0",
-    "--log_every",
-    "8",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--num_workers",
-    "2",
-    "--checkpoint_every",
-    "1",
-]
+TINY = [*CONFTEST_TINY, "--log_every", "8", "--num_workers", "2", "--checkpoint_every", "1"]
 FAULT = "CLSTM_PPO_FAULT_INJECT"
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process checks read /proc")

@@ -42,11 +42,11 @@ from envs.errors import UserError
 try:  # tests/ is a package in this repo; plain rootdir-relative import if it ever is not
     from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
     from tests.alpaca_trading_server import NY, AlpacaTradingServer, AssetSpec, Holding, TradingState
-    from tests.conftest import ALPACA_VARS, use_alpaca_keys
+    from tests.conftest import ALPACA_VARS, TINY_RUN, use_alpaca_keys
 except ImportError:
     from alpaca_server import AlpacaTestServer, ServerState, daily_bars
     from alpaca_trading_server import NY, AlpacaTradingServer, AssetSpec, Holding, TradingState
-    from conftest import ALPACA_VARS, use_alpaca_keys
+    from conftest import ALPACA_VARS, TINY_RUN, use_alpaca_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
@@ -54,33 +54,7 @@ KEY = "PKTRADECMDKEY0MUSTNOTLEAK"
 SECRET = "tradeCmdSecret-must-not-leak-7f6e5d4c"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
 START, END = "2022-01-03", "2023-12-29"
-TINY = [
-    "--window",
-    "5",
-    "--num_envs",
-    "4",
-    "--n_steps",
-    "16",
-    "--batch_size",
-    "32",
-    "--epochs",
-    "2",
-    "--episode_length",
-    "16",
-    "--stage1_hidden",
-    "8",
-    "--feature_dim",
-    "8",
-    "--stage2_hidden",
-    "16",
-    "--num_gpus",
-    "0",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--num_episodes",
-    "8",
-]
+TINY = [*TINY_RUN, "--num_episodes", "8"]
 # The scenario tests below were written for the policy these settings train (the defaults before the learning
 # work: share actions; their days have sells, buys cut to cash, ...):
 SHARES = [

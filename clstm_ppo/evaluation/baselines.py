@@ -68,9 +68,9 @@ def simulate(
     :param close: ``[D, N]`` dollars; :param terms: the same D days' terms (None: fills at the close itself, no
         dividends, no interest: the paper's).
     """
-    c = torch.as_tensor(close, dtype=torch.float64)
-    f = c if terms is None else torch.as_tensor(terms.fill, dtype=torch.float64)
-    dividends = None if terms is None or not terms.dividends.any() else torch.as_tensor(terms.dividends)
+    c = torch.tensor(close, dtype=torch.float64)  # copies: a market's arrays are read-only
+    f = c if terms is None else torch.tensor(terms.fill, dtype=torch.float64)
+    dividends = None if terms is None or not terms.dividends.any() else torch.tensor(terms.dividends)
     growth = 1.0 + (terms.cash_rate if terms is not None else 0.0)
     cash = torch.tensor([float(initial_amount)], dtype=torch.float64)
     shares = torch.zeros((1, c.shape[1]), dtype=torch.float64)

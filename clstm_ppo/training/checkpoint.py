@@ -23,7 +23,7 @@ from clstm_ppo.config import TrainConfig
 from clstm_ppo.market import rebuild_market
 from envs.atomic import atomic_write
 from envs.data import MarketData
-from envs.errors import UserError
+from envs.errors import UserError, first_line
 from envs.features import PreparedMarket
 
 FORMAT_VERSION = 1
@@ -104,7 +104,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         raw = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch.load fails in many ways on a damaged archive (RuntimeError, OSError, ...)
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        reason = first_line(err) or type(err).__name__
         if isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
             raise UserError(
                 f"{path} is not a clstm-ppo checkpoint: it holds Python objects other than tensors "
