@@ -148,3 +148,23 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     episodes, _ = read_metrics(run)
     assert [e["episode"] for e in episodes][:1] == [33] and episodes[-1]["episode"] == 48
     assert load_checkpoint(run / "latest.pt").counters["episodes"] == 48
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeypatch, capsys):
+    """A shell loop that starts several seeds at once: each run claims its generated folder (NAME, NAME-2, ...),
+    so no run writes into another's; the held-out line names each run's own checkpoint."""
+    from clstm_ppo import cli
+    from clstm_ppo.training import run_folder
+    from tests.conftest import QUICK, QUICK_DATA
+
+    monkeypatch.setattr(run_folder, "_timestamp", lambda: "20260101-000000")
+    monkeypatch.chdir(tmp_path)
+    for seed in (1, 2):
+        assert cli.main(["train", *QUICK_DATA, *QUICK, "--seed", str(seed), "--checkpoint_dir", "ck"]) == 0
+    out = capsys.readouterr().out
+    first, second = tmp_path / "ck" / "clstm-20260101-000000", tmp_path / "ck" / "clstm-20260101-000000-2"
+    assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == [first.name, second.name]
+    assert [load_checkpoint(d / "latest.pt").cfg.run.seed for d in (first, second)] == [1, 2]
+    assert f"--checkpoint ck/{second.name}/best.pt" in out or f"{second.name}/latest.pt" in out
+    assert run_folder.claim_run_dir(first) == first.with_name(first.name + "-3")  # the next free name, created
+    assert first.with_name(first.name + "-3").is_dir()

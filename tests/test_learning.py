@@ -26,45 +26,9 @@ from clstm_ppo.cli.train import parse_config
 from clstm_ppo.market import build_market
 from tests.conftest import SCRIPT, clean_env
 
-LEARN = [
-    "--data",
-    "synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag",
-    "--window",
-    "5",
-    "--stage1_hidden",
-    "32",
-    "--num_envs",
-    "32",
-    "--n_steps",
-    "32",
-    "--batch_size",
-    "256",
-    "--epochs",
-    "4",
-    "--episode_length",
-    "63",
-    "--stage2_hidden",
-    "64",
-    "--feature_dim",
-    "32",
-    "--num_episodes",
-    "3000",
-    "--gamma",
-    "0.9",
-    "--learning_rate_clstm",
-    "1e-3",
-    "--learning_rate_actor_critic",
-    "1e-3",
-    "--ent_coef",
-    "0",
-    "--num_gpus",
-    "0",
-    "--threads",
-    "1",
-    "--no-progress",
-    "--log_every",
-    "1000",
-]
+LEARN = ["--preset", "demo", "--num_gpus", "0", "--no-progress", "--log_every", "1000"]
+"""The demo preset (`clstm_ppo.config.PRESETS`): the market and small networks this docstring describes, 3,000
+episodes on one thread."""
 SEEDS = (2, 4)
 POLICIES = ("clstm", "mlp")
 

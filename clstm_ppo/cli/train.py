@@ -34,7 +34,11 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: frozenset[str] | set
     flags given override the config."""
     group = parser.add_argument_group("settings files")
     group.add_argument("--config", help="JSON file of settings; flags given here override it")
-    group.add_argument("--preset", choices=sorted(PRESETS), help="start from a named preset (paper: Table 1)")
+    group.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="start from a named preset (paper: Table 1; demo: a small clstm that learns a planted signal in seconds)",
+    )
     groups = {name: parser.add_argument_group(title) for name, (title, _cls) in SECTIONS.items()}
     for s in SETTINGS.values():
         if s.flag in skip:
@@ -106,7 +110,12 @@ def main(argv: list[str]) -> int:
     from clstm_ppo.training.distributed import resolve_layout
     from clstm_ppo.training.launch import launch
     from clstm_ppo.training.resume import check_resume
-    from clstm_ppo.training.run_folder import check_writable, remove_stale_temp_files, resolve_run_dir
+    from clstm_ppo.training.run_folder import (
+        check_writable,
+        claim_run_dir,
+        remove_stale_temp_files,
+        resolve_run_dir,
+    )
     from clstm_ppo.training.trainer import train_worker
 
     system = cfg.system
@@ -119,6 +128,8 @@ def main(argv: list[str]) -> int:
         print(f"run folder: {run_dir}")
         return 0
     market = build_market(cfg.data, seed=cfg.run.seed)
+    if not (cfg.run.run_name or cfg.run.resume or layout.torchrun):  # a generated name: claim it (torchrun: --run_name)
+        run_dir = claim_run_dir(run_dir)
     check_writable(run_dir)
     if cfg.run.resume:
         check_resume(cfg, market, run_dir)

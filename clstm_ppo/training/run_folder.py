@@ -12,6 +12,7 @@ Layout of a run folder (written by rank 0 only)::
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -27,6 +28,11 @@ TEMP_PATTERN = ".*.pt.*.tmp"  # what `envs.atomic.atomic_write` leaves when its 
 def episode_checkpoint_name(episodes: int) -> str:
     """File name of the periodic checkpoint kept after ``episodes`` finished episodes (--save_every)."""
     return f"episode_{episodes}.pt"
+
+
+def _timestamp() -> str:
+    """Local time to the second, as generated run names carry it."""
+    return time.strftime("%Y%m%d-%H%M%S")
 
 
 def _newest_run(checkpoint_dir: Path, name: str) -> Path | None:
@@ -45,7 +51,23 @@ def resolve_run_dir(run: RunConfig, policy: str) -> Path:
         if newest is None:
             raise UserError(f"--resume {run.resume}: no run in {root} has {run.resume}.pt")
         return newest
-    return root / f"{policy}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return root / f"{policy}-{_timestamp()}"
+
+
+def claim_run_dir(run_dir: Path) -> Path:
+    """Create a generated run folder (``<policy>-<timestamp>``) and return it: the first of NAME, NAME-2, NAME-3, ...
+    that did not exist, so runs started in the same second from one shell loop never share a folder (mkdir is
+    atomic). A folder that cannot be created is returned as it is, for `check_writable` to name the problem."""
+    for k in itertools.count(1):
+        candidate = run_dir if k == 1 else run_dir.with_name(f"{run_dir.name}-{k}")
+        try:
+            candidate.mkdir(parents=True)
+        except FileExistsError:
+            continue
+        except OSError:
+            return run_dir
+        return candidate
+    raise AssertionError("unreachable")
 
 
 def resolve_resume(resume: str, run_dir: Path) -> Path:
