@@ -28,7 +28,7 @@ from envs.vector_env import VectorStockTradingEnv
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 
-TINY_RUN = [
+TINY_MODEL = [
     "--window",
     "5",
     "--num_envs",
@@ -47,13 +47,10 @@ TINY_RUN = [
     "8",
     "--stage2_hidden",
     "16",
-    "--num_gpus",
-    "0",
-    "--no-progress",
-    "--threads",
-    "1",
 ]
-"""A tiny model and rollout on one CPU process, no data named: the flags most end-to-end tests start from."""
+"""A tiny model and rollout: the flags a study's cells and most end-to-end tests start from."""
+TINY_RUN = [*TINY_MODEL, "--num_gpus", "0", "--no-progress", "--threads", "1"]
+"""The tiny model trained on one CPU process and thread, no data named."""
 TINY = ["--data", "synthetic:tickers=4,days=400", *TINY_RUN, "--log_every", "1"]
 
 
@@ -124,31 +121,9 @@ def train(
 
 QUICK_DATA = ["--data", "synthetic:tickers=3,days=200"]
 QUICK = [
-    "--window",
-    "5",
-    "--num_envs",
-    "2",
-    "--n_steps",
-    "8",
-    "--batch_size",
-    "16",
-    "--epochs",
-    "1",
-    "--episode_length",
-    "8",
-    "--stage1_hidden",
-    "8",
-    "--feature_dim",
-    "8",
-    "--stage2_hidden",
-    "16",
-    "--num_gpus",
-    "0",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--num_episodes",
-    "2",
+    *TINY_RUN,
+    *["--num_envs", "2", "--n_steps", "8", "--batch_size", "16", "--epochs", "1", "--episode_length", "8"],
+    *["--num_episodes", "2"],
 ]
 """The smallest run that writes a checkpoint (2 episodes of 8 days), without its data flag (QUICK_DATA)."""
 

@@ -12,42 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import QUICK
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 TINY = [
-    "--data",
-    "synthetic:tickers=3,days=300",
-    "--window",
-    "5",
-    "--num_envs",
-    "2",
-    "--n_steps",
-    "8",
-    "--batch_size",
-    "16",
-    "--epochs",
-    "1",
-    "--episode_length",
-    "8",
-    "--stage1_hidden",
-    "8",
-    "--feature_dim",
-    "8",
-    "--stage2_hidden",
-    "16",
-    "--num_gpus",
-    "0",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--num_episodes",
-    "8",
-    "--num_workers",
-    "2",
-    "--checkpoint_every",
-    "1",
-    "--save_every",
-    "4",
+    *["--data", "synthetic:tickers=3,days=300", *QUICK],
+    *["--num_episodes", "8", "--num_workers", "2", "--checkpoint_every", "1", "--save_every", "4"],
 ]
 ENV_KEYS = {"ALPACA_API_KEY": "PKENVFAKEKEY0123456789", "ALPACA_SECRET_KEY": "envFakeSecret0123456789abcdefghijklmnop"}
 DOTENV_KEYS = {"APCA_API_KEY_ID": "PKDOTENVFAKEKEY98765", "APCA_API_SECRET_KEY": "dotenvFakeSecretZYXWVU9876543210"}

@@ -28,33 +28,10 @@ from clstm_ppo.training.checkpoint import load_checkpoint
 from envs.errors import UserError
 from envs.execution import Terms
 from envs.synthetic import generate_market
-from tests.conftest import clean_env
+from tests.conftest import TINY_MODEL, clean_env
 
 # 3 tickers, 5-day windows, tiny networks, 8 episodes of 16 days per window: a few seconds per cell.
-TINY_STUDY = [
-    "--window",
-    "5",
-    "--num_envs",
-    "4",
-    "--n_steps",
-    "16",
-    "--batch_size",
-    "32",
-    "--epochs",
-    "2",
-    "--episode_length",
-    "16",
-    "--stage1_hidden",
-    "8",
-    "--feature_dim",
-    "8",
-    "--stage2_hidden",
-    "16",
-    "--num_episodes",
-    "8",
-    "--bootstrap",
-    "500",
-]
+TINY_STUDY = [*TINY_MODEL, "--num_episodes", "8", "--bootstrap", "500"]
 DATA = "synthetic:tickers=3,days=700"
 WINDOW_FLAGS = [
     "--trade_start",

@@ -22,48 +22,15 @@ from pathlib import Path
 
 from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
 from tests.alpaca_trading_server import NY, NYSE_HOLIDAYS, AlpacaTradingServer, Holding, TradingState
+from tests.conftest import TINY_RUN
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY, SECRET = "PKDEMOKEY0000000000", "demo-secret-0000000000000000"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
 TRAIN = [
-    "--data",
-    "alpaca",
-    "--tickers",
-    ",".join(TICKERS),
-    "--start",
-    "2022-01-03",
-    "--end",
-    "2023-12-29",
-    "--window",
-    "5",
-    "--num_envs",
-    "4",
-    "--n_steps",
-    "16",
-    "--batch_size",
-    "32",
-    "--epochs",
-    "2",
-    "--episode_length",
-    "16",
-    "--stage1_hidden",
-    "8",
-    "--feature_dim",
-    "8",
-    "--stage2_hidden",
-    "16",
-    "--num_gpus",
-    "0",
-    "--no-progress",
-    "--threads",
-    "1",
-    "--hmax",
-    "5000",
-    "--num_episodes",
-    "8",
-    "--run_name",
-    "demo",
+    *["--data", "alpaca", "--tickers", ",".join(TICKERS), "--start", "2022-01-03", "--end", "2023-12-29"],
+    *TINY_RUN,
+    *["--hmax", "5000", "--num_episodes", "8", "--run_name", "demo"],
 ]
 
 
