@@ -22,6 +22,7 @@ read back, an interrupted training resumes from its latest.pt.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -193,11 +194,13 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
 def run_ensemble(study_dir: Path, cells: list[Cell], device: torch.device | str = "cpu") -> PolicyRun:
     """The ensemble of ``cells`` (the seeds of one configuration, all finished): in each window their selected
     checkpoints act as one (`clstm_ppo.agent.ensemble`) on the window's traded days, the portfolio carried from
-    window to window as each cell's is; the windows stitched into one record. Kept in ``ensembles/<cells>.npz``."""
+    window to window as each cell's is; the windows stitched into one record. Kept in ``ensembles/<digest>.npz``, the
+    digest of the member cells' names (12 seeds of a varied configuration outgrow a file name)."""
     spec = StudySpec.load(study_dir)
     cfg = cells[0].config(spec.base_config)
     markets = load_markets(study_dir / "prepared", market_key(cfg))
-    path = study_dir / "ensembles" / ("+".join(c.name for c in cells) + ".npz")
+    members_key = hashlib.sha256("+".join(c.name for c in cells).encode()).hexdigest()[:16]
+    path = study_dir / "ensembles" / f"{members_key}.npz"
     if path.is_file():
         return _load_run(path, markets[0].data.tickers)[0]
     runs: list[PolicyRun] = []
