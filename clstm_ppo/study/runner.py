@@ -20,7 +20,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,113 +149,212 @@ def run_cells(
     :return: counts {"done", "failed", "interrupted"} of the cells run now; raises KeyboardInterrupt-free: a
         signal stops the running cells gracefully and returns with "interrupted" counted.
     """
+    todo = _cells_to_run(study_dir, cells, log)
+    pool = _CellPool(study_dir, layout, todo, total=len(cells), log=log, on_done=on_done, cell_episodes=cell_episodes)
+    with _signals_handled_by(pool.on_signal):
+        pool.run()
+    return pool.counts_with_signal()
+
+
+def _cells_to_run(study_dir: Path, cells: list[Cell], log: Any) -> list[Cell]:
+    """The cells not done yet (saying how many of them an earlier run finished)."""
     todo = [c for c in cells if read_status(study_dir / "cells" / c.name)["status"] != "done"]
     skipped = len(cells) - len(todo)
     if skipped:
         log(f"[study] {skipped} of {len(cells)} cells already done (kept)")
-    counts = {"done": 0, "failed": 0, "interrupted": 0}
-    running: dict[int, tuple[subprocess.Popen, Cell, int, float]] = {}  # pid -> (process, cell, slot, start)
-    free_slots = list(range(layout.workers))
-    stop: list[tuple[int, float]] = []  # (signal, when)
-    cell_seconds: list[float] = []
-    estimated = False
-    next_look = 0.0
+    return todo
 
-    def estimate(seconds_per_cell: float, what: str) -> None:
-        waves = math.ceil(len(todo) / layout.workers)
-        log(
-            f"[study] {what}: about {_duration(seconds_per_cell)} per cell, {_duration(waves * seconds_per_cell)} "
-            f"for the {len(todo)} cell(s) on {layout.workers} worker(s)"
+
+@contextmanager
+def _signals_handled_by(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM go to ``handler`` inside the block; the previous handlers come back after it."""
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler_before in previous.items():
+            signal.signal(sig, handler_before)
+
+
+@dataclass
+class _Job:
+    """A cell's process while it runs."""
+
+    proc: subprocess.Popen
+    cell: Cell
+    slot: int  # the worker slot it holds (which GPU it sees)
+    began: float  # time.perf_counter() when it started
+
+
+def _start_cell(study_dir: Path, cell: Cell, slot: int, layout: Layout) -> subprocess.Popen:
+    """Start ``cell``'s process in worker ``slot``, its output appended to the cell's log.txt."""
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "CLSTM_PPO_STUDY_DEVICE": "cuda" if layout.gpus else "cpu",
+    }
+    if layout.gpus:  # the cell sees one GPU; slots go round the GPUs
+        env["CUDA_VISIBLE_DEVICES"] = str(slot % layout.gpus)
+    (study_dir / "cells" / cell.name).mkdir(parents=True, exist_ok=True)
+    with open(study_dir / "cells" / cell.name / "log.txt", "ab") as out:
+        return subprocess.Popen(
+            _cell_command(study_dir, cell, layout.threads),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
 
-    def on_signal(signum: int, _frame: Any) -> None:
-        stop.append((signum, time.perf_counter()))
-        for proc, *_ in running.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)  # the cell's trainer finishes its update, saves, exits
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        queue = list(todo)
-        while queue or running:
-            while queue and free_slots and not stop:
-                cell, slot = queue.pop(0), free_slots.pop(0)
-                env = {
-                    **os.environ,
-                    "PYTHONUNBUFFERED": "1",
-                    "CLSTM_PPO_STUDY_DEVICE": "cuda" if layout.gpus else "cpu",
-                }
-                if layout.gpus:  # the cell sees one GPU; slots go round the GPUs
-                    env["CUDA_VISIBLE_DEVICES"] = str(slot % layout.gpus)
-                (study_dir / "cells" / cell.name).mkdir(parents=True, exist_ok=True)
-                with open(study_dir / "cells" / cell.name / "log.txt", "ab") as out:
-                    proc = subprocess.Popen(
-                        _cell_command(study_dir, cell, layout.threads),
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        env=env,
-                        start_new_session=True,
-                    )
-                running[proc.pid] = (proc, cell, slot, time.perf_counter())
-            if not running:
+def _settled_status(cell_dir: Path, code: int) -> tuple[str, dict[str, Any]]:
+    """A finished cell's state (done, failed, interrupted) and status; recorded failed if it died without a word."""
+    status = read_status(cell_dir)
+    state = status["status"] if status["status"] in ("done", "failed", "interrupted") else "failed"
+    if state == "failed" and status["status"] != "failed":  # died without a word: killed, OOM
+        write_status(
+            cell_dir,
+            "failed",
+            error=f"the cell's process exited with status {code} (killed, or out of memory?); see its log.txt",
+        )
+        status = read_status(cell_dir)
+    return state, status
+
+
+class _CellPool:
+    """The cells of one `run_cells` call: those waiting, those running, what they came to, the time they take."""
+
+    def __init__(
+        self,
+        study_dir: Path,
+        layout: Layout,
+        todo: list[Cell],
+        *,
+        total: int,
+        log: Any,
+        on_done: Callable[[Cell], None] | None,
+        cell_episodes: int,
+    ) -> None:
+        """Nothing started yet: ``todo`` waits for ``layout.workers`` free slots."""
+        self.study_dir = study_dir
+        self.layout = layout
+        self.todo = todo
+        self.total = total  # cells in the study (or shard), the done ones included
+        self.skipped = total - len(todo)
+        self.log = log
+        self.on_done = on_done
+        self.cell_episodes = cell_episodes
+        self.counts = {"done": 0, "failed": 0, "interrupted": 0}
+        self.running: dict[int, _Job] = {}  # by pid
+        self.free_slots = list(range(layout.workers))
+        self.stop: list[tuple[int, float]] = []  # (signal, when)
+        self.cell_seconds: list[float] = []
+        self.estimated = False
+        self.next_look = 0.0
+
+    def on_signal(self, signum: int, _frame: Any) -> None:
+        """Note the stop and ask each running cell to stop."""
+        self.stop.append((signum, time.perf_counter()))
+        for job in self.running.values():
+            if job.proc.poll() is None:
+                job.proc.send_signal(signal.SIGTERM)  # the cell's trainer finishes its update, saves, exits
+
+    def run(self) -> None:
+        """Start cells as workers free up until all have run (or a stop lets the running ones end)."""
+        queue = list(self.todo)
+        while queue or self.running:
+            self.start_cells(queue)
+            if not self.running:
                 break
             time.sleep(0.2)
-            if not estimated and cell_episodes and time.perf_counter() >= next_look:
-                next_look = time.perf_counter() + 2.0
-                _, first, _, began = next(iter(running.values()))
-                episodes = _episodes_done(study_dir / "cells" / first.name)
-                if episodes >= max(1, cell_episodes // 10):
-                    took = time.perf_counter() - began
-                    estimated = True
-                    estimate(took / episodes * cell_episodes, f"first cell: {episodes} episodes in {took:,.0f} s")
-            for pid, (proc, cell, slot, began) in list(running.items()):
-                code = proc.poll()
-                if code is None:
-                    if stop and (len(stop) > 1 or time.perf_counter() - stop[0][1] > STOP_GRACE_S):
-                        proc.kill()  # a second signal, or a stop taking too long
-                    continue
-                del running[pid]
-                free_slots.append(slot)
-                status = read_status(study_dir / "cells" / cell.name)
-                state = status["status"] if status["status"] in ("done", "failed", "interrupted") else "failed"
-                if state == "failed" and status["status"] != "failed":  # died without a word: killed, OOM
-                    write_status(
-                        study_dir / "cells" / cell.name,
-                        "failed",
-                        error=f"the cell's process exited with "
-                        f"status {code} (killed, or out of memory?); see its log.txt",
-                    )
-                    status = read_status(study_dir / "cells" / cell.name)
-                if stop and state != "done":
-                    state = "interrupted"
-                counts[state] += 1
-                if state == "done":
-                    cell_seconds.append(time.perf_counter() - began)
-                    if on_done is not None:
-                        on_done(cell)
-                    if not estimated:
-                        estimated = True
-                        estimate(cell_seconds[0], f"first cell done in {cell_seconds[0]:,.0f} s")
-                finished = counts["done"] + counts["failed"]
-                left = len(todo) - finished - counts["interrupted"]
-                # cells run layout.workers at a time: the left ones take their mean time per wave of workers
-                per_cell = sum(cell_seconds) / len(cell_seconds) if cell_seconds else float("nan")
-                eta = per_cell * left / min(layout.workers, max(left, 1))
-                what = {
-                    "done": f"done in {time.perf_counter() - began:,.0f} s",
-                    "failed": f"FAILED: {status.get('error', '')}",
-                    "interrupted": "interrupted",
-                }[state]
-                log(
-                    f"[study] {cell.name} {what} | {skipped + counts['done']}/{len(cells)} done, {counts['failed']} failed, "
-                    f"{max(left, 0)} left" + (f" | ETA {_duration(eta)}" if left > 0 and cell_seconds else "")
-                )
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if stop:
-        counts["signal"] = stop[0][0]
-    return counts
+            self.estimate_from_first_episodes()
+            self.collect_finished()
+
+    def start_cells(self, queue: list[Cell]) -> None:
+        """Start the next cells of ``queue`` on the free worker slots (none once stopping)."""
+        while queue and self.free_slots and not self.stop:
+            cell, slot = queue.pop(0), self.free_slots.pop(0)
+            proc = _start_cell(self.study_dir, cell, slot, self.layout)
+            self.running[proc.pid] = _Job(proc, cell, slot, time.perf_counter())
+
+    def estimate_from_first_episodes(self) -> None:
+        """Print the wall-time estimate once the first running cell has trained a tenth of its episodes."""
+        if self.estimated or not self.cell_episodes or time.perf_counter() < self.next_look:
+            return
+        self.next_look = time.perf_counter() + 2.0
+        first = next(iter(self.running.values()))
+        episodes = _episodes_done(self.study_dir / "cells" / first.cell.name)
+        if episodes >= max(1, self.cell_episodes // 10):
+            took = time.perf_counter() - first.began
+            self.estimated = True
+            self.log_estimate(took / episodes * self.cell_episodes, f"first cell: {episodes} episodes in {took:,.0f} s")
+
+    def log_estimate(self, seconds_per_cell: float, what: str) -> None:
+        """Print the estimated time per cell and for all the cells to run."""
+        waves = math.ceil(len(self.todo) / self.layout.workers)
+        self.log(
+            f"[study] {what}: about {_duration(seconds_per_cell)} per cell, {_duration(waves * seconds_per_cell)} "
+            f"for the {len(self.todo)} cell(s) on {self.layout.workers} worker(s)"
+        )
+
+    def collect_finished(self) -> None:
+        """Settle each cell whose process has exited; kill those a stop waits on too long."""
+        for pid, job in list(self.running.items()):
+            code = job.proc.poll()
+            if code is None:
+                self.kill_if_stop_overdue(job)
+                continue
+            del self.running[pid]
+            self.free_slots.append(job.slot)
+            self.finish(job, code)
+
+    def kill_if_stop_overdue(self, job: _Job) -> None:
+        """Kill a running cell on a second signal, or when a stop has taken longer than `STOP_GRACE_S`."""
+        if self.stop and (len(self.stop) > 1 or time.perf_counter() - self.stop[0][1] > STOP_GRACE_S):
+            job.proc.kill()  # a second signal, or a stop taking too long
+
+    def finish(self, job: _Job, code: int) -> None:
+        """Count a cell whose process exited with ``code``, record it when done, print the progress."""
+        state, status = _settled_status(self.study_dir / "cells" / job.cell.name, code)
+        if self.stop and state != "done":
+            state = "interrupted"
+        self.counts[state] += 1
+        if state == "done":
+            self.record_done(job)
+        self.log_progress(job, state, status)
+
+    def record_done(self, job: _Job) -> None:
+        """Keep a done cell's time, hand it to ``on_done``, estimate the wall time from it if nothing has yet."""
+        self.cell_seconds.append(time.perf_counter() - job.began)
+        if self.on_done is not None:
+            self.on_done(job.cell)
+        if not self.estimated:
+            self.estimated = True
+            self.log_estimate(self.cell_seconds[0], f"first cell done in {self.cell_seconds[0]:,.0f} s")
+
+    def log_progress(self, job: _Job, state: str, status: dict[str, Any]) -> None:
+        """Print how a cell ended, the counts so far and the ETA of the cells left."""
+        counts = self.counts
+        finished = counts["done"] + counts["failed"]
+        left = len(self.todo) - finished - counts["interrupted"]
+        # cells run layout.workers at a time: the left ones take their mean time per wave of workers
+        per_cell = sum(self.cell_seconds) / len(self.cell_seconds) if self.cell_seconds else float("nan")
+        eta = per_cell * left / min(self.layout.workers, max(left, 1))
+        what = {
+            "done": f"done in {time.perf_counter() - job.began:,.0f} s",
+            "failed": f"FAILED: {status.get('error', '')}",
+            "interrupted": "interrupted",
+        }[state]
+        self.log(
+            f"[study] {job.cell.name} {what} | {self.skipped + counts['done']}/{self.total} done, "
+            f"{counts['failed']} failed, {max(left, 0)} left"
+            + (f" | ETA {_duration(eta)}" if left > 0 and self.cell_seconds else "")
+        )
+
+    def counts_with_signal(self) -> dict[str, int]:
+        """The counts, with the first stop's signal number as "signal" when a signal stopped the cells."""
+        if self.stop:
+            self.counts["signal"] = self.stop[0][0]
+        return self.counts
 
 
 def _duration(seconds: float) -> str:
@@ -285,6 +385,32 @@ def run_study(
     with ``unseal`` (recorded in the ledger). The study and each cell that finishes are appended to the ledger.
     """
     cells = spec.cells()
+    _check_before_writing(study_dir, spec, cells, ledger, max_cells)
+    mine = shard(cells, *shard_of) if shard_of else cells
+    t0 = time.perf_counter()
+    data, periods = plan(spec, mine)
+    _guard_holdout(study_dir, spec, ledger, data, periods, unseal=unseal, log=log)
+    prepare(study_dir, spec, mine, data, periods)
+    spec.save(study_dir)
+    entry = record_study(ledger, study_dir, spec)
+    prepare_s = time.perf_counter() - t0
+    _log_plan(spec, layout, mine, cells, periods, shard_of, prepare_s, log)
+    counts = run_cells(
+        study_dir,
+        mine,
+        layout,
+        log=log,
+        on_done=lambda cell: record_cells(ledger, study_dir, spec, entry, [cell]),
+        cell_episodes=episodes_per_cell(spec, len(periods)),
+    )
+    if "signal" in counts:
+        log("[study] stopped: finished cells are kept (and in the ledger); run the same command again to continue")
+        return 128 + counts["signal"]
+    return _report_study(study_dir, ledger, confidence=confidence, n_boot=n_boot, log=log)
+
+
+def _check_before_writing(study_dir: Path, spec: StudySpec, cells: list[Cell], ledger: Ledger, max_cells: int) -> None:
+    """Refuse a grid over ``max_cells``, an unwritable folder or ledger, or a folder holding another study."""
     if len(cells) > max_cells:
         raise UserError(
             f"the grid has {len(cells)} cells ({len(spec.policies)} policies x {len(spec.seeds)} seeds x "
@@ -295,9 +421,19 @@ def run_study(
     ledger.check_writable()
     if (study_dir / SPEC_FILE).is_file():
         StudySpec.load(study_dir).check_same(spec, study_dir)
-    mine = shard(cells, *shard_of) if shard_of else cells
-    t0 = time.perf_counter()
-    data, periods = plan(spec, mine)
+
+
+def _guard_holdout(
+    study_dir: Path,
+    spec: StudySpec,
+    ledger: Ledger,
+    data: MarketData,
+    periods: list[WalkPeriod],
+    *,
+    unseal: bool,
+    log: Any,
+) -> None:
+    """Refuse sealed days the study would train on or trade (unless ``unseal``, then say which are unsealed)."""
     days = iso_days(data)
     holdout = guard(  # a day trained on is as spent as a day traded: from the first training day on
         ledger,
@@ -311,10 +447,19 @@ def run_study(
     )
     for entry in holdout:
         log(f"[study] --unseal: {describe(entry)}")
-    prepare(study_dir, spec, mine, data, periods)
-    spec.save(study_dir)
-    entry = record_study(ledger, study_dir, spec)
-    prepare_s = time.perf_counter() - t0
+
+
+def _log_plan(
+    spec: StudySpec,
+    layout: Layout,
+    mine: list[Cell],
+    cells: list[Cell],
+    periods: list[WalkPeriod],
+    shard_of: tuple[int, int] | None,
+    prepare_s: float,
+    log: Any,
+) -> None:
+    """Print what is about to run: the cells, windows and episodes, and on what."""
     where = (
         f"{layout.gpus} GPU(s) x {layout.workers // max(layout.gpus, 1)}"
         if layout.gpus
@@ -325,17 +470,10 @@ def run_study(
         f"{len(periods)} walk-forward window(s), {episodes_per_cell(spec, len(periods)):,} training episodes per "
         f"cell, on {where}; data prepared in {prepare_s:.1f} s"
     )
-    counts = run_cells(
-        study_dir,
-        mine,
-        layout,
-        log=log,
-        on_done=lambda cell: record_cells(ledger, study_dir, spec, entry, [cell]),
-        cell_episodes=episodes_per_cell(spec, len(periods)),
-    )
-    if "signal" in counts:
-        log("[study] stopped: finished cells are kept (and in the ledger); run the same command again to continue")
-        return 128 + counts["signal"]
+
+
+def _report_study(study_dir: Path, ledger: Ledger, *, confidence: float, n_boot: int, log: Any) -> int:
+    """Write the study's report, print its verdict; return 1 when cells failed, else 0."""
     t1 = time.perf_counter()
     report = build_report(study_dir, ledger=ledger, confidence=confidence, n_boot=n_boot)
     c = report["cells"]
