@@ -306,7 +306,9 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     assert ensemble["members"] == ["mlp-s1", "mlp-s2"] and "## Ensembles of the seeds" in md
     by_cell = cells.set_index("cell")
     assert ensemble["members_mean"]["sharpe"] == pytest.approx(by_cell.loc[["mlp-s1", "mlp-s2"], "sharpe"].mean())
-    assert math.isfinite(ensemble["metrics"]["sharpe"]) and len(list((out / "ensembles").glob("*.npz"))) == 1
+    assert (
+        math.isfinite(ensemble["metrics"]["sharpe"]) and len(list((out / "ensembles").glob("*.npz"))) == 2
+    )  # one per configuration
     assert (out / "study.png").stat().st_size > 10_000
 
 
