@@ -32,9 +32,11 @@ from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials
 from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
 from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble
+from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key, traded_window
 from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.study.trials import record_cells, record_study
+from envs.data import MarketData
 from envs.execution import Terms
 
 UNTRAINED = "untrained"
@@ -72,13 +74,107 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     data = markets[0].data
     days, turbulent = traded_window(markets, base.env.turbulence_exit_days)
     dates = np.asarray(data.dates)[days.start : days.stop]
+    baselines = _baselines(spec, data, days, dates, turbulent)
+    bench = baselines[BUY_AND_HOLD]["values"]
+    cells, rows, by_group = _read_cells(study_dir, spec, bench, turbulent, rf)
+
+    study, counted = _ledger_trials(ledger, study_dir, spec, data)
+    A.add_deflated_sharpe(cells, counted, A.returns_of(bench, rf))
+    for entry in cells:
+        row = next(r for r in rows if r["cell"] == entry["cell"].name)
+        row.update({k: entry["policy"][k] for k in A.DEFLATED})
+
+    boot = max(500, n_boot // 5)  # draws of D-day series, heavier than the seed bootstrap's
+    baseline_intervals = {
+        name: S.sharpe_interval(A.returns_of(b["values"], rf), confidence=confidence, n_boot=boot, seed=k)
+        for k, (name, b) in enumerate(baselines.items())
+    }
+    groups = {
+        group: _group_statistics(group, entries, baselines, rf, confidence, n_boot, boot, i)
+        for i, (group, entries) in enumerate(by_group.items())
+    }
+    for i, (group, entries) in enumerate(by_group.items()):
+        if len(entries) >= 2:
+            groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, boot, i)
+    between = _between_groups(by_group, confidence=confidence, n_boot=boot)
+    family = _judge(groups, between, baseline_intervals[BUY_AND_HOLD], confidence)
+    report = {
+        "spec": spec.identity(),
+        "confidence": confidence,
+        "bootstrap": n_boot,
+        "traded": {
+            "first": str(dates[0])[:10],
+            "last": str(dates[-1])[:10],
+            "num_days": int(len(dates)),
+            "turbulent_days": int(turbulent.sum()),
+        },
+        "data": {"fingerprint": study.fingerprint, "tickers": list(data.tickers)},
+        "cells": {"total": len(rows), **{s: sum(r["status"] == s for r in rows) for s in CELL_STATES}},
+        "trials": {**counted._asdict(), "ledger": str(ledger.path), "first": study.first, "last": study.last},
+        "holdout": holdout_summary(ledger, data, str(iso_days(data)[markets[0].splits.train.start]), study.last),
+        "multiple_comparisons": {"method": "holm", "family_size": len(family), "alpha": 1.0 - confidence},
+        "baselines": {name: b["metrics"] for name, b in baselines.items()},
+        "baseline_sharpe_intervals": baseline_intervals,
+        "groups": groups,
+        "between": between,
+        **_overfitting(cells),
+    }
+    (study_dir / "study.json").write_text(json.dumps(jsonable(report), indent=2) + "\n", encoding="utf-8")
+    pd.DataFrame(rows).to_csv(study_dir / "cells.csv", index=False)
+    (study_dir / "study.md").write_text(_markdown(report, spec, rows), encoding="utf-8")
+    _plot(study_dir / "study.png", dates, by_group, baselines)
+    return report
+
+
+CELL_STATES = ("done", "failed", "interrupted", "running", "new")
+
+
+def _ledger_trials(ledger: Ledger, study_dir: Path, spec: StudySpec, data: MarketData) -> tuple[Any, Any]:
+    """Record this study and its cells in the ledger, then count every trial on these days of this data:
+    ``(the study's ledger record, the trials count)``."""
+    study = record_study(ledger, study_dir, spec)
+    record_cells(ledger, study_dir, spec, study, spec.cells())
+    counted = count_trials(
+        same_data_trials(
+            ledger,
+            fingerprint=study.fingerprint,
+            tickers=list(data.tickers),
+            witness=study.witness,
+            first=study.first,
+            last=study.last,
+        )
+    )
+    return study, counted
+
+
+def _judge(
+    groups: dict[str, Any], between: list[dict[str, Any]], buy_and_hold: dict[str, Any], confidence: float
+) -> list[dict[str, Any]]:
+    """Holm over every comparison of the study (each configuration against each baseline and its untrained
+    network, every pair), then each configuration's verdict against buy-and-hold; returns the family."""
+    family = [d for g in groups.values() for d in g["vs"].values()] + between
+    if family:
+        A.holm_family(family, confidence)
+    for group, g in groups.items():
+        g["verdict"] = A.verdict(
+            group, g["summary"], g["sharpe_interval"], g["vs"][BUY_AND_HOLD], buy_and_hold, confidence
+        )
+    return family
+
+
+def _baselines(
+    spec: StudySpec, data: MarketData, days: range, dates: np.ndarray, turbulent: np.ndarray
+) -> dict[str, dict[str, Any]]:
+    """The rule baselines (and the index, when given) on the traded days and the policies' terms:
+    ``{name: {"values": [D] dollars, "metrics": {...}}}``, buy-and-hold first."""
+    base = spec.base_config
+    rf = base.env.risk_free
     close = np.asarray(data.close)[days.start : days.stop]
     terms = Terms.of(data, base.env.execution, base.env.risk_free).days(days.start, days.stop)  # the policies'
     rules = rule_baselines(
         close, terms, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
     )
     bench = rules[BUY_AND_HOLD].values
-    bench_returns = A.returns_of(bench, rf)
     baselines = {
         name: {
             "values": run.values,
@@ -102,8 +198,17 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
         baselines["index"] = {"values": values, "metrics": A.curve_metrics(values, values, bench, risk_free=rf)}
     for b in baselines.values():
         b["metrics"].update(A.active_profile(b["values"], bench))
+    return baselines
 
-    cells, rows, by_group = [], [], {}
+
+def _read_cells(
+    study_dir: Path, spec: StudySpec, bench: np.ndarray, turbulent: np.ndarray, rf: float
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Every cell's cells.csv row, and the finished cells' records (metrics, [D] values and excess returns of the
+    policy and its untrained network), also grouped by configuration."""
+    cells: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    by_group: dict[str, list[dict[str, Any]]] = {}
     for cell in spec.cells():
         folder = study_dir / "cells" / cell.name
         status = read_status(folder)
@@ -118,120 +223,85 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
             "seconds": status.get("seconds"),
             "train_seconds": status.get("train_seconds"),
         }
+        rows.append(row)
         if status["status"] == "done" and (folder / "result.json").is_file():
-            result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
-            with np.load(folder / "result.npz", allow_pickle=False) as z:
-                values, untrained = z["values"], z["untrained_values"]
-                for record, prefix in ((result["policy"], ""), (result["untrained"], "untrained_")):
-                    record.update(
-                        A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench, turbulent)
-                    )
-                    record.update(A.active_profile(z[f"{prefix}values"], bench))
-            entry = {
-                "cell": cell,
-                "policy": result["policy"],
-                "untrained": result["untrained"],
-                "values": values,
-                "untrained_values": untrained,
-                "returns": A.returns_of(values, rf),
-                "untrained_returns": A.returns_of(untrained, rf),
-            }
+            entry = _read_cell(folder, cell, bench, turbulent, rf)
             cells.append(entry)
             by_group.setdefault(cell.group, []).append(entry)
-            row.update({k: v for k, v in result["policy"].items() if k in dict((t[0], 1) for t in A.TABLE)})
-            row.update(result.get("training", {}))  # final KL, clip fraction, training episodes' costs
-        rows.append(row)
+            row.update({k: v for k, v in entry["policy"].items() if k in dict((t[0], 1) for t in A.TABLE)})
+            row.update(entry.pop("training"))  # final KL, clip fraction, training episodes' costs
+    return cells, rows, by_group
 
-    # the ledger: this study and its cells, then every trial on these days of this data
-    study = record_study(ledger, study_dir, spec)
-    record_cells(ledger, study_dir, spec, study, spec.cells())
-    counted = count_trials(
-        same_data_trials(
-            ledger,
-            fingerprint=study.fingerprint,
-            tickers=list(data.tickers),
-            witness=study.witness,
-            first=study.first,
-            last=study.last,
-        )
-    )
-    A.add_deflated_sharpe(cells, counted, bench_returns)
-    for entry in cells:
-        row = next(r for r in rows if r["cell"] == entry["cell"].name)
-        row.update({k: entry["policy"][k] for k in A.DEFLATED})
-    keys = [t[0] for t in A.TABLE]
-    boot = max(500, n_boot // 5)  # draws of D-day series, heavier than the seed bootstrap's
-    baseline_intervals = {
-        name: S.sharpe_interval(A.returns_of(b["values"], rf), confidence=confidence, n_boot=boot, seed=k)
-        for k, (name, b) in enumerate(baselines.items())
+
+def _read_cell(folder: Path, cell: Cell, bench: np.ndarray, turbulent: np.ndarray, rf: float) -> dict[str, Any]:
+    """One finished cell's record: its result.json metrics with the exposure and active-return profiles added, and
+    the [D] dollar values and excess daily returns of the policy and of its untrained network."""
+    result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+    with np.load(folder / "result.npz", allow_pickle=False) as z:
+        values, untrained = z["values"], z["untrained_values"]
+        for record, prefix in ((result["policy"], ""), (result["untrained"], "untrained_")):
+            record.update(A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench, turbulent))
+            record.update(A.active_profile(z[f"{prefix}values"], bench))
+    return {
+        "cell": cell,
+        "policy": result["policy"],
+        "untrained": result["untrained"],
+        "values": values,
+        "untrained_values": untrained,
+        "returns": A.returns_of(values, rf),
+        "untrained_returns": A.returns_of(untrained, rf),
+        "training": result.get("training", {}),
     }
-    groups: dict[str, Any] = {}
-    for i, (group, entries) in enumerate(by_group.items()):
-        policy_returns = np.stack([e["returns"] for e in entries])
-        untrained_returns = np.stack([e["untrained_returns"] for e in entries])
-        summary = A.seed_summary([e["policy"] for e in entries], keys, confidence=confidence, n_boot=n_boot, seed=i)
-        untrained = A.seed_summary(
-            [e["untrained"] for e in entries],
-            [k for k in keys if k not in A.DEFLATED],
-            confidence=confidence,
-            n_boot=n_boot,
-            seed=i,
-        )
-        against = {
-            name: A.compare(policy_returns, A.returns_of(b["values"], rf), confidence=confidence, n_boot=boot, seed=i)
-            for name, b in baselines.items()
-        }
-        against[f"{UNTRAINED} {group}"] = A.compare(
-            policy_returns, untrained_returns, confidence=confidence, n_boot=boot, seed=i
-        )
-        groups[group] = {
-            "seeds": [e["cell"].seed for e in entries],
-            "summary": summary,
-            "untrained": untrained,
-            "sharpe_interval": S.sharpe_interval(policy_returns, confidence=confidence, n_boot=boot, seed=i),
-            "untrained_sharpe_interval": S.sharpe_interval(
-                untrained_returns, confidence=confidence, n_boot=boot, seed=i
-            ),
-            "vs": against,
-        }
-    for i, (group, entries) in enumerate(by_group.items()):
-        if len(entries) >= 2:
-            groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, boot, i)
-    between = _between_groups(by_group, confidence=confidence, n_boot=boot)
-    family = [d for g in groups.values() for d in g["vs"].values()] + between
-    if family:
-        A.holm_family(family, confidence)
-    for group, g in groups.items():
-        g["verdict"] = A.verdict(
-            group,
-            g["summary"],
-            g["sharpe_interval"],
-            g["vs"][BUY_AND_HOLD],
-            baseline_intervals[BUY_AND_HOLD],
-            confidence,
-        )
+
+
+def _group_statistics(
+    group: str,
+    entries: list[dict[str, Any]],
+    baselines: dict[str, dict[str, Any]],
+    rf: float,
+    confidence: float,
+    n_boot: int,
+    boot: int,
+    seed: int,
+) -> dict[str, Any]:
+    """One configuration's statistics: its seeds' metric summaries (trained and untrained), its Sharpe intervals
+    over days and seeds, and its paired differences against each baseline and its untrained network."""
+    policy_returns = np.stack([e["returns"] for e in entries])
+    untrained_returns = np.stack([e["untrained_returns"] for e in entries])
+    keys = [t[0] for t in A.TABLE]
+    summary = A.seed_summary([e["policy"] for e in entries], keys, confidence=confidence, n_boot=n_boot, seed=seed)
+    untrained = A.seed_summary(
+        [e["untrained"] for e in entries],
+        [k for k in keys if k not in A.DEFLATED],
+        confidence=confidence,
+        n_boot=n_boot,
+        seed=seed,
+    )
+    against = {
+        name: A.compare(policy_returns, A.returns_of(b["values"], rf), confidence=confidence, n_boot=boot, seed=seed)
+        for name, b in baselines.items()
+    }
+    against[f"{UNTRAINED} {group}"] = A.compare(
+        policy_returns, untrained_returns, confidence=confidence, n_boot=boot, seed=seed
+    )
+    return {
+        "seeds": [e["cell"].seed for e in entries],
+        "summary": summary,
+        "untrained": untrained,
+        "sharpe_interval": S.sharpe_interval(policy_returns, confidence=confidence, n_boot=boot, seed=seed),
+        "untrained_sharpe_interval": S.sharpe_interval(
+            untrained_returns, confidence=confidence, n_boot=boot, seed=seed
+        ),
+        "vs": against,
+    }
+
+
+def _overfitting(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The study's probability of backtest overfitting (4 cells or more) and its best cell with its deflated
+    Sharpe ratios."""
     pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
     best = max(cells, key=lambda e: e["policy"]["sharpe"]) if cells else None
-    counts = {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")}
-    report = {
-        "spec": spec.identity(),
-        "confidence": confidence,
-        "bootstrap": n_boot,
-        "traded": {
-            "first": str(dates[0])[:10],
-            "last": str(dates[-1])[:10],
-            "num_days": int(len(dates)),
-            "turbulent_days": int(turbulent.sum()),
-        },
-        "data": {"fingerprint": study.fingerprint, "tickers": list(data.tickers)},
-        "cells": {"total": len(rows), **counts},
-        "trials": {**counted._asdict(), "ledger": str(ledger.path), "first": study.first, "last": study.last},
-        "holdout": holdout_summary(ledger, data, str(iso_days(data)[markets[0].splits.train.start]), study.last),
-        "multiple_comparisons": {"method": "holm", "family_size": len(family), "alpha": 1.0 - confidence},
-        "baselines": {name: b["metrics"] for name, b in baselines.items()},
-        "baseline_sharpe_intervals": baseline_intervals,
-        "groups": groups,
-        "between": between,
+    return {
         "overfitting": pbo,
         "best_cell": None
         if best is None
@@ -241,11 +311,6 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
             **{k: best["policy"][k] for k in A.DEFLATED},
         },
     }
-    (study_dir / "study.json").write_text(json.dumps(jsonable(report), indent=2) + "\n", encoding="utf-8")
-    pd.DataFrame(rows).to_csv(study_dir / "cells.csv", index=False)
-    (study_dir / "study.md").write_text(_markdown(report, spec, rows), encoding="utf-8")
-    _plot(study_dir / "study.png", dates, by_group, baselines)
-    return report
 
 
 def _between_groups(
@@ -361,8 +426,45 @@ def _ensemble(
     }
 
 
+TABLE6 = (
+    ("cumulative_return", "pct"),
+    ("max_earning_rate", "pct"),
+    ("max_drawdown", "pct"),
+    ("appt", "dollars"),
+    ("sharpe", "ratio"),
+    ("exposure", "pct"),
+)
+"""The paper's Table 6 columns (CR, MER, MPB, APPT, SR) and the exposure, with how each is printed."""
+
+
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
-    c, t = report["cells"], report["traded"]
+    """study.md: the sections below, in order."""
+    lines = [
+        *_md_header(report, spec),
+        *_md_sharpe(report),
+        *_md_table6(report),
+        *_md_other_metrics(report),
+        *_md_differences(report),
+        *_md_ensembles(report),
+        *_md_between(report),
+        *_md_overfitting(report),
+    ]
+    failed = [r for r in rows if r["status"] != "done"]
+    if failed:
+        lines += ["", "## Cells not in the statistics", ""]
+        lines += [f"- `{r['cell']}`: {r['status']}" + (f": {r['error']}" if r.get("error") else "") for r in failed]
+    lines += [
+        "",
+        "Files: `study.json` (everything), `cells.csv` (one row per cell), `study.png`, `cells/<cell>/report/`.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _md_header(report: dict[str, Any], spec: StudySpec) -> list[str]:
+    """The data, the traded days and schedule, the cells, the trials count and seals, what the intervals
+    resample, and the verdicts."""
+    c, t, tr = report["cells"], report["traded"], report["trials"]
     base = spec.base
     mc = report["multiple_comparisons"]
     lines = [
@@ -377,15 +479,11 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
         f"Cells: {c['total']} ({c['done']} done, {c['failed']} failed, "
         f"{c['total'] - c['done'] - c['failed']} not finished); intervals are {report['confidence']:.0%}.",
         "",
-    ]
-    tr = report["trials"]
-    lines.append(
         f"These days have been traded by {_configurations(tr)} ({tr['num_trials']} trials: "
-        f"a configuration and a seed) so far, this study's included (trials ledger `{tr['ledger']}`)."
-    )
-    for entry in report["holdout"]:
-        lines.append(f"Sealed hold-out: {describe(entry)}.")
-    lines += [
+        f"a configuration and a seed) so far, this study's included (trials ledger `{tr['ledger']}`).",
+    ]
+    lines += [f"Sealed hold-out: {describe(entry)}." for entry in report["holdout"]]
+    return lines + [
         "",
         "## What the intervals resample",
         "",
@@ -397,6 +495,12 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
         "## Verdicts",
         "",
         *[f"- {g['verdict']}" for g in report["groups"].values()],
+    ]
+
+
+def _md_sharpe(report: dict[str, Any]) -> list[str]:
+    """Every configuration's, untrained network's and baseline's Sharpe with both intervals."""
+    lines = [
         "",
         "## Sharpe ratios",
         "",
@@ -412,36 +516,42 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
             lines.append(f"| {label} | {iv['sharpe']:.2f} | [{iv['lo']:.2f}, {iv['hi']:.2f}] | {only} |")
     for name, iv in report["baseline_sharpe_intervals"].items():
         lines.append(f"| {name} | {iv['sharpe']:.2f} | [{iv['lo']:.2f}, {iv['hi']:.2f}] (days only) | n/a |")
-    lines += [
+    return lines
+
+
+def _md_table6(report: dict[str, Any]) -> list[str]:
+    """The paper's Table 6 metrics, with intervals over seeds."""
+    lines = [
         "",
         "## The paper's Table 6 metrics (mean over seeds [interval over seeds, days fixed]; SR: see above)",
         "",
         "| | CR | MER | MPB | APPT | SR | exposure |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    six = [
-        ("cumulative_return", "pct"),
-        ("max_earning_rate", "pct"),
-        ("max_drawdown", "pct"),
-        ("appt", "dollars"),
-        ("sharpe", "ratio"),
-        ("exposure", "pct"),
-    ]
     for group, g in report["groups"].items():
         lines.append(
-            f"| {group} ({len(g['seeds'])} seeds) | " + " | ".join(_ci(g["summary"][k], kind) for k, kind in six) + " |"
+            f"| {group} ({len(g['seeds'])} seeds) | "
+            + " | ".join(_ci(g["summary"][k], kind) for k, kind in TABLE6)
+            + " |"
         )
-        lines.append(f"| {UNTRAINED} {group} | " + " | ".join(_ci(g["untrained"][k], kind) for k, kind in six) + " |")
+        lines.append(
+            f"| {UNTRAINED} {group} | " + " | ".join(_ci(g["untrained"][k], kind) for k, kind in TABLE6) + " |"
+        )
     for name, m in report["baselines"].items():
-        lines.append(f"| {name} | " + " | ".join(_fmt(m.get(k, math.nan), kind) for k, kind in six) + " |")
-    rest = [t for t in A.TABLE if t[0] not in dict(six)]
-    lines += [
+        lines.append(f"| {name} | " + " | ".join(_fmt(m.get(k, math.nan), kind) for k, kind in TABLE6) + " |")
+    return lines
+
+
+def _md_other_metrics(report: dict[str, Any]) -> list[str]:
+    """Every metric not in Table 6 (means over seeds), PSR and DSR among them."""
+    rest = [t for t in A.TABLE if t[0] not in dict(TABLE6)]
+    lines = [
         "",
         "## Every other metric (mean over seeds)",
         "",
         'PSR and DSR "vs 0" test a Sharpe ratio above 0; "vs B&H" test the active daily returns over '
         'equal-weight buy-and-hold on the same days (a long-only book in a rising market passes "vs 0" by its '
-        f"exposure alone). The DSRs deflate by the {tr['num_trials']} trials on these days in the ledger.",
+        f"exposure alone). The DSRs deflate by the {report['trials']['num_trials']} trials on these days in the ledger.",
         "",
         "| | " + " | ".join(col for _, col, _ in rest) + " |",
         "|---|" + "---:|" * len(rest),
@@ -450,7 +560,12 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
         lines.append(f"| {group} | " + " | ".join(_fmt(g["summary"][k]["mean"], kind) for k, _, kind in rest) + " |")
     for name, m in report["baselines"].items():
         lines.append(f"| {name} | " + " | ".join(_fmt(m.get(k, math.nan), kind) for k, _, kind in rest) + " |")
-    lines += [
+    return lines
+
+
+def _md_differences(report: dict[str, Any]) -> list[str]:
+    """Each configuration's paired Sharpe difference against each baseline, with its Holm verdict."""
+    lines = [
         "",
         "## Sharpe difference against each baseline (paired block bootstrap, days and seeds resampled)",
         "",
@@ -464,33 +579,49 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
                 f"{d['p_value']:.3f} | {d['p_holm']:.3f} | {'yes' if d['survives_holm'] else 'no'} | "
                 f"{d['seeds_beating']}/{d['num_seeds']} |"
             )
+    return lines
+
+
+def _md_ensembles(report: dict[str, Any]) -> list[str]:
+    """Each configuration's ensemble of seeds next to its members' means (nothing without one)."""
     ensembles = {group: g["ensemble"] for group, g in report["groups"].items() if "ensemble" in g}
-    if ensembles:
-        lines += [
-            "",
-            "## Ensembles of the seeds (the seeds' selected checkpoints acting on the mean of their target weights)",
-            "",
-            "| configuration | Sharpe [days resampled] | members' mean Sharpe | max drawdown (members) | "
-            "turnover/yr (members) | CR (members) |",
-            "|---|---:|---:|---:|---:|---:|",
-        ]
-        for group, e in ensembles.items():
-            m, mm, iv = e["metrics"], e["members_mean"], e["sharpe_interval"]
-            lines.append(
-                f"| {group} ({len(e['members'])} seeds) | {iv['sharpe']:.2f} [{iv['lo']:.2f}, {iv['hi']:.2f}] | "
-                f"{mm['sharpe']:.2f} | {_fmt(m['max_drawdown'], 'pct')} ({_fmt(mm['max_drawdown'], 'pct')}) | "
-                f"{_fmt(m['annual_turnover'], 'times')} ({_fmt(mm['annual_turnover'], 'times')}) | "
-                f"{_fmt(m['cumulative_return'], 'pct')} ({_fmt(mm['cumulative_return'], 'pct')}) |"
-            )
-    if report["between"]:
-        lines += [
-            "",
-            "## Configurations against each other (paired by seed, block bootstrap of daily returns)",
-            "",
-            *[f"- {between_verdict(pair, report['confidence'])}" for pair in report["between"]],
-        ]
-    pbo, best = report["overfitting"], report["best_cell"]
-    lines += ["", "## Overfitting", ""]
+    if not ensembles:
+        return []
+    lines = [
+        "",
+        "## Ensembles of the seeds (the seeds' selected checkpoints acting on the mean of their target weights)",
+        "",
+        "| configuration | Sharpe [days resampled] | members' mean Sharpe | max drawdown (members) | "
+        "turnover/yr (members) | CR (members) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for group, e in ensembles.items():
+        m, mm, iv = e["metrics"], e["members_mean"], e["sharpe_interval"]
+        lines.append(
+            f"| {group} ({len(e['members'])} seeds) | {iv['sharpe']:.2f} [{iv['lo']:.2f}, {iv['hi']:.2f}] | "
+            f"{mm['sharpe']:.2f} | {_fmt(m['max_drawdown'], 'pct')} ({_fmt(mm['max_drawdown'], 'pct')}) | "
+            f"{_fmt(m['annual_turnover'], 'times')} ({_fmt(mm['annual_turnover'], 'times')}) | "
+            f"{_fmt(m['cumulative_return'], 'pct')} ({_fmt(mm['cumulative_return'], 'pct')}) |"
+        )
+    return lines
+
+
+def _md_between(report: dict[str, Any]) -> list[str]:
+    """The verdicts of every pair of configurations (nothing with one configuration)."""
+    if not report["between"]:
+        return []
+    return [
+        "",
+        "## Configurations against each other (paired by seed, block bootstrap of daily returns)",
+        "",
+        *[f"- {between_verdict(pair, report['confidence'])}" for pair in report["between"]],
+    ]
+
+
+def _md_overfitting(report: dict[str, Any]) -> list[str]:
+    """The best cell's deflated Sharpe ratios and the probability of backtest overfitting."""
+    pbo, best, tr = report["overfitting"], report["best_cell"], report["trials"]
+    lines = ["", "## Overfitting", ""]
     if best is not None:
         lines.append(
             f"- The best cell of this study, `{best['cell']}`, has Sharpe {best['sharpe']:.2f}. Its deflated Sharpe "
@@ -506,16 +637,7 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
         else "- Probability of backtest overfitting: not computed "
         "(needs 4 or more finished cells and enough traded days)."
     )
-    failed = [r for r in rows if r["status"] != "done"]
-    if failed:
-        lines += ["", "## Cells not in the statistics", ""]
-        lines += [f"- `{r['cell']}`: {r['status']}" + (f": {r['error']}" if r.get("error") else "") for r in failed]
-    lines += [
-        "",
-        "Files: `study.json` (everything), `cells.csv` (one row per cell), `study.png`, `cells/<cell>/report/`.",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
 
 
 def _plot(
