@@ -409,6 +409,58 @@ def restore_acting(cks: list[Checkpoint], market: PreparedMarket, device: torch.
     return models[0] if len(models) == 1 else Ensemble(models, cks[0].cfg.env.action_mode)
 
 
+def _sampled_episodes(
+    ck: Checkpoint,
+    model: torch.nn.Module,
+    market: PreparedMarket,
+    period: Period,
+    device: torch.device | str,
+    *,
+    episodes: int,
+    seed: int,
+) -> tuple[PolicyRun, list[PolicyRun], dict[str, Any]]:
+    """``episodes`` runs with sampled actions (seeded on the CPU, so the same draws on cpu and cuda): the median
+    episode by cumulative return (it stands for them in the report files), every run, and the "stochastic"
+    section of report.json."""
+    generator = torch.Generator().manual_seed(seed)
+    runs = [
+        run_policy(ck, model, market, period, device, deterministic=False, generator=generator) for _ in range(episodes)
+    ]
+    rows = [
+        {
+            "episode": k + 1,
+            **M.summarize(r.values, trades=pd.DataFrame(result_of(ck, r, market, period, metadata={}).trades)),
+        }
+        for k, r in enumerate(runs)
+    ]
+    order = np.argsort([row["cumulative_return"] for row in rows], kind="stable")
+    median = int(order[(len(order) - 1) // 2])
+    summary = {
+        "episodes": episodes,
+        "seed": seed,
+        "episode_shown": median + 1,
+        "summary": _episode_summary(rows),
+        "runs": rows,
+    }
+    return runs[median], runs, summary
+
+
+def _write_episodes(
+    report: Any, folder: Path, dates: np.ndarray, runs: list[PolicyRun], summary: dict[str, Any]
+) -> None:
+    """Add the sampled episodes to a written report: report.json's "stochastic" section and equity_episodes.csv
+    (one column of [D] dollar values per episode)."""
+    path = report.paths["report"]
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    payload["stochastic"] = jsonable(summary)
+    payload["files"]["episodes"] = "equity_episodes.csv"
+    path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    frame = pd.DataFrame({"date": pd.to_datetime(dates).strftime("%Y-%m-%d")})
+    for k, r in enumerate(runs):
+        frame[f"episode_{k + 1}"] = r.values
+    frame.to_csv(folder / "equity_episodes.csv", index=False)
+
+
 def backtest(
     checkpoint: str | Path | list[str | Path],
     *,
@@ -468,47 +520,17 @@ def backtest(
         metadata["mode"] = f"{acting}, {describe_execution(ck.cfg.env.execution, market.data)}"
         run = run_policy(ck, model, market, period, device)
     else:
-        generator = torch.Generator().manual_seed(seed)  # CPU: the same draws on --device cpu and cuda
-        runs = [
-            run_policy(ck, model, market, period, device, deterministic=False, generator=generator)
-            for _ in range(episodes)
-        ]
-        rows = [
-            {
-                "episode": k + 1,
-                **M.summarize(r.values, trades=pd.DataFrame(result_of(ck, r, market, period, metadata={}).trades)),
-            }
-            for k, r in enumerate(runs)
-        ]
-        # The median episode by cumulative return stands for the distribution in the report files.
-        order = np.argsort([row["cumulative_return"] for row in rows], kind="stable")
-        median = int(order[(len(order) - 1) // 2])
-        run = runs[median]
+        run, runs, summary = _sampled_episodes(ck, model, market, period, device, episodes=episodes, seed=seed)
         metadata["mode"] = (
             f"stochastic: {episodes} sampled episode(s), seed {seed}, "
             f"{describe_execution(ck.cfg.env.execution, market.data)}"
         )
-        metadata["episode_shown"] = median + 1
-        summary = {
-            "episodes": episodes,
-            "seed": seed,
-            "episode_shown": median + 1,
-            "summary": _episode_summary(rows),
-            "runs": rows,
-        }
+        metadata["episode_shown"] = summary["episode_shown"]
     report = write_report(
         result_of(ck, run, market, period, metadata=metadata, index_values=index_values), folder, risk_free=risk_free
     )
     if summary is not None:
-        path = report.paths["report"]
-        payload = json.loads(path.read_text(encoding="utf-8"))
-        payload["stochastic"] = jsonable(summary)
-        payload["files"]["episodes"] = "equity_episodes.csv"
-        path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-        frame = pd.DataFrame({"date": pd.to_datetime(dates).strftime("%Y-%m-%d")})
-        for k, r in enumerate(runs):
-            frame[f"episode_{k + 1}"] = r.values
-        frame.to_csv(folder / "equity_episodes.csv", index=False)
+        _write_episodes(report, folder, dates, runs, summary)
     return Backtest(
         checkpoint=ck,
         period=period,
@@ -576,28 +598,9 @@ class Comparison:
     holdout: list[dict[str, Any]] = field(default_factory=list)  # sealed days traded with --unseal (holdout_summary)
 
 
-def compare(
-    checkpoints: list[str | Path],
-    *,
-    labels: str | None = None,
-    data: str | None = None,
-    split: str = "test",
-    start: str | None = None,
-    end: str | None = None,
-    out: str | Path | None = None,
-    risk_free: float | None = None,
-    device: torch.device | str = "cpu",
-    ledger: str | Path | None = None,
-    unseal: bool = False,
-) -> Comparison:
-    """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
-    earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
-    `backtest` (sealed days are refused unless ``unseal``). An entry ``A.pt+B.pt+C.pt`` is an ensemble of those
-    checkpoints (`open_members`), compared as one policy."""
-    groups = [[with_risk_free(c, risk_free) for c in open_members(str(p).split("+"))] for p in checkpoints]
-    cks = [g[0] for g in groups]
-    names = comparison_labels([c.path for c in cks], labels)
-    names = [n if len(g) == 1 else f"{n} (ensemble of {len(g)})" for n, g in zip(names, groups, strict=True)]
+def _check_comparable(cks: list[Checkpoint]) -> None:
+    """Refuse, in one line, checkpoints that cannot share one table: other tickers, capital, fills or interest
+    than the first one's."""
     first = cks[0]
     for ck in cks[1:]:
         if ck.tickers != first.tickers:
@@ -630,10 +633,21 @@ def compare(
                 f"{ck.path} was trained with --risk_free {ck.cfg.env.risk_free:g}, {first.path} with "
                 f"{first.cfg.env.risk_free:g}; pass --risk_free to compare them at one rate"
             )
-    # Longest lookback of all checkpoints, so every policy's first observation is real data.
+
+
+def _comparison_period(
+    cks: list[Checkpoint],
+    market_data: MarketData,
+    market0: PreparedMarket,
+    *,
+    split: str,
+    start: str | None,
+    end: str | None,
+) -> Period:
+    """The compared days: ``start``/``end``, else the first checkpoint's split, with the longest lookback of all
+    checkpoints before them, so that every policy's first observation is real data."""
+    first = cks[0]
     widest = max(cks, key=lambda c: c.window)
-    market_data = load_backtest_data(first, data=data, start=start, end=end)
-    market0 = restore_market(first, market_data)
     period = resolve_period(
         restore_market(widest, market_data) if widest is not first else market0,
         split=split,
@@ -647,9 +661,20 @@ def compare(
             raise UserError(
                 f"{widest.path} needs {widest.window - 1} lookback days before the period; pass a later --start"
             )
-    holdout = check_holdout(
-        market0, period, [c.path for g in groups for c in g], ledger=Ledger(ledger), unseal=unseal, command="compare"
-    )
+    return period
+
+
+def _compared_runs(
+    groups: list[list[Checkpoint]],
+    names: list[str],
+    market0: PreparedMarket,
+    market_data: MarketData,
+    period: Period,
+    device: torch.device | str,
+) -> tuple[dict[str, np.ndarray], dict[str, Any], list[dict[str, Any]]]:
+    """Each entry (a checkpoint or an ensemble) through the period, then buy-and-hold with the first entry's costs
+    and fills: ``{label: [D] dollar values}``, ``{label: trades}`` and each entry's metadata."""
+    first = groups[0][0]
     curves: dict[str, np.ndarray] = {}
     trades: dict[str, Any] = {}
     baseline = None
@@ -673,6 +698,40 @@ def compare(
         )
     assert baseline is not None
     curves["buy-and-hold"], trades["buy-and-hold"] = baseline.baseline_values, baseline.baseline_trades
+    return curves, trades, runs_meta
+
+
+def compare(
+    checkpoints: list[str | Path],
+    *,
+    labels: str | None = None,
+    data: str | None = None,
+    split: str = "test",
+    start: str | None = None,
+    end: str | None = None,
+    out: str | Path | None = None,
+    risk_free: float | None = None,
+    device: torch.device | str = "cpu",
+    ledger: str | Path | None = None,
+    unseal: bool = False,
+) -> Comparison:
+    """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
+    earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
+    `backtest` (sealed days are refused unless ``unseal``). An entry ``A.pt+B.pt+C.pt`` is an ensemble of those
+    checkpoints (`open_members`), compared as one policy."""
+    groups = [[with_risk_free(c, risk_free) for c in open_members(str(p).split("+"))] for p in checkpoints]
+    cks = [g[0] for g in groups]
+    names = comparison_labels([c.path for c in cks], labels)
+    names = [n if len(g) == 1 else f"{n} (ensemble of {len(g)})" for n, g in zip(names, groups, strict=True)]
+    first = cks[0]
+    _check_comparable(cks)
+    market_data = load_backtest_data(first, data=data, start=start, end=end)
+    market0 = restore_market(first, market_data)
+    period = _comparison_period(cks, market_data, market0, split=split, start=start, end=end)
+    holdout = check_holdout(
+        market0, period, [c.path for g in groups for c in g], ledger=Ledger(ledger), unseal=unseal, command="compare"
+    )
+    curves, trades, runs_meta = _compared_runs(groups, names, market0, market_data, period, device)
     dates = np.asarray(market_data.dates)[period.days.start : period.days.stop]
     folder = Path(out) if out else first.path.parent / f"compare-{period.label}"
     metadata = {

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clstm_ppo.trading.broker import Broker, Endpoint, calendar_window, resolve_endpoint
+from clstm_ppo.trading.broker import Account, Broker, Endpoint, Position, calendar_window, resolve_endpoint
 from clstm_ppo.trading.decision import Decision, check_tradable, decide, load_trading_market, replay_days
 from clstm_ppo.trading.journal import Journal
 from clstm_ppo.trading.orders import (
@@ -38,9 +38,10 @@ from clstm_ppo.trading.orders import (
     wait_for_fills,
 )
 from clstm_ppo.trading.schedule import NoSessionToday, decision_session
-from clstm_ppo.training.checkpoint import open_checkpoint, restore_policy
+from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_policy
 from envs.alpaca import load_credentials, redact_url
 from envs.errors import UserError
+from envs.features import PreparedMarket
 
 Say = Callable[[str], None]
 
@@ -113,59 +114,13 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
         ck, session.day, history_start=opts.history_start, data_url=opts.data_url, cache_dir=opts.data_cache_dir
     )
     days = replay_days(ck, market, opts.replay_start)
-    account = broker.account()
-    positions = broker.positions()
-    if opts.submit and (account.blocked or account.status.upper() not in ("ACTIVE", "")):
-        raise UserError(
-            f"the {endpoint.label} account {account.number} cannot trade (status {account.status}, "
-            "trading or account blocked); nothing was sent"
-        )
+    account, shares, unknown = _holdings(broker, endpoint, market, submit=opts.submit)
     tickers = [str(t) for t in market.data.tickers]
-    shorts = [s for s, p in positions.items() if s in tickers and p.qty < 0]
-    if shorts:
-        raise UserError(
-            f"the account is short {', '.join(shorts)}; the policy trades long only: close the short "
-            "positions first; nothing was sent"
-        )
-    shares = np.array([positions[t].qty if t in positions else 0.0 for t in tickers], dtype=np.float64)
-    unknown = {s: p for s, p in positions.items() if s not in tickers}
 
     model = restore_policy(ck, market, torch.device(opts.device))
     decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
     ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
-    journal.record(
-        "decision",
-        day=day,
-        checkpoint=str(ck.path),
-        account={
-            "number": account.number,
-            "cash": account.cash,
-            "equity": account.equity,
-            "buying_power": account.buying_power,
-        },
-        positions={t: float(q) for t, q in zip(tickers, shares, strict=True) if q},
-        unknown_positions={s: p.qty for s, p in unknown.items()},
-        **{k: v for k, v in decision.to_json().items() if k != "day"},
-        plan=[
-            {
-                "ticker": o.ticker,
-                "side": o.side,
-                "shares": o.shares,
-                "price": o.price,
-                "value": o.value,
-                "reason": o.reason,
-                "client_order_id": cid,
-            }
-            for o, cid in zip(decision.orders, ids, strict=True)
-        ],
-    )
-    journal.put_equity(
-        day,
-        equity=account.equity,
-        cash=account.cash,
-        long_market_value=account.long_market_value,
-        backtest_value=decision.backtest_value,
-    )
+    _journal_decision(journal, day, ck, account, dict(zip(tickers, shares, strict=True)), unknown, decision, ids)
 
     for line in plan_lines(
         decision,
@@ -189,6 +144,86 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
             say(f"no orders today; journal: {journal.trades_path}")
         return TradeResult(decision, [], folder)
 
+    outcomes, problems = _send(broker, decision, ids, journal, say, day=day, opts=opts)
+    return TradeResult(decision, outcomes, folder, problems)
+
+
+def _holdings(
+    broker: Broker, endpoint: Endpoint, market: PreparedMarket, *, submit: bool
+) -> tuple[Account, np.ndarray, dict[str, Position]]:
+    """The account, its [N] shares of the market's tickers, and its positions in other symbols; refuses an
+    account that cannot trade (when submitting) or holds a short position in the universe."""
+    account = broker.account()
+    positions = broker.positions()
+    if submit and (account.blocked or account.status.upper() not in ("ACTIVE", "")):
+        raise UserError(
+            f"the {endpoint.label} account {account.number} cannot trade (status {account.status}, "
+            "trading or account blocked); nothing was sent"
+        )
+    tickers = [str(t) for t in market.data.tickers]
+    shorts = [s for s, p in positions.items() if s in tickers and p.qty < 0]
+    if shorts:
+        raise UserError(
+            f"the account is short {', '.join(shorts)}; the policy trades long only: close the short "
+            "positions first; nothing was sent"
+        )
+    shares = np.array([positions[t].qty if t in positions else 0.0 for t in tickers], dtype=np.float64)
+    unknown = {s: p for s, p in positions.items() if s not in tickers}
+    return account, shares, unknown
+
+
+def _journal_decision(
+    journal: Journal,
+    day: str,
+    ck: Checkpoint,
+    account: Account,
+    held: dict[str, float],
+    unknown: dict[str, Position],
+    decision: Decision,
+    ids: list[str],
+) -> None:
+    """Journal the day's decision (account, positions, the decision and its plan with client order ids) and the
+    account's equity next to the backtest's."""
+    journal.record(
+        "decision",
+        day=day,
+        checkpoint=str(ck.path),
+        account={
+            "number": account.number,
+            "cash": account.cash,
+            "equity": account.equity,
+            "buying_power": account.buying_power,
+        },
+        positions={t: float(q) for t, q in held.items() if q},
+        unknown_positions={s: p.qty for s, p in unknown.items()},
+        **{k: v for k, v in decision.to_json().items() if k != "day"},
+        plan=[
+            {
+                "ticker": o.ticker,
+                "side": o.side,
+                "shares": o.shares,
+                "price": o.price,
+                "value": o.value,
+                "reason": o.reason,
+                "client_order_id": cid,
+            }
+            for o, cid in zip(decision.orders, ids, strict=True)
+        ],
+    )
+    journal.put_equity(
+        day,
+        equity=account.equity,
+        cash=account.cash,
+        long_market_value=account.long_market_value,
+        backtest_value=decision.backtest_value,
+    )
+
+
+def _send(
+    broker: Broker, decision: Decision, ids: list[str], journal: Journal, say: Say, *, day: str, opts: TradeOptions
+) -> tuple[list[OrderOutcome], int]:
+    """Send the plan's orders, wait for their fills, say each one and a summary: the outcomes and how many
+    orders did not go out."""
     outcomes = send_orders(broker, list(zip(decision.orders, ids, strict=True)), journal, say, day=day)
     states = wait_for_fills(
         broker, outcomes, journal, say, day=day, wait_seconds=opts.wait_seconds, poll_seconds=opts.poll_seconds
@@ -209,7 +244,7 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
             "missing -- orders already at the broker are recognised by their client ids"
         )
     say(f"{summary}; journal: {journal.trades_path}")
-    return TradeResult(decision, outcomes, folder, problems)
+    return outcomes, problems
 
 
 def _fill_text(o: OrderOutcome) -> str:
