@@ -26,16 +26,16 @@ import pandas as pd
 
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.backtest import read_index
-from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, rule_baselines
+from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, BaselineRun, rule_baselines
 from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
-from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials
+from clstm_ppo.evaluation.ledger import Ledger, TrialCount, count_trials, same_data_trials
 from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
 from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key, traded_window
 from clstm_ppo.study.spec import StudySpec
-from clstm_ppo.study.trials import record_cells, record_study
+from clstm_ppo.study.trials import StudyData, record_cells, record_study
 from envs.data import MarketData
 from envs.execution import Terms
 
@@ -76,40 +76,26 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     dates = np.asarray(data.dates)[days.start : days.stop]
     baselines = _baselines(spec, data, days, dates, turbulent)
     bench = baselines[BUY_AND_HOLD]["values"]
-    cells, rows, by_group = _read_cells(study_dir, spec, bench, turbulent, rf)
+    cells, rows, by_group = _read_cells(study_dir, spec, bench, turbulent)
 
-    study, counted = _ledger_trials(ledger, study_dir, spec, data)
-    A.add_deflated_sharpe(cells, counted, A.returns_of(bench, rf))
-    for entry in cells:
-        row = next(r for r in rows if r["cell"] == entry["cell"].name)
-        row.update({k: entry["policy"][k] for k in A.DEFLATED})
-
+    # the ledger: this study and its cells, then every trial on these days of this data
+    study = record_study(ledger, study_dir, spec)
+    record_cells(ledger, study_dir, spec, study, spec.cells())
+    counted = _trials_on_these_days(ledger, study, data)
+    _deflate(cells, rows, counted, A.returns_of(bench, rf))
     boot = max(500, n_boot // 5)  # draws of D-day series, heavier than the seed bootstrap's
-    baseline_intervals = {
-        name: S.sharpe_interval(A.returns_of(b["values"], rf), confidence=confidence, n_boot=boot, seed=k)
-        for k, (name, b) in enumerate(baselines.items())
-    }
-    groups = {
-        group: _group_statistics(group, entries, baselines, rf, confidence, n_boot, boot, i)
-        for i, (group, entries) in enumerate(by_group.items())
-    }
-    for i, (group, entries) in enumerate(by_group.items()):
-        if len(entries) >= 2:
-            groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, boot, i)
+    baseline_intervals = _baseline_intervals(baselines, rf, confidence=confidence, n_boot=boot)
+    groups = _groups(study_dir, base, by_group, baselines, confidence=confidence, n_boot=n_boot, boot=boot)
     between = _between_groups(by_group, confidence=confidence, n_boot=boot)
-    family = _judge(groups, between, baseline_intervals[BUY_AND_HOLD], confidence)
+    family = _judge(groups, between, baseline_intervals, confidence)
+    pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
     report = {
         "spec": spec.identity(),
         "confidence": confidence,
         "bootstrap": n_boot,
-        "traded": {
-            "first": str(dates[0])[:10],
-            "last": str(dates[-1])[:10],
-            "num_days": int(len(dates)),
-            "turbulent_days": int(turbulent.sum()),
-        },
+        "traded": _traded(dates, turbulent),
         "data": {"fingerprint": study.fingerprint, "tickers": list(data.tickers)},
-        "cells": {"total": len(rows), **{s: sum(r["status"] == s for r in rows) for s in CELL_STATES}},
+        "cells": {"total": len(rows), **_cell_counts(rows)},
         "trials": {**counted._asdict(), "ledger": str(ledger.path), "first": study.first, "last": study.last},
         "holdout": holdout_summary(ledger, data, str(iso_days(data)[markets[0].splits.train.start]), study.last),
         "multiple_comparisons": {"method": "holm", "family_size": len(family), "alpha": 1.0 - confidence},
@@ -117,7 +103,8 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
         "baseline_sharpe_intervals": baseline_intervals,
         "groups": groups,
         "between": between,
-        **_overfitting(cells),
+        "overfitting": pbo,
+        "best_cell": _best_cell(cells),
     }
     (study_dir / "study.json").write_text(json.dumps(jsonable(report), indent=2) + "\n", encoding="utf-8")
     pd.DataFrame(rows).to_csv(study_dir / "cells.csv", index=False)
@@ -126,15 +113,104 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     return report
 
 
-CELL_STATES = ("done", "failed", "interrupted", "running", "new")
+def _baselines(
+    spec: StudySpec, data: MarketData, days: range, dates: np.ndarray, turbulent: np.ndarray
+) -> dict[str, dict[str, Any]]:
+    """The baselines on the traded days (each rule, and the spec's index if any): equity curve and metrics."""
+    env = spec.base_config.env
+    rf = env.risk_free
+    close = np.asarray(data.close)[days.start : days.stop]
+    terms = Terms.of(data, env.execution, env.risk_free).days(days.start, days.stop)  # the policies'
+    rules = rule_baselines(close, terms, dates, turbulent, env.initial_amount, env.buy_cost_pct, env.sell_cost_pct)
+    bench = rules[BUY_AND_HOLD].values
+    baselines = {
+        name: {"values": run.values, "metrics": _rule_metrics(run, bench, turbulent, rf)} for name, run in rules.items()
+    }
+    if spec.index:
+        level = read_index(spec.index, dates)
+        values = level / level[0] * env.initial_amount
+        baselines["index"] = {"values": values, "metrics": A.curve_metrics(values, values, bench, risk_free=rf)}
+    for b in baselines.values():
+        b["metrics"].update(A.active_profile(b["values"], bench))
+    return baselines
 
 
-def _ledger_trials(ledger: Ledger, study_dir: Path, spec: StudySpec, data: MarketData) -> tuple[Any, Any]:
-    """Record this study and its cells in the ledger, then count every trial on these days of this data:
-    ``(the study's ledger record, the trials count)``."""
-    study = record_study(ledger, study_dir, spec)
-    record_cells(ledger, study_dir, spec, study, spec.cells())
-    counted = count_trials(
+def _rule_metrics(run: BaselineRun, bench: np.ndarray, turbulent: np.ndarray, rf: float) -> dict[str, float]:
+    """One rule baseline's metrics: its curve's, with trades and costs, and its exposure profile."""
+    metrics = A.curve_metrics(
+        run.values,
+        run.holdings_value,
+        bench,
+        trades=run.num_trades,
+        costs=run.costs,
+        traded_value=run.traded_value,
+        risk_free=rf,
+    )
+    metrics.update(A.exposure_profile(run.values, run.holdings_value, bench, turbulent))
+    return metrics
+
+
+def _read_cells(
+    study_dir: Path, spec: StudySpec, bench: np.ndarray, turbulent: np.ndarray
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Every cell's cells.csv row, and the finished cells' records (all of them, and by configuration)."""
+    rf = spec.base_config.env.risk_free
+    table = {t[0] for t in A.TABLE}
+    cells, rows, by_group = [], [], {}
+    for cell in spec.cells():
+        folder = study_dir / "cells" / cell.name
+        status = read_status(folder)
+        row = _cell_row(cell, status)
+        if status["status"] == "done" and (folder / "result.json").is_file():
+            entry, result = _finished_cell(folder, cell, bench, turbulent, rf)
+            cells.append(entry)
+            by_group.setdefault(cell.group, []).append(entry)
+            row.update({k: v for k, v in result["policy"].items() if k in table})
+            row.update(result.get("training", {}))  # final KL, clip fraction, training episodes' costs
+        rows.append(row)
+    return cells, rows, by_group
+
+
+def _cell_row(cell: Cell, status: dict[str, Any]) -> dict[str, Any]:
+    """A cell's cells.csv row before its metrics: name, configuration, seed, variant, status, error, seconds."""
+    return {
+        "cell": cell.name,
+        "group": cell.group,
+        "policy": cell.policy,
+        "seed": cell.seed,
+        **{f"vary_{k}": v for k, v in cell.variant},
+        "status": status["status"],
+        "error": status.get("error", ""),
+        "seconds": status.get("seconds"),
+        "train_seconds": status.get("train_seconds"),
+    }
+
+
+def _finished_cell(
+    folder: Path, cell: Cell, bench: np.ndarray, turbulent: np.ndarray, rf: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A finished cell's record for the statistics (metrics, curves, excess returns) and its result.json."""
+    result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
+    with np.load(folder / "result.npz", allow_pickle=False) as z:
+        values, untrained = z["values"], z["untrained_values"]
+        for record, prefix in ((result["policy"], ""), (result["untrained"], "untrained_")):
+            record.update(A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench, turbulent))
+            record.update(A.active_profile(z[f"{prefix}values"], bench))
+    entry = {
+        "cell": cell,
+        "policy": result["policy"],
+        "untrained": result["untrained"],
+        "values": values,
+        "untrained_values": untrained,
+        "returns": A.returns_of(values, rf),
+        "untrained_returns": A.returns_of(untrained, rf),
+    }
+    return entry, result
+
+
+def _trials_on_these_days(ledger: Ledger, study: StudyData, data: MarketData) -> TrialCount:
+    """The ledger's count of trials on this study's days of this data (this study's included)."""
+    return count_trials(
         same_data_trials(
             ledger,
             fingerprint=study.fingerprint,
@@ -144,114 +220,48 @@ def _ledger_trials(ledger: Ledger, study_dir: Path, spec: StudySpec, data: Marke
             last=study.last,
         )
     )
-    return study, counted
 
 
-def _judge(
-    groups: dict[str, Any], between: list[dict[str, Any]], buy_and_hold: dict[str, Any], confidence: float
-) -> list[dict[str, Any]]:
-    """Holm over every comparison of the study (each configuration against each baseline and its untrained
-    network, every pair), then each configuration's verdict against buy-and-hold; returns the family."""
-    family = [d for g in groups.values() for d in g["vs"].values()] + between
-    if family:
-        A.holm_family(family, confidence)
-    for group, g in groups.items():
-        g["verdict"] = A.verdict(
-            group, g["summary"], g["sharpe_interval"], g["vs"][BUY_AND_HOLD], buy_and_hold, confidence
-        )
-    return family
+def _deflate(
+    cells: list[dict[str, Any]], rows: list[dict[str, Any]], counted: TrialCount, bench_returns: np.ndarray
+) -> None:
+    """Add the deflated Sharpe ratios (by the ledger's count of trials) to each finished cell's metrics and row."""
+    A.add_deflated_sharpe(cells, counted, bench_returns)
+    for entry in cells:
+        row = next(r for r in rows if r["cell"] == entry["cell"].name)
+        row.update({k: entry["policy"][k] for k in A.DEFLATED})
 
 
-def _baselines(
-    spec: StudySpec, data: MarketData, days: range, dates: np.ndarray, turbulent: np.ndarray
-) -> dict[str, dict[str, Any]]:
-    """The rule baselines (and the index, when given) on the traded days and the policies' terms:
-    ``{name: {"values": [D] dollars, "metrics": {...}}}``, buy-and-hold first."""
-    base = spec.base_config
-    rf = base.env.risk_free
-    close = np.asarray(data.close)[days.start : days.stop]
-    terms = Terms.of(data, base.env.execution, base.env.risk_free).days(days.start, days.stop)  # the policies'
-    rules = rule_baselines(
-        close, terms, dates, turbulent, base.env.initial_amount, base.env.buy_cost_pct, base.env.sell_cost_pct
-    )
-    bench = rules[BUY_AND_HOLD].values
-    baselines = {
-        name: {
-            "values": run.values,
-            "metrics": A.curve_metrics(
-                run.values,
-                run.holdings_value,
-                bench,
-                trades=run.num_trades,
-                costs=run.costs,
-                traded_value=run.traded_value,
-                risk_free=rf,
-            ),
-        }
-        for name, run in rules.items()
-    }
-    for name, run in rules.items():
-        baselines[name]["metrics"].update(A.exposure_profile(run.values, run.holdings_value, bench, turbulent))
-    if spec.index:
-        level = read_index(spec.index, dates)
-        values = level / level[0] * base.env.initial_amount
-        baselines["index"] = {"values": values, "metrics": A.curve_metrics(values, values, bench, risk_free=rf)}
-    for b in baselines.values():
-        b["metrics"].update(A.active_profile(b["values"], bench))
-    return baselines
-
-
-def _read_cells(
-    study_dir: Path, spec: StudySpec, bench: np.ndarray, turbulent: np.ndarray, rf: float
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Every cell's cells.csv row, and the finished cells' records (metrics, [D] values and excess returns of the
-    policy and its untrained network), also grouped by configuration."""
-    cells: list[dict[str, Any]] = []
-    rows: list[dict[str, Any]] = []
-    by_group: dict[str, list[dict[str, Any]]] = {}
-    for cell in spec.cells():
-        folder = study_dir / "cells" / cell.name
-        status = read_status(folder)
-        row = {
-            "cell": cell.name,
-            "group": cell.group,
-            "policy": cell.policy,
-            "seed": cell.seed,
-            **{f"vary_{k}": v for k, v in cell.variant},
-            "status": status["status"],
-            "error": status.get("error", ""),
-            "seconds": status.get("seconds"),
-            "train_seconds": status.get("train_seconds"),
-        }
-        rows.append(row)
-        if status["status"] == "done" and (folder / "result.json").is_file():
-            entry = _read_cell(folder, cell, bench, turbulent, rf)
-            cells.append(entry)
-            by_group.setdefault(cell.group, []).append(entry)
-            row.update({k: v for k, v in entry["policy"].items() if k in dict((t[0], 1) for t in A.TABLE)})
-            row.update(entry.pop("training"))  # final KL, clip fraction, training episodes' costs
-    return cells, rows, by_group
-
-
-def _read_cell(folder: Path, cell: Cell, bench: np.ndarray, turbulent: np.ndarray, rf: float) -> dict[str, Any]:
-    """One finished cell's record: its result.json metrics with the exposure and active-return profiles added, and
-    the [D] dollar values and excess daily returns of the policy and of its untrained network."""
-    result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
-    with np.load(folder / "result.npz", allow_pickle=False) as z:
-        values, untrained = z["values"], z["untrained_values"]
-        for record, prefix in ((result["policy"], ""), (result["untrained"], "untrained_")):
-            record.update(A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench, turbulent))
-            record.update(A.active_profile(z[f"{prefix}values"], bench))
+def _baseline_intervals(
+    baselines: dict[str, dict[str, Any]], rf: float, *, confidence: float, n_boot: int
+) -> dict[str, dict[str, float]]:
+    """Each baseline's Sharpe interval (days resampled: a baseline has no seeds)."""
     return {
-        "cell": cell,
-        "policy": result["policy"],
-        "untrained": result["untrained"],
-        "values": values,
-        "untrained_values": untrained,
-        "returns": A.returns_of(values, rf),
-        "untrained_returns": A.returns_of(untrained, rf),
-        "training": result.get("training", {}),
+        name: S.sharpe_interval(A.returns_of(b["values"], rf), confidence=confidence, n_boot=n_boot, seed=k)
+        for k, (name, b) in enumerate(baselines.items())
     }
+
+
+def _groups(
+    study_dir: Path,
+    base: Any,
+    by_group: dict[str, list[dict[str, Any]]],
+    baselines: dict[str, dict[str, Any]],
+    *,
+    confidence: float,
+    n_boot: int,
+    boot: int,
+) -> dict[str, Any]:
+    """Per configuration: its statistics over seeds, then the ensemble of its seeds where it has two or more."""
+    rf = base.env.risk_free
+    groups: dict[str, Any] = {}
+    for i, (group, entries) in enumerate(by_group.items()):
+        groups[group] = _group_statistics(group, entries, baselines, rf, confidence, n_boot, boot, i)
+    bench = baselines[BUY_AND_HOLD]["values"]
+    for i, (group, entries) in enumerate(by_group.items()):
+        if len(entries) >= 2:
+            groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, boot, i)
+    return groups
 
 
 def _group_statistics(
@@ -264,11 +274,10 @@ def _group_statistics(
     boot: int,
     seed: int,
 ) -> dict[str, Any]:
-    """One configuration's statistics: its seeds' metric summaries (trained and untrained), its Sharpe intervals
-    over days and seeds, and its paired differences against each baseline and its untrained network."""
+    """One configuration's seeds, metric summaries (trained and untrained), Sharpe intervals and differences."""
+    keys = [t[0] for t in A.TABLE]
     policy_returns = np.stack([e["returns"] for e in entries])
     untrained_returns = np.stack([e["untrained_returns"] for e in entries])
-    keys = [t[0] for t in A.TABLE]
     summary = A.seed_summary([e["policy"] for e in entries], keys, confidence=confidence, n_boot=n_boot, seed=seed)
     untrained = A.seed_summary(
         [e["untrained"] for e in entries],
@@ -296,21 +305,49 @@ def _group_statistics(
     }
 
 
-def _overfitting(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """The study's probability of backtest overfitting (4 cells or more) and its best cell with its deflated
-    Sharpe ratios."""
-    pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
-    best = max(cells, key=lambda e: e["policy"]["sharpe"]) if cells else None
+def _judge(
+    groups: dict[str, Any],
+    between: list[dict[str, Any]],
+    baseline_intervals: dict[str, dict[str, float]],
+    confidence: float,
+) -> list[dict[str, Any]]:
+    """Holm's correction over the study's comparisons, then each configuration's verdict; return the family."""
+    family = [d for g in groups.values() for d in g["vs"].values()] + between
+    if family:
+        A.holm_family(family, confidence)
+    for group, g in groups.items():
+        g["verdict"] = A.verdict(
+            group,
+            g["summary"],
+            g["sharpe_interval"],
+            g["vs"][BUY_AND_HOLD],
+            baseline_intervals[BUY_AND_HOLD],
+            confidence,
+        )
+    return family
+
+
+def _traded(dates: np.ndarray, turbulent: np.ndarray) -> dict[str, Any]:
+    """study.json's ``traded``: first and last traded day, how many days, how many with the turbulence stop on."""
     return {
-        "overfitting": pbo,
-        "best_cell": None
-        if best is None
-        else {
-            "cell": best["cell"].name,
-            "sharpe": best["policy"]["sharpe"],
-            **{k: best["policy"][k] for k in A.DEFLATED},
-        },
+        "first": str(dates[0])[:10],
+        "last": str(dates[-1])[:10],
+        "num_days": int(len(dates)),
+        "turbulent_days": int(turbulent.sum()),
     }
+
+
+def _cell_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many cells are in each status."""
+    return {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")}
+
+
+def _best_cell(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """study.json's ``best_cell``: the finished cell with the highest Sharpe and its deflated Sharpe ratios."""
+    if not cells:
+        return None
+    best = max(cells, key=lambda e: e["policy"]["sharpe"])
+    return {"cell": best["cell"].name, "sharpe": best["policy"]["sharpe"], **{k: best["policy"][k] for k in A.DEFLATED}}
 
 
 def _between_groups(
@@ -433,27 +470,23 @@ TABLE6 = (
     ("appt", "dollars"),
     ("sharpe", "ratio"),
     ("exposure", "pct"),
-)
-"""The paper's Table 6 columns (CR, MER, MPB, APPT, SR) and the exposure, with how each is printed."""
+)  # the paper's Table 6 columns (CR, MER, MPB, APPT, SR) and the exposure, with their formats
 
 
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
-    """study.md: the sections below, in order."""
+    """study.md: the opening lines, then one section after another, then the files."""
     lines = [
-        *_md_header(report, spec),
-        *_md_sharpe(report),
+        *_md_head(report, spec),
+        *_md_resampling(report),
+        *_md_verdicts(report),
+        *_md_sharpe_table(report),
         *_md_table6(report),
         *_md_other_metrics(report),
-        *_md_differences(report),
+        *_md_baseline_differences(report),
         *_md_ensembles(report),
-        *_md_between(report),
+        *_md_pairs(report),
         *_md_overfitting(report),
-    ]
-    failed = [r for r in rows if r["status"] != "done"]
-    if failed:
-        lines += ["", "## Cells not in the statistics", ""]
-        lines += [f"- `{r['cell']}`: {r['status']}" + (f": {r['error']}" if r.get("error") else "") for r in failed]
-    lines += [
+        *_md_not_in_statistics(rows),
         "",
         "Files: `study.json` (everything), `cells.csv` (one row per cell), `study.png`, `cells/<cell>/report/`.",
         "",
@@ -461,13 +494,11 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
     return "\n".join(lines)
 
 
-def _md_header(report: dict[str, Any], spec: StudySpec) -> list[str]:
-    """The data, the traded days and schedule, the cells, the trials count and seals, what the intervals
-    resample, and the verdicts."""
+def _md_head(report: dict[str, Any], spec: StudySpec) -> list[str]:
+    """study.md's title and opening lines: data, traded days, schedule, cells, trials count and seals."""
     c, t, tr = report["cells"], report["traded"], report["trials"]
     base = spec.base
-    mc = report["multiple_comparisons"]
-    lines = [
+    return [
         "# Study",
         "",
         f"Data `{base['data']}` (fingerprint `{report['data']['fingerprint']}`); traded {t['first']} .. {t['last']} "
@@ -481,9 +512,14 @@ def _md_header(report: dict[str, Any], spec: StudySpec) -> list[str]:
         "",
         f"These days have been traded by {_configurations(tr)} ({tr['num_trials']} trials: "
         f"a configuration and a seed) so far, this study's included (trials ledger `{tr['ledger']}`).",
+        *[f"Sealed hold-out: {describe(entry)}." for entry in report["holdout"]],
     ]
-    lines += [f"Sealed hold-out: {describe(entry)}." for entry in report["holdout"]]
-    return lines + [
+
+
+def _md_resampling(report: dict[str, Any]) -> list[str]:
+    """The section "What the intervals resample", Holm's correction for the verdicts included."""
+    mc = report["multiple_comparisons"]
+    return [
         "",
         "## What the intervals resample",
         "",
@@ -491,15 +527,16 @@ def _md_header(report: dict[str, Any], spec: StudySpec) -> list[str]:
         f"- **Verdicts** name the comparisons that survive Holm's family-wise correction over all {mc['family_size']} "
         f"comparisons of this study (each configuration against each baseline and its untrained network, and "
         f"every pair of configurations), at {mc['alpha']:.0%}; the unadjusted interval stays beside it.",
-        "",
-        "## Verdicts",
-        "",
-        *[f"- {g['verdict']}" for g in report["groups"].values()],
     ]
 
 
-def _md_sharpe(report: dict[str, Any]) -> list[str]:
-    """Every configuration's, untrained network's and baseline's Sharpe with both intervals."""
+def _md_verdicts(report: dict[str, Any]) -> list[str]:
+    """The section "Verdicts": one line per configuration against buy-and-hold."""
+    return ["", "## Verdicts", "", *[f"- {g['verdict']}" for g in report["groups"].values()]]
+
+
+def _md_sharpe_table(report: dict[str, Any]) -> list[str]:
+    """The Sharpe ratios table: each configuration and its untrained network with both intervals, the baselines."""
     lines = [
         "",
         "## Sharpe ratios",
@@ -520,7 +557,7 @@ def _md_sharpe(report: dict[str, Any]) -> list[str]:
 
 
 def _md_table6(report: dict[str, Any]) -> list[str]:
-    """The paper's Table 6 metrics, with intervals over seeds."""
+    """The paper's Table 6 metrics table: mean over seeds with intervals, the untrained networks, the baselines."""
     lines = [
         "",
         "## The paper's Table 6 metrics (mean over seeds [interval over seeds, days fixed]; SR: see above)",
@@ -529,21 +566,18 @@ def _md_table6(report: dict[str, Any]) -> list[str]:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for group, g in report["groups"].items():
+        summary, untrained = g["summary"], g["untrained"]
         lines.append(
-            f"| {group} ({len(g['seeds'])} seeds) | "
-            + " | ".join(_ci(g["summary"][k], kind) for k, kind in TABLE6)
-            + " |"
+            f"| {group} ({len(g['seeds'])} seeds) | " + " | ".join(_ci(summary[k], kind) for k, kind in TABLE6) + " |"
         )
-        lines.append(
-            f"| {UNTRAINED} {group} | " + " | ".join(_ci(g["untrained"][k], kind) for k, kind in TABLE6) + " |"
-        )
+        lines.append(f"| {UNTRAINED} {group} | " + " | ".join(_ci(untrained[k], kind) for k, kind in TABLE6) + " |")
     for name, m in report["baselines"].items():
         lines.append(f"| {name} | " + " | ".join(_fmt(m.get(k, math.nan), kind) for k, kind in TABLE6) + " |")
     return lines
 
 
 def _md_other_metrics(report: dict[str, Any]) -> list[str]:
-    """Every metric not in Table 6 (means over seeds), PSR and DSR among them."""
+    """The table of every metric not in Table 6 (PSR and DSR among them): mean over seeds, and the baselines."""
     rest = [t for t in A.TABLE if t[0] not in dict(TABLE6)]
     lines = [
         "",
@@ -563,8 +597,8 @@ def _md_other_metrics(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _md_differences(report: dict[str, Any]) -> list[str]:
-    """Each configuration's paired Sharpe difference against each baseline, with its Holm verdict."""
+def _md_baseline_differences(report: dict[str, Any]) -> list[str]:
+    """The table of each configuration's Sharpe difference against each baseline, with Holm's correction."""
     lines = [
         "",
         "## Sharpe difference against each baseline (paired block bootstrap, days and seeds resampled)",
@@ -583,7 +617,7 @@ def _md_differences(report: dict[str, Any]) -> list[str]:
 
 
 def _md_ensembles(report: dict[str, Any]) -> list[str]:
-    """Each configuration's ensemble of seeds next to its members' means (nothing without one)."""
+    """The ensembles table (none when no configuration has two finished seeds): ensemble against members' mean."""
     ensembles = {group: g["ensemble"] for group, g in report["groups"].items() if "ensemble" in g}
     if not ensembles:
         return []
@@ -606,8 +640,8 @@ def _md_ensembles(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _md_between(report: dict[str, Any]) -> list[str]:
-    """The verdicts of every pair of configurations (nothing with one configuration)."""
+def _md_pairs(report: dict[str, Any]) -> list[str]:
+    """The section on configurations against each other (none with a single configuration): one line per pair."""
     if not report["between"]:
         return []
     return [
@@ -619,7 +653,7 @@ def _md_between(report: dict[str, Any]) -> list[str]:
 
 
 def _md_overfitting(report: dict[str, Any]) -> list[str]:
-    """The best cell's deflated Sharpe ratios and the probability of backtest overfitting."""
+    """The section "Overfitting": the best cell's deflated Sharpe ratios and the probability of backtest overfitting."""
     pbo, best, tr = report["overfitting"], report["best_cell"], report["trials"]
     lines = ["", "## Overfitting", ""]
     if best is not None:
@@ -638,6 +672,19 @@ def _md_overfitting(report: dict[str, Any]) -> list[str]:
         "(needs 4 or more finished cells and enough traded days)."
     )
     return lines
+
+
+def _md_not_in_statistics(rows: list[dict[str, Any]]) -> list[str]:
+    """The list of cells left out of the statistics (failed or unfinished), with their errors; none if all done."""
+    failed = [r for r in rows if r["status"] != "done"]
+    if not failed:
+        return []
+    return [
+        "",
+        "## Cells not in the statistics",
+        "",
+        *[f"- `{r['cell']}`: {r['status']}" + (f": {r['error']}" if r.get("error") else "") for r in failed],
+    ]
 
 
 def _plot(
