@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import torch
 
@@ -85,27 +86,14 @@ def main(argv: list[str]) -> int:
     device = _device_and_threads(args)
     done = backtest(
         args.checkpoint,
-        data=args.data,
-        split=args.split,
-        start=args.start,
-        end=args.end,
-        out=args.out,
+        **_period_options(args),
         stochastic=args.stochastic,
         episodes=args.episodes,
         seed=args.seed,
         index=args.index,
-        risk_free=args.risk_free,
         device=device,
-        ledger=args.ledger,
-        unseal=args.unseal,
     )
-    for entry in done.holdout:
-        print(f"--unseal: {describe(entry)}")
-    d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
-    print(
-        f"backtest {done.checkpoint.path} | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "
-        f"{done.num_tickers} tickers | {done.mode}"
-    )
+    print(f"backtest {done.checkpoint.path} | {_said_period(done)}")
     if done.stochastic is not None:
         print(f"\nover {args.episodes} sampled episodes:")
         print(distribution_table(done.stochastic["summary"]))
@@ -116,6 +104,20 @@ def main(argv: list[str]) -> int:
         f"{', equity_episodes.csv' if done.stochastic is not None else ''})"
     )
     return 0
+
+
+def _period_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags `backtest` and `compare` share (`_common_flags`) as their keyword arguments."""
+    names = ("data", "split", "start", "end", "out", "risk_free", "ledger", "unseal")
+    return {name: getattr(args, name) for name in names}
+
+
+def _said_period(done: Any) -> str:
+    """Print the recorded unseals, then say a run's period, tickers and mode (the tail of its first line)."""
+    for entry in done.holdout:
+        print(f"--unseal: {describe(entry)}")
+    d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
+    return f"{done.period.source} {d0} .. {d1} ({len(done.dates)} days) | {done.num_tickers} tickers | {done.mode}"
 
 
 def compare_main(argv: list[str]) -> int:
@@ -132,26 +134,8 @@ def compare_main(argv: list[str]) -> int:
     _common_flags(parser)
     args = parser.parse_args(argv)
     device = _device_and_threads(args)
-    done = compare(
-        args.checkpoints,
-        labels=args.labels,
-        data=args.data,
-        split=args.split,
-        start=args.start,
-        end=args.end,
-        out=args.out,
-        risk_free=args.risk_free,
-        device=device,
-        ledger=args.ledger,
-        unseal=args.unseal,
-    )
-    for entry in done.holdout:
-        print(f"--unseal: {describe(entry)}")
-    d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
-    print(
-        f"compare {done.num_checkpoints} checkpoint(s) | {done.period.source} {d0} .. {d1} ({len(done.dates)} days) | "
-        f"{done.num_tickers} tickers | {done.mode}"
-    )
+    done = compare(args.checkpoints, labels=args.labels, **_period_options(args), device=device)
+    print(f"compare {done.num_checkpoints} checkpoint(s) | {_said_period(done)}")
     print(done.report.table)
     print(f"\nreport: {done.report.out_dir}  (compare.json, compare.csv, compare.png)")
     return 0
