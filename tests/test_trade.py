@@ -90,7 +90,7 @@ def _subprocess_env() -> dict[str, str]:
 class Trained:
     """The module's checkpoint, the bars it was trained on, and its recorded backtest."""
 
-    ckpt: Path
+    ckpt: Path | list[Path]  # several: an ensemble, traded and backtested as one policy
     bars: dict[str, list[dict[str, Any]]]
     trades: pd.DataFrame  # the backtest's trades.csv: date, ticker, side, shares, price, cost
     equity: pd.DataFrame  # the backtest's equity.csv: date, value, cash, holdings_value, baseline_value
@@ -125,62 +125,48 @@ class Trained:
         return sorted((r.ticker, r.side, float(r.shares)) for r in rows.itertuples())
 
 
-def train_and_backtest(root: Path, flags: list[str]) -> Trained:
-    """Train a tiny checkpoint on served bars with ``flags`` and backtest it with `clstm-ppo backtest`."""
+def train_and_backtest(root: Path, flags: list[str], seeds: tuple[int, ...] = (1,)) -> Trained:
+    """Train a tiny checkpoint on served bars with ``flags`` (one per seed: several make an ensemble) and backtest
+    it with `clstm-ppo backtest`."""
     bars = daily_bars(TICKERS, START, END)
+    names = ["alp"] if len(seeds) == 1 else [f"alp{seed}" for seed in seeds]
+    ckpts = [root / "ck" / name / "latest.pt" for name in names]
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=bars)) as data:
         common = ["--data_url", data.url, "--data_cache_dir", str(root / "cache")]
-        train = subprocess.run(
-            [
-                sys.executable,
-                SCRIPT,
-                *TINY,
-                *flags,
-                "--data",
-                "alpaca",
-                "--tickers",
-                ",".join(TICKERS),
-                "--start",
-                START,
-                "--end",
-                END,
-                *common,
-                "--checkpoint_dir",
-                str(root / "ck"),
-                "--run_name",
-                "alp",
-            ],
-            cwd=root,
-            env=_subprocess_env(),
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert train.returncode == 0, train.stderr
+        for name, seed in zip(names, seeds, strict=True):
+            _train(root, [*flags, "--seed", str(seed), *common, "--run_name", name])
         with pytest.MonkeyPatch.context() as mp:
             use_alpaca_keys(mp, KEY, SECRET)
-            assert (
-                cli.main(
-                    [
-                        "backtest",
-                        "--checkpoint",
-                        str(root / "ck" / "alp" / "latest.pt"),
-                        "--out",
-                        str(root / "bt"),
-                        "--threads",
-                        "1",
-                    ]
-                )
-                == 0
-            )
+            backtest = ["backtest", "--checkpoint", *map(str, ckpts), "--out", str(root / "bt"), "--threads", "1"]
+            assert cli.main(backtest) == 0
     report = json.loads((root / "bt" / "report.json").read_text())
     return Trained(
-        root / "ck" / "alp" / "latest.pt",
+        ckpts[0] if len(ckpts) == 1 else ckpts,
         bars,
         pd.read_csv(root / "bt" / "trades.csv"),
         pd.read_csv(root / "bt" / "equity.csv"),
         report["metadata"]["execution"],
     )
+
+
+def _train(root: Path, flags: list[str]) -> None:
+    """One tiny training run on the served bars (``flags`` name the server, the seed and the run)."""
+    train = subprocess.run(
+        [
+            sys.executable,
+            SCRIPT,
+            *TINY,
+            *["--data", "alpaca", "--tickers", ",".join(TICKERS), "--start", START, "--end", END],
+            *flags,
+            *["--checkpoint_dir", str(root / "ck")],
+        ],
+        cwd=root,
+        env=_subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert train.returncode == 0, train.stderr
 
 
 @pytest.fixture(scope="module")
@@ -192,6 +178,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
 @pytest.fixture(scope="module")
 def trained_weights(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     return train_and_backtest(tmp_path_factory.mktemp("trade-weights"), [])
+
+
+@pytest.fixture(scope="module")
+def trained_ensemble(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """Two seeds on the same bars, backtested (and traded) as one ensemble: target weights, next-open fills."""
+    return train_and_backtest(tmp_path_factory.mktemp("trade-ensemble"), [], seeds=(1, 2))
 
 
 @pytest.fixture(
@@ -266,7 +258,7 @@ def trade(capsys: pytest.CaptureFixture, trained: Trained, data: AlpacaTestServe
         [
             "trade",
             "--checkpoint",
-            str(trained.ckpt),
+            *map(str, trained.ckpt if isinstance(trained.ckpt, list) else [trained.ckpt]),
             "--data_url",
             data.url,
             "--data_cache_dir",
@@ -338,6 +330,36 @@ def test_plan_equals_the_backtest_trades_under_the_other_fills(
     module's ``trained`` fills at the close, ``trained_weights`` at the next open, the default)."""
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_other_fills.bars)) as data:
         check_plans_equal_backtest(trained_other_fills, env, data, capsys, monkeypatch)
+
+
+@pytest.mark.slow
+def test_an_ensembles_plan_equals_its_backtest_trades(
+    trained_ensemble: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`trade --checkpoint A B` plans exactly the trades `backtest --checkpoint A B` made, journals both members
+    and sends under its own order ids (an ensemble and its first member never share one)."""
+    with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_ensemble.bars)) as data:
+        check_plans_equal_backtest(trained_ensemble, env, data, capsys, monkeypatch)
+    decisions = [json.loads(line) for p in env.glob("j-*/trades.jsonl") for line in p.read_text().splitlines()]
+    decisions = [d for d in decisions if d["event"] == "decision"]
+    assert decisions and all(d["checkpoint"] == "+".join(map(str, trained_ensemble.ckpt)) for d in decisions)
+    ids = [o["client_order_id"] for d in decisions for o in d["plan"]]
+    assert ids and all("ensemble2" in cid for cid in ids)
+    with pytest.MonkeyPatch.context() as mp:  # the members differ: one alone would have planned other trades
+        use_alpaca_keys(mp, KEY, SECRET)
+        first = [
+            "backtest",
+            "--checkpoint",
+            str(trained_ensemble.ckpt[0]),
+            "--out",
+            str(env / "first"),
+            "--threads",
+            "1",
+        ]
+        assert cli.main(first) == 0
+    capsys.readouterr()
+    alone = pd.read_csv(env / "first" / "trades.csv")
+    assert not alone[["date", "ticker", "shares"]].equals(trained_ensemble.trades[["date", "ticker", "shares"]])
 
 
 def check_plans_equal_backtest(

@@ -46,7 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="clstm-ppo trade", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--checkpoint", required=True, help="checkpoint file (.pt), e.g. checkpoints/run/best.pt")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        nargs="+",
+        help="checkpoint file (.pt), e.g. checkpoints/run/best.pt; several: one ensemble acting on the mean of their "
+        "target weights, exactly as `clstm-ppo backtest --checkpoint A B C` (its own journal and order ids)",
+    )
     parser.add_argument(
         "--submit",
         action="store_true",
@@ -121,7 +127,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     result = run_trade(
         TradeOptions(
-            checkpoint=args.checkpoint,
+            checkpoint=args.checkpoint if len(args.checkpoint) > 1 else args.checkpoint[0],
             submit=args.submit,
             live=args.live,
             confirm_live=args.confirm_live_trading,
@@ -152,7 +158,9 @@ def build_report_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--checkpoint",
         default=None,
-        help="the traded checkpoint: its journal is trading-paper/ (trading-live/ with --live) beside it",
+        nargs="+",
+        help="the traded checkpoint (or an ensemble's checkpoints): its journal is trading-paper/ (trading-live/ "
+        "with --live; -ensemble<N> for an ensemble) beside the first one",
     )
     where.add_argument("--journal", default=None, help="the journal folder (holding trades.jsonl and equity.csv)")
     parser.add_argument("--live", action="store_true", help="with --checkpoint: the live journal, trading-live/")
@@ -166,7 +174,7 @@ def report_main(argv: list[str]) -> int:
     if args.journal:
         folder = args.journal
     else:
-        folder = str(default_journal(Path(args.checkpoint), Endpoint("", args.live)))
+        folder = str(default_journal(Path(args.checkpoint[0]), Endpoint("", args.live), len(args.checkpoint)))
     report = trade_report(folder, args.out)
     print(report_table(report))
     print(f"\nreport: {report.path}")

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from clstm_ppo.evaluation.backtest import open_members, restore_acting
 from clstm_ppo.trading.broker import Account, Broker, Endpoint, Position, calendar_window, resolve_endpoint
 from clstm_ppo.trading.decision import Decision, check_tradable, decide, load_trading_market, replay_days
 from clstm_ppo.trading.journal import Journal
@@ -38,7 +39,6 @@ from clstm_ppo.trading.orders import (
     wait_for_fills,
 )
 from clstm_ppo.trading.schedule import NoSessionToday, decision_session
-from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_policy
 from envs.alpaca import load_credentials, redact_url
 from envs.errors import UserError
 from envs.features import PreparedMarket
@@ -50,7 +50,7 @@ Say = Callable[[str], None]
 class TradeOptions:
     """The command's settings (see `clstm_ppo.cli.trade` for each flag's help)."""
 
-    checkpoint: str
+    checkpoint: str | list[str]  # several: an ensemble acting on the mean of their target weights
     submit: bool = False
     live: bool = False
     confirm_live: bool = False
@@ -76,9 +76,10 @@ class TradeResult:
     problems: int = 0
 
 
-def default_journal(checkpoint: Path, endpoint: Endpoint) -> Path:
-    """``trading-paper/`` (or ``trading-live/``) next to the checkpoint."""
-    return checkpoint.parent / f"trading-{endpoint.label}"
+def default_journal(checkpoint: Path, endpoint: Endpoint, members: int = 1) -> Path:
+    """``trading-paper/`` (or ``trading-live/``) next to the checkpoint; for an ensemble of ``members``
+    checkpoints, ``trading-paper-ensemble<members>/`` next to the first one (its own journal and order ids)."""
+    return checkpoint.parent / (f"trading-{endpoint.label}" + (f"-ensemble{members}" if members > 1 else ""))
 
 
 def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
@@ -86,10 +87,14 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     if opts.wait_seconds < 0 or opts.poll_seconds <= 0:
         raise UserError("--wait_seconds must be >= 0 and --poll_seconds > 0")
     endpoint = resolve_endpoint(live=opts.live, confirm_live=opts.confirm_live, url=opts.trading_url)
-    ck = open_checkpoint(opts.checkpoint)
-    check_tradable(ck, replay_start=opts.replay_start, history_start=opts.history_start, data_url=opts.data_url)
-    tag = run_tag(opts.order_tag or ck.cfg.run.run_name or ck.path.resolve().parent.name)
-    folder = Path(opts.journal) if opts.journal else default_journal(ck.path, endpoint)
+    cks = open_members([opts.checkpoint] if isinstance(opts.checkpoint, str | Path) else list(opts.checkpoint))
+    ck = cks[0]  # the members share its market and env settings (open_members)
+    for member in cks:
+        check_tradable(member, replay_start=opts.replay_start, history_start=opts.history_start, data_url=opts.data_url)
+    name = opts.order_tag or ck.cfg.run.run_name or ck.path.resolve().parent.name
+    tag = run_tag(name if len(cks) == 1 else f"{name}-ensemble{len(cks)}")
+    folder = Path(opts.journal) if opts.journal else default_journal(ck.path, endpoint, len(cks))
+    traded = "+".join(str(c.path) for c in cks)
     journal = Journal(folder, run=tag, endpoint=endpoint.label, mode="submit" if opts.submit else "dry_run")
     creds = load_credentials()
     journal.create_folder()
@@ -117,14 +122,14 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     account, shares, unknown = _holdings(broker, endpoint, market, submit=opts.submit)
     tickers = [str(t) for t in market.data.tickers]
 
-    model = restore_policy(ck, market, torch.device(opts.device))
+    model = restore_acting(cks, market, torch.device(opts.device))
     decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
     ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
-    _journal_decision(journal, day, ck, account, dict(zip(tickers, shares, strict=True)), unknown, decision, ids)
+    _journal_decision(journal, day, traded, account, dict(zip(tickers, shares, strict=True)), unknown, decision, ids)
 
     for line in plan_lines(
         decision,
-        ck_path=str(ck.path),
+        ck_path=traded,
         endpoint=endpoint,
         account_number=account.number,
         equity=account.equity,
@@ -175,7 +180,7 @@ def _holdings(
 def _journal_decision(
     journal: Journal,
     day: str,
-    ck: Checkpoint,
+    checkpoint: str,
     account: Account,
     held: dict[str, float],
     unknown: dict[str, Position],
@@ -187,7 +192,7 @@ def _journal_decision(
     journal.record(
         "decision",
         day=day,
-        checkpoint=str(ck.path),
+        checkpoint=checkpoint,
         account={
             "number": account.number,
             "cash": account.cash,
