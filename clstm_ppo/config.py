@@ -31,6 +31,19 @@ from envs.errors import UserError
 from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MODES
 
 POLICIES = ("clstm", "lstm", "mlp")
+OUTPUT_SETTINGS = (
+    "run_name",
+    "checkpoint_dir",
+    "progress",
+    "tensorboard",
+    "track",
+    "wandb_project",
+    "wandb_entity",
+    "threads",
+)
+"""Settings that say where a run writes, how it reports and on how many threads: never what it computes (but the
+order of floating-point sums). A study sets them for its cells, and the trials ledger does not tell configurations
+apart by them."""
 """The policy variants: the paper's cascaded LSTM, stage 2 alone on the current day, no recurrence."""
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
-from clstm_ppo.config import POLICIES, PRESETS, TrainConfig
+from clstm_ppo.config import OUTPUT_SETTINGS, POLICIES, PRESETS, TrainConfig
 from envs.errors import UserError
 
 # Settings the study decides for each cell and training run (the rest pass through to every cell).
@@ -30,8 +30,6 @@ STUDY_OWNED = frozenset(
     {
         "policy",
         "seed",
-        "run_name",
-        "checkpoint_dir",
         "resume",
         "init_weights",
         "num_gpus",
@@ -42,12 +40,7 @@ STUDY_OWNED = frozenset(
         "train_end",
         "validation_end",
         "test_end",
-        "progress",
-        "tensorboard",
-        "track",
-        "wandb_project",
-        "wandb_entity",
-        "threads",
+        *OUTPUT_SETTINGS,
     }
 )
 STUDY_NUM_EPISODES = 400

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from clstm_ppo.config import LEGACY, SETTINGS
+from clstm_ppo.config import LEGACY, OUTPUT_SETTINGS, SETTINGS
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.baselines import buy_and_hold
 from clstm_ppo.evaluation.fingerprint import data_fingerprint, market_witness
@@ -35,19 +35,7 @@ from envs.execution import Terms
 
 SCHEDULE = ("trade_start", "trade_end", "retrain", "retrain_from", "validation_days", "retrain_episodes")
 # Settings that do not change a cell's numbers, or name the data (which the fingerprint identifies instead).
-NOT_SETTINGS = (
-    "seed",
-    "data",
-    "run_name",
-    "checkpoint_dir",
-    "progress",
-    "tensorboard",
-    "track",
-    "wandb_project",
-    "wandb_entity",
-    "threads",
-    "log_every",
-)
+NOT_SETTINGS = ("seed", "data", "log_every", *OUTPUT_SETTINGS)
 
 
 def _digest(obj: Any) -> str:
