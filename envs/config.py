@@ -81,6 +81,11 @@ class EnvConfig:
         "with --action_mode weights: trade a stock only when its order is worth more than this fraction of the "
         "portfolio value",
     )
+    turnover_penalty: float = setting(
+        0.0,
+        "training's reward only: each dollar traded costs this much more in the reward than the portfolio pays "
+        "(0.002: the policy learns as if costs were 0.3 percent a side instead of 0.1); backtests and trading never pay it",
+    )
     execution: str = setting(
         "auto",
         "when an order decided on a day's close fills: close (that same close, the paper's: a look-ahead no trader "
@@ -117,6 +122,8 @@ class EnvConfig:
             raise UserError(f"--turbulence_exit_days must be at least 1, got {self.turbulence_exit_days}")
         if not -0.5 < self.risk_free < 1:
             raise UserError(f"--risk_free is an annual fraction in (-0.5, 1), e.g. 0.04; got {self.risk_free}")
+        if not 0 <= self.turnover_penalty < 1:
+            raise UserError(f"--turnover_penalty must be in [0, 1), got {self.turnover_penalty}")
         if not 0 <= self.rebalance_band < 1:
             raise UserError(f"--rebalance_band must be in [0, 1), got {self.rebalance_band}")
         for f in fields(self):  # settings given in code (not by a flag) are checked against their choices too

@@ -288,6 +288,18 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         s = self._s
         return obs, {"portfolio_value": s["value"].clone(), "cash": s["cash"].clone(), "day": self._day.clone()}
 
+    def _reward(self, value: Tensor, value_before: Tensor, shares_traded: Tensor, fill: Tensor) -> Tensor:
+        """Today's reward ``[B]`` float64 from the portfolio value after ``value`` and before ``value_before`` ``[B]``
+        ($): 100 x log return, or the change x reward_scaling. With ``turnover_penalty`` the value it is computed on
+        is lowered by that fraction of the dollars traded (``shares_traded [B, N]`` x ``fill [B, N]``): a cost the
+        reward charges and the portfolio never pays."""
+        cfg = self.config
+        if cfg.turnover_penalty:
+            value = value - cfg.turnover_penalty * (shares_traded.abs() * fill).sum(1)
+        if cfg.reward == "log_return":
+            return 100.0 * torch.log(value / value_before)
+        return (value - value_before) * cfg.reward_scaling
+
     def step(self, actions: Tensor | np.ndarray) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         """Trade at each env's current close, move one day on, auto-reset finished envs.
 
@@ -311,10 +323,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         day = day + 1
         cash, paid = self._carry(cash, s["shares"], shares, day)
         value = portfolio_value(cash, shares, self._close.index_select(0, day))
-        if cfg.reward == "log_return":
-            reward64 = 100.0 * torch.log(value / s["value"])
-        else:
-            reward64 = (value - s["value"]) * cfg.reward_scaling
+        reward64 = self._reward(value, s["value"], stats.shares_traded, fill)
 
         # Episode statistics, O(B): running sums of daily returns in excess of the risk-free rate, running peak.
         ret = value / s["value"] - 1.0 - self.terms.cash_rate

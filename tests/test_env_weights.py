@@ -38,3 +38,29 @@ def test_weights_encoding_sums_to_one_and_matches_the_portfolio():
         torch.testing.assert_close(out["shares"][1], out["weights"][1])
         market_cols = slice(1 + 2 * n, None)
         torch.testing.assert_close(out["shares"][0][..., market_cols], obs_w[..., market_cols])
+
+
+def test_the_turnover_penalty_charges_the_reward_and_never_the_portfolio():
+    data = generate_market(num_tickers=3, num_days=300, seed=6)
+    market = PreparedMarket.prepare(data, split_days(data, window=4), window=4)
+    penalty = 0.002
+    envs = {
+        c: VectorStockTradingEnv(market, num_envs=4, seed=2, config=EnvConfig(episode_length=30, turnover_penalty=c))
+        for c in (0.0, penalty)
+    }
+    gen = torch.Generator().manual_seed(1)
+    charged = 0
+    for _ in range(25):
+        before = envs[0.0]._s["value"].clone()
+        actions = torch.rand(4, market.num_tickers, generator=gen) * 2 - 1
+        out = {c: env.step(actions) for c, env in envs.items()}
+        info = out[0.0][4]
+        # the same trades, cash and values: the penalty is not paid
+        torch.testing.assert_close(out[penalty][4]["portfolio_value"], info["portfolio_value"], rtol=0, atol=0)
+        traded = (info["shares_traded"].abs() * info["fill_prices"]).sum(1)
+        value = info["portfolio_value"]
+        want = 100.0 * torch.log((value - penalty * traded) / before)
+        torch.testing.assert_close(out[penalty][1], want.float())
+        charged += int((out[penalty][1] < out[0.0][1]).sum())
+        assert bool((out[penalty][1] <= out[0.0][1]).all())
+    assert charged > 20  # most env-days trade with random target weights
