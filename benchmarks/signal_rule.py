@@ -1,0 +1,114 @@
+"""What a planted lead-lag signal is worth to a rule that knows it, traded like a policy (issue 27's denominator).
+
+A synthetic lead-lag market (`envs.synthetic`, ``signal_kind=lead_lag,lag=k``) moves ticker i+1 on day t+1 by
+ticker i's shock of day t+1-k. The hand rule reads that shock's day from the observation, as a policy would, and
+acts through the same env as the backtest: the same costs, fills (``--execution``), no-trade band and turbulence
+stop, on a finished study's traded days. Two rules, both causal:
+
+- ``sign``: target weights on the followers whose leader rose ("hold ticker i+1 after ticker i rose"): action +1 for
+  them, -1 for the rest (cash takes what is left; all cash when no leader rose).
+- ``scaled``: action = clip(leader's return / its training-days std, -1, 1): the follower's weight grows with the
+  size of the shock that moves it.
+
+Usage (a study on a lead-lag market with ``--retrain none``; its prepared market is reused)::
+
+    python benchmarks/signal_rule.py STUDY_DIR --lag 1 [--band 0.01 0.03] [--execution auto]
+
+Prints one row per rule and band: Sharpe on the traded days, return, turnover a year, costs, exposure, next to the
+study's buy-and-hold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from clstm_ppo.agent.evaluate import evaluate_policy
+from clstm_ppo.agent.model import RecurrentState
+from clstm_ppo.evaluation.metrics import summarize
+from clstm_ppo.study.markets import load_markets
+from envs.config import EnvConfig
+from envs.features import PreparedMarket
+from envs.state import StateLayout
+
+
+class LeadLagRule:
+    """A hand rule with the policy interface `evaluate_policy` drives (``act``, ``env_action``, no recurrent state).
+
+    Observations ``[1, T, F]``: the leader's return that moves its follower tomorrow is on window row ``-lag``,
+    standardised by the market's training-days statistics, which the rule undoes.
+    """
+
+    def __init__(self, market: PreparedMarket, lag: int, kind: str) -> None:
+        if market.window < lag:
+            raise SystemExit(f"the window ({market.window} days) must cover the lag ({lag} days)")
+        self.layout = StateLayout(market.num_tickers, len(market.indicator_names))
+        self.lag, self.kind = lag, kind
+        self.mean = torch.as_tensor(market.normalization.close_mean, dtype=torch.float64)
+        self.std = torch.as_tensor(market.normalization.close_std, dtype=torch.float64)
+        self.training = False
+
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
+        return RecurrentState.zeros(batch_size, 0, device)
+
+    def act(self, obs: Tensor, state: RecurrentState, start: Tensor, **_: object) -> tuple[Tensor, None, None, Any]:
+        """Actions ``[1, N]`` in [-1, 1] from the observation ``[1, T, F]``."""
+        scaled = obs[0, -self.lag, self.layout.prices].double()  # [N] standardised leader returns
+        raw = scaled * self.std + self.mean  # [N] daily log returns
+        leader = raw[:-1]  # ticker i leads ticker i + 1
+        if self.kind == "sign":
+            follow = torch.where(leader > 0, 1.0, -1.0)
+        else:
+            follow = (leader / self.std[:-1]).clamp(-1.0, 1.0)
+        action = torch.cat([torch.full((1,), -1.0, dtype=torch.float64), follow])  # ticker 0 follows nobody
+        return action.unsqueeze(0), None, None, state
+
+    def env_action(self, action: Tensor) -> Tensor:
+        return action
+
+    def eval(self) -> LeadLagRule:
+        return self
+
+    def train(self, mode: bool = True) -> LeadLagRule:
+        return self
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("study", type=Path, help="a finished study folder on a lead-lag market (--retrain none)")
+    parser.add_argument("--lag", type=int, default=1)
+    parser.add_argument("--band", type=float, nargs="+", default=[0.01])
+    parser.add_argument("--execution", default="auto")
+    args = parser.parse_args()
+    prepared = sorted((args.study / "prepared").glob("*.json"))
+    if not prepared:
+        raise SystemExit(f"{args.study}: no prepared market (is it a finished study folder?)")
+    market = load_markets(args.study / "prepared", prepared[0].stem)[0]
+    study = json.loads((args.study / "study.json").read_text())
+    bh = study["baselines"]["buy-and-hold"]
+    print(
+        f"{args.study.name}: {market.num_tickers} tickers, test days {market.splits.test.stop - market.splits.test.start}"
+    )
+    print(f"{'rule':<8} {'band':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'costs':>11} {'exposure':>8}")
+    for kind in ("sign", "scaled"):
+        for band in args.band:
+            config = EnvConfig(rebalance_band=band, execution=args.execution)
+            run = evaluate_policy(LeadLagRule(market, args.lag, kind), market, "test", config)
+            traded = float((np.abs(np.diff(run.holdings, axis=0)) * run.fill_prices[1:]).sum())
+            m = summarize(run.values, costs=float(run.costs.sum()), traded_value=traded)
+            exposure = float(np.mean(run.holdings_value / run.values))
+            print(
+                f"{kind:<8} {band:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
+                f"{m['annual_turnover']:>10.1f}x {m['total_costs']:>11,.0f} {exposure:>8.0%}"
+            )
+    print(f"buy-and-hold Sharpe {bh['sharpe']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
