@@ -90,8 +90,6 @@ def main() -> None:
     if not prepared:
         raise SystemExit(f"{args.study}: no prepared market (is it a finished study folder?)")
     market = load_markets(args.study / "prepared", prepared[0].stem)[0]
-    study = json.loads((args.study / "study.json").read_text())
-    bh = study["baselines"]["buy-and-hold"]
     print(
         f"{args.study.name}: {market.num_tickers} tickers, test days {market.splits.test.stop - market.splits.test.start}"
     )
@@ -107,7 +105,9 @@ def main() -> None:
                 f"{kind:<8} {band:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
                 f"{m['annual_turnover']:>10.1f}x {m['total_costs']:>11,.0f} {exposure:>8.0%}"
             )
-    print(f"buy-and-hold Sharpe {bh['sharpe']:.2f}")
+    report = args.study / "study.json"
+    if report.exists():  # a finished study: its buy-and-hold on the same days
+        print(f"buy-and-hold Sharpe {json.loads(report.read_text())['baselines']['buy-and-hold']['sharpe']:.2f}")
 
 
 if __name__ == "__main__":
