@@ -31,6 +31,9 @@ from envs.errors import UserError
 from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MODES
 
 POLICIES = ("clstm", "lstm", "mlp")
+STAGE1S = ("lstm", "conv")
+"""How clstm's stage 1 reads the T-day window: the paper's window LSTM, or a causal convolution whose kernel spans
+the window."""
 OUTPUT_SETTINGS = (
     "run_name",
     "checkpoint_dir",
@@ -161,7 +164,13 @@ class ModelConfig:
     policy: str = setting(
         "clstm", "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)", choices=POLICIES
     )
-    stage1_hidden: int = setting(128, "stage-1 LSTM hidden size")
+    stage1: str = setting(
+        "lstm",
+        "how clstm's stage 1 reads the T-day window: lstm (the paper's window LSTM) or conv (a causal convolution "
+        "whose kernel spans the window: one linear map of the T x F window to stage1_hidden, then tanh)",
+        choices=STAGE1S,
+    )
+    stage1_hidden: int = setting(128, "stage-1 LSTM (or convolution) hidden size")
     feature_dim: int = setting(128, "stage-1 output features")
     stage2_hidden: int = setting(512, "stage-2 actor and critic LSTM hidden size (MLP width for --policy mlp)")
     skip: bool = setting(

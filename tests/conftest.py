@@ -155,6 +155,7 @@ def files_under(folder: Path) -> set[str]:
 
 
 PAPER_NET = dict(
+    stage1="lstm",
     stage1_hidden=128,
     feature_dim=128,
     stage2_hidden=512,
@@ -183,6 +184,7 @@ def small_model(
     action_dist: str = "gaussian",
     log_std_max: float | None = None,
     skip: bool = False,
+    stage1: str = "lstm",
 ) -> ActorCritic:
     torch.manual_seed(0)
     return ActorCritic(
@@ -197,6 +199,7 @@ def small_model(
             action_dist=action_dist,
             log_std_max=log_std_max,
             skip=skip,
+            stage1=stage1,
         )
     )
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clstm_ppo.agent.model import run_lstm
+from clstm_ppo.agent.model import ModelSpec, run_lstm
+from clstm_ppo.agent.windows import Windows
 from tests.conftest import fake_rollout, small_model
 
 
@@ -35,11 +36,14 @@ def test_run_lstm_chunks_equal_step_by_step():
         ("mlp", "tanh", False),
         ("clstm", "tanh", True),
         ("lstm", "tanh", True),
+        ("clstm-conv", "tanh", True),
+        ("clstm-conv", "gaussian", False),
     ],
 )
 def test_update_recomputes_rollout_log_probs_and_values(policy, action_dist, skip):
     """Before any optimizer step, the update's forward must reproduce what the rollout recorded."""
-    model = small_model(policy, action_dist=action_dist, skip=skip)
+    policy, _, stage1 = policy.partition("-")
+    model = small_model(policy, action_dist=action_dist, skip=skip, stage1=stage1 or "lstm")
     buf = fake_rollout(model)
     windows = buf.obs.windows()
     assert windows.rows.shape[1] < buf.n_steps * model.spec.window  # rows really are shared
@@ -53,6 +57,26 @@ def test_update_recomputes_rollout_log_probs_and_values(policy, action_dist, ski
         windows.select(cols), buf.initial_state.envs(cols), buf.starts[:, cols], buf.actions[:, cols]
     ).log_prob
     torch.testing.assert_close(lp_cols, buf.log_probs[:, cols], rtol=1e-5, atol=1e-5)
+
+
+def test_a_convolution_stage_1_maps_the_whole_window_at_once():
+    """--stage1 conv: stage 1 is one linear map of each observation's whole [T x F] window (day-major rows, in
+    the step-major order of the other kernels); every window day reaches the features; the window LSTM is gone."""
+    model = small_model("clstm", stage1="conv", window=6)
+    assert not hasattr(model, "window_lstm") and model.window_conv.in_features == 6 * 16
+    assert {id(p) for p in model.window_conv.parameters()} <= {id(p) for p in model.stage1_parameters()}
+    obs = torch.randn(3, 2, 6, 16)  # L = 3 steps x E = 2 envs
+    seen = []
+    model.window_conv.register_forward_hook(lambda _m, inputs, _out: seen.append(inputs[0]))
+    base = model.encode(Windows.from_dense(obs))
+    torch.testing.assert_close(seen[0], obs.reshape(6, 6 * 16))
+    assert base.shape == (6, 10)
+    for day in range(6):
+        moved = obs.clone()
+        moved[:, :, day] += 1.0
+        assert not torch.allclose(model.encode(Windows.from_dense(moved)), base)
+    stored = {k: v for k, v in model.spec.to_dict().items() if k != "stage1"}
+    assert ModelSpec.from_dict(stored).stage1 == "lstm"  # a checkpoint from before the setting: the window LSTM
 
 
 def test_state_reset_at_episode_start_forgets_the_past():

@@ -6,7 +6,10 @@ T window days, F state numbers per day, N tickers. Observations arrive as dense 
 
 - ``clstm`` (the paper): stage 1 runs an LSTM(F -> stage1_hidden) over each observation's T-day
   window and maps its last output through two tanh linear layers to ``feature_dim`` features
-  (``window_kernel`` picks how the window LSTM is computed: see `clstm_ppo.agent.window_lstm`).
+  (``window_kernel`` picks how the window LSTM is computed: see `clstm_ppo.agent.window_lstm`). With
+  ``stage1="conv"`` (``--stage1 conv``) a causal convolution whose kernel spans the window replaces the window LSTM:
+  one linear map of the flattened ``[T x F]`` window to stage1_hidden, then tanh, so a fixed lag in the window is
+  one weight away instead of T recurrent steps away.
   Stage 2 runs separate actor and critic LSTMs (stage2_hidden, one layer) across days over those
   features. A Gaussian head (state-independent learned log-std) gives actions, a linear head values.
 - ``lstm`` (RecurrentPPO in the paper's tables): no window LSTM; the current day's state (the last
@@ -116,6 +119,7 @@ class ModelSpec:
     num_features: int  # F, numbers per day's state
     num_tickers: int  # N, action dimension
     window: int  # T
+    stage1: str  # lstm | conv: how clstm's stage 1 reads the window
     stage1_hidden: int
     feature_dim: int
     stage2_hidden: int
@@ -136,6 +140,7 @@ class ModelSpec:
             num_features=num_features,
             num_tickers=num_tickers,
             window=window,
+            stage1=model.stage1,
             stage1_hidden=model.stage1_hidden,
             feature_dim=model.feature_dim,
             stage2_hidden=model.stage2_hidden,
@@ -252,7 +257,10 @@ class ActorCritic(nn.Module):
             raise ValueError(f"unknown action distribution {spec.action_dist!r}")
         self.spec = spec
         f_in = spec.num_features
-        if spec.policy == "clstm":
+        if spec.policy == "clstm" and spec.stage1 == "conv":  # one output position: kernel = the whole window
+            self.window_conv = _orthogonal(nn.Linear(spec.window * f_in, spec.stage1_hidden), 1.0)
+            f_in = spec.stage1_hidden + (spec.num_features if spec.skip else 0)
+        elif spec.policy == "clstm":
             self.window_lstm = _orthogonal(nn.LSTM(f_in, spec.stage1_hidden, batch_first=True), 1.0)
             f_in = spec.stage1_hidden + (spec.num_features if spec.skip else 0)
         self.features = nn.Sequential(
@@ -285,7 +293,7 @@ class ActorCritic(nn.Module):
     # ------------------------------------------------------------------ parameter groups
     def stage1_parameters(self) -> list[nn.Parameter]:
         """Parameters trained at ``learning_rate_clstm``: the window LSTM and the feature layers."""
-        mods = [self.features] + ([self.window_lstm] if self.spec.policy == "clstm" else [])
+        mods = [self.features] + [getattr(self, name) for name in ("window_lstm", "window_conv") if hasattr(self, name)]
         return [p for m in mods for p in m.parameters()]
 
     def stage2_parameters(self) -> list[nn.Parameter]:
@@ -327,7 +335,11 @@ class ActorCritic(nn.Module):
         """Stage 1: L x E windows -> features ``[L x E, feature_dim]`` (step-major)."""
         if self.spec.policy != "clstm":
             return self.features(_today(windows))
-        summary = window_last_output(self.window_lstm, windows, self.window_kernel)  # [L x E, stage1_hidden]
+        if self.spec.stage1 == "conv":  # [L x E, T x F] -> [L x E, stage1_hidden]
+            dense = windows.dense()
+            summary = torch.tanh(self.window_conv(dense.reshape(-1, dense.shape[-2] * dense.shape[-1])))
+        else:
+            summary = window_last_output(self.window_lstm, windows, self.window_kernel)  # [L x E, stage1_hidden]
         if self.spec.skip:
             summary = torch.cat([summary, _today(windows).to(summary.dtype)], dim=-1)
         return self.features(summary)
