@@ -30,7 +30,7 @@ from envs.config import EnvConfig, setting
 from envs.errors import UserError
 from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MODES
 
-POLICIES = ("clstm", "lstm", "mlp")
+POLICIES = ("clstm", "lstm", "mlp", "shared")
 STAGE1S = ("lstm", "conv")
 """How clstm's stage 1 reads the T-day window: the paper's window LSTM, or a causal convolution whose kernel spans
 the window."""
@@ -162,7 +162,10 @@ class ModelConfig:
     """The policy network (`clstm_ppo.agent.model`)."""
 
     policy: str = setting(
-        "clstm", "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence)", choices=POLICIES
+        "clstm",
+        "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence) | shared (one encoder for every "
+        "ticker's window and a cross-sectional stage: no weight depends on the number of tickers)",
+        choices=POLICIES,
     )
     stage1: str = setting(
         "lstm",
@@ -197,6 +200,11 @@ class ModelConfig:
 
     def validate(self) -> None:
         _positive(self, "stage1_hidden", "feature_dim", "stage2_hidden")
+        if self.policy == "shared" and self.norm_obs:
+            raise UserError(
+                "--norm_obs keeps statistics per state number, which ties a network to its tickers; "
+                "--policy shared cannot use it"
+            )
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,9 @@ T window days, F state numbers per day, N tickers. Observations arrive as dense 
 - ``mlp`` (PPO in the paper's tables): the current day's state through the tanh layers, then
   two-layer tanh MLPs for actor and critic; no recurrent state.
 
+- ``shared``: one encoder for every ticker's window (weights shared across tickers) and a cross-sectional stage, no
+  recurrence across days, one log-std: no parameter depends on N (`clstm_ppo.agent.shared` has its shapes).
+
 ``skip`` (default on; off in the paper's preset and in checkpoints older than the setting) adds two shortcuts
 around the recurrences: stage 1 of ``clstm`` sees the current day's state ``[F]`` next to the window LSTM's
 output, and the actor and critic heads of ``clstm``/``lstm`` see the stage-1 features ``[feature_dim]`` next to
@@ -48,11 +51,14 @@ import torch
 from torch import Tensor, nn
 from torch.distributions import Normal
 
+from clstm_ppo.agent.layers import orthogonal as _orthogonal
 from clstm_ppo.agent.moments import merge_moments
+from clstm_ppo.agent.shared import SharedTickerNet
 from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import LEGACY, POLICIES, ModelConfig, TrainConfig
 from envs.features import PreparedMarket
+from envs.state import StateLayout
 
 ACTION_DISTS = ("gaussian", "tanh")
 LOG_STD_MIN = -5.0  # lower bound of a bounded log-std
@@ -184,15 +190,6 @@ def build_model(cfg: TrainConfig, market: PreparedMarket) -> ActorCritic:
     return model
 
 
-def _orthogonal(layer: nn.Module, gain: float = math.sqrt(2.0)) -> nn.Module:
-    for name, param in layer.named_parameters():
-        if "weight" in name:
-            nn.init.orthogonal_(param, gain)
-        elif "bias" in name:
-            nn.init.zeros_(param)
-    return layer
-
-
 def cut_days(starts: Tensor) -> list[int]:
     """Days ``d >= 1`` of ``starts [L, B]`` where some env starts an episode (where `run_lstm` cuts).
 
@@ -256,6 +253,10 @@ class ActorCritic(nn.Module):
         if spec.action_dist not in ACTION_DISTS:
             raise ValueError(f"unknown action distribution {spec.action_dist!r}")
         self.spec = spec
+        self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
+        if spec.policy == "shared":
+            self._build_shared(spec)
+            return
         f_in = spec.num_features
         if spec.policy == "clstm" and spec.stage1 == "conv":  # one output position: kernel = the whole window
             self.window_conv = _orthogonal(nn.Linear(spec.window * f_in, spec.stage1_hidden), 1.0)
@@ -288,11 +289,27 @@ class ActorCritic(nn.Module):
             self.register_buffer("obs_count", torch.zeros((), dtype=f64))
             self.register_buffer("obs_mean", torch.zeros(spec.num_features, dtype=f64))
             self.register_buffer("obs_var", torch.ones(spec.num_features, dtype=f64))
-        self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
+
+    def _build_shared(self, spec: ModelSpec) -> None:
+        """``shared``: `SharedTickerNet` and one log-std for every ticker: no parameter is N wide."""
+        if spec.obs_norm:
+            raise ValueError("--norm_obs keeps statistics per state number, which ties a network to N tickers")
+        layout = StateLayout.of_width(spec.num_features, spec.num_tickers)
+        self.shared = SharedTickerNet(
+            layout.num_indicators,
+            spec.stage1_hidden,
+            spec.feature_dim,
+            spec.stage2_hidden,
+            spec.skip,
+            spec.next_day_head,
+        )
+        self.log_std = nn.Parameter(torch.full((1,), float(spec.init_log_std)))
 
     # ------------------------------------------------------------------ parameter groups
     def stage1_parameters(self) -> list[nn.Parameter]:
         """Parameters trained at ``learning_rate_clstm``: the window LSTM and the feature layers."""
+        if self.spec.policy == "shared":
+            return self.shared.stage1_parameters()
         mods = [self.features] + [getattr(self, name) for name in ("window_lstm", "window_conv") if hasattr(self, name)]
         return [p for m in mods for p in m.parameters()]
 
@@ -304,7 +321,7 @@ class ActorCritic(nn.Module):
     # ------------------------------------------------------------------ state
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
         """Zero recurrent state for ``batch_size`` envs (zero width for mlp)."""
-        hidden = 0 if self.spec.policy == "mlp" else self.spec.stage2_hidden
+        hidden = 0 if self.spec.policy in ("mlp", "shared") else self.spec.stage2_hidden
         return RecurrentState.zeros(batch_size, hidden, device)
 
     # ------------------------------------------------------------------ observation statistics
@@ -380,13 +397,10 @@ class ActorCritic(nn.Module):
             ``predict_next``.
         """
         windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
-        feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)
-        actor_out, critic_out, state = self.core(feats, state, starts, host_starts)
-        if self.head_skip:  # [L, B, H + D]
-            actor_out = torch.cat([actor_out, feats.to(actor_out.dtype)], dim=-1)
-            critic_out = torch.cat([critic_out, feats.to(critic_out.dtype)], dim=-1)
-        mean = self.actor_mean(actor_out)
-        value = self.critic(critic_out).squeeze(-1)
+        if self.spec.policy == "shared":
+            mean, value, next_day = self._shared_heads(windows, predict_next)
+        else:
+            mean, value, next_day, state = self._heads(windows, state, starts, host_starts, predict_next)
         std = self.policy_std().expand_as(mean)
         scored = mean.float() if actions is None else actions.float()
         log_prob = self._log_prob(Normal(mean.float(), std), scored)
@@ -394,8 +408,28 @@ class ActorCritic(nn.Module):
             entropy = -log_prob
         else:
             entropy = Normal(mean.float(), std).entropy().sum(-1)
-        next_day = self.next_day(actor_out).float() if predict_next else None
         return PolicyOutput(log_prob, entropy, value.float(), mean.float(), state, next_day)
+
+    def _heads(
+        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None, predict_next: bool
+    ) -> tuple[Tensor, Tensor, Tensor | None, RecurrentState]:
+        """clstm, lstm and mlp: stage 1, stage 2 and the heads -> means ``[L, B, N]``, values ``[L, B]``, the
+        next-day prediction ``[L, B, N]`` (or None) and the new state."""
+        feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)
+        actor_out, critic_out, state = self.core(feats, state, starts, host_starts)
+        if self.head_skip:  # [L, B, H + D]
+            actor_out = torch.cat([actor_out, feats.to(actor_out.dtype)], dim=-1)
+            critic_out = torch.cat([critic_out, feats.to(critic_out.dtype)], dim=-1)
+        next_day = self.next_day(actor_out).float() if predict_next else None
+        return self.actor_mean(actor_out), self.critic(critic_out).squeeze(-1), next_day, state
+
+    def _shared_heads(self, windows: Windows, predict_next: bool) -> tuple[Tensor, Tensor, Tensor | None]:
+        """shared: `SharedTickerNet` over the dense windows -> means ``[L, B, N]``, values ``[L, B]``, next-day."""
+        dense = windows.dense()  # [L, B, T, F]
+        steps, envs = dense.shape[:2]
+        mean, value, next_day = self.shared(dense.reshape(steps * envs, *dense.shape[2:]), predict_next)
+        mean, value = mean.reshape(steps, envs, -1), value.reshape(steps, envs)
+        return mean, value, None if next_day is None else next_day.reshape(steps, envs, -1).float()
 
     def policy_std(self) -> Tensor:
         """The Gaussian's standard deviation per ticker ``[N]`` float32 (bounded when ``log_std_max`` is set)."""

@@ -66,7 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g = parser.add_argument_group("study")
     g.add_argument("--out", required=True, help="the study's folder (re-running the same command continues it)")
-    g.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policy variants to compare")
+    g.add_argument(
+        "--policies",
+        default="clstm,lstm,mlp",
+        help=f"comma-separated policy variants to compare ({', '.join(POLICIES)})",
+    )
     g.add_argument("--seeds", default="1-4", help="seeds per configuration: numbers and ranges, e.g. 1-8 or 1,3,5-7")
     g.add_argument(
         "--vary",
