@@ -25,13 +25,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.agent.model import RecurrentState
-from clstm_ppo.evaluation.metrics import summarize
+from clstm_ppo.evaluation.report import BacktestResult, compute_metrics
+from clstm_ppo.evaluation.statistics import mean_exposure
 from clstm_ppo.study.markets import load_markets
 from envs.config import EnvConfig
 from envs.features import PreparedMarket
@@ -98,9 +98,14 @@ def main() -> None:
         for band in args.band:
             config = EnvConfig(rebalance_band=band, execution=args.execution)
             run = evaluate_policy(LeadLagRule(market, args.lag, kind), market, "test", config)
-            traded = float((np.abs(np.diff(run.holdings, axis=0)) * run.fill_prices[1:]).sum())
-            m = summarize(run.values, costs=float(run.costs.sum()), traded_value=traded)
-            exposure = float(np.mean(run.holdings_value / run.values))
+            result = BacktestResult.from_run(
+                run,
+                initial_amount=config.initial_amount,
+                buy_cost_pct=config.buy_cost_pct,
+                sell_cost_pct=config.sell_cost_pct,
+            )
+            m = compute_metrics(result)["policy"]
+            exposure = mean_exposure(run.values, run.holdings_value)
             print(
                 f"{kind:<8} {band:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
                 f"{m['annual_turnover']:>10.1f}x {m['total_costs']:>11,.0f} {exposure:>8.0%}"
