@@ -258,11 +258,11 @@ class ActorCritic(nn.Module):
             self._build_shared(spec)
             return
         f_in = spec.num_features
-        if spec.policy == "clstm" and spec.stage1 == "conv":  # one output position: kernel = the whole window
-            self.window_conv = _orthogonal(nn.Linear(spec.window * f_in, spec.stage1_hidden), 1.0)
-            f_in = spec.stage1_hidden + (spec.num_features if spec.skip else 0)
-        elif spec.policy == "clstm":
-            self.window_lstm = _orthogonal(nn.LSTM(f_in, spec.stage1_hidden, batch_first=True), 1.0)
+        if spec.policy == "clstm":
+            if spec.stage1 == "conv":  # one output position: the kernel spans the whole window
+                self.window_conv = _orthogonal(nn.Linear(spec.window * f_in, spec.stage1_hidden), 1.0)
+            else:
+                self.window_lstm = _orthogonal(nn.LSTM(f_in, spec.stage1_hidden, batch_first=True), 1.0)
             f_in = spec.stage1_hidden + (spec.num_features if spec.skip else 0)
         self.features = nn.Sequential(
             _orthogonal(nn.Linear(f_in, spec.feature_dim)),
