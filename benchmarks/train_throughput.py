@@ -90,7 +90,9 @@ def bench_config(opts: dict[str, Any]) -> Any:
         num_gpus=1 if opts["device"] == "cuda" else 0,
         window_kernel=opts.get("window_kernel", "auto"),
     )
-    if opts["minibatches"]:
+    if opts.get("minibatch_steps"):
+        overrides["batch_size"] = opts["minibatch_steps"]
+    elif opts["minibatches"]:
         overrides["batch_size"] = 128 * opts["num_envs"] // opts["minibatches"]
     elif not opts.get("preset"):
         overrides["batch_size"] = 128 * min(opts["num_envs"], 4)  # the default minibatch, fitted to few envs
@@ -295,6 +297,12 @@ def main(argv: list[str] | None = None) -> int:
         help="minibatches per epoch (0: the settings' minibatch, 128 steps x at most 4 env columns by default)",
     )
     p.add_argument(
+        "--minibatch_steps",
+        type=int,
+        default=0,
+        help="env steps per minibatch, the same at every env count (memory sweeps; overrides --minibatches)",
+    )
+    p.add_argument(
         "--preset", default="", choices=("", "paper"), help="settings: today's defaults (default) or a preset"
     )
     p.add_argument("--mixed_precision", default="none", choices=("none", "bf16", "fp16"))
@@ -339,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             compile=args.compile,
             updates=args.updates,
             minibatches=args.minibatches,
+            minibatch_steps=args.minibatch_steps,
             window_kernel=kernel,
             preset=args.preset,
         )
