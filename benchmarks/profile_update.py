@@ -84,14 +84,14 @@ def summarize(prof: Any, walls: dict[str, float]) -> dict[str, PhaseProfile]:
     """
     events = list(prof.events())
     ranges = {e.name: (e.time_range.start, e.time_range.end) for e in events if e.name in walls}
-    frontend = {
-        e.id: e for e in events if e.linked_correlation_id == 0 and e.device_type != torch.autograd.DeviceType.CUDA
-    }
+    # newer torch links each device event to the operator that launched it; without the link, its own time places it
+    linked = {id(e): getattr(e, "linked_correlation_id", 0) for e in events}
+    frontend = {e.id: e for e in events if linked[id(e)] == 0 and e.device_type != torch.autograd.DeviceType.CUDA}
     out = {name: PhaseProfile(wall_ms=walls[name] * 1e3) for name in walls}
     for e in events:
         device = e.device_type == torch.autograd.DeviceType.CUDA
         if device:
-            launcher = frontend.get(e.linked_correlation_id)
+            launcher = frontend.get(linked[id(e)]) if linked[id(e)] else None
             where = _phase_of(launcher.time_range.start if launcher else e.time_range.start, ranges)
         else:
             where = _phase_of(e.time_range.start, ranges)
