@@ -9,15 +9,16 @@ For each env count: build the Trainer (today's paper preset, as ``train_throughp
 rollout and the update as separate ``record_function`` ranges. Prints, per phase, a table a reader can act on:
 
 - wall: the phase's host time (CUDA synchronised at its end);
-- kernels: how many device kernels ran and their summed device time; "GPU busy" = kernel time / wall, so the
-  rest of the wall is the GPU waiting for the host (launch latency, Python, synchronisations);
+- kernels: how many device kernels ran and their summed device time; "GPU busy" = the time in which at least one
+  kernel ran / wall, so the rest of the wall is the GPU waiting for the host (launch latency, Python, syncs);
 - launches: ``cudaLaunchKernel``-type runtime calls (each costs the host a few microseconds);
 - host syncs: calls that block the host until the device is done (``cudaStreamSynchronize``,
   ``cudaDeviceSynchronize``, ``cudaEventSynchronize``), device-to-host copies among them;
 - copies: memcpy/memset counts and device time;
 - the top operators by device (or CPU) time.
 
-``--trace_dir`` writes each profile as a gzipped Chrome trace (open it in chrome://tracing or ui.perfetto.dev).
+``--trace_dir`` writes each profile as a gzipped Chrome trace (open it in chrome://tracing or ui.perfetto.dev); the
+tables are computed from that trace, and ``--from_trace FILE...`` tabulates saved ones again.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gzip
+import json
+import math
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +53,12 @@ COPY_WORDS = ("Memcpy", "Memset", "memcpy", "memset")
 
 @dataclasses.dataclass
 class PhaseProfile:
-    """What one phase (rollout or update) spent, read off a profiler's events; times in milliseconds."""
+    """What one phase (rollout or update) spent, read off a Chrome trace; times in milliseconds."""
 
     wall_ms: float = 0.0
     kernels: int = 0
-    kernel_ms: float = 0.0
+    kernel_ms: float = 0.0  # summed kernel durations
+    busy_ms: float = 0.0  # the union of kernel intervals: time the GPU ran at least one kernel
     launches: int = 0
     syncs: int = 0
     dtoh_copies: int = 0
@@ -64,53 +67,83 @@ class PhaseProfile:
 
     @property
     def gpu_busy(self) -> float:
-        """Summed kernel time over the phase's wall time (above 1 only if kernels overlap)."""
-        return self.kernel_ms / self.wall_ms if self.wall_ms else 0.0
+        """Fraction of the phase's wall time in which some kernel ran."""
+        return self.busy_ms / self.wall_ms if self.wall_ms else 0.0
 
 
-def _phase_of(ts: float, ranges: dict[str, tuple[float, float]]) -> str | None:
-    for name, (start, end) in ranges.items():
-        if start <= ts <= end:
-            return name
-    return None
+def _union_ms(intervals: list[tuple[float, float]]) -> float:
+    """Total length in ms of the union of ``(start_us, end_us)`` intervals."""
+    total, end = 0.0, -math.inf
+    for start, stop in sorted(intervals):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total / 1e3
 
 
-def summarize(prof: Any, walls: dict[str, float]) -> dict[str, PhaseProfile]:
-    """Split a profile's events into the rollout and update ranges and count what each spent.
+def summarize_trace(trace: dict[str, Any], phases: tuple[str, ...] = ("rollout", "update")) -> dict[str, PhaseProfile]:
+    """Split a Chrome trace (``prof.export_chrome_trace``) into the named ``record_function`` ranges.
 
-    Host-side events (launches, syncs) are placed by their start time inside the phase's ``record_function``
-    range; device events (kernels, copies) by their correlated launch when the profiler linked them, else by
-    their own start time (device time runs behind the host, so a kernel can start after its range ended).
+    Host events (``cuda_runtime``/``cuda_driver``: launches, synchronisations) are placed by their start; device
+    events (``kernel``, ``gpu_memcpy``, ``gpu_memset``) by the start of the runtime call that launched them (the
+    trace's correlation id), else by their own start. Each phase ends with a synchronisation, so its kernels
+    finish inside it.
     """
-    events = list(prof.events())
-    ranges = {e.name: (e.time_range.start, e.time_range.end) for e in events if e.name in walls}
-    # newer torch links each device event to the operator that launched it; without the link, its own time places it
-    linked = {id(e): getattr(e, "linked_correlation_id", 0) for e in events}
-    frontend = {e.id: e for e in events if linked[id(e)] == 0 and e.device_type != torch.autograd.DeviceType.CUDA}
-    out = {name: PhaseProfile(wall_ms=walls[name] * 1e3) for name in walls}
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    ranges = {e["name"]: (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "user_annotation"}
+    ranges = {name: ranges[name] for name in phases if name in ranges}
+    launched_at = {
+        e["args"]["correlation"]: e["ts"]
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    out = {name: PhaseProfile(wall_ms=(end - start) / 1e3) for name, (start, end) in ranges.items()}
+    kernels: dict[str, list[tuple[float, float]]] = {name: [] for name in ranges}
+
+    def phase_of(ts: float) -> str | None:
+        return next((name for name, (start, end) in ranges.items() if start <= ts <= end), None)
+
     for e in events:
-        device = e.device_type == torch.autograd.DeviceType.CUDA
-        if device:
-            launcher = frontend.get(linked[id(e)]) if linked[id(e)] else None
-            where = _phase_of(launcher.time_range.start if launcher else e.time_range.start, ranges)
+        cat = e.get("cat")
+        if cat in ("kernel", "gpu_memcpy", "gpu_memset"):
+            where = phase_of(launched_at.get(e.get("args", {}).get("correlation"), e["ts"]))
+        elif cat in ("cuda_runtime", "cuda_driver"):
+            where = phase_of(e["ts"])
         else:
-            where = _phase_of(e.time_range.start, ranges)
+            continue
         if where is None:
             continue
-        p = out[where]
-        ms = e.time_range.elapsed_us() / 1e3
-        if device and any(w in e.name for w in COPY_WORDS):
-            p.copies += 1
-            p.copy_ms += ms
-            p.dtoh_copies += "DtoH" in e.name
-        elif device:
+        p, dur = out[where], e.get("dur", 0.0)
+        if cat == "kernel":
             p.kernels += 1
-            p.kernel_ms += ms
-        elif e.name in LAUNCH_CALLS:
+            p.kernel_ms += dur / 1e3
+            kernels[where].append((e["ts"], e["ts"] + dur))
+        elif cat in ("gpu_memcpy", "gpu_memset"):
+            p.copies += 1
+            p.copy_ms += dur / 1e3
+            p.dtoh_copies += "DtoH" in e["name"]
+        elif e["name"] in LAUNCH_CALLS:
             p.launches += 1
-        elif e.name in SYNC_CALLS:
+        elif e["name"] in SYNC_CALLS:
             p.syncs += 1
+    for name, intervals in kernels.items():
+        out[name].busy_ms = _union_ms(intervals)
     return out
+
+
+def phase_table(phases: dict[str, PhaseProfile]) -> list[str]:
+    """The markdown rows of `summarize_trace`'s result."""
+    lines = [
+        "| phase | wall ms | kernels | kernel ms (sum) | GPU busy (union / wall) | launches | host syncs "
+        "| copies (device-to-host) | copy ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, p in phases.items():
+        lines.append(
+            f"| {name} | {p.wall_ms:,.1f} | {p.kernels:,} | {p.kernel_ms:,.1f} | {p.gpu_busy:.0%} | {p.launches:,} "
+            f"| {p.syncs:,} | {p.copies:,} ({p.dtoh_copies:,}) | {p.copy_ms:,.1f} |"
+        )
+    return lines
 
 
 def top_operators(prof: Any, device: bool, n: int = 12) -> list[tuple[str, int, float]]:
@@ -118,7 +151,7 @@ def top_operators(prof: Any, device: bool, n: int = 12) -> list[tuple[str, int, 
     rows = []
     for avg in prof.key_averages():
         ms = (avg.self_device_time_total if device else avg.self_cpu_time_total) / 1e3
-        if ms > 0:
+        if ms > 0 and avg.key not in ("rollout", "update"):
             rows.append((avg.key[:70], avg.count, ms))
     return sorted(rows, key=lambda r: -r[2])[:n]
 
@@ -137,40 +170,33 @@ def profile_one(opts: dict[str, Any], trace_dir: Path | None) -> list[str]:
     trainer = Trainer(cfg, market, comm, Path(opts["tmp"]) / "profile")
     trainer.update(ppo=dataclasses.replace(cfg.ppo, epochs=1))  # warm-up
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    walls: dict[str, float] = {}
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
 
     class RangeTimer(PhaseTimer):
         """The trainer's own phase hooks, each also a named profiler range with its synchronised wall time."""
 
         def __call__(self, name: str):  # type: ignore[override]
-            return _ranged(name, walls, sync) if name in ("rollout", "update") else super().__call__(name)
+            return _ranged(name, sync) if name in ("rollout", "update") else super().__call__(name)
 
     sync()
     with profile(activities=activities, record_shapes=False) as prof:
         trainer.update(timer=RangeTimer(device))
         sync()
-    phases = summarize(prof, walls)
+    raw = Path(opts["tmp"]) / "trace.json"
+    prof.export_chrome_trace(str(raw))
+    phases = summarize_trace(json.loads(raw.read_text(encoding="utf-8")))
     steps = cfg.ppo.rollout_steps
-    total_s = sum(walls.values())
+    total_s = sum(p.wall_ms for p in phases.values()) / 1e3
     head = (
         f"### {opts['num_envs']:,} envs, minibatch {cfg.ppo.batch_size:,} env steps, {opts['mixed_precision']}: "
         f"{steps:,} env steps in {total_s:.2f} s = {steps / total_s:,.0f} env steps/s (under the profiler)"
     )
-    lines = [head, "", "| phase | wall ms | kernels | kernel ms | GPU busy | launches | host syncs (DtoH copies) "
-             "| copies | copy ms |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    for name, p in phases.items():
-        lines.append(
-            f"| {name} | {p.wall_ms:,.1f} | {p.kernels:,} | {p.kernel_ms:,.1f} | {p.gpu_busy:.0%} | {p.launches:,} "
-            f"| {p.syncs:,} ({p.dtoh_copies:,}) | {p.copies:,} | {p.copy_ms:,.1f} |"
-        )
+    lines = [head, "", *phase_table(phases)]
     lines += ["", f"Top operators by self {'device' if cuda else 'CPU'} time (whole update):", ""]
     lines += ["| operator or kernel | calls | ms |", "|---|---:|---:|"]
     lines += [f"| `{k}` | {c:,} | {ms:,.1f} |" for k, c, ms in top_operators(prof, cuda)]
     if trace_dir is not None:
         trace_dir.mkdir(parents=True, exist_ok=True)
-        raw = Path(opts["tmp"]) / "trace.json"
-        prof.export_chrome_trace(str(raw))
         target = trace_dir / f"update_{opts['device']}_{opts['num_envs']}envs_{opts['mixed_precision']}.json.gz"
         with raw.open("rb") as src, gzip.open(target, "wb") as dst:
             shutil.copyfileobj(src, dst)
@@ -179,21 +205,18 @@ def profile_one(opts: dict[str, Any], trace_dir: Path | None) -> list[str]:
 
 
 class _ranged:
-    """A profiler range that records its CUDA-synchronised wall seconds into ``walls[name]``."""
+    """A profiler range that synchronises CUDA on entry and before it closes, so its kernels run inside it."""
 
-    def __init__(self, name: str, walls: dict[str, float], sync: Any) -> None:
-        self.name, self.walls, self.sync = name, walls, sync
-        self.range = record_function(name)
+    def __init__(self, name: str, sync: Any) -> None:
+        self.sync, self.range = sync, record_function(name)
 
     def __enter__(self) -> None:
         self.sync()
-        self.t0 = time.perf_counter()
         self.range.__enter__()
 
     def __exit__(self, *exc: Any) -> None:
         self.sync()
         self.range.__exit__(*exc)
-        self.walls[self.name] = self.walls.get(self.name, 0.0) + time.perf_counter() - self.t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -206,7 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mixed_precision", default="none", choices=("none", "bf16", "fp16"))
     p.add_argument("--compile", action="store_true")
     p.add_argument("--trace_dir", default="", help="write gzipped Chrome traces here")
+    p.add_argument("--from_trace", nargs="+", default=[], help="only tabulate saved (gzipped) Chrome traces")
     args = p.parse_args(argv)
+    for path in args.from_trace:
+        with gzip.open(path, "rt", encoding="utf-8") if path.endswith(".gz") else open(path, encoding="utf-8") as f:
+            print("\n".join([f"### {path}", "", *phase_table(summarize_trace(json.load(f)))]) + "\n")
+    if args.from_trace:
+        return 0
     if args.device == "cuda" and not torch.cuda.is_available():
         print("profile_update.py: --device cuda but no CUDA device is visible", file=sys.stderr)
         return 2
