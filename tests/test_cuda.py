@@ -54,10 +54,9 @@ def test_rollout_and_update_agree_on_gpu():
     buf = fake_rollout(model.cpu(), steps=10, envs=4)
     model = model.cuda()
     obs, starts, actions = buf.obs.windows().to("cuda"), buf.starts.cuda(), buf.actions.cuda()
-    state = tuple(s.cuda() for s in buf.initial_state)
-    log_prob, _, value, _, _ = model(obs, state, starts, actions)
-    torch.testing.assert_close(log_prob.cpu(), buf.log_probs, rtol=1e-3, atol=1e-3)
-    torch.testing.assert_close(value.cpu(), buf.values, rtol=1e-3, atol=1e-3)
+    out = model(obs, buf.initial_state.map(lambda t: t.cuda()), starts, actions)
+    torch.testing.assert_close(out.log_prob.cpu(), buf.log_probs, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(out.value.cpu(), buf.values, rtol=1e-3, atol=1e-3)
 
 
 def test_compiled_model_trains_on_gpu(tmp_path):
@@ -70,12 +69,12 @@ def test_compiled_model_trains_on_gpu(tmp_path):
 def test_sampled_actions_match_across_devices_with_a_cpu_generator():
     """Stochastic backtests seed a CPU generator, so CPU and GPU runs draw the same noise."""
     model = small_model("clstm")
-    obs = torch.randn(3, model.cfg.window, model.cfg.num_features)
+    obs = torch.randn(3, model.spec.window, model.spec.num_features)
     starts = torch.ones(3, dtype=torch.bool)
     actions = []
     for device in ("cpu", "cuda"):
         m = model.to(device)
         state = m.initial_state(3, device)
-        action, _, _, _ = m.act(obs.to(device), state, starts.to(device), generator=torch.Generator().manual_seed(7))
-        actions.append(action.cpu())
+        out = m.act(obs.to(device), state, starts.to(device), generator=torch.Generator().manual_seed(7))
+        actions.append(out.action.cpu())
     torch.testing.assert_close(actions[0], actions[1], rtol=1e-3, atol=1e-4)
