@@ -72,13 +72,15 @@ def data_splits(data: MarketData, cfg: DataConfig) -> Splits:
     )
 
 
-def build_market(cfg: DataConfig, *, seed: int, data: MarketData | None = None) -> PreparedMarket:
-    """Load data (unless given), split it by date, fit normalisation and the turbulence threshold on the training
-    split."""
+def build_market(
+    cfg: DataConfig, *, seed: int, data: MarketData | None = None, splits: Splits | None = None
+) -> PreparedMarket:
+    """Load data (unless given), split it by date (unless ``splits`` are given), fit normalisation and the
+    turbulence threshold on the training split."""
     data = data if data is not None else load_data(cfg, seed=seed)
     return PreparedMarket.prepare(
         data,
-        data_splits(data, cfg),
+        splits if splits is not None else data_splits(data, cfg),
         window=cfg.window,
         use_turbulence=cfg.use_turbulence,
         price_mode=cfg.price_features,

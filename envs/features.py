@@ -383,6 +383,12 @@ def _dates_to_range(data: MarketData, d: dict[str, str] | None) -> DayRange | No
     return DayRange(start, stop)
 
 
+def split_ranges(data: MarketData, dates: dict[str, dict[str, str] | None]) -> dict[str, DayRange | None]:
+    """Stored split dates (`PreparedMarket.to_spec`'s ``splits``: name -> {start, end} or None) mapped onto ``data``
+    by date: name -> the DayRange of its trading days inside them, None where fewer than 2 days are in ``data``."""
+    return {name: _dates_to_range(data, d) for name, d in dates.items()}
+
+
 def stop_days(turbulence: np.ndarray, threshold: float, exit_days: int = 1) -> np.ndarray:
     """``[D] bool``: the days the turbulence stop is on. It goes on on a day whose turbulence reaches ``threshold``
     and stays on until turbulence has been below it for ``exit_days`` days in a row (hysteresis: with 1, the
@@ -553,7 +559,7 @@ class PreparedMarket:
         names = tuple(spec["indicator_names"])
         lookback = int(spec.get("turbulence_lookback", TURBULENCE_LOOKBACK))
         if splits is None:
-            ranges = {name: _dates_to_range(data, d) for name, d in spec["splits"].items()}
+            ranges = split_ranges(data, spec["splits"])
             train = ranges.get("train") or DayRange(0, data.num_days)
             splits = Splits(train=train, validation=ranges.get("validation"), test=ranges.get("test"))
         thr = spec.get("turbulence_threshold")

@@ -3,11 +3,13 @@
 clstm-ppo backtest --checkpoint checkpoints/run/best.pt [--split test|validation|train]
                    [--start YYYY-MM-DD] [--end YYYY-MM-DD] [--data SRC] [--out DIR]
                    [--stochastic --episodes K] [--seed S] [--index FILE] [--risk_free R] [--device cpu|cuda]
-                   [--ledger FILE] [--unseal]
+                   [--ledger FILE] [--unseal] [--new_universe]
 clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...] [--unseal]
                   (CKPT may be A.pt+B.pt+C.pt: an ensemble of those, compared as one policy)
 
 Days sealed with `clstm-ppo study seal` are refused unless ``--unseal`` (recorded in the trials ledger).
+``--new_universe`` trades a ``--policy shared`` checkpoint on all the tickers of ``--data`` (its market refitted on
+that data's training days).
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--episodes", type=int, default=1, help="with --stochastic: sampled episodes to run")
     parser.add_argument("--seed", type=int, default=0, help="with --stochastic: seed of the action noise")
     parser.add_argument("--index", default=None, help="CSV (date,value) of a market index to plot and score too")
+    parser.add_argument(
+        "--new_universe",
+        action="store_true",
+        help="--policy shared only: trade all the data's tickers, not the checkpoint's; normalisation and turbulence "
+        "threshold refitted on the data's days of the checkpoint's training split",
+    )
     args = parser.parse_args(argv)
     device = _device_and_threads(args)
     done = backtest(
@@ -92,8 +100,11 @@ def main(argv: list[str]) -> int:
         seed=args.seed,
         index=args.index,
         device=device,
+        new_universe=args.new_universe,
     )
     print(f"backtest {done.checkpoint.path} | {_said_period(done)}")
+    if done.new_universe is not None:
+        print(_said_universe(done.new_universe))
     if done.stochastic is not None:
         print(f"\nover {args.episodes} sampled episodes:")
         print(distribution_table(done.stochastic["summary"]))
@@ -118,6 +129,16 @@ def _said_period(done: Any) -> str:
         print(f"--unseal: {describe(entry)}")
     d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
     return f"{done.period.source} {d0} .. {d1} ({len(done.dates)} days) | {done.num_tickers} tickers | {done.mode}"
+
+
+def _said_universe(universe: dict[str, Any]) -> str:
+    """One line on a --new_universe backtest: its tickers, the checkpoint's, and the refit's days."""
+    fit = universe["refitted"]
+    return (
+        f"new universe: {len(universe['tickers'])} tickers (trained on {len(universe['trained_tickers'])}); "
+        f"normalisation and turbulence threshold refitted on {fit['start']} .. {fit['end']} ({fit['days']} days of "
+        "the checkpoint's training split)"
+    )
 
 
 def compare_main(argv: list[str]) -> int:

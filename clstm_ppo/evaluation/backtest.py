@@ -10,6 +10,10 @@ How a backtest is put together (the same code paths as training, so nothing is r
    the training split (`clstm_ppo.training.checkpoint.restore_market`): nothing is refitted on backtest data.
    The data must hold exactly the checkpoint's tickers (extra tickers are dropped only when the run
    itself selected tickers with ``--tickers``), otherwise one `UserError` names the difference.
+   With ``new_universe`` (a ``shared`` policy only: no weight of it is sized by the tickers) the data keeps all
+   its own tickers and the market is prepared as training prepares one, its normalisation and turbulence threshold
+   refitted on the new data's days of the checkpoint's training split
+   (`clstm_ppo.training.checkpoint.refit_market`); the policy is rebuilt for that many tickers.
 2. The period is the checkpoint's test split (``--split`` picks another), mapped onto the data by date;
    ``--start``/``--end`` give a custom period instead, whose first observation looks back
    ``window - 1`` trading days before ``--start`` -- those days must be in the data.
@@ -58,7 +62,13 @@ from clstm_ppo.evaluation.report import (
     write_report,
 )
 from clstm_ppo.market import is_alpaca, load_data
-from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, restore_market, restore_policy
+from clstm_ppo.training.checkpoint import (
+    Checkpoint,
+    open_checkpoint,
+    refit_market,
+    restore_market,
+    restore_policy,
+)
 from envs.config import EnvConfig
 from envs.data import DayRange, MarketData
 from envs.errors import UserError, first_line, shown_list
@@ -83,10 +93,16 @@ EPISODE_METRICS: tuple[str, ...] = (
 
 
 def load_backtest_data(
-    ck: Checkpoint, *, data: str | None = None, start: str | None = None, end: str | None = None
+    ck: Checkpoint,
+    *,
+    data: str | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    new_universe: bool = False,
 ) -> MarketData:
     """The market data to backtest ``ck`` on: its own source (or ``data``) through `clstm_ppo.market.load_data`
-    with the run's own settings (Alpaca timeframe, adjustment, feed, cache), its tickers checked.
+    with the run's own settings (Alpaca timeframe, adjustment, feed, cache), its tickers checked (with
+    ``new_universe``: all the source's tickers, unchecked; Alpaca, which needs the tickers named, is refused).
 
     The checkpoint's first date is kept so indicators and turbulence warm up exactly as in training;
     ``end`` (the period's last day) replaces the checkpoint's. With ``data`` (another source) the
@@ -96,6 +112,11 @@ def load_backtest_data(
     cfg = ck.cfg
     source = data or cfg.data.source
     alpaca = is_alpaca(source)
+    if new_universe and alpaca:
+        raise UserError(
+            "--new_universe takes its tickers from the data, and the alpaca source needs them named: download the "
+            "bars first (clstm-ppo data download --tickers ... --out bars.csv) and pass --data csv:bars.csv"
+        )
     load_start: str | None = None if data and not alpaca else (cfg.data.start or None)
     if start and (load_start is None or pd.Timestamp(start) < pd.Timestamp(load_start)):
         # Trading days are ~5/7 of calendar days; the margin covers holidays. Non-Alpaca sources read all.
@@ -111,14 +132,26 @@ def load_backtest_data(
         tickers=ck.tickers,
         every_ticker=True,
     )
-    return match_tickers(market_data, ck.tickers, selected=bool(cfg.data.ticker_list), what=str(ck.path), source=source)
+    if new_universe:
+        return market_data
+    hint = (
+        "; its policy is shared: `clstm-ppo backtest --new_universe` trades it on the data's own tickers"
+        if ck.policy == "shared"
+        else ""
+    )
+    return match_tickers(
+        market_data, ck.tickers, selected=bool(cfg.data.ticker_list), what=str(ck.path), source=source, hint=hint
+    )
 
 
-def match_tickers(data: MarketData, want: list[str], *, selected: bool, what: str, source: str) -> MarketData:
+def match_tickers(
+    data: MarketData, want: list[str], *, selected: bool, what: str, source: str, hint: str = ""
+) -> MarketData:
     """``data`` restricted to ``want`` in its order; UserError naming missing (and unexpected) tickers.
 
     :param selected: the run picked ``want`` out of a larger universe (``--tickers``), so other
         tickers in the data are expected and dropped; otherwise they mean a different universe.
+    :param hint: appended to the error (what else the user can do).
     """
     have = [str(t) for t in data.tickers]
     missing = [t for t in want if t not in have]
@@ -131,7 +164,7 @@ def match_tickers(data: MarketData, want: list[str], *, selected: bool, what: st
             parts.append(f"unexpected {shown_list(extra, 8)}")
         raise UserError(
             f"data {source!r} does not hold the tickers {what} was trained on: {'; '.join(parts)} "
-            f"(it trades {len(want)}: {shown_list(want, 8)})"
+            f"(it trades {len(want)}: {shown_list(want, 8)}){hint}"
         )
     return data if have == want else data.select_tickers(want)
 
@@ -370,6 +403,35 @@ def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: st
     }
 
 
+def check_new_universe(cks: list[Checkpoint]) -> None:
+    """UserError, in one line, unless every checkpoint of ``cks`` holds a ``shared`` policy: only its weights fit
+    any number of tickers."""
+    for ck in cks:
+        if ck.policy != "shared":
+            raise UserError(
+                f"--new_universe needs a --policy shared checkpoint; {ck.path} holds a {ck.policy} policy, whose "
+                f"weights are sized by the {len(ck.tickers)} tickers it was trained on"
+            )
+
+
+def new_universe_metadata(ck: Checkpoint, market: PreparedMarket) -> dict[str, Any]:
+    """report.json's record of a backtest on another universe: its tickers, the checkpoint's, and the days the
+    normalisation and turbulence threshold were refitted on (`refit_market`)."""
+    days, fit = iso_days(market.data), market.splits.train
+    return {
+        "new_universe": True,
+        "tickers": list(market.data.tickers),
+        "trained_tickers": ck.tickers,
+        "refitted": {
+            "what": ["normalisation statistics", "turbulence threshold"],
+            "on": "the new data's days of the checkpoint's training split",
+            "start": str(days[fit.start]),
+            "end": str(days[fit.stop - 1]),
+            "days": fit.num_days,
+        },
+    }
+
+
 @dataclass
 class Backtest:
     """What `backtest` produced: the report files and what the console shows."""
@@ -382,6 +444,7 @@ class Backtest:
     report: Report
     stochastic: dict[str, Any] | None  # seed, episodes, per-episode metrics and their summary
     holdout: list[dict[str, Any]] = field(default_factory=list)  # sealed days traded with --unseal (holdout_summary)
+    new_universe: dict[str, Any] | None = None  # with --new_universe: `new_universe_metadata`
 
 
 MEMBERS_MUST_MATCH = tuple(f.name for f in dataclasses.fields(EnvConfig) if f.name != "episode_length")
@@ -403,9 +466,12 @@ def open_members(paths: list[str | Path]) -> list[Checkpoint]:
     return cks
 
 
-def restore_acting(cks: list[Checkpoint], market: PreparedMarket, device: torch.device | str) -> Any:
-    """The one policy of ``cks``, or their `Ensemble` when there are several (`open_members`)."""
-    models = [restore_policy(ck, market, device) for ck in cks]
+def restore_acting(
+    cks: list[Checkpoint], market: PreparedMarket, device: torch.device | str, *, resize: bool = False
+) -> Any:
+    """The one policy of ``cks``, or their `Ensemble` when there are several (`open_members`); ``resize``: built for
+    ``market``'s tickers (`restore_policy`)."""
+    models = [restore_policy(ck, market, device, resize=resize) for ck in cks]
     return models[0] if len(models) == 1 else Ensemble(models, cks[0].cfg.env.action_mode)
 
 
@@ -477,6 +543,7 @@ def backtest(
     device: torch.device | str = "cpu",
     ledger: str | Path | None = None,
     unseal: bool = False,
+    new_universe: bool = False,
 ) -> Backtest:
     """Run one checkpoint (or an ensemble of several: `clstm_ppo.agent.ensemble`) over one period and write its
     report folder (see the module docstring).
@@ -488,6 +555,8 @@ def backtest(
         ``--risk_free``).
     :param ledger: the trials ledger holding the seals (None: `clstm_ppo.evaluation.ledger.ledger_path`'s default).
     :param unseal: trade sealed days anyway (recorded in the ledger); without it, sealed days are refused.
+    :param new_universe: trade a ``shared`` policy on all of the data's tickers, the market refitted on the data's
+        training days (module docstring, step 1).
     """
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
@@ -499,13 +568,18 @@ def backtest(
     cks = [with_risk_free(c, risk_free) for c in open_members(paths)]
     ck = cks[0]
     risk_free = ck.cfg.env.risk_free
-    market = restore_market(ck, load_backtest_data(ck, data=data, start=start, end=end))
+    if new_universe:
+        check_new_universe(cks)
+    market_data = load_backtest_data(ck, data=data, start=start, end=end, new_universe=new_universe)
+    market = refit_market(ck, market_data) if new_universe else restore_market(ck, market_data)
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
     holdout = check_holdout(
         market, period, [c.path for c in cks], ledger=Ledger(ledger), unseal=unseal, command="backtest"
     )
-    model = restore_acting(cks, market, device)
+    model = restore_acting(cks, market, device, resize=new_universe)
     metadata = _metadata(ck, market, period, data or ck.cfg.data.source)
+    universe = new_universe_metadata(ck, market) if new_universe else None
+    metadata.update(universe or {})
     if len(cks) > 1:
         metadata["ensemble"] = [str(c.path) for c in cks]
     if holdout:
@@ -540,6 +614,7 @@ def backtest(
         report=report,
         stochastic=summary,
         holdout=holdout,
+        new_universe=universe,
     )
 
 

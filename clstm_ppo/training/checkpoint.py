@@ -10,6 +10,7 @@ the previous checkpoint intact.
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,12 +20,12 @@ from typing import Any
 import torch
 
 from clstm_ppo.agent.model import ActorCritic, ModelSpec
-from clstm_ppo.config import TrainConfig
-from clstm_ppo.market import rebuild_market
+from clstm_ppo.config import LEGACY, TrainConfig
+from clstm_ppo.market import build_market, rebuild_market
 from envs.atomic import atomic_write
-from envs.data import MarketData
+from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError, first_line
-from envs.features import PreparedMarket
+from envs.features import TURBULENCE_LOOKBACK, PreparedMarket, split_ranges
 
 FORMAT_VERSION = 1
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's archive format since torch 1.6
@@ -185,13 +186,69 @@ def restore_market(ckpt: Checkpoint, data: MarketData) -> PreparedMarket:
         ) from None
 
 
-def restore_policy(ckpt: Checkpoint, market: PreparedMarket, device: torch.device | str = "cpu") -> ActorCritic:
-    """The checkpoint's ActorCritic, weights loaded, in eval mode on ``device``; UserError on any mismatch."""
+def refit_market(ckpt: Checkpoint, data: MarketData) -> PreparedMarket:
+    """``ckpt``'s market recipe on other ``data`` (another universe): prepared as training prepares one
+    (`clstm_ppo.market.build_market` with the run's data settings: window, indicators, price features, turbulence)
+    on the checkpoint's own split dates mapped onto ``data``, so the normalisation statistics and the turbulence
+    threshold are refitted on ``data``'s days of the checkpoint's training split, never on a later day.
+
+    :raises UserError: ``data`` holds fewer than 2 days of that training split (after the window's lookback), or
+        the run's settings do not rebuild the features its policy was trained on.
+    """
+    ranges = split_ranges(data, ckpt.market_spec["splits"])
+    stored = ckpt.market_spec["splits"]["train"]
+    train = ranges.get("train")
+    if train is not None:
+        train = DayRange(max(train.start, ckpt.window - 1), train.stop)  # training's first day has its lookback
+    if train is None or train.num_days < 2:
+        held = "fewer than 2" if train is None else str(max(train.num_days, 0))
+        raise UserError(
+            f"{ckpt.path}: the data holds {held} trading day(s) of its "
+            f"training split {stored['start']} .. {stored['end']} (after {ckpt.window - 1} days of lookback), where "
+            f"another universe's normalisation and turbulence threshold are refitted; it needs at least 2"
+        )
+    splits = Splits(train=train, validation=ranges.get("validation"), test=ranges.get("test"))
+    market = build_market(ckpt.cfg.data, seed=ckpt.cfg.run.seed, data=data, splits=splits)
+    _check_recipe(ckpt, market)
+    return market
+
+
+def _check_recipe(ckpt: Checkpoint, market: PreparedMarket) -> None:
+    """UserError unless ``market`` (refitted from ``ckpt``'s settings) computes the features of ``ckpt``'s stored
+    market: the same indicators, window, turbulence lookback and price column."""
+    spec, norm = ckpt.market_spec, ckpt.market_spec.get("normalization") or {}
+    stored = {
+        "indicators": list(spec.get("indicator_names", [])),
+        "window": ckpt.window,
+        "turbulence lookback": int(spec.get("turbulence_lookback", TURBULENCE_LOOKBACK)),
+        "price features": norm.get("price_mode", LEGACY["price_features"]),
+    }
+    rebuilt = {
+        "indicators": list(market.indicator_names),
+        "window": market.window,
+        "turbulence lookback": market.turbulence_lookback,
+        "price features": market.normalization.price_mode,
+    }
+    wrong = [f"{k} {rebuilt[k]} (stored {stored[k]})" for k in stored if stored[k] != rebuilt[k]]
+    if wrong:
+        raise UserError(f"{ckpt.path}: its settings do not rebuild its market's features: {', '.join(wrong)}")
+
+
+def restore_policy(
+    ckpt: Checkpoint, market: PreparedMarket, device: torch.device | str = "cpu", *, resize: bool = False
+) -> ActorCritic:
+    """The checkpoint's ActorCritic, weights loaded, in eval mode on ``device``; UserError on any mismatch.
+
+    :param resize: build the stored network for ``market``'s tickers (and state width) instead of the stored
+        count: a ``shared`` policy on another universe, whose weights must still load strictly.
+    """
     path = ckpt.path
     try:
         spec = ModelSpec.from_dict(ckpt.model_config)
     except TypeError as err:
         raise UserError(f"{path}: its model config does not fit this version ({err})") from None
+    if resize:
+        spec = dataclasses.replace(spec, num_features=market.num_features, num_tickers=market.num_tickers)
     want = {"num_features": market.num_features, "num_tickers": market.num_tickers, "window": market.window}
     wrong = {k: (getattr(spec, k), v) for k, v in want.items() if getattr(spec, k) != v}
     if wrong:
@@ -203,5 +260,9 @@ def restore_policy(ckpt: Checkpoint, market: PreparedMarket, device: torch.devic
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
         first = str(err).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])[:300]
+        if resize:
+            raise UserError(
+                f"{path}: its {spec.policy} weights do not fit {market.num_tickers} tickers: {detail}"
+            ) from None
         raise UserError(f"{path}: stored weights do not match its model config ({spec.policy}): {detail}") from None
     return model.to(device).eval()
