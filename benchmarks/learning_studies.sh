@@ -11,6 +11,8 @@
 #   bash benchmarks/learning_studies.sh long OUTDIR                  # 10,000-episode runs on one GPU, then backtests
 #   bash benchmarks/learning_studies.sh anneal OUTDIR [WORKERS]      # lead-lag: training length x annealed learning
 #                                                   rate, chosen on market draw 1, reported on draw 404 (docs/learning.md 9)
+#   bash benchmarks/learning_studies.sh penalty OUTDIR [WORKERS]     # lead-lag, 9,000 episodes: turnover penalties
+#                                                   chosen on draw 1 against 3.33, reported on draw 404 if one passes (9b)
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -99,6 +101,31 @@ PY
     for s in anneal-report-reference anneal-report-choice; do
         [ -d "studies/$s" ] && python3 benchmarks/signal_rule.py "studies/$s" --lag 1 > "$out/$s-rule.txt" 2>&1
     done
+elif [ "$which" = penalty ]; then
+    # Chosen on draw 1 (seeds 1-4) by a rule fixed before the run: the lowest mean turnover among the penalties whose
+    # mean Sharpe is at least the unpenalised 9,000-episode runs' (3.33, section 9); none: nothing is reported.
+    LL="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
+    run penalty-choose --data "$LL,seed=1" --window 5 "${SMALL[@]}" --policies clstm --seeds 1-4 --num_episodes 9000 \
+        --vary turnover_penalty=0.002,0.005
+    choice=$(python3 - studies/penalty-choose/cells.csv <<'PY'
+import csv, statistics, sys
+groups = {}
+for r in csv.DictReader(open(sys.argv[1])):
+    if r["status"] == "done":
+        groups.setdefault(r["vary_turnover_penalty"], []).append(r)
+passed = []
+for penalty, rows in sorted(groups.items()):
+    sharpe = statistics.mean(float(r["sharpe"]) for r in rows)
+    turnover = statistics.mean(float(r["annual_turnover"]) for r in rows)
+    print(f"  penalty {penalty}: Sharpe {sharpe:.2f}, turnover {turnover:.0f}x over {len(rows)} seeds", file=sys.stderr)
+    if sharpe >= 3.33:
+        passed.append((turnover, penalty))
+print(min(passed)[1] if passed else "")
+PY
+)
+    echo "choice: [$choice]" | tee "$out/penalty-choice.txt"
+    [ -z "$choice" ] || run penalty-report --data "$LL,seed=404" --window 5 "${SMALL[@]}" --policies clstm \
+        --num_episodes 9000 --turnover_penalty "$choice"
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).
