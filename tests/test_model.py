@@ -175,3 +175,19 @@ def test_checkpoints_without_the_skip_setting_rebuild_the_network_they_were_trai
     assert then.skip is False and then.next_day_head is False and then.action_dist == "gaussian"
     assert then.stage2_hidden == 14 and then.window == model.spec.window  # what it stored is kept
     assert model.features[0].in_features == 12 + 16 and model.actor_mean.in_features == 14 + 10
+
+
+@pytest.mark.parametrize("policy", ["clstm", "mlp"])
+def test_a_policy_step_and_its_update_forward_make_no_host_checks(policy):
+    """``bool(tensor)`` waits for the GPU: a rollout step (``act``) and the update's forward must make none.
+    torch.distributions' argument checks made 8 per rollout step and 5 per minibatch (docs: benchmarks/README)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = small_model(policy)
+    obs = torch.randn(4, model.spec.window, model.spec.num_features)
+    starts = torch.ones(4, dtype=torch.bool)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        u = model.act(obs, model.initial_state(4), starts, generator=torch.Generator().manual_seed(1)).action
+        model(obs.unsqueeze(0), model.initial_state(4), starts.unsqueeze(0), u.unsqueeze(0))
+    checks = [e.count for e in prof.key_averages() if e.key == "aten::is_nonzero"]
+    assert not checks, f"{sum(checks)} bool(tensor) checks in one step and one forward"
