@@ -24,6 +24,7 @@ tables are computed from that trace, and ``--from_trace FILE...`` tabulates save
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gzip
 import json
@@ -31,6 +32,7 @@ import math
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ from clstm_ppo.training.ppo import PhaseTimer  # noqa: E402
 LAUNCH_CALLS = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaGraphLaunch")
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
 COPY_WORDS = ("Memcpy", "Memset", "memcpy", "memset")
+PHASES = ("rollout", "update")  # the Trainer's phases that become profiler ranges
 
 
 @dataclasses.dataclass
@@ -81,7 +84,7 @@ def _union_ms(intervals: list[tuple[float, float]]) -> float:
     return total / 1e3
 
 
-def summarize_trace(trace: dict[str, Any], phases: tuple[str, ...] = ("rollout", "update")) -> dict[str, PhaseProfile]:
+def summarize_trace(trace: dict[str, Any], phases: tuple[str, ...] = PHASES) -> dict[str, PhaseProfile]:
     """Split a Chrome trace (``prof.export_chrome_trace``) into the named ``record_function`` ranges.
 
     Host events (``cuda_runtime``/``cuda_driver``: launches, synchronisations) are placed by their start; device
@@ -151,9 +154,19 @@ def top_operators(prof: Any, device: bool, n: int = 12) -> list[tuple[str, int, 
     rows = []
     for avg in prof.key_averages():
         ms = (avg.self_device_time_total if device else avg.self_cpu_time_total) / 1e3
-        if ms > 0 and avg.key not in ("rollout", "update"):
+        if ms > 0 and avg.key not in PHASES:
             rows.append((avg.key[:70], avg.count, ms))
     return sorted(rows, key=lambda r: -r[2])[:n]
+
+
+class RangeTimer(PhaseTimer):
+    """The trainer's phase timer (CUDA synchronised around each phase) with the rollout and the update also named
+    profiler ranges. Each range encloses the phase's closing synchronisation, so the phase's kernels run inside it."""
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        with record_function(name) if name in PHASES else contextlib.nullcontext(), super().__call__(name):
+            yield
 
 
 def profile_one(opts: dict[str, Any], trace_dir: Path | None) -> list[str]:
@@ -171,12 +184,6 @@ def profile_one(opts: dict[str, Any], trace_dir: Path | None) -> list[str]:
     trainer.update(ppo=dataclasses.replace(cfg.ppo, epochs=1))  # warm-up
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-
-    class RangeTimer(PhaseTimer):
-        """The trainer's own phase hooks, each also a named profiler range with its synchronised wall time."""
-
-        def __call__(self, name: str):  # type: ignore[override]
-            return _ranged(name, sync) if name in ("rollout", "update") else super().__call__(name)
 
     sync()
     with profile(activities=activities, record_shapes=False) as prof:
@@ -202,21 +209,6 @@ def profile_one(opts: dict[str, Any], trace_dir: Path | None) -> list[str]:
             shutil.copyfileobj(src, dst)
         lines += ["", f"Chrome trace: `{target}` ({target.stat().st_size / 2**20:.1f} MiB gzipped)"]
     return lines
-
-
-class _ranged:
-    """A profiler range that synchronises CUDA on entry and before it closes, so its kernels run inside it."""
-
-    def __init__(self, name: str, sync: Any) -> None:
-        self.sync, self.range = sync, record_function(name)
-
-    def __enter__(self) -> None:
-        self.sync()
-        self.range.__enter__()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.sync()
-        self.range.__exit__(*exc)
 
 
 def main(argv: list[str] | None = None) -> int:
