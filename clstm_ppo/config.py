@@ -240,6 +240,12 @@ class PPOConfig:
         "docs/learning.md)",
     )
     target_kl: float = setting(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
+    ema_decay: float = setting(
+        0.0,
+        "deploy an exponential moving average of the weights, updated after every update with this decay (0: off; "
+        "0.99 remembers about 100 updates): validation, best.pt and every backtest use the average, training "
+        "continues from the raw weights",
+    )
     norm_reward: bool = setting(
         False, "divide rewards by the running std of the discounted return (as SB3's VecNormalize)"
     )
@@ -286,6 +292,8 @@ class PPOConfig:
         for name in ("weight_decay", "aux_coef"):
             if not getattr(self, name) >= 0:
                 raise UserError(f"--{name} must be 0 or more, got {getattr(self, name)}")
+        if not 0 <= self.ema_decay < 1:
+            raise UserError(f"--ema_decay must be in [0, 1), got {self.ema_decay}")
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,9 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
             "--noise_hold",
             "3",
         ),
+        ("--ema_decay", "0.6"),
     ],  # episodes end inside rollouts
-    ids=["defaults", "normalisers-and-augmentation"],
+    ids=["defaults", "normalisers-and-augmentation", "weight-average"],
 )
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
     straight = train(tmp_path, "--num_episodes", "16", "--run_name", "straight", *extra)
@@ -99,6 +100,9 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
         assert torch.equal(wa["reward_norm"]["discounted"], wb["reward_norm"]["discounted"])
     for key, value in a.model_state.items():
         assert torch.equal(value, b.model_state[key]), key
+    assert (a.average_state is None) == (b.average_state is None) == ("--ema_decay" not in extra)
+    for key, value in (a.average_state or {}).items():
+        assert torch.equal(value, b.average_state[key]), key
     episodes_a, _ = read_metrics(tmp_path / "ck" / "straight")
     episodes_b, _ = read_metrics(tmp_path / "ck" / "split")
     assert [e["final_value"] for e in episodes_a] == [e["final_value"] for e in episodes_b]

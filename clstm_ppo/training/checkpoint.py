@@ -45,6 +45,13 @@ class Checkpoint:
     scaler_state: dict[str, Any] | None
     counters: dict[str, Any]  # global_step, update, episodes, best_score, ...
     worker_states: list[dict[str, Any]] | None  # per rank: RNG, env and recurrent state (exact resume)
+    average_state: dict[str, torch.Tensor] | None = None  # --ema_decay: the weights' moving average (deployed)
+
+    @property
+    def deployed_state(self) -> dict[str, torch.Tensor]:
+        """The weights a backtest, study or trade runs: the moving average where the run kept one
+        (`clstm_ppo.training.weight_average`), else the trained weights."""
+        return self.average_state if self.average_state is not None else self.model_state
 
     @cached_property
     def cfg(self) -> TrainConfig:
@@ -131,6 +138,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         scaler_state=raw.get("scaler_state"),
         counters=raw["counters"],
         worker_states=raw.get("worker_states"),
+        average_state=raw.get("average_state"),
     )
 
 
@@ -160,8 +168,10 @@ def checkpoint_payload(
     counters: dict[str, Any],
     worker_states: list[dict[str, Any]] | None,
     world_size: int,
+    average_state: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """Everything a checkpoint holds (see `Checkpoint`); ``model`` is the raw ActorCritic (no wrappers)."""
+    """Everything a checkpoint holds (see `Checkpoint`); ``model`` is the raw ActorCritic (no wrappers);
+    ``average_state`` the weights' moving average under ``--ema_decay`` (stored only then)."""
     return {
         "format_version": FORMAT_VERSION,
         "config": {**cfg.to_dict(), "resume": ""},
@@ -173,6 +183,7 @@ def checkpoint_payload(
         "counters": {k: (float(v) if isinstance(v, float) else v) for k, v in counters.items()},
         "worker_states": worker_states,
         "world_size": world_size,
+        **({"average_state": average_state} if average_state is not None else {}),
     }
 
 
@@ -256,7 +267,7 @@ def restore_policy(
         raise UserError(f"{path}: the stored model does not fit its market spec: {what}")
     try:
         model = ActorCritic(spec)
-        model.load_state_dict(ckpt.model_state, strict=True)
+        model.load_state_dict(ckpt.deployed_state, strict=True)
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
         first = str(err).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])[:300]

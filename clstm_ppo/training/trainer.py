@@ -25,7 +25,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.agent.evaluate import evaluate_policy
-from clstm_ppo.agent.model import build_model
+from clstm_ppo.agent.model import ActorCritic, build_model
 from clstm_ppo.agent.moments import moment_sums
 from clstm_ppo.config import PPOConfig, TrainConfig
 from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint, save_checkpoint
@@ -38,6 +38,7 @@ from clstm_ppo.training.run_folder import BEST, LATEST, episode_checkpoint_name,
 from clstm_ppo.training.run_log import RunLog
 from clstm_ppo.training.signals import StoppedBySignal, StopRequest
 from clstm_ppo.training.tracking import open_tracker
+from clstm_ppo.training.weight_average import WeightAverage
 from envs.errors import UserError
 from envs.execution import describe_execution
 from envs.features import PreparedMarket
@@ -123,10 +124,13 @@ class Trainer:
             ppo.n_steps, ppo.num_envs, (market.window, market.num_features), market.num_tickers, device
         )
         self.counters = Counters()
+        self.average = WeightAverage(self.model, ppo.ema_decay) if ppo.ema_decay > 0 else None
         if cfg.run.resume:
             self._resume(resolve_resume(cfg.run.resume, run_dir))
         elif cfg.run.init_weights:
             self.model.load_state_dict(load_weights(cfg.run.init_weights, cfg, market))
+            if self.average is not None:
+                self.average.load_state_dict(self.model.state_dict())
         trained = torch.compile(self.model) if system.compile else self.model
         if comm.distributed:
             trained = DDP(trained, device_ids=[device.index] if device.type == "cuda" else None)
@@ -134,6 +138,11 @@ class Trainer:
         self.log: RunLog | None = None
         self.stop = StopRequest()
         self.fault = FaultSpec.from_environment()
+
+    @property
+    def deployed(self) -> ActorCritic:
+        """The network validation scores and checkpoints deploy: the weights' moving average under --ema_decay."""
+        return self.average.model if self.average is not None else self.model
 
     # ------------------------------------------------------------------ the algorithm
     @property
@@ -186,6 +195,8 @@ class Trainer:
         if cfg.model.norm_obs:  # this rollout's states, added up over all workers
             self.model.update_obs_stats(comm.all_reduce_sum(moment_sums(self.buf.obs.newest.flatten(0, 1))))
         self.rollout.reward_norm.sync(comm)
+        if self.average is not None:
+            self.average.update(self.model)
         behaviour = self.rollout.stats.all_reduced(comm).as_dict()
         ranks = torch.full((rows.shape[0], 1), float(comm.rank), dtype=torch.float64)
         episodes = comm.all_gather_rows(torch.cat([rows, ranks], dim=1))  # every rank sees every episode
@@ -347,6 +358,7 @@ class Trainer:
             counters=c.as_dict(),
             worker_states=worker_states,
             world_size=self.comm.world_size,
+            average_state=self.average.state_dict() if self.average is not None else None,
         )
         save_checkpoint(self.run_dir / LATEST, payload)
         if is_best:
@@ -358,7 +370,7 @@ class Trainer:
         """Validation Sharpe of the deterministic policy when a validation split exists, else the mean
         return of the last 100 training episodes (None before any episode finished)."""
         if self.market.splits.validation is not None:
-            run = evaluate_policy(self.model, self.market, "validation", self.cfg.env, device=self.device)
+            run = evaluate_policy(self.deployed, self.market, "validation", self.cfg.env, device=self.device)
             return run.sharpe
         return self.log.mean_recent_return() if self.log is not None else None
 
@@ -367,6 +379,8 @@ class Trainer:
         that its tickers and model match this run."""
         ckpt = load_checkpoint(path, map_location="cpu")
         self.model.load_state_dict(ckpt.model_state)
+        if self.average is not None:  # a run that did not keep one starts its average from the weights
+            self.average.load_state_dict(ckpt.average_state or ckpt.model_state)
         if ckpt.optimizer_state is not None:
             self.optimizer.load_state_dict(ckpt.optimizer_state)
         if self.scaler is not None and ckpt.scaler_state:
