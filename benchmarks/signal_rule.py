@@ -12,7 +12,7 @@ stop, on a finished study's traded days. Two rules, both causal:
 
 Usage (a study on a lead-lag market with ``--retrain none``; its prepared market is reused)::
 
-    python benchmarks/signal_rule.py STUDY_DIR --lag 1 [--band 0.01 0.03] [--execution auto]
+    python benchmarks/signal_rule.py STUDY_DIR --lag 1 [--band 0.01 0.03] [--trade_rate 1 0.5] [--execution auto]
 
 Prints one row per rule and band: Sharpe on the traded days, return, turnover a year, costs, exposure, next to the
 study's buy-and-hold.
@@ -21,6 +21,7 @@ study's buy-and-hold.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,7 @@ def main() -> None:
     parser.add_argument("study", type=Path, help="a finished study folder on a lead-lag market (--retrain none)")
     parser.add_argument("--lag", type=int, default=1)
     parser.add_argument("--band", type=float, nargs="+", default=[0.01])
+    parser.add_argument("--trade_rate", type=float, nargs="+", default=[1.0], help="partial adjustment (envs.kernel)")
     parser.add_argument("--execution", default="auto")
     args = parser.parse_args()
     prepared = sorted((args.study / "prepared").glob("*.json"))
@@ -93,23 +95,23 @@ def main() -> None:
     print(
         f"{args.study.name}: {market.num_tickers} tickers, test days {market.splits.test.stop - market.splits.test.start}"
     )
-    print(f"{'rule':<8} {'band':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'costs':>11} {'exposure':>8}")
-    for kind in ("sign", "scaled"):
-        for band in args.band:
-            config = EnvConfig(rebalance_band=band, execution=args.execution)
-            run = evaluate_policy(LeadLagRule(market, args.lag, kind), market, "test", config)
-            result = BacktestResult.from_run(
-                run,
-                initial_amount=config.initial_amount,
-                buy_cost_pct=config.buy_cost_pct,
-                sell_cost_pct=config.sell_cost_pct,
-            )
-            m = compute_metrics(result)["policy"]
-            exposure = mean_exposure(run.values, run.holdings_value)
-            print(
-                f"{kind:<8} {band:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
-                f"{m['annual_turnover']:>10.1f}x {m['total_costs']:>11,.0f} {exposure:>8.0%}"
-            )
+    head = f"{'rule':<8} {'band':>5} {'rate':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'costs':>11}"
+    print(f"{head} {'exposure':>8}")
+    for kind, band, rate in itertools.product(("sign", "scaled"), args.band, args.trade_rate):
+        config = EnvConfig(rebalance_band=band, trade_rate=rate, execution=args.execution)
+        run = evaluate_policy(LeadLagRule(market, args.lag, kind), market, "test", config)
+        result = BacktestResult.from_run(
+            run,
+            initial_amount=config.initial_amount,
+            buy_cost_pct=config.buy_cost_pct,
+            sell_cost_pct=config.sell_cost_pct,
+        )
+        m = compute_metrics(result)["policy"]
+        exposure = mean_exposure(run.values, run.holdings_value)
+        print(
+            f"{kind:<8} {band:>5.2f} {rate:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
+            f"{m['annual_turnover']:>10.1f}x {m['total_costs']:>11,.0f} {exposure:>8.0%}"
+        )
     report = args.study / "study.json"
     if report.exists():  # a finished study: its buy-and-hold on the same days
         print(f"buy-and-hold Sharpe {json.loads(report.read_text())['baselines']['buy-and-hold']['sharpe']:.2f}")
