@@ -16,6 +16,9 @@
 #   bash benchmarks/learning_studies.sh ema-choose OUTDIR [WORKERS]  # lead-lag, 9,000 episodes: --ema_decay 0.98 or
 #                                                   0.995, chosen on draw 1 (docs/learning.md 10)
 #   bash benchmarks/learning_studies.sh ema-report OUTDIR [WORKERS]  # the choice and the reference on draw 505
+#   bash benchmarks/learning_studies.sh rate-choose OUTDIR [WORKERS] # memory market, 12,000 episodes: --trade_rate
+#                                                   0.5 or 0.7 chosen on draw 1 against 1.40 (docs/learning.md 10b)
+#   bash benchmarks/learning_studies.sh rate-report OUTDIR [WORKERS] # the choice and full-rate trading on draw 606
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -110,22 +113,8 @@ elif [ "$which" = penalty ]; then
     LL="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
     run penalty-choose --data "$LL,seed=1" --window 5 "${SMALL[@]}" --policies clstm --seeds 1-4 --num_episodes 9000 \
         --vary turnover_penalty=0.002,0.005
-    choice=$(python3 - studies/penalty-choose/cells.csv <<'PY'
-import csv, statistics, sys
-groups = {}
-for r in csv.DictReader(open(sys.argv[1])):
-    if r["status"] == "done":
-        groups.setdefault(r["vary_turnover_penalty"], []).append(r)
-passed = []
-for penalty, rows in sorted(groups.items()):
-    sharpe = statistics.mean(float(r["sharpe"]) for r in rows)
-    turnover = statistics.mean(float(r["annual_turnover"]) for r in rows)
-    print(f"  penalty {penalty}: Sharpe {sharpe:.2f}, turnover {turnover:.0f}x over {len(rows)} seeds", file=sys.stderr)
-    if sharpe >= 3.33:
-        passed.append((turnover, penalty))
-print(min(passed)[1] if passed else "")
-PY
-)
+    choice=$(python3 benchmarks/choice_rule.py studies/penalty-choose/cells.csv --by vary_turnover_penalty \
+        --rule lowest-turnover --min_sharpe 3.33)
     echo "choice: [$choice]" | tee "$out/penalty-choice.txt"
     [ -z "$choice" ] || run penalty-report --data "$LL,seed=404" --window 5 "${SMALL[@]}" --policies clstm \
         --num_episodes 9000 --turnover_penalty "$choice"
@@ -136,19 +125,8 @@ elif [ "$which" = ema-choose ]; then
     LL="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
     run ema-choose --data "$LL,seed=1" --window 5 "${SMALL[@]}" --policies clstm --seeds 1-4 --num_episodes 9000 \
         --vary ema_decay=0.98,0.995
-    python3 - studies/ema-choose/cells.csv > "$out/ema-choice.txt" <<'PY'
-import csv, statistics, sys
-groups = {}
-for r in csv.DictReader(open(sys.argv[1])):
-    if r["status"] == "done":
-        groups.setdefault(r["vary_ema_decay"], []).append(r)
-means = {}
-for decay, rows in sorted(groups.items()):
-    means[decay] = statistics.mean(float(r["sharpe"]) for r in rows)
-    turnover = statistics.mean(float(r["annual_turnover"]) for r in rows)
-    print(f"  ema_decay {decay}: Sharpe {means[decay]:.2f}, turnover {turnover:.0f}x over {len(rows)} seeds", file=sys.stderr)
-print(max(means, key=means.get))
-PY
+    python3 benchmarks/choice_rule.py studies/ema-choose/cells.csv --by vary_ema_decay --rule highest-sharpe \
+        > "$out/ema-choice.txt"
     echo "choice: --ema_decay $(cat "$out/ema-choice.txt")"
 elif [ "$which" = ema-report ]; then
     # Draw 505 (nothing has looked at it), 12 seeds, 9,000 episodes: the decay ema-choose chose (its choice file in
@@ -161,6 +139,26 @@ elif [ "$which" = ema-report ]; then
     wait
     for s in ema-report-reference ema-report-choice; do
         python3 benchmarks/signal_rule.py "studies/$s" --lag 1 > "$out/$s-rule.txt" 2>&1
+    done
+elif [ "$which" = rate-choose ]; then
+    # The memory market (lag 5, no indicators, window 10), 12,000 episodes (section 8c's choice), chosen on draw 1
+    # (seeds 1-4) by a rule fixed before the run: the lowest mean turnover among the trade rates whose mean Sharpe is
+    # at least the full-rate runs' (1.40, section 8c, same seeds and days); none: nothing is reported.
+    run rate-choose --data "$MEMORY,seed=1" --window 10 --indicators none "${SMALL[@]}" --policies clstm --seeds 1-4 \
+        --num_episodes 12000 --vary trade_rate=0.5,0.7
+    python3 benchmarks/choice_rule.py studies/rate-choose/cells.csv --by vary_trade_rate --rule lowest-turnover \
+        --min_sharpe 1.40 > "$out/rate-choice.txt"
+    echo "choice: [$(cat "$out/rate-choice.txt")]"
+elif [ "$which" = rate-report ]; then
+    # Memory draw 606 (nothing has looked at it), 12 seeds, 12,000 episodes: the chosen rate and full-rate trading.
+    rate=$(cat "$out/rate-choice.txt") && [ -n "$rate" ] || { echo "no rate passed the rule: nothing to report"; exit 1; }
+    run rate-report-reference --data "$MEMORY,seed=606" --window 10 --indicators none "${SMALL[@]}" --policies clstm \
+        --num_episodes 12000 &
+    run rate-report-choice --data "$MEMORY,seed=606" --window 10 --indicators none "${SMALL[@]}" --policies clstm \
+        --num_episodes 12000 --trade_rate "$rate" &
+    wait
+    for s in rate-report-reference rate-report-choice; do
+        python3 benchmarks/signal_rule.py "studies/$s" --lag 5 --threshold 1 --trade_rate 1 0.5 > "$out/$s-rule.txt" 2>&1
     done
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;

@@ -9,10 +9,13 @@ stop, on a finished study's traded days. Two rules, both causal:
   them, -1 for the rest (cash takes what is left; all cash when no leader rose).
 - ``scaled``: action = clip(leader's return / its training-days std, -1, 1): the follower's weight grows with the
   size of the shock that moves it.
+- ``sign>Z`` (``--threshold Z``): the sign rule that holds a follower only when its leader's return is more than Z
+  training-days standard deviations above 0: only the strongest signals, so fewer trades (Z = 0 is ``sign``).
 
 Usage (a study on a lead-lag market with ``--retrain none``; its prepared market is reused)::
 
-    python benchmarks/signal_rule.py STUDY_DIR --lag 1 [--band 0.01 0.03] [--trade_rate 1 0.5] [--execution auto]
+    python benchmarks/signal_rule.py STUDY_DIR --lag 1 [--band 0.01 0.03] [--trade_rate 1 0.5] [--threshold 1 2]
+        [--execution auto]
 
 Prints one row per rule and band: Sharpe on the traded days, return, turnover a year, costs, exposure, next to the
 study's buy-and-hold.
@@ -46,11 +49,11 @@ class LeadLagRule:
     standardised by the market's training-days statistics, which the rule undoes.
     """
 
-    def __init__(self, market: PreparedMarket, lag: int, kind: str) -> None:
+    def __init__(self, market: PreparedMarket, lag: int, kind: str, threshold: float = 0.0) -> None:
         if market.window < lag:
             raise SystemExit(f"the window ({market.window} days) must cover the lag ({lag} days)")
         self.layout = StateLayout(market.num_tickers, len(market.indicator_names))
-        self.lag, self.kind = lag, kind
+        self.lag, self.kind, self.threshold = lag, kind, threshold
         self.mean = torch.as_tensor(market.normalization.close_mean, dtype=torch.float64)
         self.std = torch.as_tensor(market.normalization.close_std, dtype=torch.float64)
         self.training = False
@@ -64,7 +67,7 @@ class LeadLagRule:
         raw = scaled * self.std + self.mean  # [N] daily log returns
         leader = raw[:-1]  # ticker i leads ticker i + 1
         if self.kind == "sign":
-            follow = torch.where(leader > 0, 1.0, -1.0)
+            follow = torch.where(leader > self.threshold * self.std[:-1], 1.0, -1.0)
         else:
             follow = (leader / self.std[:-1]).clamp(-1.0, 1.0)
         action = torch.cat([torch.full((1,), -1.0, dtype=torch.float64), follow])  # ticker 0 follows nobody
@@ -86,6 +89,7 @@ def main() -> None:
     parser.add_argument("--lag", type=int, default=1)
     parser.add_argument("--band", type=float, nargs="+", default=[0.01])
     parser.add_argument("--trade_rate", type=float, nargs="+", default=[1.0], help="partial adjustment (envs.kernel)")
+    parser.add_argument("--threshold", type=float, nargs="+", default=[], help="also the sign rule above Z std")
     parser.add_argument("--execution", default="auto")
     args = parser.parse_args()
     prepared = sorted((args.study / "prepared").glob("*.json"))
@@ -97,9 +101,11 @@ def main() -> None:
     )
     head = f"{'rule':<8} {'band':>5} {'rate':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'costs':>11}"
     print(f"{head} {'exposure':>8}")
-    for kind, band, rate in itertools.product(("sign", "scaled"), args.band, args.trade_rate):
+    rules = [("sign", 0.0), ("scaled", 0.0), *(("sign", z) for z in args.threshold)]
+    for (kind, z), band, rate in itertools.product(rules, args.band, args.trade_rate):
         config = EnvConfig(rebalance_band=band, trade_rate=rate, execution=args.execution)
-        run = evaluate_policy(LeadLagRule(market, args.lag, kind), market, "test", config)
+        run = evaluate_policy(LeadLagRule(market, args.lag, kind, z), market, "test", config)
+        name = f"sign>{z:g}" if z else kind
         result = BacktestResult.from_run(
             run,
             initial_amount=config.initial_amount,
@@ -109,7 +115,7 @@ def main() -> None:
         m = compute_metrics(result)["policy"]
         exposure = mean_exposure(run.values, run.holdings_value)
         print(
-            f"{kind:<8} {band:>5.2f} {rate:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
+            f"{name:<8} {band:>5.2f} {rate:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
             f"{m['annual_turnover']:>10.1f}x {m['total_costs']:>11,.0f} {exposure:>8.0%}"
         )
     report = args.study / "study.json"
