@@ -84,6 +84,11 @@ def strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state dict as a checkpoint stores it: detached, on the CPU, without wrapper prefixes."""
+    return strip_prefixes({k: v.detach().cpu() for k, v in model.state_dict().items()})
+
+
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     """Write ``payload`` atomically to ``path`` (temp file in the same folder, fsync, os.replace)."""
     path = Path(path)
@@ -168,22 +173,22 @@ def checkpoint_payload(
     counters: dict[str, Any],
     worker_states: list[dict[str, Any]] | None,
     world_size: int,
-    average_state: dict[str, torch.Tensor] | None = None,
+    average: ActorCritic | None = None,
 ) -> dict[str, Any]:
     """Everything a checkpoint holds (see `Checkpoint`); ``model`` is the raw ActorCritic (no wrappers);
-    ``average_state`` the weights' moving average under ``--ema_decay`` (stored only then)."""
+    ``average`` the network of the weights' moving average under ``--ema_decay`` (stored only then)."""
     return {
         "format_version": FORMAT_VERSION,
         "config": {**cfg.to_dict(), "resume": ""},
         "model_config": model.spec.to_dict(),
         "market_spec": market.to_spec(),
-        "model_state": strip_prefixes({k: v.detach().cpu() for k, v in model.state_dict().items()}),
+        "model_state": cpu_state(model),
         "optimizer_state": optimizer.state_dict(),
         "scaler_state": scaler.state_dict() if scaler is not None else None,
         "counters": {k: (float(v) if isinstance(v, float) else v) for k, v in counters.items()},
         "worker_states": worker_states,
         "world_size": world_size,
-        **({"average_state": average_state} if average_state is not None else {}),
+        **({"average_state": cpu_state(average)} if average is not None else {}),
     }
 
 

@@ -358,7 +358,7 @@ class Trainer:
             counters=c.as_dict(),
             worker_states=worker_states,
             world_size=self.comm.world_size,
-            average_state=self.average.state_dict() if self.average is not None else None,
+            average=self.average.model if self.average is not None else None,
         )
         save_checkpoint(self.run_dir / LATEST, payload)
         if is_best:

@@ -39,9 +39,5 @@ class WeightAverage:
         for mine, theirs in zip(self.model.buffers(), model.buffers(), strict=True):
             mine.copy_(theirs)
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The averaged network's state dict, on the CPU (what a checkpoint stores as ``average_state``)."""
-        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
-
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(state, strict=True)
