@@ -50,6 +50,7 @@ def _rank_main(rank: int, port: int, out_dir: str, through_ddp: bool) -> None:
         local = column_slice(full, slice(rank * half, (rank + 1) * half))
         params = run_update(model, local, comm, half, through_ddp)
         torch.save(params, Path(out_dir) / f"rank{rank}.pt")
+        comm.barrier()  # leave together, as the launcher's workers do: a rank tearing gloo down mid-exchange aborts its peer
     finally:
         shutdown_worker()
 
