@@ -19,6 +19,10 @@
 #   bash benchmarks/learning_studies.sh rate-choose OUTDIR [WORKERS] # memory market, 12,000 episodes: --trade_rate
 #                                                   0.5 or 0.7 chosen on draw 1 against 1.40 (docs/learning.md 10b)
 #   bash benchmarks/learning_studies.sh rate-report OUTDIR [WORKERS] # the choice and full-rate trading on draw 606
+#   bash benchmarks/learning_studies.sh gate-choose OUTDIR [WORKERS] # lead-lag, 9,000 episodes: --trade_gate at
+#                                                   --trade_rate 1 or 0.5, chosen on draw 1 (docs/learning.md 11)
+#   bash benchmarks/learning_studies.sh gate-report OUTDIR [WORKERS] # the choice and the reference on lead-lag draw
+#                                                   707 (9,000 episodes) and memory draw 808 (12,000)
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -159,6 +163,41 @@ elif [ "$which" = rate-report ]; then
     wait
     for s in rate-report-reference rate-report-choice; do
         python3 benchmarks/signal_rule.py "studies/$s" --lag 5 --threshold 1 --trade_rate 1 0.5 > "$out/$s-rule.txt" 2>&1
+    done
+elif [ "$which" = gate-choose ]; then
+    # The learned no-trade region (--trade_gate), alone or with partial adjustment, chosen on lead-lag draw 1 (seeds
+    # 1-4, 9,000 episodes) by a rule fixed before the run: the lowest mean turnover among the rates whose mean Sharpe
+    # is at least the reference's 3.33 (section 9's cells, same seeds and days); if none passes, the highest mean
+    # Sharpe. Either way the choice is reported on fresh draws (gate-report).
+    run gate-choose --data "$LEADLAG,seed=1" --window 5 "${SMALL[@]}" --policies clstm --seeds 1-4 \
+        --num_episodes 9000 --trade_gate --vary trade_rate=1,0.5
+    rate=$(python3 benchmarks/choice_rule.py studies/gate-choose/cells.csv --by vary_trade_rate --rule lowest-turnover \
+        --min_sharpe 3.33)
+    [ -n "$rate" ] || rate=$(python3 benchmarks/choice_rule.py studies/gate-choose/cells.csv --by vary_trade_rate \
+        --rule highest-sharpe)
+    echo "$rate" > "$out/gate-choice.txt"
+    echo "choice: --trade_gate --trade_rate $rate"
+elif [ "$which" = gate-report ]; then
+    # Fresh draws (nothing has looked at them), 12 seeds: the gated choice and the reference (no gate, full rate)
+    # side by side on the same days and seeds; lead-lag draw 707 at 9,000 episodes, memory draw 808 at 12,000.
+    rate=$(cat "$out/gate-choice.txt") || exit 1
+    for arm in reference choice; do
+        flags=(); [ "$arm" = choice ] && flags=(--trade_gate --trade_rate "$rate")
+        run "gate-leadlag-$arm" --data "$LEADLAG,seed=707" --window 5 "${SMALL[@]}" --policies clstm \
+            --num_episodes 9000 "${flags[@]}" &
+    done
+    wait
+    for arm in reference choice; do
+        flags=(); [ "$arm" = choice ] && flags=(--trade_gate --trade_rate "$rate")
+        run "gate-memory-$arm" --data "$MEMORY,seed=808" --window 10 --indicators none "${SMALL[@]}" \
+            --policies clstm --num_episodes 12000 "${flags[@]}" &
+    done
+    wait
+    for arm in reference choice; do
+        python3 benchmarks/signal_rule.py "studies/gate-leadlag-$arm" --lag 1 --threshold 1 --trade_rate 1 0.5 \
+            > "$out/gate-leadlag-$arm-rule.txt" 2>&1
+        python3 benchmarks/signal_rule.py "studies/gate-memory-$arm" --lag 5 --threshold 1 --trade_rate 1 0.5 \
+            > "$out/gate-memory-$arm-rule.txt" 2>&1
     done
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;

@@ -403,6 +403,8 @@ class TrainConfig:
                 raise UserError(f"--{s.flag} must be one of {', '.join(s.choices)}, got {value!r}")
         for section in (self.run, self.data, self.model, self.ppo, self.system):
             section.validate()
+        if self.env.trade_gate and self.model.policy == "shared":
+            raise UserError("--trade_gate needs two outputs per ticker; --policy shared has one")
         return self
 
     # ------------------------------------------------------------------ the flat form

@@ -86,6 +86,12 @@ class EnvConfig:
         "with --action_mode weights: each day's orders move this fraction of the way from the holdings to the target "
         "(partial adjustment toward the aim portfolio, Garleanu and Pedersen 2013; 1: all the way)",
     )
+    trade_gate: bool = setting(
+        False,
+        "with --action_mode weights: the policy also decides, per stock and day, whether to trade it at all: the "
+        "action gains N gate numbers after the N weight logits, and a stock's order goes through only where its "
+        "gate is > 0 (a learned no-trade region; the policy's network grows by N outputs)",
+    )
     turnover_penalty: float = setting(
         0.0,
         "training's reward only: each dollar traded costs this much more in the reward than the portfolio pays "
@@ -115,6 +121,10 @@ class EnvConfig:
         choices=REWARDS,
     )
 
+    def action_dim(self, num_tickers: int) -> int:
+        """Numbers in one action for N stocks: N, or 2N with ``trade_gate`` (N weight logits, then N gates)."""
+        return 2 * num_tickers if self.trade_gate else num_tickers
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "episode_length", parse_episode_length(self.episode_length))
         if self.hmax < 1:
@@ -133,6 +143,8 @@ class EnvConfig:
             raise UserError(f"--rebalance_band must be in [0, 1), got {self.rebalance_band}")
         if not 0 < self.trade_rate <= 1:
             raise UserError(f"--trade_rate must be in (0, 1], got {self.trade_rate}")
+        if self.trade_gate and self.action_mode != "weights":
+            raise UserError("--trade_gate needs --action_mode weights (a share action already says how much to trade)")
         for f in fields(self):  # settings given in code (not by a flag) are checked against their choices too
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:

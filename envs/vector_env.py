@@ -144,7 +144,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         # Finite bounds (any finite float32): gymnasium's checker rejects infinite ones.
         big = float(np.finfo(np.float32).max)
         self.single_observation_space = gymnasium.spaces.Box(-big, big, (T, F), np.float32)
-        self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (N,), np.float32)
+        self.action_dim = config.action_dim(N)  # N, or 2N with --trade_gate (weight logits, then gates)
+        self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
@@ -303,15 +304,16 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     def step(self, actions: Tensor | np.ndarray) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         """Trade at each env's current close, move one day on, auto-reset finished envs.
 
-        :param actions: [B, N] float in [-1, 1] (clipped), tensor on any device or numpy
+        :param actions: [B, N] ([B, 2N] with ``trade_gate``) float in [-1, 1] (clipped), tensor on any device or
+            numpy
         :return: obs [B, T, F] float32, reward [B] float32, terminated [B] bool, truncated [B] bool, info
         """
         if self._needs_reset.any():
             raise RuntimeError("episode finished: call reset() before step()")
-        B, N, T = self.num_envs, self.num_tickers, self.window
+        B, T = self.num_envs, self.window
         actions = torch.as_tensor(actions, device=self.device)
-        if actions.shape != (B, N):
-            raise ValueError(f"actions must have shape {(B, N)}, got {tuple(actions.shape)}")
+        if actions.shape != (B, self.action_dim):
+            raise ValueError(f"actions must have shape {(B, self.action_dim)}, got {tuple(actions.shape)}")
         s, cfg = self._s, self.config
 
         day = self._day

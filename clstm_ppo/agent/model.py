@@ -67,7 +67,7 @@ OBS_EPS = 1e-8  # variance floor of the observation normaliser
 
 
 def gaussian(mean: Tensor, std: Tensor) -> Normal:
-    """The policy's Gaussian over ``[..., N]`` actions, built without torch.distributions' argument checks: each
+    """The policy's Gaussian over ``[..., A]`` actions (A = `ModelSpec.action_dim`), built without torch.distributions' argument checks: each
     check is a ``bool(tensor)``, a host synchronisation on a GPU (8 per rollout step and 5 per minibatch, measured),
     and the std is ``exp`` of the learned log-std, so the checks could only fail on NaN weights, which the update's
     non-finite-gradient skip already keeps out."""
@@ -110,7 +110,7 @@ class PolicyOutput(NamedTuple):
     log_prob: Tensor  # [L, B] log pi of the scored actions, summed over tickers
     entropy: Tensor  # [L, B]
     value: Tensor  # [L, B]
-    mean: Tensor  # [L, B, N] the Gaussian's mean (before any tanh)
+    mean: Tensor  # [L, B, A] the Gaussian's mean (before any tanh)
     state: RecurrentState  # after day L-1
     next_day: Tensor | None  # [L, B, N] the next-day head's prediction (``predict_next`` only)
 
@@ -118,7 +118,7 @@ class PolicyOutput(NamedTuple):
 class ActOutput(NamedTuple):
     """One rollout step of `ActorCritic.act` for B envs."""
 
-    action: Tensor  # [B, N] the Gaussian sample u before any squashing (what PPO scores; `env_action` maps it)
+    action: Tensor  # [B, A] the Gaussian sample u before any squashing (what PPO scores; `env_action` maps it)
     log_prob: Tensor  # [B]
     value: Tensor  # [B]
     state: RecurrentState
@@ -131,7 +131,7 @@ class ModelSpec:
 
     policy: str  # clstm | lstm | mlp
     num_features: int  # F, numbers per day's state
-    num_tickers: int  # N, action dimension
+    num_tickers: int  # N
     window: int  # T
     stage1: str  # lstm | conv: how clstm's stage 1 reads the window
     stage1_hidden: int
@@ -143,12 +143,26 @@ class ModelSpec:
     skip: bool  # shortcuts around the LSTMs (module docstring)
     next_day_head: bool  # a linear head predicting tomorrow's price column from the actor's latent (aux loss)
     obs_norm: bool  # running mean / std of each state number (module docstring)
+    trade_gate: bool = False  # the env's --trade_gate: N gate actions after the N weight logits
+
+    @property
+    def action_dim(self) -> int:
+        """A: numbers in one action, N (2N with ``trade_gate``)."""
+        return 2 * self.num_tickers if self.trade_gate else self.num_tickers
 
     @classmethod
     def of(
-        cls, model: ModelConfig, *, num_features: int, num_tickers: int, window: int, next_day_head: bool = False
+        cls,
+        model: ModelConfig,
+        *,
+        num_features: int,
+        num_tickers: int,
+        window: int,
+        next_day_head: bool = False,
+        trade_gate: bool = False,
     ) -> ModelSpec:
-        """The network of the settings ``model`` for states of F numbers, N tickers and a T-day window."""
+        """The network of the settings ``model`` for states of F numbers, N tickers and a T-day window (and N gate
+        actions with ``trade_gate``)."""
         return cls(
             policy=model.policy,
             num_features=num_features,
@@ -164,6 +178,7 @@ class ModelSpec:
             skip=model.skip,
             next_day_head=next_day_head,
             obs_norm=model.norm_obs,
+            trade_gate=trade_gate,
         )
 
     @classmethod
@@ -188,6 +203,7 @@ def model_spec(cfg: TrainConfig, market: PreparedMarket) -> ModelSpec:
         num_tickers=market.num_tickers,
         window=market.window,
         next_day_head=cfg.ppo.aux_coef > 0,
+        trade_gate=cfg.env.trade_gate,
     )
 
 
@@ -287,11 +303,11 @@ class ActorCritic(nn.Module):
             self.critic_lstm = _orthogonal(nn.LSTM(spec.feature_dim, hidden), 1.0)
         self.head_skip = spec.skip and spec.policy != "mlp"  # heads also see the stage-1 features
         head_in = hidden + (spec.feature_dim if self.head_skip else 0)
-        self.actor_mean = _orthogonal(nn.Linear(head_in, spec.num_tickers), 0.01)
+        self.actor_mean = _orthogonal(nn.Linear(head_in, spec.action_dim), 0.01)
         self.critic = _orthogonal(nn.Linear(head_in, 1), 1.0)
         if spec.next_day_head:  # tomorrow's price column per ticker, from what the actor head sees
             self.next_day = _orthogonal(nn.Linear(head_in, spec.num_tickers), 1.0)
-        self.log_std = nn.Parameter(torch.full((spec.num_tickers,), float(spec.init_log_std)))
+        self.log_std = nn.Parameter(torch.full((spec.action_dim,), float(spec.init_log_std)))
         if spec.obs_norm:
             f64 = torch.float64
             self.register_buffer("obs_count", torch.zeros((), dtype=f64))
@@ -302,6 +318,8 @@ class ActorCritic(nn.Module):
         """``shared``: `SharedTickerNet` and one log-std for every ticker: no parameter is N wide."""
         if spec.obs_norm:
             raise ValueError("--norm_obs keeps statistics per state number, which ties a network to N tickers")
+        if spec.trade_gate:
+            raise ValueError("--policy shared has one output per ticker; --trade_gate needs two")
         layout = StateLayout.of_width(spec.num_features, spec.num_tickers)
         self.shared = SharedTickerNet(
             layout.num_indicators,
@@ -398,7 +416,7 @@ class ActorCritic(nn.Module):
         :param obs: ``[L, B, T, F]`` float observations, or the same as `Windows`.
         :param state: recurrent state before day 0 (see `initial_state`).
         :param starts: ``[L, B]`` bool episode-start flags.
-        :param actions: ``[L, B, N]`` actions to score; None samples nothing and scores the mean.
+        :param actions: ``[L, B, A]`` actions to score; None samples nothing and scores the mean.
         :param host_starts: optional CPU copy of ``starts`` (no device sync to find episode cuts).
         :param predict_next: also return the next-day head's prediction (needs ``next_day_head``).
         :return: a `PolicyOutput`; its ``next_day`` (the predicted price column of tomorrow's state) only with
@@ -421,7 +439,7 @@ class ActorCritic(nn.Module):
     def _heads(
         self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None, predict_next: bool
     ) -> tuple[Tensor, Tensor, Tensor | None, RecurrentState]:
-        """clstm, lstm and mlp: stage 1, stage 2 and the heads -> means ``[L, B, N]``, values ``[L, B]``, the
+        """clstm, lstm and mlp: stage 1, stage 2 and the heads -> means ``[L, B, A]``, values ``[L, B]``, the
         next-day prediction ``[L, B, N]`` (or None) and the new state."""
         feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)
         actor_out, critic_out, state = self.core(feats, state, starts, host_starts)
@@ -432,7 +450,7 @@ class ActorCritic(nn.Module):
         return self.actor_mean(actor_out), self.critic(critic_out).squeeze(-1), next_day, state
 
     def _shared_heads(self, windows: Windows, predict_next: bool) -> tuple[Tensor, Tensor, Tensor | None]:
-        """shared: `SharedTickerNet` over the dense windows -> means ``[L, B, N]``, values ``[L, B]``, next-day."""
+        """shared: `SharedTickerNet` over the dense windows -> means ``[L, B, A]``, values ``[L, B]``, next-day."""
         dense = windows.dense()  # [L, B, T, F]
         steps, envs = dense.shape[:2]
         mean, value, next_day = self.shared(dense.reshape(steps * envs, *dense.shape[2:]), predict_next)
@@ -440,14 +458,14 @@ class ActorCritic(nn.Module):
         return mean, value, None if next_day is None else next_day.reshape(steps, envs, -1).float()
 
     def policy_std(self) -> Tensor:
-        """The Gaussian's standard deviation per ticker ``[N]`` float32 (bounded when ``log_std_max`` is set)."""
+        """The Gaussian's standard deviation per action number ``[A]`` float32 (bounded when ``log_std_max`` is set)."""
         log_std = self.log_std.float()
         if self.spec.log_std_max is not None:
             log_std = log_std.clamp(LOG_STD_MIN, self.spec.log_std_max)
         return log_std.exp()
 
     def _log_prob(self, dist: Normal, u: Tensor) -> Tensor:
-        """log pi of pre-squash samples ``u [..., N]``, summed over tickers. For tanh, the change of variables
+        """log pi of pre-squash samples ``u [..., A]``, summed over tickers. For tanh, the change of variables
         a = tanh(u) subtracts sum log(1 - tanh(u)^2) = sum 2 (log 2 - u - softplus(-2u)) (stable form); it is the
         same for the old and the new policy, so PPO's ratio is the Gaussian's."""
         log_prob = dist.log_prob(u).sum(-1)
@@ -456,7 +474,7 @@ class ActorCritic(nn.Module):
         return log_prob
 
     def env_action(self, u: Tensor) -> Tensor:
-        """What the env receives for a policy sample (or mean) ``u [B, N]``: ``tanh(u)`` for the tanh distribution,
+        """What the env receives for a policy sample (or mean) ``u [B, A]``: ``tanh(u)`` for the tanh distribution,
         ``u`` itself for the Gaussian (the env clips it to [-1, 1])."""
         return torch.tanh(u) if self.spec.action_dist == "tanh" else u
 
@@ -478,7 +496,7 @@ class ActorCritic(nn.Module):
             scores; `env_action` turns it into the env's action), its log-probability, the value and the new state.
             ``deterministic`` returns the mean. Sampling noise comes from ``generator`` on its own device
             (training passes one on the model's device, the backtest a CPU one so sampled backtests match
-            across devices). ``noise`` ``[B, N]``: the standard-normal draws to use instead (held exploration noise,
+            across devices). ``noise`` ``[B, A]``: the standard-normal draws to use instead (held exploration noise,
             `clstm_ppo.training.exploration`).
         """
         out = self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))

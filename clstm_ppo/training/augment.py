@@ -50,8 +50,11 @@ class TickerPermutation:
         return obs.gather(2, cols.to(obs.device))
 
     def to_env(self, action: Tensor) -> Tensor:
-        """The policy's actions ``[B, N]`` (slot order) as the env's actions (ticker order)."""
-        return torch.empty_like(action).scatter_(1, self.perm.to(action.device), action)
+        """The policy's actions ``[B, k N]`` (slot order; k blocks of N, e.g. weight logits then gates) as the env's
+        actions (ticker order, each block permuted alike)."""
+        blocks = action.reshape(action.shape[0], -1, self.num_tickers)  # [B, k, N]
+        index = self.perm.to(action.device).unsqueeze(1).expand_as(blocks)
+        return torch.empty_like(blocks).scatter_(2, index, blocks).reshape(action.shape)
 
     def state_dict(self) -> dict[str, Any]:
         return {"perm": self.perm.cpu(), "generator": self.generator.get_state()}

@@ -18,20 +18,20 @@ from torch import Tensor
 
 
 class HeldNoise:
-    """Standard-normal draws ``[B, N]`` per env, redrawn where an episode starts or the draw is ``hold`` days old.
+    """Standard-normal draws ``[B, A]`` per env (A numbers per action), redrawn where an episode starts or the draw is ``hold`` days old.
 
-    :param generator: the action-noise generator (on its own device); one full ``[B, N]`` draw is taken every day
+    :param generator: the action-noise generator (on its own device); one full ``[B, A]`` draw is taken every day
         whatever is kept, so the stream stays in step across a resume.
     """
 
-    def __init__(self, num_envs: int, num_tickers: int, hold: int, generator: torch.Generator) -> None:
+    def __init__(self, num_envs: int, action_dim: int, hold: int, generator: torch.Generator) -> None:
         self.hold, self.generator = hold, generator
-        self.shape = (num_envs, num_tickers)
+        self.shape = (num_envs, action_dim)
         self.noise = torch.zeros(self.shape, device=generator.device)
         self.age = torch.full((num_envs,), hold, dtype=torch.int64, device=generator.device)  # days since the draw
 
     def draw(self, starting: Tensor) -> Tensor:
-        """Today's draws ``[B, N]`` float32 for envs whose episode starts where ``starting [B]`` (bool)."""
+        """Today's draws ``[B, A]`` float32 for envs whose episode starts where ``starting [B]`` (bool)."""
         fresh = torch.randn(self.shape, device=self.generator.device, generator=self.generator)
         renew = starting.to(self.age.device) | (self.age >= self.hold)
         self.noise = torch.where(renew.unsqueeze(1), fresh, self.noise)

@@ -16,7 +16,7 @@ from envs.config import EnvConfig
 from envs.errors import UserError, shown_list
 from envs.features import PreparedMarket
 
-FLAG_OF_SPEC_FIELD = {"next_day_head": "aux_coef", "obs_norm": "norm_obs"}
+FLAG_OF_SPEC_FIELD = {"next_day_head": "aux_coef", "obs_norm": "norm_obs", "trade_gate": "trade_gate"}
 """Network fields that a flag decides: a difference is named by the flag and its values."""
 
 RESUME_MUST_MATCH = (
@@ -66,7 +66,7 @@ def differences(
         else:
             out.append(f"{'--' if key in SETTINGS else ''}{key} {_shown(stored.get(key))} (now {_shown(value)})")
     out += [_then_and_now(flag, then, cfg) for flag in settings]
-    return [d for d in out if d is not None]
+    return list(dict.fromkeys(d for d in out if d is not None))  # a flag that is both is named once
 
 
 def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Path:

@@ -46,14 +46,14 @@ class RolloutBuffer:
 
     @classmethod
     def allocate(
-        cls, n_steps: int, num_envs: int, obs_shape: tuple[int, int], num_tickers: int, device: torch.device | str
+        cls, n_steps: int, num_envs: int, obs_shape: tuple[int, int], action_dim: int, device: torch.device | str
     ) -> RolloutBuffer:
         def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
 
         return cls(
             obs=WindowStore(n_steps, num_envs, *obs_shape, device),
-            actions=zeros(n_steps, num_envs, num_tickers),
+            actions=zeros(n_steps, num_envs, action_dim),
             log_probs=zeros(n_steps, num_envs),
             values=zeros(n_steps, num_envs),
             rewards=zeros(n_steps, num_envs),
@@ -181,7 +181,7 @@ class RolloutCollector:
             else None
         )
         self.reward_norm = RewardNormalizer(B, gamma, device, enabled=norm_reward)
-        self.held_noise = HeldNoise(B, env.num_tickers, noise_hold, generator) if noise_hold > 1 else None
+        self.held_noise = HeldNoise(B, env.action_dim, noise_hold, generator) if noise_hold > 1 else None
         obs, _ = env.reset(seed=seed)
         self.next_start = torch.ones(B, dtype=torch.bool, device=device)  # [B] it starts an episode
         self.next_obs = self._observe(obs.to(device), self.next_start)  # [B, T, F] what the next step acts on

@@ -121,7 +121,7 @@ class Trainer:
             noise_hold=ppo.noise_hold,
         )
         self.buf = RolloutBuffer.allocate(
-            ppo.n_steps, ppo.num_envs, (market.window, market.num_features), market.num_tickers, device
+            ppo.n_steps, ppo.num_envs, (market.window, market.num_features), self.model.spec.action_dim, device
         )
         self.counters = Counters()
         self.average = WeightAverage(self.model, ppo.ema_decay) if ppo.ema_decay > 0 else None
