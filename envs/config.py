@@ -32,6 +32,12 @@ def setting(
     return field(default=default, metadata={k: v for k, v in meta.items() if v is not None})
 
 
+def action_dim(num_tickers: int, trade_gate: bool) -> int:
+    """Numbers in one action for N stocks: N, or 2N with ``--trade_gate`` (N weight logits, then N gates). The env's
+    action space and the policy's head (`clstm_ppo.agent.model.ModelSpec.action_dim`) both take their width here."""
+    return 2 * num_tickers if trade_gate else num_tickers
+
+
 def parse_episode_length(text: str | int) -> int | str:
     """``--episode_length``: a number of trading days (at least 2), or ``full`` for the whole split."""
     if isinstance(text, int) and not isinstance(text, bool):
@@ -120,10 +126,6 @@ class EnvConfig:
         "log return of the portfolio",
         choices=REWARDS,
     )
-
-    def action_dim(self, num_tickers: int) -> int:
-        """Numbers in one action for N stocks: N, or 2N with ``trade_gate`` (N weight logits, then N gates)."""
-        return 2 * num_tickers if self.trade_gate else num_tickers
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "episode_length", parse_episode_length(self.episode_length))

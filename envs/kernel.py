@@ -38,7 +38,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from envs.config import EnvConfig
+from envs.config import EnvConfig, action_dim
 
 _CAP_MARGIN = 1e-12  # relative safety margin of the pro-rata buy cap (see module docstring)
 
@@ -79,10 +79,9 @@ def orders_from_actions(actions: Tensor, cash: Tensor, shares: Tensor, prices: T
     if cfg.action_mode == "shares":
         return torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * cfg.hmax)
     num_stocks = shares.shape[1]
-    if actions.shape[1] != cfg.action_dim(num_stocks):
-        raise ValueError(
-            f"{actions.shape[1]} action numbers for {num_stocks} stocks; expected {cfg.action_dim(num_stocks)}"
-        )
+    expected = action_dim(num_stocks, cfg.trade_gate)
+    if actions.shape[1] != expected:
+        raise ValueError(f"{actions.shape[1]} action numbers for {num_stocks} stocks; expected {expected}")
     open_gate = actions[:, num_stocks:] > 0 if cfg.trade_gate else True
     weights = target_weights(actions[:, :num_stocks])[:, :-1]
     value = portfolio_value(cash, shares, prices).unsqueeze(1)

@@ -39,7 +39,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
-from envs.config import EnvConfig
+from envs.config import EnvConfig, action_dim
 from envs.data import DayRange
 from envs.errors import UserError
 from envs.execution import Terms
@@ -144,7 +144,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         # Finite bounds (any finite float32): gymnasium's checker rejects infinite ones.
         big = float(np.finfo(np.float32).max)
         self.single_observation_space = gymnasium.spaces.Box(-big, big, (T, F), np.float32)
-        self.action_dim = config.action_dim(N)  # N, or 2N with --trade_gate (weight logits, then gates)
+        self.action_dim = action_dim(N, config.trade_gate)  # N, or 2N with --trade_gate (weight logits, then gates)
         self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)

@@ -4,9 +4,10 @@ Every member reads the same observation and keeps its own recurrent state; each 
 and the ensemble acts on their mean: the mean of the members' target portfolios with target-weight actions (mapped
 back to the one action whose target it is, `envs.kernel.actions_for_weights`), the mean of their clipped actions
 with share actions. With ``--trade_gate`` the gates are averaged too (clipped to [-1, 1]): a stock trades when
-the members' gates lean open, weighted by how sure each is. It has the acting interface of `clstm_ppo.agent.model.ActorCritic` (``initial_state``,
-``act``, ``env_action``, ``eval``/``train``), so `clstm_ppo.agent.evaluate.evaluate_policy`, the backtest, the
-study and the trade plan take it wherever they take one policy.
+the members' gates lean open, weighted by how sure each is. It has the acting interface of
+`clstm_ppo.agent.model.ActorCritic` (``initial_state``, ``act``, ``env_action``, ``eval``/``train``), so
+`clstm_ppo.agent.evaluate.evaluate_policy`, the backtest, the study and the trade plan take it wherever they take one
+policy.
 """
 
 from __future__ import annotations

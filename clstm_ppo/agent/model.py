@@ -57,6 +57,7 @@ from clstm_ppo.agent.shared import SharedTickerNet
 from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import LEGACY, POLICIES, ModelConfig, TrainConfig
+from envs.config import action_dim
 from envs.features import PreparedMarket
 from envs.state import StateLayout
 
@@ -67,10 +68,10 @@ OBS_EPS = 1e-8  # variance floor of the observation normaliser
 
 
 def gaussian(mean: Tensor, std: Tensor) -> Normal:
-    """The policy's Gaussian over ``[..., A]`` actions (A = `ModelSpec.action_dim`), built without torch.distributions' argument checks: each
-    check is a ``bool(tensor)``, a host synchronisation on a GPU (8 per rollout step and 5 per minibatch, measured),
-    and the std is ``exp`` of the learned log-std, so the checks could only fail on NaN weights, which the update's
-    non-finite-gradient skip already keeps out."""
+    """The policy's Gaussian over ``[..., A]`` actions (A = `ModelSpec.action_dim`), built without torch.distributions'
+    argument checks: each check is a ``bool(tensor)``, a host synchronisation on a GPU (8 per rollout step and 5 per
+    minibatch, measured), and the std is ``exp`` of the learned log-std, so the checks could only fail on NaN weights,
+    which the update's non-finite-gradient skip already keeps out."""
     return Normal(mean, std, validate_args=False)
 
 
@@ -148,7 +149,7 @@ class ModelSpec:
     @property
     def action_dim(self) -> int:
         """A: numbers in one action, N (2N with ``trade_gate``)."""
-        return 2 * self.num_tickers if self.trade_gate else self.num_tickers
+        return action_dim(self.num_tickers, self.trade_gate)
 
     @classmethod
     def of(

@@ -18,7 +18,8 @@ from torch import Tensor
 
 
 class HeldNoise:
-    """Standard-normal draws ``[B, A]`` per env (A numbers per action), redrawn where an episode starts or the draw is ``hold`` days old.
+    """Standard-normal draws ``[B, A]`` per env (A numbers per action), redrawn where an episode starts or the draw
+    is ``hold`` days old.
 
     :param generator: the action-noise generator (on its own device); one full ``[B, A]`` draw is taken every day
         whatever is kept, so the stream stays in step across a resume.
