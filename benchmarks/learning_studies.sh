@@ -23,6 +23,10 @@
 #                                                   --trade_rate 1 or 0.5, chosen on draw 1 (docs/learning.md 11)
 #   bash benchmarks/learning_studies.sh gate-report OUTDIR [WORKERS] # the choice and the reference on lead-lag draw
 #                                                   707 (9,000 episodes) and memory draw 808 (12,000)
+#   bash benchmarks/learning_studies.sh deploy-choose OUTDIR         # best.pt vs latest.pt on the draw-1 studies of
+#                                                   gate-choose, ema-choose (lead-lag) and rate-choose (memory) (12)
+#   bash benchmarks/learning_studies.sh deploy-report OUTDIR [WORKERS] # lead-lag draw 1111 (reference and gate, 9,000
+#                                                   episodes) and memory draw 1212 (reference, 12,000), both rules
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -199,6 +203,31 @@ elif [ "$which" = gate-report ]; then
         python3 benchmarks/signal_rule.py "studies/gate-memory-$arm" --lag 5 --threshold 1 --trade_rate 1 0.5 \
             > "$out/gate-memory-$arm-rule.txt" 2>&1
     done
+elif [ "$which" = deploy-choose ]; then
+    # Rule fixed before the run: deploy the last weights by default if last - best (paired over days and cells) has
+    # a positive mean on the choice draw of both markets; otherwise keep best.pt. No training: the trades only.
+    python3 benchmarks/deploy_rule.py studies/gate-choose studies/ema-choose > "$out/deploy-choose-leadlag.md"
+    python3 benchmarks/deploy_rule.py studies/rate-choose > "$out/deploy-choose-memory.md"
+    cat "$out"/deploy-choose-*.md
+elif [ "$which" = deploy-report ]; then
+    # Fresh draws, 12 seeds, the default (--deploy best) trained once; deploy_rule.py trades both checkpoints.
+    for arm in reference gate; do
+        flags=(); [ "$arm" = gate ] && flags=(--trade_gate)
+        run "deploy-leadlag-$arm" --data "$LEADLAG,seed=1111" --window 5 "${SMALL[@]}" --policies clstm \
+            --num_episodes 9000 "${flags[@]}" &
+    done
+    wait
+    run deploy-memory-reference --data "$MEMORY,seed=1212" --window 10 --indicators none "${SMALL[@]}" \
+        --policies clstm --num_episodes 12000
+    for name in deploy-leadlag-reference deploy-leadlag-gate deploy-memory-reference; do
+        python3 benchmarks/deploy_rule.py "studies/$name" > "$out/$name-deploy.md"
+    done
+    for rule in best last; do
+        python3 benchmarks/paired_studies.py studies/deploy-leadlag-gate studies/deploy-leadlag-reference \
+            --deploy "$rule" > "$out/deploy-gate-vs-reference-$rule.txt"
+    done
+    python3 benchmarks/signal_rule.py studies/deploy-leadlag-reference --lag 1 > "$out/deploy-leadlag-rule.txt" 2>&1
+    python3 benchmarks/signal_rule.py studies/deploy-memory-reference --lag 5 > "$out/deploy-memory-rule.txt" 2>&1
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).

@@ -25,12 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.deploy_rule import trade  # noqa: E402
 from clstm_ppo.study import analysis as A  # noqa: E402
+from clstm_ppo.study.grid import Cell  # noqa: E402
 
 
-def seed_returns(study: Path) -> tuple[dict[int, np.ndarray], dict]:
+def seed_returns(study: Path, deploy: str = "study") -> tuple[dict[int, np.ndarray], dict]:
     """``{seed: [D-1] daily excess returns}`` of a one-configuration study's finished cells, and what it traded
-    (study.json's traded days and data fingerprint)."""
+    (study.json's traded days and data fingerprint). ``deploy``: "study" reads what the study traded; "best" or
+    "last" trades that checkpoint of every window again (`deploy_rule.trade`)."""
     rows = [r for r in csv.DictReader((study / "cells.csv").open(encoding="utf-8")) if r["status"] == "done"]
     if len({r["group"] for r in rows}) != 1:
         raise SystemExit(f"{study}: expected one configuration, found {sorted({r['group'] for r in rows})}")
@@ -39,8 +42,13 @@ def seed_returns(study: Path) -> tuple[dict[int, np.ndarray], dict]:
     report = json.loads((study / "study.json").read_text(encoding="utf-8"))
     out = {}
     for r in rows:
-        with np.load(study / "cells" / r["cell"] / "result.npz", allow_pickle=False) as z:
-            out[int(r["seed"])] = A.returns_of(z["values"], risk_free)
+        if deploy == "study":
+            with np.load(study / "cells" / r["cell"] / "result.npz", allow_pickle=False) as z:
+                out[int(r["seed"])] = A.returns_of(z["values"], risk_free)
+        else:
+            c = json.loads((study / "cells" / r["cell"] / "result.json").read_text(encoding="utf-8"))["cell"]
+            run, _, _ = trade(study, Cell(c["policy"], int(c["seed"]), tuple(c["variant"].items())), deploy)
+            out[int(r["seed"])] = A.returns_of(run.values, risk_free)
     return out, {"traded": report["traded"], "data": report["data"]["fingerprint"]}
 
 
@@ -50,8 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("second", type=Path)
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--n_boot", type=int, default=5000)
+    p.add_argument(
+        "--deploy",
+        default="study",
+        choices=("study", "best", "last"),
+        help="what each study traded, or every window's best.pt / latest.pt traded again (deploy_rule.py)",
+    )
     args = p.parse_args(argv)
-    (a, days_a), (b, days_b) = seed_returns(args.first), seed_returns(args.second)
+    (a, days_a), (b, days_b) = seed_returns(args.first, args.deploy), seed_returns(args.second, args.deploy)
     if days_a != days_b:
         print(f"paired_studies.py: the two studies did not trade the same days: {days_a} vs {days_b}", file=sys.stderr)
         return 2
@@ -60,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         np.stack([a[s] for s in seeds]), np.stack([b[s] for s in seeds]), confidence=args.confidence, n_boot=args.n_boot
     )
     print(
-        f"{args.first.name} - {args.second.name}: Sharpe difference {d['difference']:+.2f} "
+        f"{args.first.name} - {args.second.name} ({args.deploy}): Sharpe difference {d['difference']:+.2f} "
         f"[{d['lo']:+.2f}, {d['hi']:+.2f}] (days and seeds resampled, {days_a['traded']['num_days']} days, {len(seeds)} seeds), "
         f"p {d['p_value']:.3f}, {d['seeds_beating']}/{d['num_seeds']} seeds ahead; "
         f"Sharpe {np.mean(d['policy_sharpe']):.2f} vs {np.mean(d['baseline_sharpe']):.2f}"

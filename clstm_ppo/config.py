@@ -74,6 +74,13 @@ class RunConfig:
     eval_every: int = setting(
         10, "score the deterministic policy on the validation split every this many updates (best.pt)"
     )
+    deploy: str = setting(
+        "best",
+        "the checkpoint a run deploys (its last line, a study's trades, the walk-forward warm start): best = "
+        "best.pt, the highest validation score (the last weights without a validation split); last = latest.pt, "
+        "the final weights",
+        choices=("best", "last"),
+    )
     log_every: int = setting(10, "log a line every this many finished episodes (all workers together)")
     tensorboard: bool = setting(False, "write TensorBoard scalars to the run folder (needs the tensorboard package)")
     progress: bool = setting(True, "show a progress bar when stdout is a terminal")

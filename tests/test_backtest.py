@@ -136,6 +136,27 @@ def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     assert report["metrics"]["baseline"]["cumulative_return"] == pytest.approx(float(bh_ret) / 100, abs=0.00005)
 
 
+def test_the_last_line_scores_the_checkpoint_deploy_names(
+    ckpts: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
+) -> None:
+    """--deploy best ends the run with best.pt, --deploy last with latest.pt; without a validation split (or without
+    a best.pt) best means the last weights, as a study trades them."""
+    from clstm_ppo.cli.train import report_held_out
+    from clstm_ppo.market import build_market
+    from clstm_ppo.training.checkpoint import load_checkpoint
+    from clstm_ppo.training.run_folder import deployed_checkpoint
+
+    cfg = load_checkpoint(ckpts["a"] / "latest.pt").cfg
+    market = build_market(cfg.data, seed=cfg.run.seed)
+    for deploy, name in (("best", "best.pt"), ("last", "latest.pt")):
+        report_held_out(ckpts["a"], market, deploy)
+        assert f"): {name} Sharpe" in capsys.readouterr().out, deploy
+    assert deployed_checkpoint(ckpts["a"], False, "best").name == "latest.pt"
+    assert deployed_checkpoint(tmp_path, True, "best") == tmp_path / "latest.pt"  # no best.pt written
+    with pytest.raises(ValueError, match="deploy must be one of"):
+        deployed_checkpoint(ckpts["a"], True, "mean")
+
+
 @pytest.mark.slow  # two backtests through the real CLI in subprocesses
 def test_backtest_cli_end_to_end_and_deterministic(ckpts: dict[str, Path], tmp_path: Path) -> None:
     ck = ckpts["a"] / "latest.pt"

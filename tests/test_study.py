@@ -24,7 +24,7 @@ from clstm_ppo.evaluation.baselines import buy_and_hold
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
 from clstm_ppo.study.schedule import walk_forward
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
 from envs.errors import UserError
 from envs.execution import Terms
 from envs.synthetic import generate_market
@@ -359,6 +359,51 @@ def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(full_study, 
     for k in (0, 1):
         assert all(torch.equal(v, weights(other, k)[key]) for key, v in weights(real, k).items()), k
     assert not all(torch.equal(v, weights(other, 2)[key]) for key, v in weights(real, 2).items())
+
+
+def test_deploy_last_trades_each_windows_last_weights_where_best_trades_its_validation_choice(tmp_path):
+    """Two studies of the same cell (--eval_every 1, so validation can pick an earlier update): under --deploy best
+    each window trades its best.pt, under --deploy last its latest.pt, the portfolio carried across windows either
+    way, and the records part where those checkpoints differ. The first window trains alike in both."""
+    from clstm_ppo.agent.evaluate import evaluate_policy
+    from clstm_ppo.study.markets import load_markets, market_key
+    from clstm_ppo.study.spec import StudySpec
+
+    flags = ["--data", DATA, "--policies", "mlp", "--seeds", "1", *WINDOW_FLAGS, *TINY_STUDY, "--num_episodes", "16"]
+    flags += ["--eval_every", "1", "--workers", "1", "--threads", "1"]
+    procs = studies_at_once(tmp_path, ["--out", "best", *flags], ["--out", "last", *flags, "--deploy", "last"])
+    assert all(p.returncode == 0 for p in procs), [p.stderr + p.stdout for p in procs]
+    best_study, last_study = tmp_path / "best", tmp_path / "last"
+    cfg = Cell("mlp", 1).config(StudySpec.load(last_study).base_config)
+    assert cfg.run.deploy == "last" and StudySpec.load(best_study).base_config.run.deploy == "best"
+    markets = load_markets(last_study / "prepared", market_key(cfg))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the studies' arithmetic
+    differing = 0
+    try:
+        for k, market in enumerate(markets):
+            best_dir, last_dir = (s / "cells" / "mlp-s1" / "periods" / f"{k:03d}" for s in (best_study, last_study))
+            trained = load_checkpoint(best_dir / "latest.pt").model_state
+            if k == 0:  # later windows warm-start from the previous window's deployed weights, which differ
+                again = load_checkpoint(last_dir / "latest.pt").model_state
+                assert all(torch.equal(v, again[n]) for n, v in trained.items())
+            traded = {}
+            for name, folder, checkpoint in (("best", best_dir, "best.pt"), ("last", last_dir, "latest.pt")):
+                start = None
+                if k:  # the portfolio this study carried into the window
+                    with np.load(folder.parent / f"{k - 1:03d}" / "trade.npz") as z:
+                        start = (float(z["policy_cash"][-1]), z["policy_holdings"][-1].copy())
+                model = restore_policy(load_checkpoint(folder / checkpoint), market)
+                traded[name] = evaluate_policy(model, market, market.splits.test, cfg.env, start_portfolio=start).values
+                with np.load(folder / "trade.npz") as z:
+                    assert np.array_equal(z["policy_values"], traded[name]), (name, k)
+            chosen = load_checkpoint(best_dir / "best.pt").model_state
+            if not all(torch.equal(v, trained[n]) for n, v in chosen.items()):
+                differing += 1
+                assert not np.array_equal(traded["best"], traded["last"]), k
+    finally:
+        torch.set_num_threads(threads)
+    assert differing, "no window's best.pt differs from its latest.pt: the test shows nothing"
 
 
 @pytest.mark.slow

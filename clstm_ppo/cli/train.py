@@ -136,17 +136,17 @@ def main(argv: list[str]) -> int:
     remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
     code = launch(layout, train_worker, (cfg, market, run_dir, layout))
     if code == 0 and (not layout.torchrun or os.environ.get("RANK") == "0"):
-        report_held_out(run_dir, market)
+        report_held_out(run_dir, market, cfg.run.deploy)
     return code
 
 
-def report_held_out(run_dir: Path, market: Any) -> None:
-    """The run's last line: its selected policy (best.pt, else latest.pt) on the held-out test days against
-    buy-and-hold (`clstm_ppo.evaluation.backtest.held_out_line`)."""
+def report_held_out(run_dir: Path, market: Any, deploy: str) -> None:
+    """The run's last line: its deployed policy (``--deploy``: best.pt or latest.pt) on the held-out test days
+    against buy-and-hold (`clstm_ppo.evaluation.backtest.held_out_line`)."""
     from clstm_ppo.evaluation.backtest import held_out_line
-    from clstm_ppo.training.run_folder import BEST, LATEST
+    from clstm_ppo.training.run_folder import deployed_checkpoint
 
-    path = run_dir / BEST if (run_dir / BEST).is_file() else run_dir / LATEST
+    path = deployed_checkpoint(run_dir, market.splits.validation is not None, deploy)
     line = held_out_line(path, market) if path.is_file() else None
     if line is not None:
         print(f"[Rank 0] {line}", flush=True)

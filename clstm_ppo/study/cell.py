@@ -45,7 +45,7 @@ from clstm_ppo.study.markets import load_markets, market_key
 from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.run_folder import BEST, LATEST
+from clstm_ppo.training.run_folder import LATEST, deployed_checkpoint
 from clstm_ppo.training.signals import StoppedBySignal
 from clstm_ppo.training.trainer import Trainer
 from envs.errors import describe_exception
@@ -120,9 +120,9 @@ def _train(cfg: TrainConfig, market: PreparedMarket, folder: Path, device: torch
     return time.perf_counter() - start
 
 
-def _selected(folder: Path, market: PreparedMarket) -> Path:
-    """best.pt (best validation Sharpe) when the window has a validation slice, else the last weights."""
-    return folder / (BEST if market.splits.validation is not None and (folder / BEST).is_file() else LATEST)
+def _selected(folder: Path, market: PreparedMarket, cfg: TrainConfig) -> Path:
+    """The window's checkpoint under ``--deploy`` (`clstm_ppo.training.run_folder.deployed_checkpoint`)."""
+    return deployed_checkpoint(folder, market.splits.validation is not None, cfg.run.deploy)
 
 
 def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") -> dict[str, Any]:
@@ -162,7 +162,7 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
                 init_weights=str(previous) if warm else "",
             )
             seconds = _train(period_cfg, market, pdir, device)
-            model = restore_policy(load_checkpoint(_selected(pdir, market)), market, device)
+            model = restore_policy(load_checkpoint(_selected(pdir, market, cfg)), market, device)
             policy = evaluate_policy(
                 model,
                 market,
@@ -181,7 +181,7 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
                 start_portfolio=_portfolio(untrained_runs[-1]) if untrained_runs else None,
             )
             _save_run(done, policy, untrained, seconds)
-        previous = _selected(pdir, market)
+        previous = _selected(pdir, market, cfg)
         policy_runs.append(policy)
         untrained_runs.append(untrained)
         train_seconds.append(seconds)
@@ -208,7 +208,7 @@ def run_ensemble(study_dir: Path, cells: list[Cell], device: torch.device | str 
         members = []
         for cell in cells:
             pdir = study_dir / "cells" / cell.name / "periods" / f"{k:03d}"
-            members.append(restore_policy(load_checkpoint(_selected(pdir, market)), market, device))
+            members.append(restore_policy(load_checkpoint(_selected(pdir, market, cfg)), market, device))
         runs.append(
             evaluate_policy(
                 Ensemble(members, cfg.env.action_mode),

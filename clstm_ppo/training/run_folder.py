@@ -22,7 +22,17 @@ from clstm_ppo.config import RunConfig, TrainConfig
 from envs.errors import UserError
 
 LATEST, BEST, CONFIG_FILE = "latest.pt", "best.pt", "config.json"
+DEPLOY_RULES = ("best", "last")  # --deploy: which checkpoint a finished run trades
 TEMP_PATTERN = ".*.pt.*.tmp"  # what `envs.atomic.atomic_write` leaves when its process is killed mid-write
+
+
+def deployed_checkpoint(run_dir: Path, has_validation: bool, deploy: str) -> Path:
+    """The checkpoint a finished run in ``run_dir`` trades under ``--deploy``: ``best.pt`` (the highest validation
+    score) for ``best`` when the run had a validation split and wrote one, else ``latest.pt`` (the last weights)."""
+    if deploy not in DEPLOY_RULES:
+        raise ValueError(f"deploy must be one of {DEPLOY_RULES}, got {deploy!r}")
+    best = run_dir / BEST
+    return best if deploy == "best" and has_validation and best.is_file() else run_dir / LATEST
 
 
 def episode_checkpoint_name(episodes: int) -> str:

@@ -1,0 +1,142 @@
+"""Which checkpoint to deploy: each cell's validation-selected ``best.pt`` against its last weights ``latest.pt``.
+
+A study trades one checkpoint per cell and window (``--deploy``). This script trades both, on the study's own days
+and market (its ``prepared/`` arrays, the cell's env settings, the portfolio carried from window to window as the
+study carries it), and pairs them cell by cell::
+
+    python benchmarks/deploy_rule.py studies/a [studies/b ...] [--n_boot 5000]
+
+Prints, per study and pooled over all of them (when they traded the same days), each rule's mean Sharpe with its
+interval over days and cells (`statistics.sharpe_interval`), mean turnover (x a year) and exposure, and the paired
+difference last - best (`statistics.paired_sharpe_difference`: the same stationary block bootstrap over days, cells
+resampled too) with the cells ahead. A cell is one trained seed of one configuration; cells of different
+configurations on the same days pool as further rows. Checks that the rule the study deployed reproduces its
+``result.npz`` bit for bit (the two trades are the study's, not an approximation of it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy  # noqa: E402
+from clstm_ppo.evaluation import statistics as S  # noqa: E402
+from clstm_ppo.evaluation.report import BacktestResult  # noqa: E402
+from clstm_ppo.study import analysis as A  # noqa: E402
+from clstm_ppo.study.cell import record_metrics, stitch  # noqa: E402
+from clstm_ppo.study.grid import Cell  # noqa: E402
+from clstm_ppo.study.markets import load_markets, market_key  # noqa: E402
+from clstm_ppo.study.spec import StudySpec  # noqa: E402
+from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy  # noqa: E402
+from clstm_ppo.training.run_folder import DEPLOY_RULES, deployed_checkpoint  # noqa: E402
+from envs.execution import Terms  # noqa: E402
+
+
+def trade(study: Path, cell: Cell, rule: str) -> tuple[PolicyRun, dict[str, float], float]:
+    """The cell's walk-forward trade with the checkpoints ``rule`` picks: its record, its metrics (as the study's
+    cells table has them) and the study's --risk_free."""
+    spec = StudySpec.load(study)
+    cfg = cell.config(spec.base_config)
+    markets = load_markets(study / "prepared", market_key(cfg))
+    runs: list[PolicyRun] = []
+    for k, market in enumerate(markets):
+        path = deployed_checkpoint(
+            study / "cells" / cell.name / "periods" / f"{k:03d}", market.splits.validation is not None, rule
+        )
+        start = (float(runs[-1].cash[-1]), runs[-1].holdings[-1].copy()) if runs else None
+        model = restore_policy(load_checkpoint(path), market)
+        runs.append(evaluate_policy(model, market, market.splits.test, cfg.env, start_portfolio=start))
+    run = stitch(runs)
+    terms = Terms.of(markets[0].data, cfg.env.execution, cfg.env.risk_free).days(
+        markets[0].splits.test.start, markets[-1].splits.test.stop
+    )
+    result = BacktestResult.from_run(
+        run,
+        initial_amount=cfg.env.initial_amount,
+        buy_cost_pct=cfg.env.buy_cost_pct,
+        sell_cost_pct=cfg.env.sell_cost_pct,
+        terms=terms,
+    )
+    return run, record_metrics(run, cfg, np.asarray(result.baseline_values)), cfg.env.risk_free
+
+
+def study_rows(study: Path) -> tuple[list[dict], list[str]]:
+    """Per finished cell: both rules' daily excess returns and metrics. Also the traded dates (ISO days)."""
+    spec = StudySpec.load(study)
+    rows, dates = [], None
+    for folder in sorted((study / "cells").iterdir()):
+        result = folder / "result.json"
+        if not result.is_file():
+            continue
+        c = json.loads(result.read_text(encoding="utf-8"))["cell"]
+        cell = Cell(c["policy"], int(c["seed"]), tuple(c["variant"].items()))
+        row = {"cell": cell.name}
+        for rule in DEPLOY_RULES:
+            run, metrics, risk_free = trade(study, cell, rule)
+            row[rule] = {"returns": A.returns_of(run.values, risk_free), **metrics}
+            if rule == cell.config(spec.base_config).run.deploy:
+                with np.load(folder / "result.npz", allow_pickle=False) as z:
+                    if not np.array_equal(z["values"], run.values):
+                        raise SystemExit(f"{folder}: --deploy {rule} does not reproduce the study's trade")
+            dates = [str(d)[:10] for d in run.dates]
+        rows.append(row)
+    if not rows:
+        raise SystemExit(f"{study}: no finished cell")
+    return rows, dates
+
+
+def summary(name: str, rows: list[dict], n_boot: int) -> str:
+    """Markdown table rows: each rule, then last - best paired."""
+    lines = []
+    for rule in DEPLOY_RULES:
+        r = np.stack([row[rule]["returns"] for row in rows])
+        iv = S.sharpe_interval(r, n_boot=n_boot)
+        turnover = np.mean([row[rule]["annual_turnover"] for row in rows])
+        exposure = np.mean([row[rule]["exposure"] for row in rows])
+        lines.append(
+            f"| {name} | {rule} | {len(rows)} | {iv['sharpe']:.2f} [{iv['lo']:.2f}, {iv['hi']:.2f}] | "
+            f"{turnover:.0f}x | {exposure:.0%} |"
+        )
+    d = A.compare(
+        np.stack([row["last"]["returns"] for row in rows]),
+        np.stack([row["best"]["returns"] for row in rows]),
+        confidence=0.95,
+        n_boot=n_boot,
+    )
+    lines.append(
+        f"| {name} | last - best | {len(rows)} | {d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] "
+        f"({d['seeds_beating']}/{d['num_seeds']} ahead, p {d['p_value']:.3f}) | | |"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("studies", type=Path, nargs="+")
+    p.add_argument("--n_boot", type=int, default=5000)
+    args = p.parse_args(argv)
+    print("| study | deploy | cells | Sharpe [95%, days and cells] | turnover/yr | exposure |")
+    print("|---|---|---:|---|---:|---:|")
+    pooled, days = [], []
+    for study in args.studies:
+        rows, dates = study_rows(study)
+        print(summary(study.name, rows, args.n_boot), flush=True)
+        pooled += rows
+        days.append(dates)
+    if len(args.studies) > 1 and all(d == days[0] for d in days):
+        print(summary("pooled", pooled, args.n_boot))
+    elif len(args.studies) > 1:
+        print("(not pooled: the studies traded different days)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
