@@ -46,6 +46,15 @@ SMALL=(--num_envs 32 --n_steps 32 --batch_size 256 --epochs 4 --episode_length 6
        --hmax 2000 --validation_days 63 --retrain none --trade_start 2021-01-04 --workers "$workers" --threads 1 --cpu)
 LEADLAG="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
 MEMORY="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag,lag=5"
+leadlag() {  # name, market draw, then study flags: clstm on lead-lag at 9,000 episodes (section 9's choice)
+    local name=$1 draw=$2; shift 2
+    run "$name" --data "$LEADLAG,seed=$draw" --window 5 "${SMALL[@]}" --policies clstm --num_episodes 9000 "$@"
+}
+memory() {  # name, market draw, then study flags: clstm on the memory market at 12,000 episodes (section 8c's)
+    local name=$1 draw=$2; shift 2
+    run "$name" --data "$MEMORY,seed=$draw" --window 10 --indicators none "${SMALL[@]}" --policies clstm \
+        --num_episodes 12000 "$@"
+}
 if [ "$which" = synthetic ]; then
     # run on the 16-core GPU machine with --no-skip's network (the skip connection came after)
     run leadlag --data "$LEADLAG" --window 5 --num_episodes 3000 "${SMALL[@]}" --policies clstm,lstm,mlp \
@@ -118,32 +127,25 @@ PY
 elif [ "$which" = penalty ]; then
     # Chosen on draw 1 (seeds 1-4) by a rule fixed before the run: the lowest mean turnover among the penalties whose
     # mean Sharpe is at least the unpenalised 9,000-episode runs' (3.33, section 9); none: nothing is reported.
-    LL="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
-    run penalty-choose --data "$LL,seed=1" --window 5 "${SMALL[@]}" --policies clstm --seeds 1-4 --num_episodes 9000 \
-        --vary turnover_penalty=0.002,0.005
+    leadlag penalty-choose 1 --seeds 1-4 --vary turnover_penalty=0.002,0.005
     choice=$(python3 benchmarks/choice_rule.py studies/penalty-choose/cells.csv --by vary_turnover_penalty \
         --rule lowest-turnover --min_sharpe 3.33)
     echo "choice: [$choice]" | tee "$out/penalty-choice.txt"
-    [ -z "$choice" ] || run penalty-report --data "$LL,seed=404" --window 5 "${SMALL[@]}" --policies clstm \
-        --num_episodes 9000 --turnover_penalty "$choice"
+    [ -z "$choice" ] || leadlag penalty-report 404 --turnover_penalty "$choice"
 elif [ "$which" = ema-choose ]; then
     # Chosen on draw 1 (seeds 1-4, 9,000 episodes) by a rule fixed before the run: of the two decays, the one with
     # the higher mean Sharpe. It is reported on draw 505 whatever it scores (ema-report); the baseline for draw 1 is
     # section 9's 9,000-episode cells (3.33, same seeds and days).
-    LL="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
-    run ema-choose --data "$LL,seed=1" --window 5 "${SMALL[@]}" --policies clstm --seeds 1-4 --num_episodes 9000 \
-        --vary ema_decay=0.98,0.995
+    leadlag ema-choose 1 --seeds 1-4 --vary ema_decay=0.98,0.995
     python3 benchmarks/choice_rule.py studies/ema-choose/cells.csv --by vary_ema_decay --rule highest-sharpe \
         > "$out/ema-choice.txt"
     echo "choice: --ema_decay $(cat "$out/ema-choice.txt")"
 elif [ "$which" = ema-report ]; then
     # Draw 505 (nothing has looked at it), 12 seeds, 9,000 episodes: the decay ema-choose chose (its choice file in
     # OUTDIR) and the reference without an average, side by side on the same days and seeds.
-    LL="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
     decay=$(cat "$out/ema-choice.txt") || exit 1
-    run ema-report-reference --data "$LL,seed=505" --window 5 "${SMALL[@]}" --policies clstm --num_episodes 9000 &
-    run ema-report-choice --data "$LL,seed=505" --window 5 "${SMALL[@]}" --policies clstm --num_episodes 9000 \
-        --ema_decay "$decay" &
+    leadlag ema-report-reference 505 &
+    leadlag ema-report-choice 505 --ema_decay "$decay" &
     wait
     for s in ema-report-reference ema-report-choice; do
         python3 benchmarks/signal_rule.py "studies/$s" --lag 1 > "$out/$s-rule.txt" 2>&1
@@ -152,18 +154,15 @@ elif [ "$which" = rate-choose ]; then
     # The memory market (lag 5, no indicators, window 10), 12,000 episodes (section 8c's choice), chosen on draw 1
     # (seeds 1-4) by a rule fixed before the run: the lowest mean turnover among the trade rates whose mean Sharpe is
     # at least the full-rate runs' (1.40, section 8c, same seeds and days); none: nothing is reported.
-    run rate-choose --data "$MEMORY,seed=1" --window 10 --indicators none "${SMALL[@]}" --policies clstm --seeds 1-4 \
-        --num_episodes 12000 --vary trade_rate=0.5,0.7
+    memory rate-choose 1 --seeds 1-4 --vary trade_rate=0.5,0.7
     python3 benchmarks/choice_rule.py studies/rate-choose/cells.csv --by vary_trade_rate --rule lowest-turnover \
         --min_sharpe 1.40 > "$out/rate-choice.txt"
     echo "choice: [$(cat "$out/rate-choice.txt")]"
 elif [ "$which" = rate-report ]; then
     # Memory draw 606 (nothing has looked at it), 12 seeds, 12,000 episodes: the chosen rate and full-rate trading.
     rate=$(cat "$out/rate-choice.txt") && [ -n "$rate" ] || { echo "no rate passed the rule: nothing to report"; exit 1; }
-    run rate-report-reference --data "$MEMORY,seed=606" --window 10 --indicators none "${SMALL[@]}" --policies clstm \
-        --num_episodes 12000 &
-    run rate-report-choice --data "$MEMORY,seed=606" --window 10 --indicators none "${SMALL[@]}" --policies clstm \
-        --num_episodes 12000 --trade_rate "$rate" &
+    memory rate-report-reference 606 &
+    memory rate-report-choice 606 --trade_rate "$rate" &
     wait
     for s in rate-report-reference rate-report-choice; do
         python3 benchmarks/signal_rule.py "studies/$s" --lag 5 --threshold 1 --trade_rate 1 0.5 > "$out/$s-rule.txt" 2>&1
@@ -173,8 +172,7 @@ elif [ "$which" = gate-choose ]; then
     # 1-4, 9,000 episodes) by a rule fixed before the run: the lowest mean turnover among the rates whose mean Sharpe
     # is at least the reference's 3.33 (section 9's cells, same seeds and days); if none passes, the highest mean
     # Sharpe. Either way the choice is reported on fresh draws (gate-report).
-    run gate-choose --data "$LEADLAG,seed=1" --window 5 "${SMALL[@]}" --policies clstm --seeds 1-4 \
-        --num_episodes 9000 --trade_gate --vary trade_rate=1,0.5
+    leadlag gate-choose 1 --seeds 1-4 --trade_gate --vary trade_rate=1,0.5
     rate=$(python3 benchmarks/choice_rule.py studies/gate-choose/cells.csv --by vary_trade_rate --rule lowest-turnover \
         --min_sharpe 3.33)
     [ -n "$rate" ] || rate=$(python3 benchmarks/choice_rule.py studies/gate-choose/cells.csv --by vary_trade_rate \
@@ -187,14 +185,12 @@ elif [ "$which" = gate-report ]; then
     rate=$(cat "$out/gate-choice.txt") || exit 1
     for arm in reference choice; do
         flags=(); [ "$arm" = choice ] && flags=(--trade_gate --trade_rate "$rate")
-        run "gate-leadlag-$arm" --data "$LEADLAG,seed=707" --window 5 "${SMALL[@]}" --policies clstm \
-            --num_episodes 9000 "${flags[@]}" &
+        leadlag "gate-leadlag-$arm" 707 "${flags[@]}" &
     done
     wait
     for arm in reference choice; do
         flags=(); [ "$arm" = choice ] && flags=(--trade_gate --trade_rate "$rate")
-        run "gate-memory-$arm" --data "$MEMORY,seed=808" --window 10 --indicators none "${SMALL[@]}" \
-            --policies clstm --num_episodes 12000 "${flags[@]}" &
+        memory "gate-memory-$arm" 808 "${flags[@]}" &
     done
     wait
     for arm in reference choice; do
@@ -213,12 +209,10 @@ elif [ "$which" = deploy-report ]; then
     # Fresh draws, 12 seeds, the default (--deploy best) trained once; deploy_rule.py trades both checkpoints.
     for arm in reference gate; do
         flags=(); [ "$arm" = gate ] && flags=(--trade_gate)
-        run "deploy-leadlag-$arm" --data "$LEADLAG,seed=1111" --window 5 "${SMALL[@]}" --policies clstm \
-            --num_episodes 9000 "${flags[@]}" &
+        leadlag "deploy-leadlag-$arm" 1111 "${flags[@]}" &
     done
     wait
-    run deploy-memory-reference --data "$MEMORY,seed=1212" --window 10 --indicators none "${SMALL[@]}" \
-        --policies clstm --num_episodes 12000
+    memory deploy-memory-reference 1212
     for name in deploy-leadlag-reference deploy-leadlag-gate deploy-memory-reference; do
         python3 benchmarks/deploy_rule.py "studies/$name" > "$out/$name-deploy.md"
     done
