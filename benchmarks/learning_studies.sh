@@ -206,13 +206,13 @@ elif [ "$which" = deploy-choose ]; then
     python3 benchmarks/deploy_rule.py studies/rate-choose > "$out/deploy-choose-memory.md"
     cat "$out"/deploy-choose-*.md
 elif [ "$which" = deploy-report ]; then
-    # Fresh draws, 12 seeds, the default (--deploy best) trained once; deploy_rule.py trades both checkpoints.
-    for arm in reference gate; do
-        flags=(); [ "$arm" = gate ] && flags=(--trade_gate)
-        leadlag "deploy-leadlag-$arm" 1111 "${flags[@]}" &
-    done
-    wait
+    # Fresh draws, 12 seeds, trained once under --deploy best; deploy_rule.py trades both checkpoints of every cell.
+    # The choice was made before these runs, on docs/learning.md section 11's four spent 12-seed sets (draws 505,
+    # 606, 707 twice: latest.pt ahead of best.pt on all four): --deploy last becomes the default. These draws report
+    # that choice, whatever they show. One study at a time, WORKERS processes each.
+    leadlag deploy-leadlag-reference 1111
     memory deploy-memory-reference 1212
+    leadlag deploy-leadlag-gate 1111 --trade_gate
     for name in deploy-leadlag-reference deploy-leadlag-gate deploy-memory-reference; do
         python3 benchmarks/deploy_rule.py "studies/$name" > "$out/$name-deploy.md"
     done
