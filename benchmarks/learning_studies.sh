@@ -43,7 +43,8 @@ run() {  # name, then study flags
 # Small networks, as the learning test: 5 synthetic tickers over 10 years, the last 2.7 years traded.
 SMALL=(--num_envs 32 --n_steps 32 --batch_size 256 --epochs 4 --episode_length 63 --stage1_hidden 32
        --feature_dim 32 --stage2_hidden 64 --gamma 0.9 --learning_rate_clstm 1e-3 --learning_rate_actor_critic 1e-3
-       --hmax 2000 --validation_days 63 --retrain none --trade_start 2021-01-04 --workers "$workers" --threads 1 --cpu)
+       --hmax 2000 --validation_days 63 --retrain none --trade_start 2021-01-04 --workers "$workers" --threads 1 --cpu
+       --deploy best)  # every study here traded best.pt, the default until section 12 (deploy_rule.py trades both)
 LEADLAG="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
 MEMORY="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag,lag=5"
 leadlag() {  # name, market draw, then study flags: clstm on lead-lag at 9,000 episodes (section 9's choice)
@@ -71,7 +72,7 @@ elif [ "$which" = memory ]; then
         --indicators none --vary aux_coef=0,1
 elif [ "$which" = candidates ]; then
     EXAMPLE=(--data csv:examples/data/stocks_daily_6_ohlcv.csv --trade_start 2021-01-04 --retrain none
-             --num_episodes 400 --policies mlp --workers "$workers" --threads 1 --cpu)
+             --num_episodes 400 --policies mlp --workers "$workers" --threads 1 --cpu --deploy best)
     run candidates-defaults "${EXAMPLE[@]}" --seeds 1-4
     while read -r name flags; do
         # shellcheck disable=SC2086  # the flags are meant to split
@@ -226,7 +227,7 @@ elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).
     run example --data csv:examples/data/stocks_daily_6_ohlcv.csv --trade_start 2021-01-04 --retrain none \
-        --policies clstm,mlp --num_episodes 400 --cells_per_gpu "$workers" --threads 1
+        --policies clstm,mlp --num_episodes 400 --cells_per_gpu "$workers" --threads 1 --deploy best
 else
     # The mission's 10,000 episodes with default settings (paper-size networks), 1,024 envs on one GPU, bf16;
     # then the deterministic backtest of best.pt on the held-out test split.

@@ -75,10 +75,10 @@ class RunConfig:
         10, "score the deterministic policy on the validation split every this many updates (best.pt)"
     )
     deploy: str = setting(
-        "best",
-        "the checkpoint a run deploys (its last line, a study's trades, the walk-forward warm start): best = "
-        "best.pt, the highest validation score (the last weights without a validation split); last = latest.pt, "
-        "the final weights",
+        "last",
+        "the checkpoint a run deploys (its last line, a study's trades, the walk-forward warm start): last = "
+        "latest.pt, the final weights; best = best.pt, the highest validation score (the last weights without a "
+        "validation split; docs/learning.md section 12 measures both)",
         choices=("best", "last"),
     )
     log_every: int = setting(10, "log a line every this many finished episodes (all workers together)")
@@ -471,9 +471,9 @@ PAPER_BEHAVIOUR: dict[str, Any] = dict(
 )
 """Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's."""
 
-LEGACY: dict[str, Any] = {**PAPER_BEHAVIOUR, "init_weights": "", "max_price_ratio": 0.0}
-"""What a setting meant in checkpoints written before it existed (the settings whose default has changed since):
-the paper's behaviour, no warm start, and no bad-tick check."""
+LEGACY: dict[str, Any] = {**PAPER_BEHAVIOUR, "init_weights": "", "max_price_ratio": 0.0, "deploy": "best"}
+"""What a setting meant in checkpoints and study specs written before it existed (the settings whose default has
+changed since): the paper's behaviour, no warm start, no bad-tick check, and best.pt deployed."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Zou et al. 2022, Table 1 and the sweeps' winners (window 30, stage-2 LSTM 512, one layer); epochs, minibatch

@@ -361,6 +361,22 @@ def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(full_study, 
     assert not all(torch.equal(v, weights(other, 2)[key]) for key, v in weights(real, 2).items())
 
 
+def test_a_study_written_before_deploy_existed_keeps_trading_best_pt(tmp_path):
+    """--deploy last is the default now; a spec.json from before the setting existed meant best.pt (`LEGACY`), and
+    loading it must not switch a half-finished study's later cells to other checkpoints."""
+    from clstm_ppo.study.spec import SPEC_FILE, StudySpec
+
+    base = TrainConfig().to_dict()
+    assert base["deploy"] == "last"
+    spec = StudySpec(base, ["mlp"], [1], [[]], "2021-01-04", "", "none", "warm", 63, 0)
+    for name, stored in (("old", {k: v for k, v in base.items() if k != "deploy"}), ("new", base)):
+        (tmp_path / name).mkdir()
+        StudySpec(**{**spec.__dict__, "base": stored}).save(tmp_path / name)
+        assert (tmp_path / name / SPEC_FILE).is_file()
+    assert StudySpec.load(tmp_path / "old").base_config.run.deploy == "best"
+    assert StudySpec.load(tmp_path / "new").base_config.run.deploy == "last"
+
+
 def test_deploy_last_trades_each_windows_last_weights_where_best_trades_its_validation_choice(tmp_path):
     """Two studies of the same cell (--eval_every 1, so validation can pick an earlier update): under --deploy best
     each window trades its best.pt, under --deploy last its latest.pt, the portfolio carried across windows either
@@ -371,7 +387,7 @@ def test_deploy_last_trades_each_windows_last_weights_where_best_trades_its_vali
 
     flags = ["--data", DATA, "--policies", "mlp", "--seeds", "1", *WINDOW_FLAGS, *TINY_STUDY, "--num_episodes", "16"]
     flags += ["--eval_every", "1", "--workers", "1", "--threads", "1"]
-    procs = studies_at_once(tmp_path, ["--out", "best", *flags], ["--out", "last", *flags, "--deploy", "last"])
+    procs = studies_at_once(tmp_path, ["--out", "best", *flags, "--deploy", "best"], ["--out", "last", *flags])
     assert all(p.returncode == 0 for p in procs), [p.stderr + p.stdout for p in procs]
     best_study, last_study = tmp_path / "best", tmp_path / "last"
     cfg = Cell("mlp", 1).config(StudySpec.load(last_study).base_config)

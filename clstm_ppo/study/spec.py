@@ -40,7 +40,8 @@ class StudySpec:
 
     @property
     def base_config(self) -> TrainConfig:
-        return TrainConfig.from_dict(self.base, source="the study's base settings")
+        # A spec written before a setting existed meant that setting's old value (`LEGACY`), e.g. --deploy best.
+        return TrainConfig.from_checkpoint(self.base, source="the study's base settings")
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid, in the stable order shards rely on."""
