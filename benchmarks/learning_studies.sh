@@ -56,6 +56,19 @@ memory() {  # name, market draw, then study flags: clstm on the memory market at
     run "$name" --data "$MEMORY,seed=$draw" --window 10 --indicators none "${SMALL[@]}" --policies clstm \
         --num_episodes 12000 "$@"
 }
+side_by_side() {  # market function (leadlag|memory), name prefix, draw, then the choice's flags: the reference
+    local market=$1 prefix=$2 draw=$3; shift 3  # (today's defaults) and the choice at once, same days and seeds
+    "$market" "$prefix-reference" "$draw" &
+    "$market" "$prefix-choice" "$draw" "$@" &
+    wait
+}
+hand_rules() {  # lag, then study names: the rules that know the signal on each study's days and market
+    local lag=$1; shift
+    for s in "$@"; do
+        python3 benchmarks/signal_rule.py "studies/$s" --lag "$lag" --threshold 1 --trade_rate 1 0.5 \
+            > "$out/$s-rule.txt" 2>&1
+    done
+}
 if [ "$which" = synthetic ]; then
     # run on the 16-core GPU machine with --no-skip's network (the skip connection came after)
     run leadlag --data "$LEADLAG" --window 5 --num_episodes 3000 "${SMALL[@]}" --policies clstm,lstm,mlp \
@@ -145,12 +158,8 @@ elif [ "$which" = ema-report ]; then
     # Draw 505 (nothing has looked at it), 12 seeds, 9,000 episodes: the decay ema-choose chose (its choice file in
     # OUTDIR) and the reference without an average, side by side on the same days and seeds.
     decay=$(cat "$out/ema-choice.txt") || exit 1
-    leadlag ema-report-reference 505 &
-    leadlag ema-report-choice 505 --ema_decay "$decay" &
-    wait
-    for s in ema-report-reference ema-report-choice; do
-        python3 benchmarks/signal_rule.py "studies/$s" --lag 1 > "$out/$s-rule.txt" 2>&1
-    done
+    side_by_side leadlag ema-report 505 --ema_decay "$decay"
+    hand_rules 1 ema-report-reference ema-report-choice
 elif [ "$which" = rate-choose ]; then
     # The memory market (lag 5, no indicators, window 10), 12,000 episodes (section 8c's choice), chosen on draw 1
     # (seeds 1-4) by a rule fixed before the run: the lowest mean turnover among the trade rates whose mean Sharpe is
@@ -162,12 +171,8 @@ elif [ "$which" = rate-choose ]; then
 elif [ "$which" = rate-report ]; then
     # Memory draw 606 (nothing has looked at it), 12 seeds, 12,000 episodes: the chosen rate and full-rate trading.
     rate=$(cat "$out/rate-choice.txt") && [ -n "$rate" ] || { echo "no rate passed the rule: nothing to report"; exit 1; }
-    memory rate-report-reference 606 &
-    memory rate-report-choice 606 --trade_rate "$rate" &
-    wait
-    for s in rate-report-reference rate-report-choice; do
-        python3 benchmarks/signal_rule.py "studies/$s" --lag 5 --threshold 1 --trade_rate 1 0.5 > "$out/$s-rule.txt" 2>&1
-    done
+    side_by_side memory rate-report 606 --trade_rate "$rate"
+    hand_rules 5 rate-report-reference rate-report-choice
 elif [ "$which" = gate-choose ]; then
     # The learned no-trade region (--trade_gate), alone or with partial adjustment, chosen on lead-lag draw 1 (seeds
     # 1-4, 9,000 episodes) by a rule fixed before the run: the lowest mean turnover among the rates whose mean Sharpe
@@ -184,22 +189,10 @@ elif [ "$which" = gate-report ]; then
     # Fresh draws (nothing has looked at them), 12 seeds: the gated choice and the reference (no gate, full rate)
     # side by side on the same days and seeds; lead-lag draw 707 at 9,000 episodes, memory draw 808 at 12,000.
     rate=$(cat "$out/gate-choice.txt") || exit 1
-    for arm in reference choice; do
-        flags=(); [ "$arm" = choice ] && flags=(--trade_gate --trade_rate "$rate")
-        leadlag "gate-leadlag-$arm" 707 "${flags[@]}" &
-    done
-    wait
-    for arm in reference choice; do
-        flags=(); [ "$arm" = choice ] && flags=(--trade_gate --trade_rate "$rate")
-        memory "gate-memory-$arm" 808 "${flags[@]}" &
-    done
-    wait
-    for arm in reference choice; do
-        python3 benchmarks/signal_rule.py "studies/gate-leadlag-$arm" --lag 1 --threshold 1 --trade_rate 1 0.5 \
-            > "$out/gate-leadlag-$arm-rule.txt" 2>&1
-        python3 benchmarks/signal_rule.py "studies/gate-memory-$arm" --lag 5 --threshold 1 --trade_rate 1 0.5 \
-            > "$out/gate-memory-$arm-rule.txt" 2>&1
-    done
+    side_by_side leadlag gate-leadlag 707 --trade_gate --trade_rate "$rate"
+    side_by_side memory gate-memory 808 --trade_gate --trade_rate "$rate"
+    hand_rules 1 gate-leadlag-reference gate-leadlag-choice
+    hand_rules 5 gate-memory-reference gate-memory-choice
 elif [ "$which" = deploy-choose ]; then
     # Rule fixed before the run: deploy the last weights by default if last - best (paired over days and cells) has
     # a positive mean on the choice draw of both markets; otherwise keep best.pt. No training: the trades only.
