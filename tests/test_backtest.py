@@ -114,17 +114,17 @@ def assert_report_consistent(out: Path) -> dict:
 def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     ckpts: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
 ) -> None:
-    """The train command's last line scores best.pt on the test split against buy-and-hold; the backtest of the
-    same checkpoint reports the same Sharpe ratios, return and days."""
+    """The train command's last line scores the deployed checkpoint (by default latest.pt) on the test split against
+    buy-and-hold; the backtest of the same checkpoint reports the same Sharpe ratios, return and days."""
     last = (ckpts["a"].parent.parent / "a.log").read_text().strip().splitlines()[-1]
     pattern = (
-        r"held-out test (\S+) \.\. (\S+) \((\d+) days, orders fill at the next day's open\): best\.pt Sharpe (-?[\d.]+), "
+        r"held-out test (\S+) \.\. (\S+) \((\d+) days, orders fill at the next day's open\): latest\.pt Sharpe (-?[\d.]+), "
         r"return ([+-][\d.]+)%, exposure \d+% \| buy-and-hold Sharpe (-?[\d.]+), return ([+-][\d.]+)%"
     )
     match = re.search(pattern, last)
     assert match, last
     code, _, _ = in_process(
-        capsys, "backtest", "--checkpoint", str(ckpts["a"] / "best.pt"), "--out", str(tmp_path / "bt")
+        capsys, "backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), "--out", str(tmp_path / "bt")
     )
     assert code == 0
     report = json.loads((tmp_path / "bt" / "report.json").read_text())

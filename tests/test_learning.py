@@ -4,8 +4,8 @@ Market: 5 synthetic tickers over 10 years with a lead-lag signal (ticker i's sho
 i+1 tomorrow, strength 0.9) -- learnable from the state's daily returns. Both the default policy (``clstm``,
 small: a 5-day window, 32-unit stage 1, 64-unit stage 2) and ``mlp`` train with today's default action, reward
 and distribution (target weights, log-return reward, tanh-squashed Gaussian) through the real train script on
-CPU (all four runs in parallel, about a minute each alone); the deterministic policy of ``best.pt`` is
-backtested with the real `clstm-ppo backtest` on the held-out test split (the last 15% of days, never seen in
+CPU (all four runs in parallel, about a minute each alone); the deterministic policy of the checkpoint the run
+deploys (``--deploy``, today ``latest.pt``) is backtested with the real `clstm-ppo backtest` on the held-out test split (the last 15% of days, never seen in
 training) and must beat both equal-weight buy-and-hold and the same network untrained, by Sharpe ratio.
 Seeds 2 and 4 are fixed; seed 3 is a market where even the hand-written lead-lag rule earns a Sharpe of only
 0.6. The claim over 12 seeds, with intervals, is the study in the README (``benchmarks/learning_studies.sh``).
@@ -24,6 +24,7 @@ from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.agent.model import build_model
 from clstm_ppo.cli.train import parse_config
 from clstm_ppo.market import build_market
+from clstm_ppo.training.run_folder import deployed_checkpoint
 from tests.conftest import SCRIPT, clean_env
 
 LEARN = ["--preset", "demo", "--num_gpus", "0", "--no-progress", "--log_every", "1000"]
@@ -65,6 +66,8 @@ def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_pa
     failures = []
     for policy, seed in runs:
         out = tmp_path / f"bt-{policy}{seed}"
+        cfg = parse_config([*LEARN, "--policy", policy, "--seed", str(seed)])
+        deployed = deployed_checkpoint(tmp_path / "ck" / f"{policy}{seed}", True, cfg.run.deploy)
         result = subprocess.run(
             [
                 sys.executable,
@@ -72,7 +75,7 @@ def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_pa
                 "clstm_ppo.cli",
                 "backtest",
                 "--checkpoint",
-                str(tmp_path / "ck" / f"{policy}{seed}" / "best.pt"),
+                str(deployed),
                 "--out",
                 str(out),
                 "--threads",
@@ -89,12 +92,11 @@ def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_pa
         trained = report["metrics"]["policy"]["sharpe"]
         buy_and_hold = report["metrics"]["baseline"]["sharpe"]
 
-        cfg = parse_config([*LEARN, "--policy", policy, "--seed", str(seed)])
         market = build_market(cfg.data, seed=cfg.run.seed)
         torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
         untrained = evaluate_policy(build_model(cfg, market), market, "test", cfg.env).sharpe
         print(
-            f"{policy} seed {seed}: trained {trained:.3f}, buy-and-hold {buy_and_hold:.3f}, untrained {untrained:.3f}"
+            f"{policy} seed {seed} ({deployed.name}): trained {trained:.3f}, buy-and-hold {buy_and_hold:.3f}, untrained {untrained:.3f}"
         )
         if not (trained > buy_and_hold + 0.2 and trained > untrained + 0.2):
             failures.append(
