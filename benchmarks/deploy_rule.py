@@ -9,7 +9,8 @@ study carries it), and pairs them cell by cell::
 Prints, per study and pooled over all of them (when they traded the same days), each rule's mean Sharpe with its
 interval over days and cells (`statistics.sharpe_interval`), mean turnover (x a year) and exposure, and the paired
 difference last - best (`statistics.paired_sharpe_difference`: the same stationary block bootstrap over days, cells
-resampled too) with the cells ahead. A cell is one trained seed of one configuration; cells of different
+resampled too) with the cells ahead; then each configuration's ensemble of its seeds under each rule (its interval
+resamples the days). A cell is one trained seed of one configuration; cells of different
 configurations on the same days pool as further rows. Checks that the rule the study deployed reproduces its
 ``result.npz`` bit for bit (the two trades are the study's, not an approximation of it).
 """
@@ -28,10 +29,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy  # noqa: E402
+from clstm_ppo.config import TrainConfig  # noqa: E402
 from clstm_ppo.evaluation import statistics as S  # noqa: E402
 from clstm_ppo.evaluation.report import BacktestResult  # noqa: E402
 from clstm_ppo.study import analysis as A  # noqa: E402
-from clstm_ppo.study.cell import record_metrics, stitch  # noqa: E402
+from clstm_ppo.study.cell import record_metrics, run_ensemble, stitch  # noqa: E402
 from clstm_ppo.study.grid import Cell  # noqa: E402
 from clstm_ppo.study.markets import load_markets, market_key  # noqa: E402
 from clstm_ppo.study.spec import StudySpec  # noqa: E402
@@ -55,6 +57,11 @@ def trade(study: Path, cell: Cell, rule: str) -> tuple[PolicyRun, dict[str, floa
         model = restore_policy(load_checkpoint(path), market)
         runs.append(evaluate_policy(model, market, market.splits.test, cfg.env, start_portfolio=start))
     run = stitch(runs)
+    return run, metrics_of(run, cfg, markets), cfg.env.risk_free
+
+
+def metrics_of(run: PolicyRun, cfg: TrainConfig, markets: list) -> dict[str, float]:
+    """A stitched walk-forward record's metrics, as the study's cells table has them (buy-and-hold on its days)."""
     terms = Terms.of(markets[0].data, cfg.env.execution, cfg.env.risk_free).days(
         markets[0].splits.test.start, markets[-1].splits.test.stop
     )
@@ -65,11 +72,30 @@ def trade(study: Path, cell: Cell, rule: str) -> tuple[PolicyRun, dict[str, floa
         sell_cost_pct=cfg.env.sell_cost_pct,
         terms=terms,
     )
-    return run, record_metrics(run, cfg, np.asarray(result.baseline_values)), cfg.env.risk_free
+    return record_metrics(run, cfg, np.asarray(result.baseline_values))
+
+
+def ensemble_lines(study: Path, cells: list[Cell], n_boot: int) -> str:
+    """Markdown table rows: the seeds' ensemble of one configuration under each rule (`run_ensemble`), its Sharpe
+    with the interval over days (one record: nothing else to resample), turnover and exposure."""
+    spec = StudySpec.load(study)
+    cfg = cells[0].config(spec.base_config)
+    markets = load_markets(study / "prepared", market_key(cfg))
+    lines = []
+    for rule in DEPLOY_RULES:
+        run = run_ensemble(study, cells, deploy=rule)
+        metrics = metrics_of(run, cfg, markets)
+        iv = S.sharpe_interval(A.returns_of(run.values, cfg.env.risk_free)[None, :], n_boot=n_boot)
+        lines.append(
+            f"| {study.name} | {rule}, ensemble of {len(cells)} ({cells[0].group}) | 1 | {iv['sharpe']:.2f} "
+            f"[{iv['lo']:.2f}, {iv['hi']:.2f}] (days) | {metrics['annual_turnover']:.0f}x | {metrics['exposure']:.0%} |"
+        )
+    return "\n".join(lines)
 
 
 def study_rows(study: Path) -> tuple[list[dict], list[str]]:
-    """Per finished cell: both rules' daily excess returns and metrics. Also the traded dates (ISO days)."""
+    """Per finished cell: both rules' daily excess returns and metrics (and the cell, under "cell_spec"). Also the
+    traded dates (ISO days)."""
     spec = StudySpec.load(study)
     rows, dates = [], None
     for folder in sorted((study / "cells").iterdir()):
@@ -78,7 +104,7 @@ def study_rows(study: Path) -> tuple[list[dict], list[str]]:
             continue
         c = json.loads(result.read_text(encoding="utf-8"))["cell"]
         cell = Cell(c["policy"], int(c["seed"]), tuple(c["variant"].items()))
-        row = {"cell": cell.name}
+        row = {"cell": cell.name, "cell_spec": cell}
         for rule in DEPLOY_RULES:
             run, metrics, risk_free = trade(study, cell, rule)
             row[rule] = {"returns": A.returns_of(run.values, risk_free), **metrics}
@@ -129,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     for study in args.studies:
         rows, dates = study_rows(study)
         print(summary(study.name, rows, args.n_boot), flush=True)
+        groups: dict[str, list[Cell]] = {}
+        for row in rows:
+            groups.setdefault(row["cell_spec"].group, []).append(row["cell_spec"])
+        for cells in groups.values():
+            if len(cells) > 1:
+                print(ensemble_lines(study, cells, args.n_boot), flush=True)
         pooled += rows
         days.append(dates)
     if len(args.studies) > 1 and all(d == days[0] for d in days):

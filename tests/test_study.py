@@ -382,6 +382,7 @@ def test_deploy_last_trades_each_windows_last_weights_where_best_trades_its_vali
     each window trades its best.pt, under --deploy last its latest.pt, the portfolio carried across windows either
     way, and the records part where those checkpoints differ. The first window trains alike in both."""
     from clstm_ppo.agent.evaluate import evaluate_policy
+    from clstm_ppo.study.cell import run_ensemble
     from clstm_ppo.study.markets import load_markets, market_key
     from clstm_ppo.study.spec import StudySpec
 
@@ -417,6 +418,17 @@ def test_deploy_last_trades_each_windows_last_weights_where_best_trades_its_vali
             if not all(torch.equal(v, trained[n]) for n, v in chosen.items()):
                 differing += 1
                 assert not np.array_equal(traded["best"], traded["last"]), k
+            if k == 0:
+                first_window = len(traded["last"])
+        # The seeds' ensemble under the other rule (benchmarks/deploy_rule.py): the best study's ensemble of its
+        # latest.pt files trades the first window (trained alike) exactly as the last study's own ensemble, and
+        # differs from the best study's own (not served from its cache).
+        cell = Cell("mlp", 1)
+        own_best, own_last = run_ensemble(best_study, [cell]).values, run_ensemble(last_study, [cell]).values
+        other = run_ensemble(best_study, [cell], deploy="last").values
+        assert np.array_equal(run_ensemble(best_study, [cell], deploy="best").values, own_best)
+        assert np.array_equal(other[:first_window], own_last[:first_window])
+        assert not np.array_equal(other, own_best)
     finally:
         torch.set_num_threads(threads)
     assert differing, "no window's best.pt differs from its latest.pt: the test shows nothing"

@@ -191,15 +191,23 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
     return finish_cell(study_dir, cell, cfg, stitch(policy_runs), stitch(untrained_runs), train_seconds, traded)
 
 
-def run_ensemble(study_dir: Path, cells: list[Cell], device: torch.device | str = "cpu") -> PolicyRun:
+def run_ensemble(
+    study_dir: Path, cells: list[Cell], device: torch.device | str = "cpu", deploy: str | None = None
+) -> PolicyRun:
     """The ensemble of ``cells`` (the seeds of one configuration, all finished): in each window their selected
-    checkpoints act as one (`clstm_ppo.agent.ensemble`) on the window's traded days, the portfolio carried from
-    window to window as each cell's is; the windows stitched into one record. Kept in ``ensembles/<digest>.npz``, the
-    digest of the member cells' names (12 seeds of a varied configuration outgrow a file name)."""
+    checkpoints (the study's ``--deploy``, or ``deploy`` when given) act as one (`clstm_ppo.agent.ensemble`) on the
+    window's traded days, the portfolio carried from window to window as each cell's is; the windows stitched into
+    one record. Kept in ``ensembles/<digest>.npz``, the digest of the member cells' names and of ``deploy`` where it
+    is not the study's own (12 seeds of a varied configuration outgrow a file name)."""
     spec = StudySpec.load(study_dir)
     cfg = cells[0].config(spec.base_config)
+    if deploy is not None and deploy != cfg.run.deploy:
+        cfg = cfg.with_settings(deploy=deploy)
+        suffix = f"@{deploy}"
+    else:
+        suffix = ""
     markets = load_markets(study_dir / "prepared", market_key(cfg))
-    members_key = hashlib.sha256("+".join(c.name for c in cells).encode()).hexdigest()[:16]
+    members_key = hashlib.sha256(("+".join(c.name for c in cells) + suffix).encode()).hexdigest()[:16]
     path = study_dir / "ensembles" / f"{members_key}.npz"
     if path.is_file():
         return _load_run(path, markets[0].data.tickers)[0]
