@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -149,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("studies", type=Path, nargs="+")
     p.add_argument("--n_boot", type=int, default=5000)
     args = p.parse_args(argv)
+    torch.set_num_threads(1)  # the studies' arithmetic (--threads 1), and no oversubscription beside a running study
     print("| study | deploy | cells | Sharpe [95%, days and cells] | turnover/yr | exposure |")
     print("|---|---|---:|---|---:|---:|")
     pooled, days = [], []
