@@ -24,7 +24,8 @@
 #   bash benchmarks/learning_studies.sh gate-report OUTDIR [WORKERS] # the choice and the reference on lead-lag draw
 #                                                   707 (9,000 episodes) and memory draw 808 (12,000)
 #   bash benchmarks/learning_studies.sh deploy-choose OUTDIR         # best.pt vs latest.pt on the draw-1 studies of
-#                                                   gate-choose, ema-choose (lead-lag) and rate-choose (memory) (12)
+#                                                   gate-choose, ema-choose (lead-lag) and rate-choose (memory); not
+#                                                   run: section 12's choice rested on section 11's four report sets
 #   bash benchmarks/learning_studies.sh deploy-report OUTDIR [WORKERS] # lead-lag draw 1111 (reference and gate, 9,000
 #                                                   episodes) and memory draw 1212 (reference, 12,000), both rules
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
