@@ -327,7 +327,7 @@ def test_each_cell_trades_every_traded_day_carrying_its_portfolio_across_windows
     stitched = np.concatenate([runs[0]["policy_values"], *[r["policy_values"][1:] for r in runs[1:]]])
     np.testing.assert_allclose(equity["value"].to_numpy(), stitched)
     cfg = json.loads((folder / "periods" / "001" / "config.json").read_text())
-    assert cfg["init_weights"].endswith("periods/000/best.pt")  # warm start from the selected weights
+    assert cfg["init_weights"].endswith("periods/000/latest.pt")  # warm start from the deployed (last) weights
     assert (
         load_checkpoint(folder / "periods" / "001" / "best.pt").market_spec["splits"]["test"]["start"] == "2016-04-01"
     )
