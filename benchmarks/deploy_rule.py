@@ -29,49 +29,36 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy  # noqa: E402
+from clstm_ppo.agent.evaluate import PolicyRun  # noqa: E402
 from clstm_ppo.config import TrainConfig  # noqa: E402
 from clstm_ppo.evaluation import statistics as S  # noqa: E402
 from clstm_ppo.evaluation.report import BacktestResult  # noqa: E402
 from clstm_ppo.study import analysis as A  # noqa: E402
-from clstm_ppo.study.cell import record_metrics, run_ensemble, stitch  # noqa: E402
+from clstm_ppo.study.cell import record_metrics, run_ensemble, trade_deployed, traded_terms  # noqa: E402
 from clstm_ppo.study.grid import Cell  # noqa: E402
 from clstm_ppo.study.markets import load_markets, market_key  # noqa: E402
 from clstm_ppo.study.spec import StudySpec  # noqa: E402
-from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy  # noqa: E402
-from clstm_ppo.training.run_folder import DEPLOY_RULES, deployed_checkpoint  # noqa: E402
-from envs.execution import Terms  # noqa: E402
+from clstm_ppo.training.run_folder import DEPLOY_RULES  # noqa: E402
 
 
 def trade(study: Path, cell: Cell, rule: str) -> tuple[PolicyRun, dict[str, float], float]:
-    """The cell's walk-forward trade with the checkpoints ``rule`` picks: its record, its metrics (as the study's
-    cells table has them) and the study's --risk_free."""
+    """The cell's walk-forward trade with the checkpoints ``rule`` picks (`clstm_ppo.study.cell.trade_deployed`): its
+    record, its metrics (as the study's cells table has them) and the study's --risk_free."""
     spec = StudySpec.load(study)
-    cfg = cell.config(spec.base_config)
+    cfg = cell.config(spec.base_config).with_settings(deploy=rule)
     markets = load_markets(study / "prepared", market_key(cfg))
-    runs: list[PolicyRun] = []
-    for k, market in enumerate(markets):
-        path = deployed_checkpoint(
-            study / "cells" / cell.name / "periods" / f"{k:03d}", market.splits.validation is not None, rule
-        )
-        start = (float(runs[-1].cash[-1]), runs[-1].holdings[-1].copy()) if runs else None
-        model = restore_policy(load_checkpoint(path), market)
-        runs.append(evaluate_policy(model, market, market.splits.test, cfg.env, start_portfolio=start))
-    run = stitch(runs)
+    run = trade_deployed(study, [cell], cfg, markets, "cpu")
     return run, metrics_of(run, cfg, markets), cfg.env.risk_free
 
 
 def metrics_of(run: PolicyRun, cfg: TrainConfig, markets: list) -> dict[str, float]:
     """A stitched walk-forward record's metrics, as the study's cells table has them (buy-and-hold on its days)."""
-    terms = Terms.of(markets[0].data, cfg.env.execution, cfg.env.risk_free).days(
-        markets[0].splits.test.start, markets[-1].splits.test.stop
-    )
     result = BacktestResult.from_run(
         run,
         initial_amount=cfg.env.initial_amount,
         buy_cost_pct=cfg.env.buy_cost_pct,
         sell_cost_pct=cfg.env.sell_cost_pct,
-        terms=terms,
+        terms=traded_terms(markets, cfg),
     )
     return record_metrics(run, cfg, np.asarray(result.baseline_values))
 
@@ -103,8 +90,7 @@ def study_rows(study: Path) -> tuple[list[dict], list[str]]:
         result = folder / "result.json"
         if not result.is_file():
             continue
-        c = json.loads(result.read_text(encoding="utf-8"))["cell"]
-        cell = Cell(c["policy"], int(c["seed"]), tuple(c["variant"].items()))
+        cell = Cell.from_dict(json.loads(result.read_text(encoding="utf-8"))["cell"])
         row = {"cell": cell.name, "cell_spec": cell}
         for rule in DEPLOY_RULES:
             run, metrics, risk_free = trade(study, cell, rule)

@@ -47,7 +47,7 @@ def seed_returns(study: Path, deploy: str = "study") -> tuple[dict[int, np.ndarr
                 out[int(r["seed"])] = A.returns_of(z["values"], risk_free)
         else:
             c = json.loads((study / "cells" / r["cell"] / "result.json").read_text(encoding="utf-8"))["cell"]
-            run, _, _ = trade(study, Cell(c["policy"], int(c["seed"]), tuple(c["variant"].items())), deploy)
+            run, _, _ = trade(study, Cell.from_dict(c), deploy)
             out[int(r["seed"])] = A.returns_of(run.values, risk_free)
     return out, {"traded": report["traded"], "data": report["data"]["fingerprint"]}
 

@@ -185,10 +185,41 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
         policy_runs.append(policy)
         untrained_runs.append(untrained)
         train_seconds.append(seconds)
-    traded = Terms.of(markets[0].data, cfg.env.execution, cfg.env.risk_free).days(
+    return finish_cell(
+        study_dir, cell, cfg, stitch(policy_runs), stitch(untrained_runs), train_seconds, traded_terms(markets, cfg)
+    )
+
+
+def traded_terms(markets: list[PreparedMarket], cfg: TrainConfig) -> Terms:
+    """The fills, dividends and interest of a study's traded days: every window's test split, first to last."""
+    return Terms.of(markets[0].data, cfg.env.execution, cfg.env.risk_free).days(
         markets[0].splits.test.start, markets[-1].splits.test.stop
     )
-    return finish_cell(study_dir, cell, cfg, stitch(policy_runs), stitch(untrained_runs), train_seconds, traded)
+
+
+def trade_deployed(
+    study_dir: Path, cells: list[Cell], cfg: TrainConfig, markets: list[PreparedMarket], device: torch.device | str
+) -> PolicyRun:
+    """The finished ``cells`` traded again on the study's days: in each window the checkpoint ``cfg.run.deploy``
+    picks of each cell, one cell's network alone or several acting as one (`clstm_ppo.agent.ensemble`), the portfolio
+    carried from window to window; the windows stitched into one record."""
+    runs: list[PolicyRun] = []
+    for k, market in enumerate(markets):
+        members = []
+        for cell in cells:
+            pdir = study_dir / "cells" / cell.name / "periods" / f"{k:03d}"
+            members.append(restore_policy(load_checkpoint(_selected(pdir, market, cfg)), market, device))
+        runs.append(
+            evaluate_policy(
+                members[0] if len(members) == 1 else Ensemble(members, cfg.env.action_mode),
+                market,
+                market.splits.test,
+                cfg.env,
+                device=device,
+                start_portfolio=_portfolio(runs[-1]) if runs else None,
+            )
+        )
+    return stitch(runs)
 
 
 def run_ensemble(
@@ -211,23 +242,7 @@ def run_ensemble(
     path = study_dir / "ensembles" / f"{members_key}.npz"
     if path.is_file():
         return _load_run(path, markets[0].data.tickers)[0]
-    runs: list[PolicyRun] = []
-    for k, market in enumerate(markets):
-        members = []
-        for cell in cells:
-            pdir = study_dir / "cells" / cell.name / "periods" / f"{k:03d}"
-            members.append(restore_policy(load_checkpoint(_selected(pdir, market, cfg)), market, device))
-        runs.append(
-            evaluate_policy(
-                Ensemble(members, cfg.env.action_mode),
-                market,
-                market.splits.test,
-                cfg.env,
-                device=device,
-                start_portfolio=_portfolio(runs[-1]) if runs else None,
-            )
-        )
-    run = stitch(runs)
+    run = trade_deployed(study_dir, cells, cfg, markets, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     _save_run(path, run, run, 0.0)
     return run

@@ -57,6 +57,11 @@ class Cell:
             "variant": dict(self.variant),
         }
 
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Cell:
+        """The cell `to_dict` wrote (a cell's ``result.json`` holds it under "cell")."""
+        return cls(values["policy"], int(values["seed"]), tuple(values["variant"].items()))
+
 
 def parse_seeds(text: str) -> list[int]:
     """``"1-4,7,9-10"`` -> [1, 2, 3, 4, 7, 9, 10] (order kept, duplicates dropped)."""
