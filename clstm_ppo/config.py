@@ -32,6 +32,7 @@ from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MO
 
 POLICIES = ("clstm", "lstm", "mlp", "shared")
 STAGE1S = ("lstm", "conv")
+CROSS_SECTIONS = ("mean", "attention")
 """How clstm's stage 1 reads the T-day window: the paper's window LSTM, or a causal convolution whose kernel spans
 the window."""
 OUTPUT_SETTINGS = (
@@ -179,6 +180,13 @@ class ModelConfig:
         "how clstm's stage 1 reads the T-day window: lstm (the paper's window LSTM) or conv (a causal convolution "
         "whose kernel spans the window: one linear map of the T x F window to stage1_hidden, then tanh)",
         choices=STAGE1S,
+    )
+    cross_section: str = setting(
+        "mean",
+        "how --policy shared's tickers see each other: mean (each ticker's embedding next to the mean of all) or "
+        "attention (also attention across tickers, scored on their price windows: it can find which ticker leads "
+        "which without knowing their order)",
+        choices=CROSS_SECTIONS,
     )
     stage1_hidden: int = setting(128, "stage-1 LSTM (or convolution) hidden size")
     feature_dim: int = setting(128, "stage-1 output features")

@@ -145,6 +145,7 @@ class ModelSpec:
     next_day_head: bool  # a linear head predicting tomorrow's price column from the actor's latent (aux loss)
     obs_norm: bool  # running mean / std of each state number (module docstring)
     trade_gate: bool = False  # the env's --trade_gate: N gate actions after the N weight logits
+    cross_section: str = "mean"  # mean | attention: how shared's tickers see each other
 
     @property
     def action_dim(self) -> int:
@@ -180,6 +181,7 @@ class ModelSpec:
             next_day_head=next_day_head,
             obs_norm=model.norm_obs,
             trade_gate=trade_gate,
+            cross_section=model.cross_section,
         )
 
     @classmethod
@@ -329,6 +331,8 @@ class ActorCritic(nn.Module):
             spec.stage2_hidden,
             spec.skip,
             spec.next_day_head,
+            spec.cross_section,
+            spec.window,
         )
         self.log_std = nn.Parameter(torch.full((1,), float(spec.init_log_std)))
 
