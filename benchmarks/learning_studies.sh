@@ -28,6 +28,8 @@
 #                                                   run: section 12's choice rested on section 11's four report sets
 #   bash benchmarks/learning_studies.sh deploy-report OUTDIR [WORKERS] # lead-lag draw 1111 (reference and gate, 9,000
 #                                                   episodes) and memory draw 1212 (reference, 12,000), both rules
+#   bash benchmarks/learning_studies.sh attention OUTDIR [WORKERS]   # --policy shared, --cross_section mean vs
+#                                                   attention, lead-lag draw 1313 (docs/learning.md 13)
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -217,6 +219,29 @@ elif [ "$which" = deploy-report ]; then
     done
     python3 benchmarks/signal_rule.py studies/deploy-leadlag-reference --lag 1 > "$out/deploy-leadlag-rule.txt" 2>&1
     python3 benchmarks/signal_rule.py studies/deploy-memory-reference --lag 5 > "$out/deploy-memory-rule.txt" 2>&1
+elif [ "$which" = attention ]; then
+    # --policy shared's cross-sectional stage, mean vs attention, on a fresh lead-lag draw (nothing chosen: the
+    # attention's sizes were fixed before the run); a 10-day window (the attention scores lagged co-movement over
+    # it), 2,000 episodes, last weights deployed (docs/learning.md section 13)
+    run attention-leadlag-1313 --data "$LEADLAG,seed=1313" --window 10 "${SMALL[@]}" --deploy last --policies shared \
+        --vary cross_section=mean,attention --num_episodes 2000
+    hand_rules 1 attention-leadlag-1313
+    # each seed's latest.pt traded on markets it never saw (--new_universe): lead-lag draw 1414 (5 tickers) and 1515
+    # (10 tickers); the 12 seeds summarised and paired, attention minus mean
+    cells=studies/attention-leadlag-1313/cells
+    for target in "1414 $LEADLAG,seed=1414" "1515 ${LEADLAG/tickers=5/tickers=10},seed=1515"; do
+        set -- $target
+        for cs in mean attention; do
+            for seed in $(seq 1 12); do
+                python3 -m clstm_ppo.cli backtest --checkpoint "$cells/shared-cross_section=$cs-s$seed/periods/000/latest.pt" \
+                    --data "$2" --new_universe --threads 1 --out "$out/transfer/$1-$cs-s$seed" > /dev/null
+            done
+            python3 -m clstm_ppo.cli backtest --new_universe --threads 1 --data "$2" --out "$out/transfer/$1-$cs-ensemble" \
+                --checkpoint $(for seed in $(seq 1 12); do echo "$cells/shared-cross_section=$cs-s$seed/periods/000/latest.pt"; done) > /dev/null
+        done
+        python3 benchmarks/backtest_seeds.py $(for seed in $(seq 1 12); do echo "$out/transfer/$1-attention-s$seed"; done) \
+            --against $(for seed in $(seq 1 12); do echo "$out/transfer/$1-mean-s$seed"; done) > "$out/transfer-$1.txt"
+    done
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).
