@@ -30,6 +30,7 @@ setup(
         "dev": [
             "pytest>=7.4",
             "pytest-timeout>=2.2",
+            "pytest-xdist>=3.5",  # the suite on two workers, one test file each (pyproject.toml's addopts)
             "ruff>=0.5",
             "hypothesis>=6.90",
             "ta>=0.11",
