@@ -19,6 +19,7 @@ import torch
 from clstm_ppo.agent.model import ActorCritic, ModelSpec
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.config import PPOConfig, TrainConfig
+from clstm_ppo.study.cell import torch_threads
 from clstm_ppo.training.rollout import RolloutBuffer
 from envs.config import EnvConfig
 from envs.data import split_days
@@ -74,10 +75,8 @@ def one_torch_thread() -> Iterator[None]:
     subprocesses the tests start (or any other job), it spins and waits: test_ppo's aux-loss test took 177 s
     with two threads and 5 s with one on a loaded box.
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 def clean_env() -> dict[str, str]:

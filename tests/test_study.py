@@ -21,7 +21,7 @@ import torch
 
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.baselines import buy_and_hold
-from clstm_ppo.study.cell import read_status
+from clstm_ppo.study.cell import read_status, torch_threads
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
 from clstm_ppo.study.schedule import walk_forward
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
@@ -708,3 +708,17 @@ def test_a_damaged_study_spec_is_refused_in_one_line(tmp_path):
         (tmp_path / SPEC_FILE).write_text(text, encoding="utf-8")
         with pytest.raises(UserError, match=message):
             StudySpec.load(tmp_path)
+
+
+def test_the_reports_torch_threads_are_set_inside_and_restored_after_an_error():
+    """`torch_threads` (the report trades ensembles on one thread): the count holds inside, the old one comes back."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(RuntimeError, match="inside"):
+            with torch_threads(1):
+                assert torch.get_num_threads() == 1
+                raise RuntimeError("inside")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -27,6 +27,8 @@ import json
 import os
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -222,6 +224,21 @@ def trade_deployed(
     return stitch(runs)
 
 
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch on ``count`` CPU threads inside the block, the previous count restored after it (also on an error).
+
+    The report trades the seeds' ensembles in the study's own process. These networks gain nothing from a second
+    thread, and on a box whose cores another job keeps busy, torch's OpenMP threads spin-wait for each other: a
+    12-seed ensemble that took seconds on an idle box took minutes there."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def run_ensemble(
     study_dir: Path, cells: list[Cell], device: torch.device | str = "cpu", deploy: str | None = None
 ) -> PolicyRun:
@@ -242,7 +259,8 @@ def run_ensemble(
     path = study_dir / "ensembles" / f"{members_key}.npz"
     if path.is_file():
         return _load_run(path, markets[0].data.tickers)[0]
-    run = trade_deployed(study_dir, cells, cfg, markets, device)
+    with torch_threads(1):  # in the study's own process, beside its cells or other jobs (`torch_threads`)
+        run = trade_deployed(study_dir, cells, cfg, markets, device)
     path.parent.mkdir(parents=True, exist_ok=True)
     _save_run(path, run, run, 0.0)
     return run
