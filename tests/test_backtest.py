@@ -24,6 +24,7 @@ import torch
 from clstm_ppo import cli
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.backtest import Period, load_backtest_data
+from clstm_ppo.study.cell import torch_threads
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_market, restore_policy
 from envs.synthetic import generate_market
 from tests.conftest import TINY_RUN
@@ -70,10 +71,8 @@ def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture
 def one_thread():
     """In-process runs: one torch thread (tiny LSTMs are much slower with contention), restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -29,10 +29,10 @@ from typing import Any
 
 import pandas as pd
 import pytest
-import torch
 
 from clstm_ppo import cli
 from clstm_ppo.cli.trade import build_parser, build_report_parser
+from clstm_ppo.study.cell import torch_threads
 from clstm_ppo.trading.decision import load_trading_market
 from clstm_ppo.trading.orders import MAX_ID_LENGTH, client_order_id, run_tag
 from clstm_ppo.trading.report import trade_report
@@ -200,10 +200,8 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     use_alpaca_keys(monkeypatch, KEY, SECRET)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ALPACA_TIMEOUT_SECONDS", "0.5")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tmp_path
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield tmp_path
 
 
 @pytest.fixture

@@ -85,8 +85,8 @@ class SharedTickerNet(nn.Module):
         hidden: int,
         skip: bool,
         next_day: bool,
-        cross_section: str = "mean",
-        window: int = 0,
+        cross_section: str,
+        window: int,
     ) -> None:
         super().__init__()
         self.num_indicators, self.skip = num_indicators, skip
