@@ -32,6 +32,9 @@
 #                                                   attention, lead-lag draw 1313 (docs/learning.md 13)
 #   bash benchmarks/learning_studies.sh attention-window OUTDIR [WORKERS] # attention with a 10- vs 20-day window
 #                                                   on fresh draw 1616 (the rule is stated at the target)
+#   bash benchmarks/learning_studies.sh attention-wide OUTDIR [WORKERS] # mean vs attention on a 50-ticker lead-lag
+#                                                   draw (1717), then traded on five-ticker draw 1313 (--new_universe)
+#   bash benchmarks/learning_studies.sh attention-example OUTDIR [WORKERS] # mean vs attention on the example data
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -257,6 +260,30 @@ elif [ "$which" = attention-window ]; then
     hand_rules 1 attention-window10-1616
     python3 benchmarks/paired_studies.py studies/attention-window20-1616 studies/attention-window10-1616 \
         > "$out/attention-window-paired.txt" 2>&1
+elif [ "$which" = attention-wide ]; then
+    # Issue 27 item 4 with attention (nothing chosen: section 13's flags): a fresh 50-ticker lead-lag draw (1717,
+    # nothing has looked at it), mean vs attention, 500 episodes (2,000 episodes of 50 tickers take 20 minutes a cell
+    # on one core; 500 see 2.5x the ticker-days of section 13's 2,000 on 5 tickers, at a quarter of its updates).
+    # Then each seed's latest.pt traded on section 13's five-ticker draw 1313 (--new_universe).
+    wide="${LEADLAG/tickers=5/tickers=50},seed=1717"
+    run attention-wide-1717 --data "$wide" --window 10 "${SMALL[@]}" --deploy last --policies shared \
+        --vary cross_section=mean,attention --num_episodes 500
+    hand_rules 1 attention-wide-1717
+    cells=studies/attention-wide-1717/cells
+    for cs in mean attention; do
+        for seed in $(seq 1 12); do
+            python3 -m clstm_ppo.cli backtest --checkpoint "$cells/shared-cross_section=$cs-s$seed/periods/000/latest.pt" \
+                --data "$LEADLAG,seed=1313" --new_universe --threads 1 --out "$out/transfer/1313-$cs-s$seed" > /dev/null &
+            if (( seed % workers == 0 )); then wait; fi
+        done
+        wait
+    done
+    python3 benchmarks/backtest_seeds.py $(for seed in $(seq 1 12); do echo "$out/transfer/1313-attention-s$seed"; done) \
+        --against $(for seed in $(seq 1 12); do echo "$out/transfer/1313-mean-s$seed"; done) > "$out/transfer-1313.txt"
+elif [ "$which" = attention-example ]; then
+    # The shipped example data (spent days: reported, nothing chosen), section 13's flags, mean vs attention
+    run attention-example --data csv:examples/data/stocks_daily_6_ohlcv.csv --window 10 "${SMALL[@]}" --deploy last \
+        --policies shared --vary cross_section=mean,attention --num_episodes 2000
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).
