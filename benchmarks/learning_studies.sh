@@ -34,6 +34,7 @@
 #                                                   on fresh draw 1616 (the rule is stated at the target)
 #   bash benchmarks/learning_studies.sh attention-wide OUTDIR [WORKERS] # mean vs attention on a 50-ticker lead-lag
 #                                                   draw (1717), then traded on five-ticker draw 1313 (--new_universe)
+#   bash benchmarks/learning_studies.sh attention-wide-long OUTDIR [WORKERS] # a 2-seed screen: 2,000 episodes there
 #   bash benchmarks/learning_studies.sh attention-example OUTDIR [WORKERS] # mean vs attention on the example data
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
@@ -283,6 +284,11 @@ elif [ "$which" = attention-wide ]; then
     done
     python3 benchmarks/backtest_seeds.py $(for seed in $(seq 1 12); do echo "$out/transfer/1313-attention-s$seed"; done) \
         --against $(for seed in $(seq 1 12); do echo "$out/transfer/1313-mean-s$seed"; done) > "$out/transfer-1313.txt"
+elif [ "$which" = attention-wide-long ]; then
+    # A screen, not evidence (2 seeds, written after attention-wide showed no learning at 500 episodes): does the
+    # 5-ticker budget of 2,000 episodes (128 updates, 20 minutes a cell on one core) move attention on draw 1717?
+    run attention-wide-long-1717 --data "${LEADLAG/tickers=5/tickers=50},seed=1717" --window 10 "${SMALL[@]}" \
+        --deploy last --policies shared --cross_section attention --num_episodes 2000 --seeds 1-2
 elif [ "$which" = attention-example ]; then
     # The shipped example data (spent days: reported, nothing chosen), section 13's flags, mean vs attention
     run attention-example --data csv:examples/data/stocks_daily_6_ohlcv.csv --window 10 "${SMALL[@]}" --deploy last \
