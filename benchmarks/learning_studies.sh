@@ -55,6 +55,7 @@ SMALL=(--num_envs 32 --n_steps 32 --batch_size 256 --epochs 4 --episode_length 6
        --hmax 2000 --validation_days 63 --retrain none --trade_start 2021-01-04 --workers "$workers" --threads 1 --cpu
        --deploy best)  # every study here traded best.pt, the default until section 12 (deploy_rule.py trades both)
 LEADLAG="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
+WIDE="synthetic:tickers=50,days=2520,signal=0.9,signal_kind=lead_lag,seed=1717"  # section 14's 50-ticker draw
 MEMORY="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag,lag=5"
 leadlag() {  # name, market draw, then study flags: clstm on lead-lag at 9,000 episodes (section 9's choice)
     local name=$1 draw=$2; shift 2
@@ -77,6 +78,21 @@ hand_rules() {  # lag, then study names: the rules that know the signal on each 
         python3 benchmarks/signal_rule.py "studies/$s" --lag "$lag" --threshold 1 --trade_rate 1 0.5 \
             > "$out/$s-rule.txt" 2>&1
     done
+}
+transfer() {  # study, name, data: each seed's latest.pt of the study's mean and attention cells traded on DATA with
+              # --new_universe (WORKERS at a time) into OUTDIR/transfer/NAME-*; the 12 seeds summarised and paired,
+              # attention minus mean, in OUTDIR/transfer-NAME.txt
+    local cells=studies/$1/cells name=$2 data=$3
+    for cs in mean attention; do
+        for seed in $(seq 1 12); do
+            python3 -m clstm_ppo.cli backtest --checkpoint "$cells/shared-cross_section=$cs-s$seed/periods/000/latest.pt" \
+                --data "$data" --new_universe --threads 1 --out "$out/transfer/$name-$cs-s$seed" > /dev/null &
+            if (( seed % workers == 0 )); then wait; fi
+        done
+        wait
+    done
+    python3 benchmarks/backtest_seeds.py $(for seed in $(seq 1 12); do echo "$out/transfer/$name-attention-s$seed"; done) \
+        --against $(for seed in $(seq 1 12); do echo "$out/transfer/$name-mean-s$seed"; done) > "$out/transfer-$name.txt"
 }
 if [ "$which" = synthetic ]; then
     # run on the 16-core GPU machine with --no-skip's network (the skip connection came after)
@@ -237,16 +253,11 @@ elif [ "$which" = attention ]; then
     cells=studies/attention-leadlag-1313/cells
     for target in "1414 $LEADLAG,seed=1414" "1515 ${LEADLAG/tickers=5/tickers=10},seed=1515"; do
         set -- $target
-        for cs in mean attention; do
-            for seed in $(seq 1 12); do
-                python3 -m clstm_ppo.cli backtest --checkpoint "$cells/shared-cross_section=$cs-s$seed/periods/000/latest.pt" \
-                    --data "$2" --new_universe --threads 1 --out "$out/transfer/$1-$cs-s$seed" > /dev/null
-            done
+        transfer attention-leadlag-1313 "$1" "$2"
+        for cs in mean attention; do  # and the 12 seeds as one ensemble
             python3 -m clstm_ppo.cli backtest --new_universe --threads 1 --data "$2" --out "$out/transfer/$1-$cs-ensemble" \
                 --checkpoint $(for seed in $(seq 1 12); do echo "$cells/shared-cross_section=$cs-s$seed/periods/000/latest.pt"; done) > /dev/null
         done
-        python3 benchmarks/backtest_seeds.py $(for seed in $(seq 1 12); do echo "$out/transfer/$1-attention-s$seed"; done) \
-            --against $(for seed in $(seq 1 12); do echo "$out/transfer/$1-mean-s$seed"; done) > "$out/transfer-$1.txt"
     done
 elif [ "$which" = attention-window ]; then
     # Stated before the run: a 20-day window identifies the leader in more windows than 10 days (about 78% against
@@ -269,25 +280,15 @@ elif [ "$which" = attention-wide ]; then
     # Expected before the run: on 50 tickers a follower's leader has the top lag-1 cross-covariance in 13% of 10-day
     # windows (61% on 5 tickers; chance 2% and 25%; market draw 7, numpy), so attention should find little of the
     # signal here, and the 50-ticker hand rules (which know the chain) a lot.
-    wide="${LEADLAG/tickers=5/tickers=50},seed=1717"
-    run attention-wide-1717 --data "$wide" --window 10 "${SMALL[@]}" --deploy last --policies shared \
+    run attention-wide-1717 --data "$WIDE" --window 10 "${SMALL[@]}" --deploy last --policies shared \
         --vary cross_section=mean,attention --num_episodes 500
     hand_rules 1 attention-wide-1717
-    cells=studies/attention-wide-1717/cells
-    for cs in mean attention; do
-        for seed in $(seq 1 12); do
-            python3 -m clstm_ppo.cli backtest --checkpoint "$cells/shared-cross_section=$cs-s$seed/periods/000/latest.pt" \
-                --data "$LEADLAG,seed=1313" --new_universe --threads 1 --out "$out/transfer/1313-$cs-s$seed" > /dev/null &
-            if (( seed % workers == 0 )); then wait; fi
-        done
-        wait
-    done
-    python3 benchmarks/backtest_seeds.py $(for seed in $(seq 1 12); do echo "$out/transfer/1313-attention-s$seed"; done) \
-        --against $(for seed in $(seq 1 12); do echo "$out/transfer/1313-mean-s$seed"; done) > "$out/transfer-1313.txt"
+    transfer attention-wide-1717 1313 "$LEADLAG,seed=1313"
 elif [ "$which" = attention-wide-long ]; then
     # A screen, not evidence (2 seeds, written after attention-wide showed no learning at 500 episodes): does the
-    # 5-ticker budget of 2,000 episodes (128 updates, 20 minutes a cell on one core) move attention on draw 1717?
-    run attention-wide-long-1717 --data "${LEADLAG/tickers=5/tickers=50},seed=1717" --window 10 "${SMALL[@]}" \
+    # 5-ticker budget of 2,000 episodes (125 updates, 20 minutes a cell on one core) move attention on draw 1717?
+    # (`run` passes --seeds 1-12 first; the later --seeds 1-2 wins)
+    run attention-wide-long-1717 --data "$WIDE" --window 10 "${SMALL[@]}" \
         --deploy last --policies shared --cross_section attention --num_episodes 2000 --seeds 1-2
 elif [ "$which" = attention-example ]; then
     # The shipped example data (spent days: reported, nothing chosen), section 13's flags, mean vs attention

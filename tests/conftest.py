@@ -1,6 +1,6 @@
 """Shared test helpers: the tiny-run flags and process helpers, small models and rollouts, a small market.
 
-Fast loop: ``python -m pytest -m "not slow"`` (about 1 minute on 2 cores); the full suite is ``python -m pytest``
+Fast loop: ``python -m pytest -m "not slow"`` (about 2 minutes on 2 cores); the full suite is ``python -m pytest``
 (two workers, one test file each at a time: pyproject.toml's addopts; ``-n 0`` runs it in one process).
 """
 
