@@ -36,6 +36,10 @@
 #                                                   draw (1717), then traded on five-ticker draw 1313 (--new_universe)
 #   bash benchmarks/learning_studies.sh attention-wide-long OUTDIR [WORKERS] # a 2-seed screen: 2,000 episodes there
 #   bash benchmarks/learning_studies.sh attention-example OUTDIR [WORKERS] # mean vs attention on the example data
+#   bash benchmarks/learning_studies.sh forecast-choose OUTDIR [WORKERS] # --forecast_skip on or off, lead-lag (9,000
+#                                                   episodes) and memory (12,000), chosen on draw 1 (seeds 1-4)
+#   MARKET=memory bash benchmarks/learning_studies.sh forecast-report OUTDIR [WORKERS] # the choices on fresh draws 1818
+#                                                   (lead-lag) and 1919 (memory), 12 seeds, on and off side by side
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -294,6 +298,33 @@ elif [ "$which" = attention-example ]; then
     # The shipped example data (spent days: reported, nothing chosen), section 13's flags, mean vs attention
     run attention-example --data csv:examples/data/stocks_daily_6_ohlcv.csv --window 10 "${SMALL[@]}" --deploy last \
         --policies shared --vary cross_section=mean,attention --num_episodes 2000
+elif [ "$which" = forecast-choose ]; then
+    # Rule fixed before the run (docs/learning.md section 15): for each market, --forecast_skip goes to the fresh draw
+    # if its mean Sharpe (latest.pt, seeds 1-4, draw 1) is above the same seeds' without it (choice_rule.py
+    # highest-sharpe over vary_forecast_skip; a tie keeps it off). Both markets' studies run side by side.
+    leadlag forecast-choose-leadlag 1 --deploy last --seeds 1-4 --vary forecast_skip=false,true \
+        --workers $((workers / 2)) &
+    memory forecast-choose-memory 1 --deploy last --seeds 1-4 --vary forecast_skip=false,true \
+        --workers $((workers - workers / 2)) &
+    wait
+    for market in leadlag memory; do
+        choice=$(python3 benchmarks/choice_rule.py "studies/forecast-choose-$market/cells.csv" --by vary_forecast_skip \
+            --rule highest-sharpe 2> "$out/forecast-choice-$market.txt")
+        echo "choice: $choice" | tee -a "$out/forecast-choice-$market.txt"
+    done
+elif [ "$which" = forecast-report ]; then
+    # The markets whose choice was True, on draws nothing has looked at (lead-lag 1818, memory 1919), 12 seeds, with
+    # and without --forecast_skip in one study (same days and seeds; the study's report pairs them). Reported
+    # whatever they show. MARKET=leadlag|memory (default both) splits the work across machines.
+    only=${MARKET:-both}
+    if [ "$only" != memory ]; then
+        leadlag forecast-report-leadlag 1818 --deploy last --vary forecast_skip=false,true
+        hand_rules 1 forecast-report-leadlag
+    fi
+    if [ "$only" != leadlag ]; then
+        memory forecast-report-memory 1919 --deploy last --vary forecast_skip=false,true
+        hand_rules 5 forecast-report-memory
+    fi
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).

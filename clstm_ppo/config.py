@@ -213,6 +213,11 @@ class ModelConfig:
         "normalise each state number by running mean / std over the training rollouts (kept in the checkpoint and "
         "used unchanged by backtest and trade)",
     )
+    forecast_skip: bool = setting(
+        False,
+        "the actor's mean for each stock also gets g x the next-day head's prediction of that stock's return "
+        "(detached: only the next-day loss fits the head; g one learned number, 0 at the start); needs --aux_coef",
+    )
 
     def validate(self) -> None:
         _positive(self, "stage1_hidden", "feature_dim", "stage2_hidden")
@@ -421,6 +426,10 @@ class TrainConfig:
             section.validate()
         if self.env.trade_gate and self.model.policy == "shared":
             raise UserError("--trade_gate needs two outputs per ticker; --policy shared has one")
+        if self.model.forecast_skip and not self.ppo.aux_coef > 0:
+            raise UserError(
+                "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0"
+            )
         return self
 
     # ------------------------------------------------------------------ the flat form

@@ -33,7 +33,10 @@ trade apply the statistics training ended with, unchanged. Before any statistics
 
 ``next_day_head`` (built when training with ``--aux_coef`` > 0) is a linear map from the actor's latent (what
 ``actor_mean`` sees) to tomorrow's price column ``[N]``; the auxiliary loss that fits it lives in
-`clstm_ppo.training.ppo` (``next_day_targets``). Acting never uses it.
+`clstm_ppo.training.ppo` (``next_day_targets``). Acting uses it only with ``forecast_skip`` (``--forecast_skip``):
+then each stock's action mean gets ``g x`` the head's prediction for that stock (``g`` = ``forecast_gain``, one
+learned number, 0 at the start so the untrained network acts as without it). The prediction is detached there, so
+only the next-day loss fits the head and PPO learns how far to follow it.
 
 Recurrent state is a `RecurrentState`: the actor's and the critic's LSTM ``(h, c)``, each ``[1, B, stage2_hidden]``
 (zero width for ``mlp``, so every caller selects, clones and stores it the same way). Episode starts reset the
@@ -146,6 +149,7 @@ class ModelSpec:
     obs_norm: bool  # running mean / std of each state number (module docstring)
     trade_gate: bool = False  # the env's --trade_gate: N gate actions after the N weight logits
     cross_section: str = "mean"  # mean | attention: how shared's tickers see each other
+    forecast_skip: bool = False  # the stocks' action means also get g x the next-day head's (detached) prediction
 
     @property
     def action_dim(self) -> int:
@@ -182,6 +186,7 @@ class ModelSpec:
             obs_norm=model.norm_obs,
             trade_gate=trade_gate,
             cross_section=model.cross_section,
+            forecast_skip=model.forecast_skip,
         )
 
     @classmethod
@@ -279,8 +284,12 @@ class ActorCritic(nn.Module):
             raise ValueError(f"unknown policy variant {spec.policy!r}")
         if spec.action_dist not in ACTION_DISTS:
             raise ValueError(f"unknown action distribution {spec.action_dist!r}")
+        if spec.forecast_skip and not spec.next_day_head:
+            raise ValueError("forecast_skip needs the next-day head (training with --aux_coef > 0)")
         self.spec = spec
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
+        if spec.forecast_skip:  # g: how far the stocks' action means follow the next-day prediction
+            self.forecast_gain = nn.Parameter(torch.zeros(()))
         if spec.policy == "shared":
             self._build_shared(spec)
             return
@@ -428,10 +437,13 @@ class ActorCritic(nn.Module):
             ``predict_next``.
         """
         windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
+        predict = predict_next or self.spec.forecast_skip
         if self.spec.policy == "shared":
-            mean, value, next_day = self._shared_heads(windows, predict_next)
+            mean, value, next_day = self._shared_heads(windows, predict)
         else:
-            mean, value, next_day, state = self._heads(windows, state, starts, host_starts, predict_next)
+            mean, value, next_day, state = self._heads(windows, state, starts, host_starts, predict)
+        if self.spec.forecast_skip:
+            mean = self.follow_forecast(mean, next_day)
         std = self.policy_std().expand_as(mean)
         scored = mean.float() if actions is None else actions.float()
         log_prob = self._log_prob(gaussian(mean.float(), std), scored)
@@ -440,6 +452,13 @@ class ActorCritic(nn.Module):
         else:
             entropy = gaussian(mean.float(), std).entropy().sum(-1)
         return PolicyOutput(log_prob, entropy, value.float(), mean.float(), state, next_day)
+
+    def follow_forecast(self, mean: Tensor, next_day: Tensor) -> Tensor:
+        """``forecast_skip``: the first N action means ``[L, B, A]`` (the stocks' weight logits) plus
+        ``forecast_gain x`` the next-day prediction ``[L, B, N]``, detached; float32."""
+        n = self.spec.num_tickers
+        followed = mean.float()[..., :n] + self.forecast_gain * next_day.detach()
+        return torch.cat([followed, mean.float()[..., n:]], dim=-1)
 
     def _heads(
         self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None, predict_next: bool
