@@ -36,10 +36,8 @@
 #                                                   draw (1717), then traded on five-ticker draw 1313 (--new_universe)
 #   bash benchmarks/learning_studies.sh attention-wide-long OUTDIR [WORKERS] # a 2-seed screen: 2,000 episodes there
 #   bash benchmarks/learning_studies.sh attention-example OUTDIR [WORKERS] # mean vs attention on the example data
-#   bash benchmarks/learning_studies.sh forecast-choose OUTDIR [WORKERS] # --forecast_skip on or off, lead-lag (9,000
-#                                                   episodes) and memory (12,000), chosen on draw 1 (seeds 1-4)
-#   MARKET=memory bash benchmarks/learning_studies.sh forecast-report OUTDIR [WORKERS] # the choices on fresh draws 1818
-#                                                   (lead-lag) and 1919 (memory), 12 seeds, on and off side by side
+#   MARKET=memory bash benchmarks/learning_studies.sh forecast OUTDIR [WORKERS] # --forecast_skip on and off, fresh
+#                                                   draws 1818 (lead-lag, 9,000 episodes) and 1919 (memory, 12,000)
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -48,7 +46,8 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 run() {  # name, then study flags
     local name=$1; shift
-    timeout "$limit" python3 -m clstm_ppo.cli study --out "studies/$name" --seeds 1-12 "$@" > "$out/$name.log" 2>&1
+    timeout "$limit" python3 -m clstm_ppo.cli study --out "studies/$name" --seeds 1-12 "$@" ${SHARD:+--shard "$SHARD"} \
+        > "$out/$name.log" 2>&1
     python3 -m clstm_ppo.cli study report "studies/$name" >> "$out/$name.log" 2>&1
     for f in study.md study.json cells.csv study.png; do cp "studies/$name/$f" "$out/${name}_$f" 2>/dev/null; done
     tail -12 "$out/$name.log"
@@ -58,6 +57,10 @@ SMALL=(--num_envs 32 --n_steps 32 --batch_size 256 --epochs 4 --episode_length 6
        --feature_dim 32 --stage2_hidden 64 --gamma 0.9 --learning_rate_clstm 1e-3 --learning_rate_actor_critic 1e-3
        --hmax 2000 --validation_days 63 --retrain none --trade_start 2021-01-04 --workers "$workers" --threads 1 --cpu
        --deploy best)  # every study here traded best.pt, the default until section 12 (deploy_rule.py trades both)
+if [ -n "${GPU_CELLS:-}" ]; then  # the cells on the GPU, GPU_CELLS at a time (the later --workers 0 wins)
+    for i in "${!SMALL[@]}"; do [ "${SMALL[$i]}" = --cpu ] && unset "SMALL[$i]"; done
+    SMALL+=(--cells_per_gpu "$GPU_CELLS" --workers 0)
+fi
 LEADLAG="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag"
 WIDE="synthetic:tickers=50,days=2520,signal=0.9,signal_kind=lead_lag,seed=1717"  # section 14's 50-ticker draw
 MEMORY="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag,lag=5"
@@ -298,32 +301,23 @@ elif [ "$which" = attention-example ]; then
     # The shipped example data (spent days: reported, nothing chosen), section 13's flags, mean vs attention
     run attention-example --data csv:examples/data/stocks_daily_6_ohlcv.csv --window 10 "${SMALL[@]}" --deploy last \
         --policies shared --vary cross_section=mean,attention --num_episodes 2000
-elif [ "$which" = forecast-choose ]; then
-    # Rule fixed before the run (docs/learning.md section 15): for each market, --forecast_skip goes to the fresh draw
-    # if its mean Sharpe (latest.pt, seeds 1-4, draw 1) is above the same seeds' without it (choice_rule.py
-    # highest-sharpe over vary_forecast_skip; a tie keeps it off). Both markets' studies run side by side.
-    leadlag forecast-choose-leadlag 1 --deploy last --seeds 1-4 --vary forecast_skip=false,true \
-        --workers $((workers / 2)) &
-    memory forecast-choose-memory 1 --deploy last --seeds 1-4 --vary forecast_skip=false,true \
-        --workers $((workers - workers / 2)) &
-    wait
-    for market in leadlag memory; do
-        choice=$(python3 benchmarks/choice_rule.py "studies/forecast-choose-$market/cells.csv" --by vary_forecast_skip \
-            --rule highest-sharpe 2> "$out/forecast-choice-$market.txt")
-        echo "choice: $choice" | tee -a "$out/forecast-choice-$market.txt"
-    done
-elif [ "$which" = forecast-report ]; then
-    # The markets whose choice was True, on draws nothing has looked at (lead-lag 1818, memory 1919), 12 seeds, with
-    # and without --forecast_skip in one study (same days and seeds; the study's report pairs them). Reported
-    # whatever they show. MARKET=leadlag|memory (default both) splits the work across machines.
+elif [ "$which" = forecast ]; then
+    # One candidate, designed before any run of it (nothing chosen, no draw-1 screen): --forecast_skip, the action
+    # means following the next-day head's prediction. Stated before the runs (docs/learning.md section 15): it
+    # becomes the default (not in --preset paper) if on one of these fresh draws its paired difference (days and
+    # seeds resampled) lies above 0 and on the other its mean difference is not below 0. 12 seeds, on and off in
+    # one study (same days and seeds; the study's report pairs them), reported whatever they show.
+    # MARKET=leadlag|memory (default both) and SHARD=I/N (`study --shard`; N=2 keeps each seed's two cells on one
+    # machine) split the work across machines; GPU_CELLS=K runs K cells at once on the GPU instead of the CPU. A
+    # re-run without SHARD finds the cells done elsewhere (copied into studies/NAME/cells) and reports all.
     only=${MARKET:-both}
     if [ "$only" != memory ]; then
-        leadlag forecast-report-leadlag 1818 --deploy last --vary forecast_skip=false,true
-        hand_rules 1 forecast-report-leadlag
+        leadlag forecast-leadlag-1818 1818 --deploy last --vary forecast_skip=false,true
+        hand_rules 1 forecast-leadlag-1818
     fi
     if [ "$only" != leadlag ]; then
-        memory forecast-report-memory 1919 --deploy last --vary forecast_skip=false,true
-        hand_rules 5 forecast-report-memory
+        memory forecast-memory-1919 1919 --deploy last --vary forecast_skip=false,true
+        hand_rules 5 forecast-memory-1919
     fi
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
