@@ -77,6 +77,12 @@ CASES = [
     Case("--max_price_ratio of 1", "train", (*SYN, *TINY, "--max_price_ratio", "1"), "--max_price_ratio"),
     Case("negative --aux_coef", "train", (*SYN, *TINY, "--aux_coef", "-1"), "--aux_coef must be 0 or more"),
     Case(
+        "--forecast_skip without the next-day loss",
+        "train",
+        (*SYN, *TINY, "--forecast_skip", "--aux_coef", "0"),
+        "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0",
+    ),
+    Case(
         "negative --weight_decay", "train", (*SYN, *TINY, "--weight_decay", "-0.1"), "--weight_decay must be 0 or more"
     ),
     Case("bad date format", "cli", ("data", "inspect", "{d}/bad_dates.csv"), "date"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from clstm_ppo.agent.model import ModelSpec, run_lstm
+from clstm_ppo.agent.model import ActorCritic, ModelSpec, run_lstm
 from clstm_ppo.agent.windows import Windows
-from tests.conftest import fake_rollout, small_model
+from tests.conftest import fake_rollout, net_spec, small_model
 
 
 def test_run_lstm_chunks_equal_step_by_step():
@@ -168,11 +168,11 @@ def test_recurrent_state_is_named_and_an_mlp_has_a_zero_width_one():
 
 def test_checkpoints_without_the_skip_setting_rebuild_the_network_they_were_trained_with():
     model = small_model("clstm", skip=True)
-    stored = {k: v for k, v in model.spec.to_dict().items() if k not in ("skip", "next_day_head", "action_dist")}
-    from clstm_ppo.agent.model import ModelSpec
-
+    dropped = ("skip", "next_day_head", "action_dist", "forecast_skip")
+    stored = {k: v for k, v in model.spec.to_dict().items() if k not in dropped}
     then = ModelSpec.from_dict(stored)
     assert then.skip is False and then.next_day_head is False and then.action_dist == "gaussian"
+    assert then.forecast_skip is False
     assert then.stage2_hidden == 14 and then.window == model.spec.window  # what it stored is kept
     assert model.features[0].in_features == 12 + 16 and model.actor_mean.in_features == 14 + 10
 
@@ -191,3 +191,52 @@ def test_a_policy_step_and_its_update_forward_make_no_host_checks(policy):
         model(obs.unsqueeze(0), model.initial_state(4), starts.unsqueeze(0), u.unsqueeze(0))
     checks = [e.count for e in prof.key_averages() if e.key == "aten::is_nonzero"]
     assert not checks, f"{sum(checks)} bool(tensor) checks in one step and one forward"
+
+
+def forecast_model(policy: str, forecast_skip: bool, trade_gate: bool = False) -> ActorCritic:
+    torch.manual_seed(0)
+    sizes = dict(stage1_hidden=12, feature_dim=10, stage2_hidden=14, skip=True, next_day_head=True)
+    return ActorCritic(net_spec(policy, 16, 3, 5, forecast_skip=forecast_skip, trade_gate=trade_gate, **sizes))
+
+
+@pytest.mark.parametrize("policy, trade_gate", [("clstm", False), ("mlp", True), ("shared", False)])
+def test_forecast_skip_adds_the_gain_times_the_detached_next_day_prediction(policy, trade_gate):
+    """``--forecast_skip``: at its start (g = 0) the network acts exactly as without it; with g set, each stock's
+    action mean moves by g x the next-day head's prediction for that stock (the gate actions do not move), and
+    PPO's gradient reaches g but not the head, which only the next-day loss fits."""
+    obs = torch.randn(2, 4, 5, 16)
+    starts = torch.zeros(2, 4, dtype=torch.bool)
+    starts[0] = True
+    plain, model = forecast_model(policy, False, trade_gate), forecast_model(policy, True, trade_gate)
+    model.load_state_dict({**plain.state_dict(), "forecast_gain": torch.zeros(())})  # the same weights but g
+    run = lambda m: m(obs, m.initial_state(4), starts, predict_next=True)  # noqa: E731
+    torch.testing.assert_close(run(model).mean, run(plain).mean, rtol=0, atol=0)
+    with torch.no_grad():
+        model.forecast_gain.fill_(1.5)
+    out, base = run(model), run(plain)
+    n = model.spec.num_tickers
+    torch.testing.assert_close(out.mean[..., :n], base.mean[..., :n] + 1.5 * out.next_day, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out.mean[..., n:], base.mean[..., n:], rtol=0, atol=0)  # gate actions, if any
+    assert out.mean.shape[-1] == model.spec.action_dim
+    out.mean.sum().backward()  # a loss on the action means alone
+    head = model.shared.next_day if policy == "shared" else model.next_day
+    assert model.forecast_gain.grad is not None and model.forecast_gain.grad.item() != 0.0
+    torch.testing.assert_close(model.forecast_gain.grad, out.next_day.detach().sum(), rtol=1e-5, atol=1e-5)
+    assert head.weight.grad is None or not head.weight.grad.any()  # detached: PPO does not fit the head
+    assert model.forecast_gain in model.stage2_parameters()
+
+
+def test_forecast_skip_update_recomputes_rollout_log_probs():
+    """Acting and the update's forward agree when the action means follow the next-day prediction."""
+    model = forecast_model("clstm", True)
+    with torch.no_grad():
+        model.forecast_gain.fill_(2.0)
+    buf = fake_rollout(model)
+    out = model(buf.obs.windows(), buf.initial_state, buf.starts, buf.actions)
+    torch.testing.assert_close(out.log_prob, buf.log_probs, rtol=1e-5, atol=1e-5)
+
+
+def test_forecast_skip_needs_the_next_day_head():
+    torch.manual_seed(0)
+    with pytest.raises(ValueError, match="forecast_skip needs the next-day head"):
+        ActorCritic(net_spec("clstm", 16, 3, 5, forecast_skip=True, next_day_head=False))
