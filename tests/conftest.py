@@ -19,7 +19,7 @@ import torch
 from clstm_ppo.agent.model import ActorCritic, ModelSpec
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.config import PPOConfig, TrainConfig
-from clstm_ppo.study.cell import torch_threads
+from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.rollout import RolloutBuffer
 from envs.config import EnvConfig
 from envs.data import split_days

@@ -24,7 +24,7 @@ import torch
 from clstm_ppo import cli
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.backtest import Period, load_backtest_data
-from clstm_ppo.study.cell import torch_threads
+from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_market, restore_policy
 from envs.synthetic import generate_market
 from tests.conftest import TINY_RUN
@@ -123,9 +123,17 @@ def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     match = re.search(pattern, last)
     assert match, last
     code, _, _ = in_process(
-        capsys, "backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), "--out", str(tmp_path / "bt")
+        capsys,
+        "backtest",
+        "--checkpoint",
+        str(ckpts["a"] / "latest.pt"),
+        "--out",
+        str(tmp_path / "bt"),
+        "--threads",
+        "2",
     )
     assert code == 0
+    assert torch.get_num_threads() == 1  # --threads holds for the command only: the caller's count comes back
     report = json.loads((tmp_path / "bt" / "report.json").read_text())
     first, end, days, sharpe, ret, bh_sharpe, bh_ret = match.groups()
     assert (report["period"]["start"], report["period"]["end"], report["period"]["num_days"]) == (first, end, int(days))

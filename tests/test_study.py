@@ -21,9 +21,10 @@ import torch
 
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.baselines import buy_and_hold
-from clstm_ppo.study.cell import read_status, torch_threads
+from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
 from clstm_ppo.study.schedule import walk_forward
+from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
 from envs.errors import UserError
 from envs.execution import Terms

@@ -32,7 +32,7 @@ import pytest
 
 from clstm_ppo import cli
 from clstm_ppo.cli.trade import build_parser, build_report_parser
-from clstm_ppo.study.cell import torch_threads
+from clstm_ppo.threads import torch_threads
 from clstm_ppo.trading.decision import load_trading_market
 from clstm_ppo.trading.orders import MAX_ID_LENGTH, client_order_id, run_tag
 from clstm_ppo.trading.report import trade_report

@@ -22,6 +22,7 @@ import torch
 
 from clstm_ppo.evaluation.backtest import SPLITS, backtest, compare, distribution_table
 from clstm_ppo.evaluation.holdout import describe
+from clstm_ppo.threads import torch_threads
 from envs.errors import UserError
 
 
@@ -55,11 +56,10 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _device_and_threads(args: argparse.Namespace) -> torch.device:
+def _device(args: argparse.Namespace) -> torch.device:
+    """The ``--device`` to run on, after checking it and ``--threads``."""
     if args.threads < 0:
         raise UserError(f"--threads must be >= 0, got {args.threads}")
-    if args.threads:
-        torch.set_num_threads(args.threads)
     if args.device not in ("cpu", "cuda"):
         raise UserError(f"--device must be cpu or cuda, got {args.device!r}")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -91,17 +91,18 @@ def main(argv: list[str]) -> int:
         "threshold refitted on the data's days of the checkpoint's training split",
     )
     args = parser.parse_args(argv)
-    device = _device_and_threads(args)
-    done = backtest(
-        args.checkpoint,
-        **_period_options(args),
-        stochastic=args.stochastic,
-        episodes=args.episodes,
-        seed=args.seed,
-        index=args.index,
-        device=device,
-        new_universe=args.new_universe,
-    )
+    device = _device(args)
+    with torch_threads(args.threads or torch.get_num_threads()):
+        done = backtest(
+            args.checkpoint,
+            **_period_options(args),
+            stochastic=args.stochastic,
+            episodes=args.episodes,
+            seed=args.seed,
+            index=args.index,
+            device=device,
+            new_universe=args.new_universe,
+        )
     print(f"backtest {done.checkpoint.path} | {_said_period(done)}")
     if done.new_universe is not None:
         print(_said_universe(done.new_universe))
@@ -154,8 +155,9 @@ def compare_main(argv: list[str]) -> int:
     parser.add_argument("--labels", default=None, help="comma-separated names, one per checkpoint")
     _common_flags(parser)
     args = parser.parse_args(argv)
-    device = _device_and_threads(args)
-    done = compare(args.checkpoints, labels=args.labels, **_period_options(args), device=device)
+    device = _device(args)
+    with torch_threads(args.threads or torch.get_num_threads()):
+        done = compare(args.checkpoints, labels=args.labels, **_period_options(args), device=device)
     print(f"compare {done.num_checkpoints} checkpoint(s) | {_said_period(done)}")
     print(done.report.table)
     print(f"\nreport: {done.report.out_dir}  (compare.json, compare.csv, compare.png)")

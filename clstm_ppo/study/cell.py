@@ -27,8 +27,6 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from clstm_ppo.study.analysis import curve_metrics
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key
 from clstm_ppo.study.spec import StudySpec
+from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.run_folder import LATEST, deployed_checkpoint
@@ -222,21 +221,6 @@ def trade_deployed(
             )
         )
     return stitch(runs)
-
-
-@contextmanager
-def torch_threads(count: int) -> Iterator[None]:
-    """torch on ``count`` CPU threads inside the block, the previous count restored after it (also on an error).
-
-    The report trades the seeds' ensembles in the study's own process. These networks gain nothing from a second
-    thread, and on a box whose cores another job keeps busy, torch's OpenMP threads spin-wait for each other: a
-    12-seed ensemble that took seconds on an idle box took minutes there."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def run_ensemble(
