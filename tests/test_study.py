@@ -3,6 +3,7 @@ shards and merge; failed cells; warm starts."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,9 +24,11 @@ from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.baselines import buy_and_hold
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
+from clstm_ppo.study.markets import load_markets, prepare_markets, same_market, save_markets
 from clstm_ppo.study.schedule import walk_forward
 from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
+from envs.data import MarketData
 from envs.errors import UserError
 from envs.execution import Terms
 from envs.synthetic import generate_market
@@ -723,3 +726,30 @@ def test_the_reports_torch_threads_are_set_inside_and_restored_after_an_error():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_market_prepared_on_another_machine_is_the_same_market_up_to_float_rounding(tmp_path):
+    """A study continued elsewhere (`--shard` on a GPU machine, the rest here) re-prepares its market and compares it
+    with the stored one: last-bit rounding (another numpy, another CPU) is the same market; a real change is not."""
+    data = generate_market(num_tickers=3, num_days=700, seed=1)
+    periods = walk_forward(
+        data.dates, window=5, trade_start="2016-02-15", trade_end=None, retrain="none", validation_days=0
+    )
+    cfg = TrainConfig.from_dict({"window": 5})
+    stored = prepare_markets(data, cfg, periods)
+    save_markets(tmp_path, "key", stored)
+    (market,) = load_markets(tmp_path, "key")
+    assert same_market(market, stored[0])
+
+    def moved(by: float) -> MarketData:
+        return dataclasses.replace(data, **{c: getattr(data, c) * (1 + by) for c in ("open", "high", "low", "close")})
+
+    rounded = prepare_markets(moved(4e-16), cfg, periods)[0]  # 2 ulp, as numpy 2.5 on the H200 machine left it
+    assert not np.array_equal(rounded.data.close, data.close)
+    assert same_market(market, rounded)
+    assert not same_market(
+        market, prepare_markets(moved(1e-6), cfg, periods)[0]
+    )  # a price change of 1e-6 is other data
+    assert not same_market(
+        market, prepare_markets(generate_market(num_tickers=3, num_days=700, seed=2), cfg, periods)[0]
+    )

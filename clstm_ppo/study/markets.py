@@ -118,16 +118,39 @@ def load_markets(folder: Path, key: str) -> list[PreparedMarket]:
     return out
 
 
+SAME_MARKET_RTOL, SAME_MARKET_ATOL = 1e-9, 1e-12
+"""How close two preparations' numbers must be to count as one market. numpy on another CPU or version rounds the
+last bits of a synthetic market differently: a study prepared on a lent GPU machine (numpy 2.5) and continued on a
+2-core box differed by 2e-13 dollars in its prices. That is float rounding, not other data."""
+
+
+def _close(x: Any, y: Any) -> bool:
+    """Equal shapes and kinds; floats within `SAME_MARKET_RTOL` / `SAME_MARKET_ATOL` (NaN matching NaN), the rest
+    exactly."""
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape != y.shape or x.dtype.kind != y.dtype.kind:
+        return False
+    if x.dtype.kind != "f":
+        return bool(np.array_equal(x, y))
+    return bool(np.allclose(x, y, rtol=SAME_MARKET_RTOL, atol=SAME_MARKET_ATOL, equal_nan=True))
+
+
 def same_market(a: PreparedMarket, b: PreparedMarket) -> bool:
-    """Do two prepared markets hold the same data, features and fitted statistics (a round-trip check)?"""
+    """Do two prepared markets hold the same data, features and fitted statistics, up to float rounding (`_close`)?
+    Dates, tickers, splits and every setting must match exactly."""
+    prices = ("open", "high", "low", "close", "volume", "dividends")
+    na, nb = a.normalization.to_dict(), b.normalization.to_dict()
     return (
-        a.data.equals(b.data)
-        and np.array_equal(a.indicators, b.indicators)
-        and np.array_equal(a.turbulence, b.turbulence)
-        and a.splits == b.splits
-        and a.turbulence_threshold == b.turbulence_threshold
+        a.data.tickers == b.data.tickers
+        and a.data.close_only == b.data.close_only
+        and np.array_equal(a.data.dates, b.data.dates)
+        and all(_close(getattr(a.data, c), getattr(b.data, c)) for c in prices)
+        and _close(a.indicators, b.indicators)
+        and _close(a.turbulence, b.turbulence)
+        and _close(a.turbulence_threshold, b.turbulence_threshold)
         and a.window == b.window
-        and a.normalization.to_dict() == b.normalization.to_dict()
+        and na.keys() == nb.keys()
+        and all(_close(na[k], nb[k]) if isinstance(na[k], (list, float)) else na[k] == nb[k] for k in na)
         and dataclasses.astuple(a.splits) == dataclasses.astuple(b.splits)
     )
 
