@@ -207,15 +207,24 @@ def test_trials_count_on_the_same_data_and_overlapping_days_only(tmp_path):
             trial("t4", 0.30, fingerprint=fp, first="2013-01-01", last="2013-12-31"),  # other days
             trial("t5", 0.30, fingerprint="x", study="other-market", first="2014-07-01", last="2014-08-29"),
             trial("t6", 0.30, fingerprint="y", study="unknown", first="2014-07-01", last="2014-08-29"),
+            # one cell recorded twice: on a machine whose numpy rounded the market's last bits otherwise (another
+            # fingerprint, the same market by its witness), then here; and another seed of it, which is a trial
+            *(
+                trial(
+                    key, 0.07, fingerprint=f, study=s, cell="mlp-s1", config="B", first="2014-07-01", last="2014-10-31"
+                )
+                for key, f, s in (("t7", "old", "same-market"), ("t8", fp, "s"))
+            ),
+            trial("t9", 0.07, fingerprint=fp, cell="mlp-s2", config="B", first="2014-07-01", last="2014-10-31"),
         ]
     )
     found = same_data_trials(
         ledger, fingerprint=fp, tickers=list(data.tickers), witness=witness, first="2014-08-01", last="2014-10-31"
     )
-    assert sorted(t["key"] for t in found) == ["t1", "t2", "t3"]
+    assert sorted(t["key"] for t in found) == ["t1", "t2", "t3", "t7", "t9"]
     n = count_trials(found)
-    assert (n.num_trials, n.num_configurations) == (3, 2)
-    assert n.sharpe_variance_daily == pytest.approx(np.var([0.10, 0.05, -0.02], ddof=1))
+    assert (n.num_trials, n.num_configurations) == (5, 3)
+    assert n.sharpe_variance_daily == pytest.approx(np.var([0.10, 0.05, -0.02, 0.07, 0.07], ddof=1))
 
 
 # -------------------------------------------------------------------------------------------------- seals

@@ -256,11 +256,15 @@ def same_data_trials(
     """Every trial in the ledger on the same data that traded a day of ``first .. last`` (each trial once).
 
     Same data: the same `data_fingerprint`, or the same market over another date range (`same_market` on the trial's
-    study record), so loading the file again with a later end date does not start the count afresh.
+    study record), so loading the file again with a later end date does not start the count afresh. One trial
+    recorded twice under two fingerprints (a study's cells run on a machine whose numpy rounds the market's last
+    bits differently, then reported here) counts once: the same configuration, cell, days and Sharpe ratio
+    (`_trial_identity`) are one trial.
     """
     studies = {r["key"]: r for r in ledger.records("study")}
     verdicts: dict[str, bool] = {}
     out: dict[str, dict[str, Any]] = {}
+    seen: set[tuple[Any, ...]] = set()
     for trial in ledger.records("trial"):
         if trial["key"] in out or not overlaps(trial["first"], trial["last"], first, last):
             continue
@@ -272,8 +276,20 @@ def same_data_trials(
                 verdicts[study["key"]] = same_market(study, tickers, witness)
             if not verdicts[study["key"]]:
                 continue
+        identity = _trial_identity(trial)
+        if identity in seen:
+            continue
+        seen.add(identity)
         out[trial["key"]] = trial
     return list(out.values())
+
+
+def _trial_identity(trial: dict[str, Any]) -> tuple[Any, ...]:
+    """What makes two trial records one trial: the configuration, the cell (its seed), the days and the Sharpe ratio
+    it earned on them; a record without a cell name is only itself (its key)."""
+    if "cell" not in trial:
+        return ("key", trial["key"])
+    return (trial["config"], trial["cell"], trial["first"], trial["last"], round(float(trial["sharpe_daily"]), 12))
 
 
 class TrialCount(NamedTuple):
