@@ -116,7 +116,7 @@ class PolicyOutput(NamedTuple):
     value: Tensor  # [L, B]
     mean: Tensor  # [L, B, A] the Gaussian's mean (before any tanh)
     state: RecurrentState  # after day L-1
-    next_day: Tensor | None  # [L, B, N] the next-day head's prediction (``predict_next`` only)
+    next_day: Tensor | None  # [L, B, N] the next-day head's prediction (``predict_next`` or ``forecast_skip`` only)
 
 
 class ActOutput(NamedTuple):
@@ -434,7 +434,7 @@ class ActorCritic(nn.Module):
         :param host_starts: optional CPU copy of ``starts`` (no device sync to find episode cuts).
         :param predict_next: also return the next-day head's prediction (needs ``next_day_head``).
         :return: a `PolicyOutput`; its ``next_day`` (the predicted price column of tomorrow's state) only with
-            ``predict_next``.
+            ``predict_next`` or ``forecast_skip`` (which always computes it).
         """
         windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
         predict = predict_next or self.spec.forecast_skip
