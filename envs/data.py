@@ -506,15 +506,22 @@ class MarketData:
         """ISO date (YYYY-MM-DD) of day index ``day``."""
         return str(self.dates[day].astype("datetime64[D]"))
 
-    def equals(self, other: MarketData) -> bool:
-        """Exact equality of dates, tickers, all six arrays (bit for bit) and the close_only flag."""
+    def equals(self, other: MarketData, rtol: float = 0.0, atol: float = 0.0) -> bool:
+        """Equality of dates, tickers and the close_only flag, and of all six arrays: bit for bit by default, or
+        within ``rtol`` / ``atol`` (NaN matching NaN) where another machine's float rounding is not other data."""
+
+        def same(x: np.ndarray, y: np.ndarray) -> bool:
+            if not (rtol or atol):
+                return bool(np.array_equal(x, y))
+            return x.shape == y.shape and bool(np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True))
+
         return (
             isinstance(other, MarketData)
             and self.tickers == other.tickers
             and self.close_only == other.close_only
             and np.array_equal(self.dates, other.dates)
             and all(
-                np.array_equal(getattr(self, c), getattr(other, c))
+                same(getattr(self, c), getattr(other, c))
                 for c in ("open", "high", "low", "close", "volume", "dividends")
             )
         )

@@ -456,9 +456,8 @@ class ActorCritic(nn.Module):
     def follow_forecast(self, mean: Tensor, next_day: Tensor) -> Tensor:
         """``forecast_skip``: the first N action means ``[L, B, A]`` (the stocks' weight logits) plus
         ``forecast_gain x`` the next-day prediction ``[L, B, N]``, detached; float32."""
-        n = self.spec.num_tickers
-        followed = mean.float()[..., :n] + self.forecast_gain * next_day.detach()
-        return torch.cat([followed, mean.float()[..., n:]], dim=-1)
+        n, mean = self.spec.num_tickers, mean.float()
+        return torch.cat([mean[..., :n] + self.forecast_gain * next_day.detach(), mean[..., n:]], dim=-1)
 
     def _heads(
         self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None, predict_next: bool

@@ -263,10 +263,10 @@ def same_data_trials(
     """
     studies = {r["key"]: r for r in ledger.records("study")}
     verdicts: dict[str, bool] = {}
-    out: dict[str, dict[str, Any]] = {}
-    seen: set[tuple[Any, ...]] = set()
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}  # by `_trial_identity`
     for trial in ledger.records("trial"):
-        if trial["key"] in out or not overlaps(trial["first"], trial["last"], first, last):
+        identity = _trial_identity(trial)
+        if identity in out or not overlaps(trial["first"], trial["last"], first, last):
             continue
         if trial["fingerprint"] != fingerprint:
             study = studies.get(trial["study"])
@@ -276,11 +276,7 @@ def same_data_trials(
                 verdicts[study["key"]] = same_market(study, tickers, witness)
             if not verdicts[study["key"]]:
                 continue
-        identity = _trial_identity(trial)
-        if identity in seen:
-            continue
-        seen.add(identity)
-        out[trial["key"]] = trial
+        out[identity] = trial
     return list(out.values())
 
 

@@ -136,15 +136,11 @@ def _close(x: Any, y: Any) -> bool:
 
 
 def same_market(a: PreparedMarket, b: PreparedMarket) -> bool:
-    """Do two prepared markets hold the same data, features and fitted statistics, up to float rounding (`_close`)?
-    Dates, tickers, splits and every setting must match exactly."""
-    prices = ("open", "high", "low", "close", "volume", "dividends")
+    """Do two prepared markets hold the same data, features and fitted statistics, up to float rounding (`_close`,
+    `MarketData.equals` with the same tolerances)? Dates, tickers, splits and every setting must match exactly."""
     na, nb = a.normalization.to_dict(), b.normalization.to_dict()
     return (
-        a.data.tickers == b.data.tickers
-        and a.data.close_only == b.data.close_only
-        and np.array_equal(a.data.dates, b.data.dates)
-        and all(_close(getattr(a.data, c), getattr(b.data, c)) for c in prices)
+        a.data.equals(b.data, rtol=SAME_MARKET_RTOL, atol=SAME_MARKET_ATOL)
         and _close(a.indicators, b.indicators)
         and _close(a.turbulence, b.turbulence)
         and _close(a.turbulence_threshold, b.turbulence_threshold)
