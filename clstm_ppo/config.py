@@ -32,6 +32,7 @@ from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MO
 
 POLICIES = ("clstm", "lstm", "mlp", "shared")
 STAGE1S = ("lstm", "conv")
+FORECASTERS = ("head", "linear")
 """How clstm's stage 1 reads the T-day window: the paper's window LSTM, or a causal convolution whose kernel spans
 the window."""
 CROSS_SECTIONS = ("mean", "attention")
@@ -217,6 +218,13 @@ class ModelConfig:
         False,
         "the actor's mean for each stock also gets g x the next-day head's prediction of that stock's return "
         "(detached: only the next-day loss fits the head; g one learned number, 0 at the start); needs --aux_coef",
+    )
+    forecaster: str = setting(
+        "head",
+        "what --forecast_skip follows: head (the network's next-day head) or linear (a linear map of the window's "
+        "price columns, [T x N] -> [N], fitted by its own next-day loss term: a forecast with few weights, which "
+        "does not memorise the training days the way the network can)",
+        choices=FORECASTERS,
     )
 
     def validate(self) -> None:
@@ -429,6 +437,13 @@ class TrainConfig:
         if self.model.forecast_skip and not self.ppo.aux_coef > 0:
             raise UserError(
                 "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0"
+            )
+        if self.model.forecaster != "head" and not self.model.forecast_skip:
+            raise UserError(f"--forecaster {self.model.forecaster} is what --forecast_skip follows; it needs --forecast_skip")
+        if self.model.forecaster == "linear" and self.model.policy == "shared":
+            raise UserError(
+                "--forecaster linear has N x T x N weights, which ties a network to its tickers; --policy shared "
+                "cannot use it"
             )
         return self
 

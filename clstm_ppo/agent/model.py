@@ -36,7 +36,10 @@ trade apply the statistics training ended with, unchanged. Before any statistics
 `clstm_ppo.training.ppo` (``next_day_targets``). Acting uses it only with ``forecast_skip`` (``--forecast_skip``):
 then each stock's action mean gets ``g x`` the head's prediction for that stock (``g`` = ``forecast_gain``, one
 learned number, 0 at the start so the untrained network acts as without it). The prediction is detached there, so
-only the next-day loss fits the head and PPO learns how far to follow it.
+only the next-day loss fits the head and PPO learns how far to follow it. With ``forecaster="linear"``
+(``--forecaster linear``) the prediction followed is instead one linear map of the window's price columns
+``[T x N] -> [N]`` (``linear_forecast``, zero at the start), fitted by its own next-day loss term: N x T x N weights
+that cannot memorise the training days the way the network's head can (docs/learning.md section 16).
 
 Recurrent state is a `RecurrentState`: the actor's and the critic's LSTM ``(h, c)``, each ``[1, B, stage2_hidden]``
 (zero width for ``mlp``, so every caller selects, clones and stores it the same way). Episode starts reset the
@@ -59,7 +62,7 @@ from clstm_ppo.agent.moments import merge_moments
 from clstm_ppo.agent.shared import SharedTickerNet
 from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
-from clstm_ppo.config import LEGACY, POLICIES, ModelConfig, TrainConfig
+from clstm_ppo.config import FORECASTERS, LEGACY, POLICIES, ModelConfig, TrainConfig
 from envs.config import action_dim
 from envs.features import PreparedMarket
 from envs.state import StateLayout
@@ -117,6 +120,7 @@ class PolicyOutput(NamedTuple):
     mean: Tensor  # [L, B, A] the Gaussian's mean (before any tanh)
     state: RecurrentState  # after day L-1
     next_day: Tensor | None  # [L, B, N] the next-day head's prediction (``predict_next`` or ``forecast_skip`` only)
+    forecast: Tensor | None = None  # [L, B, N] the linear forecaster's prediction (``forecaster="linear"`` only)
 
 
 class ActOutput(NamedTuple):
@@ -150,6 +154,7 @@ class ModelSpec:
     trade_gate: bool = False  # the env's --trade_gate: N gate actions after the N weight logits
     cross_section: str = "mean"  # mean | attention: how shared's tickers see each other
     forecast_skip: bool = False  # the stocks' action means also get g x the next-day head's (detached) prediction
+    forecaster: str = "head"  # head | linear: what forecast_skip follows (module docstring)
 
     @property
     def action_dim(self) -> int:
@@ -187,6 +192,7 @@ class ModelSpec:
             trade_gate=trade_gate,
             cross_section=model.cross_section,
             forecast_skip=model.forecast_skip,
+            forecaster=model.forecaster,
         )
 
     @classmethod
@@ -286,10 +292,18 @@ class ActorCritic(nn.Module):
             raise ValueError(f"unknown action distribution {spec.action_dist!r}")
         if spec.forecast_skip and not spec.next_day_head:
             raise ValueError("forecast_skip needs the next-day head (training with --aux_coef > 0)")
+        if spec.forecaster not in FORECASTERS:
+            raise ValueError(f"unknown forecaster {spec.forecaster!r}")
+        if spec.forecaster == "linear" and (not spec.forecast_skip or spec.policy == "shared"):
+            raise ValueError("the linear forecaster is what forecast_skip follows (clstm, lstm or mlp)")
         self.spec = spec
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
         if spec.forecast_skip:  # g: how far the stocks' action means follow the next-day prediction
             self.forecast_gain = nn.Parameter(torch.zeros(()))
+        if spec.forecaster == "linear":  # [T x N] price columns -> [N], zero at the start (predicts 0)
+            self.linear_forecast = nn.Linear(spec.window * spec.num_tickers, spec.num_tickers)
+            nn.init.zeros_(self.linear_forecast.weight)
+            nn.init.zeros_(self.linear_forecast.bias)
         if spec.policy == "shared":
             self._build_shared(spec)
             return
@@ -442,8 +456,9 @@ class ActorCritic(nn.Module):
             mean, value, next_day = self._shared_heads(windows, predict)
         else:
             mean, value, next_day, state = self._heads(windows, state, starts, host_starts, predict)
+        forecast = self.forecast_linear(windows) if self.spec.forecaster == "linear" else None
         if self.spec.forecast_skip:
-            mean = self.follow_forecast(mean, next_day)
+            mean = self.follow_forecast(mean, next_day if forecast is None else forecast)
         std = self.policy_std().expand_as(mean)
         scored = mean.float() if actions is None else actions.float()
         log_prob = self._log_prob(gaussian(mean.float(), std), scored)
@@ -451,11 +466,18 @@ class ActorCritic(nn.Module):
             entropy = -log_prob
         else:
             entropy = gaussian(mean.float(), std).entropy().sum(-1)
-        return PolicyOutput(log_prob, entropy, value.float(), mean.float(), state, next_day)
+        return PolicyOutput(log_prob, entropy, value.float(), mean.float(), state, next_day, forecast)
+
+    def forecast_linear(self, windows: Windows) -> Tensor:
+        """``forecaster="linear"``: tomorrow's price column ``[L, B, N]`` (float32) as one linear map of each
+        window's price columns ``[T x N]`` (after ``obs_norm`` when on), fitted by its own next-day loss term."""
+        prices = windows.columns(StateLayout.of_width(self.spec.num_features, self.spec.num_tickers).prices)
+        return self.linear_forecast(prices.flatten(-2).to(self.linear_forecast.weight.dtype)).float()
 
     def follow_forecast(self, mean: Tensor, next_day: Tensor) -> Tensor:
         """``forecast_skip``: the first N action means ``[L, B, A]`` (the stocks' weight logits) plus
-        ``forecast_gain x`` the next-day prediction ``[L, B, N]``, detached; float32."""
+        ``forecast_gain x`` the next-day prediction ``[L, B, N]`` (the head's or the linear forecaster's), detached;
+        float32."""
         n, mean = self.spec.num_tickers, mean.float()
         return torch.cat([mean[..., :n] + self.forecast_gain * next_day.detach(), mean[..., n:]], dim=-1)
 

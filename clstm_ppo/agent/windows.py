@@ -60,6 +60,13 @@ class Windows:
         flat = self.rows.reshape(-1, self.rows.shape[-1])
         return flat.index_select(0, self.flat_index().reshape(-1)).view(*self.index.shape, -1)
 
+    def columns(self, columns: slice) -> Tensor:
+        """The windows' state numbers ``columns`` only: ``[L, E, T, C]`` (gathers C columns, not all F)."""
+        if self.given_dense is not None:
+            return self.given_dense[..., columns]
+        flat = self.rows[..., columns].reshape(-1, self.rows[..., columns].shape[-1])
+        return flat.index_select(0, self.flat_index().reshape(-1)).view(*self.index.shape, -1)
+
     def last_rows(self) -> Tensor:
         """Each window's newest row (the current day's state): ``[L, E, F]``."""
         flat = self.rows.reshape(-1, self.rows.shape[-1])

@@ -46,7 +46,7 @@ class UpdateStats:
     advantage_std: float  # of the raw GAE advantages (reward units), before normalisation
     return_std: float  # of the GAE returns, the value head's targets
     grad_norm: float
-    aux_loss: float  # mean squared error of the next-day head (0 without --aux_coef)
+    aux_loss: float  # mean squared error of the next-day head, plus the linear forecaster's (0 without --aux_coef)
     epochs_run: int
     skipped_steps: int  # optimizer steps skipped for NaN/inf gradients
 
@@ -306,6 +306,8 @@ def minibatch_loss(
     )
     if aux:
         aux_loss = next_day_loss(out.next_day, batch.next_targets, batch.next_valid)
+        if out.forecast is not None:  # --forecaster linear: its own term, same targets
+            aux_loss = aux_loss + next_day_loss(out.forecast, batch.next_targets, batch.next_valid)
         loss = loss + ppo.aux_coef * aux_loss
         parts["aux_loss"] = aux_loss.detach()
     else:
