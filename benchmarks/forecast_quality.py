@@ -103,7 +103,7 @@ def main() -> None:
     stem = sorted((args.study / "prepared").glob("*.json"))[0].stem
     market = load_markets(args.study / "prepared", stem)[0]
     layout = StateLayout(market.num_tickers, len(market.indicator_names))
-    head = "IC head  IC oracle  head~oracle  act~head  act~oracle  Sharpe: policy  head sign  head scaled"
+    head = "IC head  IC oracle  head~oracle  act~head  act~oracle  Sharpe: policy  head sign  head scaled  (g)"
     print(f"{'cell':<34} {head}")
     cells = sorted(p for p in (args.study / "cells").iterdir() if p.name.startswith(args.config))
     for i, cell in enumerate(cells):
@@ -135,7 +135,7 @@ def main() -> None:
         gain = f"  g {model.forecast_gain.item():.2f}" if model.spec.forecast_skip else ""
         print(
             f"{cell.name:<34} {corr(f, y):7.3f} {corr(o, y):10.3f} {corr(f, o):12.3f} {corr(m, f):9.3f} "
-            f"{corr(m, o):11.3f} {sharpe:15.2f} {rule_sign:10.2f} {rule_scaled:12.2f}"
+            f"{corr(m, o):11.3f} {sharpe:15.2f} {rule_sign:10.2f} {rule_scaled:12.2f}{gain}"
         )
 
 

@@ -439,7 +439,9 @@ class TrainConfig:
                 "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0"
             )
         if self.model.forecaster != "head" and not self.model.forecast_skip:
-            raise UserError(f"--forecaster {self.model.forecaster} is what --forecast_skip follows; it needs --forecast_skip")
+            raise UserError(
+                f"--forecaster {self.model.forecaster} is what --forecast_skip follows; it needs --forecast_skip"
+            )
         if self.model.forecaster == "linear" and self.model.policy == "shared":
             raise UserError(
                 "--forecaster linear has N x T x N weights, which ties a network to its tickers; --policy shared "
