@@ -83,6 +83,12 @@ CASES = [
         "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0",
     ),
     Case(
+        "--forecaster linear without --forecast_skip",
+        "train",
+        (*SYN, *TINY, "--forecaster", "linear"),
+        "--forecaster linear is what --forecast_skip follows; it needs --forecast_skip",
+    ),
+    Case(
         "negative --weight_decay", "train", (*SYN, *TINY, "--weight_decay", "-0.1"), "--weight_decay must be 0 or more"
     ),
     Case("bad date format", "cli", ("data", "inspect", "{d}/bad_dates.csv"), "date"),

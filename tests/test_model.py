@@ -7,6 +7,7 @@ import torch
 
 from clstm_ppo.agent.model import ActorCritic, ModelSpec, run_lstm
 from clstm_ppo.agent.windows import Windows
+from clstm_ppo.training.ppo import next_day_loss
 from tests.conftest import fake_rollout, net_spec, small_model
 
 
@@ -240,3 +241,42 @@ def test_forecast_skip_needs_the_next_day_head():
     torch.manual_seed(0)
     with pytest.raises(ValueError, match="forecast_skip needs the next-day head"):
         ActorCritic(net_spec("clstm", 16, 3, 5, forecast_skip=True, next_day_head=False))
+
+
+@pytest.mark.parametrize("policy", ["clstm", "lstm", "mlp"])
+def test_linear_forecaster_is_one_linear_map_of_the_window_price_columns(policy):
+    """``--forecaster linear``: it predicts 0 at the start; its forecast is ``W x`` the window's flattened ``[T x N]``
+    price columns ``+ b`` whatever the network computes; the stock means move by ``g x`` it; PPO's gradient on the
+    means reaches g and not W, and its next-day loss term reaches W."""
+    torch.manual_seed(0)
+    sizes = dict(stage1_hidden=12, feature_dim=10, stage2_hidden=14, skip=True, next_day_head=True)
+    model = ActorCritic(net_spec(policy, 16, 3, 5, forecast_skip=True, forecaster="linear", **sizes))
+    obs = torch.randn(2, 4, 5, 16)  # [L, B, T, F]: cash, 3 price columns, 3 holdings, 3 indicators x 3
+    starts = torch.zeros(2, 4, dtype=torch.bool)
+    starts[0] = True
+    run = lambda: model(obs, model.initial_state(4), starts)  # noqa: E731
+    assert not run().forecast.any()  # zero at the start
+    weight, bias = torch.randn(3, 15), torch.randn(3)
+    with torch.no_grad():
+        model.linear_forecast.weight.copy_(weight)
+        model.linear_forecast.bias.copy_(bias)
+        base = run().mean  # g = 0
+        model.forecast_gain.fill_(1.5)
+    out = run()
+    expected = obs[..., 1:4].flatten(-2) @ weight.T + bias  # [L, B, N]
+    torch.testing.assert_close(out.forecast, expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.mean, base + 1.5 * expected, rtol=1e-5, atol=1e-5)
+    out.mean.sum().backward()  # a loss on the action means alone
+    assert model.forecast_gain.grad.item() != 0.0
+    assert model.linear_forecast.weight.grad is None or not model.linear_forecast.weight.grad.any()
+    model.zero_grad()
+    next_day_loss(run().forecast, torch.randn(2, 4, 3), torch.ones(2, 4)).backward()
+    assert model.linear_forecast.weight.grad.any() and model.linear_forecast in [*model.modules()]
+    assert {id(p) for p in model.linear_forecast.parameters()} <= {id(p) for p in model.stage2_parameters()}
+
+
+def test_linear_forecaster_needs_forecast_skip_and_tickers_of_its_own():
+    torch.manual_seed(0)
+    for policy, skip in (("clstm", False), ("shared", True)):
+        with pytest.raises(ValueError, match="linear forecaster is what forecast_skip follows"):
+            ActorCritic(net_spec(policy, 16, 3, 5, forecast_skip=skip, forecaster="linear", next_day_head=True))

@@ -15,8 +15,9 @@ from tests.conftest import SCRIPT, TINY, clean_env, files_under, read_metrics, t
 
 @pytest.mark.slow
 def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
-    # with the auxiliary next-day head and the gain that feeds its prediction to the actor, whose gradients must be
-    # all-reduced like the rest, and the running observation and reward statistics, which every rank must merge alike
+    # with the auxiliary next-day head, the linear forecaster and the gain that feeds its forecast to the actor, whose
+    # gradients must be all-reduced like the rest, and the running observation and reward statistics, which every
+    # rank must merge alike
     result = train(
         tmp_path,
         "--num_workers",
@@ -28,6 +29,8 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
         "--aux_coef",
         "0.5",
         "--forecast_skip",
+        "--forecaster",
+        "linear",
         "--norm_obs",
         "--norm_reward",
         "--permute_tickers",
@@ -60,6 +63,7 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     assert len(ckpt.worker_states) == 2
     assert not any(k.startswith(("module.", "_orig_mod.")) for k in ckpt.model_state)
     assert ckpt.model_state["forecast_gain"].item() != 0.0  # PPO moved the gain off its start
+    assert ckpt.model_state["linear_forecast.weight"].any()  # the linear forecaster's own next-day term fitted it
     assert ckpt.model_config["next_day_head"] is True and "next_day.weight" in ckpt.model_state
     rows = 2 * 4 * 16 * 2  # ranks x envs x steps x updates: every rank's states reached the statistics
     reward_counts = [w["reward_norm"]["moments"][0] for w in ckpt.worker_states]
