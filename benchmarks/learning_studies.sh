@@ -42,6 +42,8 @@
 #                                                   4,000 vs 12,000 episodes (docs/learning.md 16; the rule is at the target)
 #   EPISODES=N bash benchmarks/learning_studies.sh linear-report OUTDIR [WORKERS] # the choice against today's
 #                                                   default on fresh memory draw 2020, 12 seeds
+#   bash benchmarks/learning_studies.sh linear-leadlag OUTDIR [WORKERS] # the same on lead-lag draw 1818, paired with
+#                                                   section 15's default cells there
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -337,8 +339,8 @@ elif [ "$which" = linear-report ]; then
     # The choice of linear-choose (EPISODES=4000 or 12000) against today's default (12,000 episodes, no forecast
     # skip) on fresh memory draw 2020, 12 seeds, last weights, same days and seeds (paired_studies.py pairs them).
     # Rule, stated before the runs: --forecaster linear is reported as reaching more of the memory signal if the
-    # paired difference (days and seeds resampled) lies above 0; it becomes the default only if a fresh lead-lag
-    # draw shows the same (not run in the session that wrote this), since a default acts on every market.
+    # paired difference (days and seeds resampled) lies above 0; it becomes the default only if lead-lag does not
+    # lose (linear-leadlag's rule), since a default acts on every market.
     episodes=${EPISODES:?EPISODES=4000 or 12000 (the choice of linear-choose)}
     memory linear-report-reference-2020 2020 --deploy last &
     run linear-report-choice-2020 --data "$MEMORY,seed=2020" --window 10 --indicators none "${SMALL[@]}" \
@@ -348,6 +350,17 @@ elif [ "$which" = linear-report ]; then
     python3 benchmarks/paired_studies.py studies/linear-report-choice-2020 studies/linear-report-reference-2020 \
         > "$out/linear-report-paired.txt" 2>&1
     cat "$out/linear-report-paired.txt"
+elif [ "$which" = linear-leadlag ]; then
+    # --forecaster linear on lead-lag draw 1818, 9,000 episodes (section 15's length and flags, no choice made on
+    # lead-lag), paired seed by seed with section 15's default cells on the same draw and days (copy
+    # studies/forecast-leadlag-1818 here first). Draw 1818 was reported on in section 15 and chose nothing.
+    # Rule, stated before the runs: with linear-report, --forecast_skip --forecaster linear becomes the default
+    # (not in --preset paper) if the memory draw's paired interval lies above 0 and this one's mean is not below 0.
+    leadlag linear-leadlag-1818 1818 --deploy last --forecast_skip --forecaster linear
+    hand_rules 1 linear-leadlag-1818
+    python3 benchmarks/paired_studies.py studies/linear-leadlag-1818 "studies/forecast-leadlag-1818@clstm forecast_skip=False" \
+        > "$out/linear-leadlag-paired.txt" 2>&1
+    cat "$out/linear-leadlag-paired.txt"
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).

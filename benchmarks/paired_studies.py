@@ -6,9 +6,11 @@ way: seed s of one with seed s of the other, the same stationary block bootstrap
 (`clstm_ppo.study.analysis.compare`), on daily returns in excess of each study's ``--risk_free``::
 
     python benchmarks/paired_studies.py studies/longer studies/reference [--n_boot 5000]
+    python benchmarks/paired_studies.py studies/candidate "studies/earlier@clstm forecast_skip=False"  # one group
 
 Prints the Sharpe difference (first minus second) with its interval, the p-value, and the seeds ahead. Both studies
-must have traded the same days (same data, same trade dates, one walk-forward window set).
+must have traded the same days (same data, same trade dates, one walk-forward window set). ``STUDY@GROUP`` takes one
+configuration (a ``group`` of its cells.csv) of a study that ran several.
 """
 
 from __future__ import annotations
@@ -30,11 +32,15 @@ from clstm_ppo.study import analysis as A  # noqa: E402
 from clstm_ppo.study.grid import Cell  # noqa: E402
 
 
-def seed_returns(study: Path, deploy: str = "study") -> tuple[dict[int, np.ndarray], dict]:
-    """``{seed: [D-1] daily excess returns}`` of a one-configuration study's finished cells, and what it traded
-    (study.json's traded days and data fingerprint). ``deploy``: "study" reads what the study traded; "best" or
-    "last" trades that checkpoint of every window again (`deploy_rule.trade`)."""
+def seed_returns(study: Path, deploy: str = "study", group: str = "") -> tuple[dict[int, np.ndarray], dict]:
+    """``{seed: [D-1] daily excess returns}`` of a one-configuration study's finished cells (or of its configuration
+    ``group``), and what it traded (study.json's traded days and data fingerprint). ``deploy``: "study" reads what
+    the study traded; "best" or "last" trades that checkpoint of every window again (`deploy_rule.trade`)."""
     rows = [r for r in csv.DictReader((study / "cells.csv").open(encoding="utf-8")) if r["status"] == "done"]
+    if group:
+        if group not in {r["group"] for r in rows}:
+            raise SystemExit(f"{study}: no finished cells of configuration {group!r}")
+        rows = [r for r in rows if r["group"] == group]
     if len({r["group"] for r in rows}) != 1:
         raise SystemExit(f"{study}: expected one configuration, found {sorted({r['group'] for r in rows})}")
     spec = json.loads((study / "spec.json").read_text(encoding="utf-8"))
@@ -54,8 +60,8 @@ def seed_returns(study: Path, deploy: str = "study") -> tuple[dict[int, np.ndarr
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("first", type=Path)
-    p.add_argument("second", type=Path)
+    p.add_argument("first", help="a finished study folder, or STUDY@GROUP for one of its configurations")
+    p.add_argument("second", help="the same for the configuration it is compared with")
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--n_boot", type=int, default=5000)
     p.add_argument(
@@ -65,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         help="what each study traded, or every window's best.pt / latest.pt traded again (deploy_rule.py)",
     )
     args = p.parse_args(argv)
-    (a, days_a), (b, days_b) = seed_returns(args.first, args.deploy), seed_returns(args.second, args.deploy)
+    first, second = (Path(s.partition("@")[0]) for s in (args.first, args.second))
+    (a, days_a) = seed_returns(first, args.deploy, args.first.partition("@")[2])
+    (b, days_b) = seed_returns(second, args.deploy, args.second.partition("@")[2])
     if days_a != days_b:
         print(f"paired_studies.py: the two studies did not trade the same days: {days_a} vs {days_b}", file=sys.stderr)
         return 2
@@ -74,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         np.stack([a[s] for s in seeds]), np.stack([b[s] for s in seeds]), confidence=args.confidence, n_boot=args.n_boot
     )
     print(
-        f"{args.first.name} - {args.second.name} ({args.deploy}): Sharpe difference {d['difference']:+.2f} "
+        f"{Path(args.first).name} - {Path(args.second).name} ({args.deploy}): Sharpe difference {d['difference']:+.2f} "
         f"[{d['lo']:+.2f}, {d['hi']:+.2f}] (days and seeds resampled, {days_a['traded']['num_days']} days, {len(seeds)} seeds), "
         f"p {d['p_value']:.3f}, {d['seeds_beating']}/{d['num_seeds']} seeds ahead; "
         f"Sharpe {np.mean(d['policy_sharpe']):.2f} vs {np.mean(d['baseline_sharpe']):.2f}"
