@@ -32,9 +32,10 @@ from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MO
 
 POLICIES = ("clstm", "lstm", "mlp", "shared")
 STAGE1S = ("lstm", "conv")
-FORECASTERS = ("head", "linear")
 """How clstm's stage 1 reads the T-day window: the paper's window LSTM, or a causal convolution whose kernel spans
 the window."""
+FORECASTERS = ("head", "linear")
+"""What ``--forecast_skip`` follows: the network's next-day head, or a linear map of the window's price columns."""
 CROSS_SECTIONS = ("mean", "attention")
 """How --policy shared's tickers see each other: their embeddings' mean, or also attention across tickers."""
 OUTPUT_SETTINGS = (

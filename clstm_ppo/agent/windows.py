@@ -64,7 +64,8 @@ class Windows:
         """The windows' state numbers ``columns`` only: ``[L, E, T, C]`` (gathers C columns, not all F)."""
         if self.given_dense is not None:
             return self.given_dense[..., columns]
-        flat = self.rows[..., columns].reshape(-1, self.rows[..., columns].shape[-1])
+        picked = self.rows[..., columns]  # [E, R, C]
+        flat = picked.reshape(-1, picked.shape[-1])
         return flat.index_select(0, self.flat_index().reshape(-1)).view(*self.index.shape, -1)
 
     def last_rows(self) -> Tensor:
