@@ -44,6 +44,7 @@
 #                                                   default on fresh memory draw 2020, 12 seeds
 #   bash benchmarks/learning_studies.sh linear-leadlag OUTDIR [WORKERS] # the same on lead-lag draw 1818, paired with
 #                                                   section 15's default cells there
+#   bash benchmarks/learning_studies.sh linear-example OUTDIR [WORKERS] # the same on the example data (real, spent days)
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -364,6 +365,22 @@ elif [ "$which" = linear-leadlag ]; then
     python3 benchmarks/paired_studies.py studies/linear-leadlag-1818 "studies/forecast-leadlag-1818@clstm forecast_skip=False" \
         > "$out/linear-leadlag-paired.txt" 2>&1
     cat "$out/linear-leadlag-paired.txt"
+elif [ "$which" = linear-example ]; then
+    # The real-data check of linear-leadlag's rule: the shipped example data (spent days: nothing is chosen on
+    # them), SMALL flags, window 10, 2,000 episodes, clstm, 12 seeds, today's default and --forecast_skip
+    # --forecaster linear side by side (same days and seeds), paired by paired_studies.py. Rule, stated before the
+    # runs: the linear forecaster "does not lose on real data" if the paired mean difference is not below 0.
+    example_run() {  # name, then flags
+        local name=$1; shift
+        run "$name" --data csv:examples/data/stocks_daily_6_ohlcv.csv --window 10 "${SMALL[@]}" --deploy last \
+            --policies clstm --num_episodes 2000 "$@"
+    }
+    example_run linear-example-reference &
+    example_run linear-example-choice --forecast_skip --forecaster linear &
+    wait
+    python3 benchmarks/paired_studies.py studies/linear-example-choice studies/linear-example-reference \
+        > "$out/linear-example-paired.txt" 2>&1
+    cat "$out/linear-example-paired.txt"
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).
