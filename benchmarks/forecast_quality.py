@@ -12,7 +12,7 @@ stock and the policy's action mean. Printed per seed, over the followers (ticker
 - ``head~oracle``: correlation of the head's prediction with that signal (1 = the head found all of it).
 - ``act~head``, ``act~oracle``: correlation of the policy's weight logits (action means) with each.
 - Sharpe of the policy and of a rule that trades the head's forecast the way ``signal_rule.py``'s rules trade the
-  signal (``head sign``: +1 where the forecast is above 0; ``head scaled``: forecast / its std, clipped to [-1, 1]),
+  signal (``head sign``: +1 where the forecast is above 0; ``head scaled``: forecast / its std over the training days, clipped to [-1, 1]),
   through the same env, costs and fills.
 
 Usage::
@@ -127,7 +127,9 @@ def main() -> None:
         oracle[args.lag - 1 :, 1:] = returns[: len(returns) - args.lag + 1, :-1]
         ok = ~np.isnan(oracle[:-1, 1])
         f, o, m, y = forecast[:-1, 1:][ok], oracle[:-1, 1:][ok], mean[:-1, 1 : market.num_tickers][ok], tomorrow[ok]
-        scale = float(forecast[:, 1:].std())
+        on_training = Recorder(model, market, "policy")  # the forecast's scale, from the training days only
+        evaluate_policy(on_training, market, "train", ckpt.cfg.env)
+        scale = float(np.stack(on_training.forecasts)[:, 1:].std())
         rule_sign = evaluate_policy(Recorder(model, market, "head sign"), market, "test", ckpt.cfg.env).sharpe
         rule_scaled = evaluate_policy(
             Recorder(model, market, "head scaled", scale), market, "test", ckpt.cfg.env
