@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
-from clstm_ppo.evaluation.report import BacktestResult, compute_metrics  # noqa: E402
 from clstm_ppo.study.markets import load_markets  # noqa: E402
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy  # noqa: E402
 
@@ -46,13 +46,7 @@ def main() -> None:
             for ckpt, policy in zip(checkpoints, policies, strict=True):
                 env = dataclasses.replace(ckpt.cfg.env, rebalance_band=band, trade_rate=rate)
                 run = evaluate_policy(policy, market, "test", env)
-                result = BacktestResult.from_run(
-                    run,
-                    initial_amount=env.initial_amount,
-                    buy_cost_pct=env.buy_cost_pct,
-                    sell_cost_pct=env.sell_cost_pct,
-                )
-                metrics = compute_metrics(result)["policy"]
+                metrics = policy_metrics(run, env)
                 sharpe.append(metrics["sharpe"])
                 turnover.append(metrics["annual_turnover"])
             seeds = " ".join(f"{x:.2f}" for x in sharpe)

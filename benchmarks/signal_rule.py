@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from clstm_ppo.agent.evaluate import evaluate_policy
+from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.agent.model import RecurrentState
 from clstm_ppo.evaluation.report import BacktestResult, compute_metrics
 from clstm_ppo.evaluation.statistics import mean_exposure
@@ -83,6 +83,17 @@ class LeadLagRule:
         return self
 
 
+def policy_metrics(run: PolicyRun, config: EnvConfig) -> dict[str, float]:
+    """The backtest metrics of ``run`` (Sharpe, return, turnover, costs, ...) under ``config``'s capital and costs."""
+    result = BacktestResult.from_run(
+        run,
+        initial_amount=config.initial_amount,
+        buy_cost_pct=config.buy_cost_pct,
+        sell_cost_pct=config.sell_cost_pct,
+    )
+    return compute_metrics(result)["policy"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("study", type=Path, help="a finished study folder on a lead-lag market (--retrain none)")
@@ -106,13 +117,7 @@ def main() -> None:
         config = EnvConfig(rebalance_band=band, trade_rate=rate, execution=args.execution)
         run = evaluate_policy(LeadLagRule(market, args.lag, kind, z), market, "test", config)
         name = f"sign>{z:g}" if z else kind
-        result = BacktestResult.from_run(
-            run,
-            initial_amount=config.initial_amount,
-            buy_cost_pct=config.buy_cost_pct,
-            sell_cost_pct=config.sell_cost_pct,
-        )
-        m = compute_metrics(result)["policy"]
+        m = policy_metrics(run, config)
         exposure = mean_exposure(run.values, run.holdings_value)
         print(
             f"{name:<8} {band:>5.2f} {rate:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "

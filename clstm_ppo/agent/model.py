@@ -301,6 +301,7 @@ class ActorCritic(nn.Module):
         if spec.forecast_skip:  # g: how far the stocks' action means follow the next-day prediction
             self.forecast_gain = nn.Parameter(torch.zeros(()))
         if spec.forecaster == "linear":  # [T x N] price columns -> [N], zero at the start (predicts 0)
+            self.price_columns = StateLayout.of_width(spec.num_features, spec.num_tickers).prices
             self.linear_forecast = nn.Linear(spec.window * spec.num_tickers, spec.num_tickers)
             nn.init.zeros_(self.linear_forecast.weight)
             nn.init.zeros_(self.linear_forecast.bias)
@@ -471,7 +472,7 @@ class ActorCritic(nn.Module):
     def forecast_linear(self, windows: Windows) -> Tensor:
         """``forecaster="linear"``: tomorrow's price column ``[L, B, N]`` (float32) as one linear map of each
         window's price columns ``[T x N]`` (after ``obs_norm`` when on), fitted by its own next-day loss term."""
-        prices = windows.columns(StateLayout.of_width(self.spec.num_features, self.spec.num_tickers).prices)
+        prices = windows.columns(self.price_columns)
         return self.linear_forecast(prices.flatten(-2).to(self.linear_forecast.weight.dtype)).float()
 
     def follow_forecast(self, mean: Tensor, next_day: Tensor) -> Tensor:
