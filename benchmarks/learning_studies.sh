@@ -45,6 +45,10 @@
 #   bash benchmarks/learning_studies.sh linear-leadlag OUTDIR [WORKERS] # the same on lead-lag draw 1818, paired with
 #                                                   section 15's default cells there
 #   bash benchmarks/learning_studies.sh linear-example OUTDIR [WORKERS] # the same on the example data (real, spent days)
+#   bash benchmarks/learning_studies.sh linrate-choose OUTDIR [WORKERS] # --forecaster linear with --trade_rate 0.5,
+#                                                   0.33 or 0.25 in training, memory draw 1, 4 seeds (docs/learning.md 17)
+#   bash benchmarks/learning_studies.sh linrate-report OUTDIR [WORKERS] # the choice on memory draw 2020, 12 seeds,
+#                                                   paired with section 16's default and linear cells there
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
 # (unfinished cells are listed as such). Copies study.md / study.json / cells.csv / study.png to OUTDIR.
 set -u
@@ -381,6 +385,28 @@ elif [ "$which" = linear-example ]; then
     python3 benchmarks/paired_studies.py studies/linear-example-choice studies/linear-example-reference \
         > "$out/linear-example-paired.txt" 2>&1
     cat "$out/linear-example-paired.txt"
+elif [ "$which" = linrate-choose ]; then
+    # Issue 27's turnover target with the linear forecaster: --forecast_skip --forecaster linear trained with partial
+    # adjustment (--trade_rate 0.5, 0.33, 0.25), memory choice draw 1, seeds 1-4, 12,000 episodes, last weights.
+    # Rule, stated before the runs: the lowest mean turnover among the rates whose mean Sharpe is at least today's
+    # default's 1.40 on these days and seeds (section 8c); none: nothing is reported.
+    memory linrate-choose 1 --seeds 1-4 --deploy last --forecast_skip --forecaster linear \
+        --vary trade_rate=0.5,0.33,0.25
+    python3 benchmarks/choice_rule.py studies/linrate-choose/cells.csv --by vary_trade_rate --rule lowest-turnover \
+        --min_sharpe 1.40 > "$out/linrate-choice.txt"
+    echo "choice: [$(cat "$out/linrate-choice.txt")]"
+elif [ "$which" = linrate-report ]; then
+    # The choice on memory draw 2020, 12 seeds (section 16 reported --forecaster linear at full rate there; nothing
+    # about the rate was chosen on it), paired seed by seed with section 16's cells (copy studies/linear-report-*
+    # here first). Rule, stated before the runs: issue 27's turnover target is met on this draw if the mean turnover
+    # is at most a third of the default's (192x / 3 = 64x) and the paired difference against the default is not below 0.
+    rate=$(cat "$out/linrate-choice.txt") && [ -n "$rate" ] || { echo "no rate passed the rule: nothing to report"; exit 1; }
+    memory linrate-report-2020 2020 --deploy last --forecast_skip --forecaster linear --trade_rate "$rate"
+    hand_rules 5 linrate-report-2020
+    for ref in linear-report-reference-2020 linear-report-choice-2020; do
+        python3 benchmarks/paired_studies.py studies/linrate-report-2020 "studies/$ref" > "$out/linrate-vs-$ref.txt" 2>&1
+        cat "$out/linrate-vs-$ref.txt"
+    done
 elif [ "$which" = example ]; then
     # Default settings (paper-size networks), 400 episodes, trained to 2020 and traded 2021-01-04 .. 2023-09;
     # cells share the GPU (WORKERS cells at once).
