@@ -218,12 +218,12 @@ class ModelConfig:
     forecast_skip: bool = setting(
         False,
         "the actor's mean for each stock also gets g x the next-day head's prediction of that stock's return "
-        "(detached: only the next-day loss fits the head; g one learned number, 0 at the start); needs --aux_coef",
+        "(detached: only the next-day loss fits the head; g one learned number, 0 at the start); needs --aux_coef > 0 unless --forecaster linear",
     )
     forecaster: str = setting(
         "head",
         "what --forecast_skip follows: head (the network's next-day head) or linear (a linear map of the window's "
-        "price columns, [T x N] -> [N], fitted by its own next-day loss term: a forecast with few weights, which "
+        "price columns, [T x N] -> [N], fitted by its own next-day loss term, weight 1 whatever --aux_coef: a forecast with few weights, which "
         "does not memorise the training days the way the network can)",
         choices=FORECASTERS,
     )
@@ -435,7 +435,7 @@ class TrainConfig:
             section.validate()
         if self.env.trade_gate and self.model.policy == "shared":
             raise UserError("--trade_gate needs two outputs per ticker; --policy shared has one")
-        if self.model.forecast_skip and not self.ppo.aux_coef > 0:
+        if self.model.forecast_skip and self.model.forecaster == "head" and not self.ppo.aux_coef > 0:
             raise UserError(
                 "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0"
             )

@@ -28,6 +28,13 @@ def test_config_rejects_batch_that_does_not_divide_rollout():
         TrainConfig.from_dict(dict(gama=0.9))
 
 
+def test_forecast_skip_needs_the_next_day_loss_only_when_it_follows_the_head():
+    with pytest.raises(UserError, match="it needs --aux_coef > 0"):
+        TrainConfig.from_dict(dict(forecast_skip=True, aux_coef=0.0)).validate()
+    linear = TrainConfig.from_dict(dict(forecast_skip=True, forecaster="linear", aux_coef=0.0)).validate()
+    assert linear.model.forecaster == "linear" and linear.ppo.aux_coef == 0.0  # its own term fits it (test_ppo)
+
+
 def test_paper_preset_has_the_papers_settings():
     cfg = preset("paper", num_envs=8)
     assert (cfg.data.window, cfg.model.stage1_hidden, cfg.model.feature_dim, cfg.model.stage2_hidden) == (

@@ -228,3 +228,24 @@ def test_aux_loss_trains_the_next_day_head_through_the_window_lstm():
         assert moved == (coef > 0)
     assert errors[0.0] == [0.0] * 5  # not computed when off
     assert errors[1.0][-1] < 0.7 * errors[1.0][0]
+
+
+def test_the_linear_forecasters_fit_does_not_depend_on_aux_coef():
+    """``--forecaster linear``'s own next-day term has weight 1 whatever ``--aux_coef``: with the head off
+    (``--aux_coef 0``, no head built) or weighted 0.5 or 2, the map's weights after the same updates are identical
+    (only its term reaches them; the clip is off so the head's gradients cannot rescale them), and they moved."""
+    fitted = {}
+    for coef in (0.0, 0.5, 2.0):
+        torch.manual_seed(0)
+        sizes = dict(stage1_hidden=12, feature_dim=10, stage2_hidden=14, skip=True)
+        spec = net_spec("clstm", 16, 3, 5, forecast_skip=True, forecaster="linear", next_day_head=coef > 0, **sizes)
+        model = ActorCritic(spec)
+        buf = fake_rollout(model, steps=12, envs=4)
+        cfg = ppo_cfg(aux_coef=coef, max_grad_norm=1e9, epochs=2)
+        adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        stats = ppo_update(model, opt, buf, adv, ret, cfg, Comm(), generator=torch.Generator().manual_seed(0))
+        assert stats.aux_loss > 0 and hasattr(model, "next_day") == (coef > 0)
+        fitted[coef] = model.linear_forecast.weight.detach().clone()
+    assert fitted[0.0].any()  # zero at the start: its own term moved it with the head off
+    assert torch.equal(fitted[0.0], fitted[0.5]) and torch.equal(fitted[0.5], fitted[2.0])

@@ -38,8 +38,9 @@ then each stock's action mean gets ``g x`` the head's prediction for that stock 
 learned number, 0 at the start so the untrained network acts as without it). The prediction is detached there, so
 only the next-day loss fits the head and PPO learns how far to follow it. With ``forecaster="linear"``
 (``--forecaster linear``) the prediction followed is instead one linear map of the window's price columns
-``[T x N] -> [N]`` (``linear_forecast``, zero at the start), fitted by its own next-day loss term: N x T x N weights
-that cannot memorise the training days the way the network's head can (docs/learning.md section 16).
+``[T x N] -> [N]`` (``linear_forecast``, zero at the start), fitted by its own next-day loss term (weight 1, with or
+without the head and ``--aux_coef``): N x T x N weights that cannot memorise the training days the way the
+network's head can (docs/learning.md section 16).
 
 Recurrent state is a `RecurrentState`: the actor's and the critic's LSTM ``(h, c)``, each ``[1, B, stage2_hidden]``
 (zero width for ``mlp``, so every caller selects, clones and stores it the same way). Episode starts reset the
@@ -290,7 +291,7 @@ class ActorCritic(nn.Module):
             raise ValueError(f"unknown policy variant {spec.policy!r}")
         if spec.action_dist not in ACTION_DISTS:
             raise ValueError(f"unknown action distribution {spec.action_dist!r}")
-        if spec.forecast_skip and not spec.next_day_head:
+        if spec.forecast_skip and spec.forecaster == "head" and not spec.next_day_head:
             raise ValueError("forecast_skip needs the next-day head (training with --aux_coef > 0)")
         if spec.forecaster not in FORECASTERS:
             raise ValueError(f"unknown forecaster {spec.forecaster!r}")
@@ -452,7 +453,7 @@ class ActorCritic(nn.Module):
             ``predict_next`` or ``forecast_skip`` (which always computes it).
         """
         windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
-        predict = predict_next or self.spec.forecast_skip
+        predict = predict_next or (self.spec.forecast_skip and self.spec.forecaster == "head")
         if self.spec.policy == "shared":
             mean, value, next_day = self._shared_heads(windows, predict)
         else:

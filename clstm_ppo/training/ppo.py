@@ -46,7 +46,7 @@ class UpdateStats:
     advantage_std: float  # of the raw GAE advantages (reward units), before normalisation
     return_std: float  # of the GAE returns, the value head's targets
     grad_norm: float
-    aux_loss: float  # mean squared error of the next-day head, plus the linear forecaster's (0 without --aux_coef)
+    aux_loss: float  # the next-day loss: aux_coef x the head's mean squared error, plus the linear forecaster's
     epochs_run: int
     skipped_steps: int  # optimizer steps skipped for NaN/inf gradients
 
@@ -264,7 +264,7 @@ class UpdateBatch:
     advantages: Tensor  # [S, E] (normalised when --norm_adv)
     returns: Tensor  # [S, E] the value head's targets
     initial_state: RecurrentState  # before step 0, each [1, E, H]
-    next_targets: Tensor | None  # [S, E, N] the next-day head's targets (--aux_coef > 0)
+    next_targets: Tensor | None  # [S, E, N] the next-day targets (--aux_coef > 0 or --forecaster linear)
     next_valid: Tensor | None  # [S, E] where those exist
 
     def columns(self, cols: Tensor, host_cols: Tensor) -> UpdateBatch:
@@ -294,21 +294,24 @@ def minibatch_loss(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The loss of one (micro-)batch of env columns through ``model`` (the DDP wrapper when distributed), and its
-    parts by name: PPO's clipped surrogate, value and entropy terms plus, with ``--aux_coef``, the next-day loss."""
-    aux = batch.next_targets is not None
+    parts by name: PPO's clipped surrogate, value and entropy terms plus the next-day loss: ``--aux_coef`` x the
+    head's, plus the linear forecaster's (``--forecaster linear``, weight 1: only it fits that map)."""
+    head = batch.next_targets is not None and ppo.aux_coef > 0
     with autocast():
         out = model(
             batch.windows, batch.initial_state, batch.starts, batch.actions, host_starts=batch.host_starts,
-            predict_next=aux,
+            predict_next=head,
         )  # fmt: skip
     loss, parts = ppo_loss(
         out.log_prob, out.entropy, out.value, batch.log_probs, batch.values, batch.advantages, batch.returns, ppo
     )
-    if aux:
-        aux_loss = next_day_loss(out.next_day, batch.next_targets, batch.next_valid)
-        if out.forecast is not None:  # --forecaster linear: its own term, same targets
+    if batch.next_targets is not None:
+        aux_loss = torch.zeros((), device=loss.device)
+        if head:
+            aux_loss = ppo.aux_coef * next_day_loss(out.next_day, batch.next_targets, batch.next_valid)
+        if out.forecast is not None:  # --forecaster linear: its own term, same targets, weight 1 whatever --aux_coef
             aux_loss = aux_loss + next_day_loss(out.forecast, batch.next_targets, batch.next_valid)
-        loss = loss + ppo.aux_coef * aux_loss
+        loss = loss + aux_loss
         parts["aux_loss"] = aux_loss.detach()
     else:
         parts["aux_loss"] = torch.zeros((), device=loss.device)
@@ -354,9 +357,9 @@ def update_batch(
         advantages = (advantages - adv_mean) / (adv_std + 1e-8)
     windows = buf.obs.windows()  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
     next_targets = next_valid = None
-    if ppo.aux_coef > 0:
-        spec = unwrap(model).spec
-        if not spec.next_day_head:
+    spec = unwrap(model).spec
+    if ppo.aux_coef > 0 or spec.forecaster == "linear":
+        if ppo.aux_coef > 0 and not spec.next_day_head:
             raise ValueError(
                 "aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)"
             )
