@@ -269,6 +269,12 @@ class PPOConfig:
         "ticker's z-scored return), a dense supervised signal for the window LSTM (0: off, as in the paper; see "
         "docs/learning.md)",
     )
+    forecast_days: int = setting(
+        1,
+        "days ahead the next-day loss predicts: the mean of the next K days' price columns (1: tomorrow's); with "
+        "--forecast_skip the actor follows a forecast of the coming K days, an aim in front of tomorrow's target "
+        "that moves less from day to day (docs/learning.md section 17)",
+    )
     target_kl: float = setting(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
     ema_decay: float = setting(
         0.0,
@@ -308,6 +314,12 @@ class PPOConfig:
         if self.num_episodes <= 0:
             raise UserError(f"--num_episodes must be positive, got {self.num_episodes}")
         _positive(self, "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps", "noise_hold")
+        _positive(self, "forecast_days")
+        if self.forecast_days >= self.n_steps:
+            raise UserError(
+                f"--forecast_days ({self.forecast_days}) must be shorter than a rollout (--n_steps {self.n_steps}): "
+                "its targets are the rollout's own next states"
+            )
         _positive(self, "learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef")
         if self.batch_size % self.n_steps or self.rollout_steps % self.batch_size:
             raise UserError(

@@ -89,6 +89,12 @@ CASES = [
         "--forecaster linear is what --forecast_skip follows; it needs --forecast_skip",
     ),
     Case(
+        "--forecast_days as long as a rollout",
+        "train",
+        (*SYN, *TINY, "--forecast_days", "99"),
+        "--forecast_days (99) must be shorter than a rollout",
+    ),
+    Case(
         "negative --weight_decay", "train", (*SYN, *TINY, "--weight_decay", "-0.1"), "--weight_decay must be 0 or more"
     ),
     Case("bad date format", "cli", ("data", "inspect", "{d}/bad_dates.csv"), "date"),

@@ -156,10 +156,12 @@ def test_phase_timer_sums_each_phase_and_timing_an_update_changes_nothing():
         assert torch.equal(a, b)
 
 
-def test_next_day_targets_are_tomorrows_z_scored_returns_from_the_real_env(window_market):
+@pytest.mark.parametrize("days", [1, 3])
+def test_next_day_targets_are_tomorrows_z_scored_returns_from_the_real_env(window_market, days):
     """Oracle from the market data itself: the target of step s is the z-scored log return of the day the env
-    moved to, ``(log(close[d] / close[d-1]) - mean) / std``; steps whose next state starts a new episode, and the
-    rollout's last step, have none."""
+    moved to, ``(log(close[d] / close[d-1]) - mean) / std``, averaged over the next ``days`` steps
+    (``--forecast_days``); steps where one of those steps starts a new episode, and the rollout's last ``days``
+    steps, have none."""
     envs, steps, n = 4, 20, window_market.num_tickers
     env = VectorStockTradingEnv(window_market, num_envs=envs, config=EnvConfig(episode_length=5), seed=3)
     obs, _ = env.reset()
@@ -178,19 +180,22 @@ def test_next_day_targets_are_tomorrows_z_scored_returns_from_the_real_env(windo
         anchor = "_episode" in info
     layout = StateLayout.of_width(window_market.num_features, n)
     assert layout.prices == slice(1, 1 + n)  # the price column block follows cash
-    targets, valid = next_day_targets(store.windows(), starts, layout)
+    targets, valid = next_day_targets(store.windows(), starts, layout, days)
     close = np.asarray(window_market.data.close, dtype=np.float64)
     norm = window_market.normalization
     assert sum(bool(d.any()) for d in done_at[:-1]) >= 2  # episodes really ended inside the rollout
     for s in range(steps):
         for b in range(envs):
-            if s == steps - 1 or done_at[s][b]:
+            if s + days > steps - 1 or any(done_at[s + k][b] for k in range(days)):
                 assert valid[s, b] == 0
                 continue
-            d = int(moved_to[s][b])
-            expected = (np.log(close[d] / close[d - 1]) - norm.close_mean) / norm.close_std
+            day = [int(moved_to[s + k][b]) for k in range(days)]  # the days of steps s + 1 .. s + days
+            expected = np.mean(
+                [(np.log(close[d] / close[d - 1]) - norm.close_mean) / norm.close_std for d in day], axis=0
+            )
             assert valid[s, b] == 1
             np.testing.assert_allclose(targets[s, b].numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert valid.sum() > 0
 
 
 @pytest.mark.slow  # a learning test: 2 x 5 updates of 10 epochs
@@ -233,19 +238,21 @@ def test_aux_loss_trains_the_next_day_head_through_the_window_lstm():
 def test_the_linear_forecasters_fit_does_not_depend_on_aux_coef():
     """``--forecaster linear``'s own next-day term has weight 1 whatever ``--aux_coef``: with the head off
     (``--aux_coef 0``, no head built) or weighted 0.5 or 2, the map's weights after the same updates are identical
-    (only its term reaches them; the clip is off so the head's gradients cannot rescale them), and they moved."""
+    (only its term reaches them; the clip is off so the head's gradients cannot rescale them), and they moved;
+    ``--forecast_days 3`` fits them to other targets."""
     fitted = {}
-    for coef in (0.0, 0.5, 2.0):
+    for coef, days in ((0.0, 1), (0.5, 1), (2.0, 1), (0.5, 3)):
         torch.manual_seed(0)
         sizes = dict(stage1_hidden=12, feature_dim=10, stage2_hidden=14, skip=True)
         spec = net_spec("clstm", 16, 3, 5, forecast_skip=True, forecaster="linear", next_day_head=coef > 0, **sizes)
         model = ActorCritic(spec)
         buf = fake_rollout(model, steps=12, envs=4)
-        cfg = ppo_cfg(aux_coef=coef, max_grad_norm=1e9, epochs=2)
+        cfg = ppo_cfg(aux_coef=coef, max_grad_norm=1e9, epochs=2, forecast_days=days)
         adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         stats = ppo_update(model, opt, buf, adv, ret, cfg, Comm(), generator=torch.Generator().manual_seed(0))
         assert stats.aux_loss > 0 and hasattr(model, "next_day") == (coef > 0)
-        fitted[coef] = model.linear_forecast.weight.detach().clone()
-    assert fitted[0.0].any()  # zero at the start: its own term moved it with the head off
-    assert torch.equal(fitted[0.0], fitted[0.5]) and torch.equal(fitted[0.5], fitted[2.0])
+        fitted[coef, days] = model.linear_forecast.weight.detach().clone()
+    assert fitted[0.0, 1].any()  # zero at the start: its own term moved it with the head off
+    assert torch.equal(fitted[0.0, 1], fitted[0.5, 1]) and torch.equal(fitted[0.5, 1], fitted[2.0, 1])
+    assert not torch.equal(fitted[0.5, 1], fitted[0.5, 3])  # --forecast_days reaches its targets

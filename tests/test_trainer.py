@@ -31,6 +31,8 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
         "--forecast_skip",
         "--forecaster",
         "linear",
+        "--forecast_days",
+        "2",
         "--norm_obs",
         "--norm_reward",
         "--permute_tickers",

@@ -192,20 +192,32 @@ def advantage_statistics(
     return adv_mean, adv_std, math.sqrt(max(var_ret, 0.0)), explained
 
 
-def next_day_targets(windows: Windows, starts: Tensor, layout: StateLayout) -> tuple[Tensor, Tensor]:
-    """What the next-day head learns to predict: each step's next state's price column, where one exists.
+def next_day_targets(windows: Windows, starts: Tensor, layout: StateLayout, days: int = 1) -> tuple[Tensor, Tensor]:
+    """What the next-day loss learns to predict: the mean of the next ``days`` states' price columns, where they
+    exist.
 
     :param windows: the rollout's ``S`` steps x ``B`` envs of windows; :param starts: ``[S, B]`` bool.
     :param layout: where the price columns sit in a day's state.
-    :return: ``(targets [S, B, N], valid [S, B] float)``: the price columns of the state at step ``s + 1``
-        (tomorrow's z-scored return, or close with ``--price_features level``); not valid at the last step (the
-        next state is not in the buffer) nor where step ``s + 1`` starts a new episode.
+    :param days: K (``--forecast_days``): 1 predicts tomorrow's column alone.
+    :return: ``(targets [S, B, N], valid [S, B] float)``: the mean of the price columns of the states at steps
+        ``s + 1 .. s + K`` (z-scored returns, or closes with ``--price_features level``); not valid at the last K
+        steps (those states are not in the buffer) nor where one of steps ``s + 1 .. s + K`` starts a new episode.
     """
     today = windows.last_rows()  # [S, B, F]
-    targets = torch.zeros(*today.shape[:2], layout.num_tickers, dtype=torch.float32, device=today.device)
-    targets[:-1] = today[1:, :, layout.prices].float()
+    steps = today.shape[0]
+    prices = today[:, :, layout.prices].float()  # [S, B, N]
+    targets = torch.zeros_like(prices)
     valid = torch.zeros(today.shape[:2], dtype=torch.float32, device=today.device)
-    valid[:-1] = (~starts[1:]).float()
+    if days >= steps:
+        return targets, valid
+    ahead = steps - days  # the steps whose K next states are all in the buffer
+    same_episode = torch.ones_like(valid[:ahead], dtype=torch.bool)
+    for k in range(1, days + 1):
+        targets[:ahead] += prices[k : ahead + k]
+        same_episode &= ~starts[k : ahead + k]
+    if days > 1:
+        targets[:ahead] /= days
+    valid[:ahead] = same_episode.float()
     return targets, valid
 
 
@@ -364,7 +376,7 @@ def update_batch(
                 "aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)"
             )
         layout = StateLayout.of_width(spec.num_features, spec.num_tickers)
-        next_targets, next_valid = next_day_targets(windows, buf.starts, layout)
+        next_targets, next_valid = next_day_targets(windows, buf.starts, layout, ppo.forecast_days)
     batch = UpdateBatch(
         windows=windows,
         starts=buf.starts,
