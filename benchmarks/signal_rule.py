@@ -11,11 +11,15 @@ stop, on a finished study's traded days. Two rules, both causal:
   size of the shock that moves it.
 - ``sign>Z`` (``--threshold Z``): the sign rule that holds a follower only when its leader's return is more than Z
   training-days standard deviations above 0: only the strongest signals, so fewer trades (Z = 0 is ``sign``).
+- ``--horizon H`` (H <= lag): each rule reads the leader's shocks that move its follower over the next H days, not
+  only tomorrow (window rows ``-lag .. -lag+H-1``, all already seen), summed and divided by sqrt(H) so the sum has
+  the one day's scale: an aim in front of tomorrow's target (Garleanu and Pedersen 2013), which moves less from
+  day to day, so fewer trades, at the price of holding days the signal does not pay yet.
 
 Usage (a study on a lead-lag market with ``--retrain none``; its prepared market is reused)::
 
     python benchmarks/signal_rule.py STUDY_DIR --lag 1 [--band 0.01 0.03] [--trade_rate 1 0.5] [--threshold 1 2]
-        [--execution auto]
+        [--horizon 1 3 5] [--execution auto]
 
 Prints one row per rule and band: Sharpe on the traded days, return, turnover a year, costs, exposure, next to the
 study's buy-and-hold.
@@ -49,11 +53,13 @@ class LeadLagRule:
     standardised by the market's training-days statistics, which the rule undoes.
     """
 
-    def __init__(self, market: PreparedMarket, lag: int, kind: str, threshold: float = 0.0) -> None:
+    def __init__(self, market: PreparedMarket, lag: int, kind: str, threshold: float = 0.0, horizon: int = 1) -> None:
         if market.window < lag:
             raise SystemExit(f"the window ({market.window} days) must cover the lag ({lag} days)")
+        if not 1 <= horizon <= lag:
+            raise SystemExit(f"--horizon must be 1 .. the lag ({lag}), got {horizon}")
         self.layout = StateLayout(market.num_tickers, len(market.indicator_names))
-        self.lag, self.kind, self.threshold = lag, kind, threshold
+        self.lag, self.kind, self.threshold, self.horizon = lag, kind, threshold, horizon
         self.mean = torch.as_tensor(market.normalization.close_mean, dtype=torch.float64)
         self.std = torch.as_tensor(market.normalization.close_std, dtype=torch.float64)
         self.training = False
@@ -63,9 +69,9 @@ class LeadLagRule:
 
     def act(self, obs: Tensor, state: RecurrentState, start: Tensor, **_: object) -> tuple[Tensor, None, None, Any]:
         """Actions ``[1, N]`` in [-1, 1] from the observation ``[1, T, F]``."""
-        scaled = obs[0, -self.lag, self.layout.prices].double()  # [N] standardised leader returns
-        raw = scaled * self.std + self.mean  # [N] daily log returns
-        leader = raw[:-1]  # ticker i leads ticker i + 1
+        rows = obs[0, -self.lag : obs.shape[1] - self.lag + self.horizon, self.layout.prices].double()  # [H, N]
+        raw = rows * self.std + self.mean  # [H, N] daily log returns, standardised leader returns undone
+        leader = raw[:, :-1].sum(0) / self.horizon**0.5  # [N - 1] ticker i leads ticker i + 1
         if self.kind == "sign":
             follow = torch.where(leader > self.threshold * self.std[:-1], 1.0, -1.0)
         else:
@@ -101,6 +107,7 @@ def main() -> None:
     parser.add_argument("--band", type=float, nargs="+", default=[0.01])
     parser.add_argument("--trade_rate", type=float, nargs="+", default=[1.0], help="partial adjustment (envs.kernel)")
     parser.add_argument("--threshold", type=float, nargs="+", default=[], help="also the sign rule above Z std")
+    parser.add_argument("--horizon", type=int, nargs="+", default=[1], help="days ahead each rule aims (<= lag)")
     parser.add_argument("--execution", default="auto")
     args = parser.parse_args()
     prepared = sorted((args.study / "prepared").glob("*.json"))
@@ -110,17 +117,19 @@ def main() -> None:
     print(
         f"{args.study.name}: {market.num_tickers} tickers, test days {market.splits.test.stop - market.splits.test.start}"
     )
-    head = f"{'rule':<8} {'band':>5} {'rate':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'costs':>11}"
+    head = (
+        f"{'rule':<8} {'days':>4} {'band':>5} {'rate':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'costs':>11}"
+    )
     print(f"{head} {'exposure':>8}")
     rules = [("sign", 0.0), ("scaled", 0.0), *(("sign", z) for z in args.threshold)]
-    for (kind, z), band, rate in itertools.product(rules, args.band, args.trade_rate):
+    for (kind, z), days, band, rate in itertools.product(rules, args.horizon, args.band, args.trade_rate):
         config = EnvConfig(rebalance_band=band, trade_rate=rate, execution=args.execution)
-        run = evaluate_policy(LeadLagRule(market, args.lag, kind, z), market, "test", config)
+        run = evaluate_policy(LeadLagRule(market, args.lag, kind, z, days), market, "test", config)
         name = f"sign>{z:g}" if z else kind
         m = policy_metrics(run, config)
         exposure = mean_exposure(run.values, run.holdings_value)
         print(
-            f"{name:<8} {band:>5.2f} {rate:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
+            f"{name:<8} {days:>4} {band:>5.2f} {rate:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
             f"{m['annual_turnover']:>10.1f}x {m['total_costs']:>11,.0f} {exposure:>8.0%}"
         )
     report = args.study / "study.json"
