@@ -49,6 +49,8 @@
 #                                                   0.33 or 0.25 in training, memory draw 1, 4 seeds (docs/learning.md 17)
 #   bash benchmarks/learning_studies.sh fcdays-choose OUTDIR [WORKERS] # the same with --forecast_days 5 at rates
 #                                                   0.33 and 0.25; one rule over both studies' cells chooses
+#   bash benchmarks/learning_studies.sh only-screen OUTDIR [WORKERS] # --forecast_only at rates 1 and 0.5, memory
+#                                                   draw 1, 4 seeds: a screen for the next report (docs/learning.md 17)
 #   bash benchmarks/learning_studies.sh linrate-report OUTDIR [WORKERS] # the choice on memory draw 2020, 12 seeds,
 #                                                   paired with section 16's default and linear cells there
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
@@ -409,6 +411,16 @@ elif [ "$which" = fcdays-choose ]; then
         --by vary_forecast_days vary_trade_rate --rule lowest-turnover --min_sharpe 1.40 --flags \
         > "$out/linrate-choice-flags.txt"
     echo "choice: [$(cat "$out/linrate-choice-flags.txt")]"
+elif [ "$which" = only-screen ]; then
+    # --forecast_only (the stocks' means are g x the linear forecast + a bias per stock; section 17) at full rate and
+    # --trade_rate 0.5, memory choice draw 1, seeds 1-4, 12,000 episodes. A screen: nothing is reported from it. Rule,
+    # stated before the runs, for the report that follows it: the lowest mean turnover among its configurations whose
+    # mean Sharpe is at least today's default's 1.40 goes to a fresh draw against the default; none: nothing does.
+    memory only-screen 1 --seeds 1-4 --deploy last --forecast_skip --forecaster linear --forecast_only \
+        --vary trade_rate=1,0.5
+    python3 benchmarks/choice_rule.py studies/only-screen/cells.csv --by vary_trade_rate --rule lowest-turnover \
+        --min_sharpe 1.40 --flags > "$out/only-choice-flags.txt"
+    echo "choice: [$(cat "$out/only-choice-flags.txt")]"
 elif [ "$which" = linrate-report ]; then
     # The choice on memory draw 2020, 12 seeds (section 16 reported --forecaster linear at full rate there; nothing
     # about the rate was chosen on it), paired seed by seed with section 16's cells (copy studies/linear-report-*

@@ -227,6 +227,13 @@ class ModelConfig:
         "does not memorise the training days the way the network can)",
         choices=FORECASTERS,
     )
+    forecast_only: bool = setting(
+        False,
+        "with --forecast_skip: the stocks' action means are g x the forecast plus a learned bias per stock, without "
+        "the network's part (which adds what it learned of the training days); a threshold on the forecast is "
+        "within reach (a bias below 0 keeps a stock out until its forecast clears it); the network keeps the trade "
+        "gates and the critic (docs/learning.md section 17)",
+    )
 
     def validate(self) -> None:
         _positive(self, "stage1_hidden", "feature_dim", "stage2_hidden")
@@ -454,6 +461,11 @@ class TrainConfig:
         if self.model.forecaster != "head" and not self.model.forecast_skip:
             raise UserError(
                 f"--forecaster {self.model.forecaster} is what --forecast_skip follows; it needs --forecast_skip"
+            )
+        if self.model.forecast_only and (not self.model.forecast_skip or self.model.policy == "shared"):
+            raise UserError(
+                "--forecast_only sets the stocks' means from what --forecast_skip follows; it needs --forecast_skip "
+                "and a network with tickers of its own (not --policy shared)"
             )
         if self.model.forecaster == "linear" and self.model.policy == "shared":
             raise UserError(

@@ -33,6 +33,8 @@ def test_forecast_skip_needs_the_next_day_loss_only_when_it_follows_the_head():
         TrainConfig.from_dict(dict(forecast_skip=True, aux_coef=0.0)).validate()
     linear = TrainConfig.from_dict(dict(forecast_skip=True, forecaster="linear", aux_coef=0.0)).validate()
     assert linear.model.forecaster == "linear" and linear.ppo.aux_coef == 0.0  # its own term fits it (test_ppo)
+    with pytest.raises(UserError, match="--forecast_only sets the stocks' means"):
+        TrainConfig.from_dict(dict(forecast_only=True)).validate()
 
 
 def test_paper_preset_has_the_papers_settings():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -280,3 +282,41 @@ def test_linear_forecaster_needs_forecast_skip_and_tickers_of_its_own():
     for policy, skip in (("clstm", False), ("shared", True)):
         with pytest.raises(ValueError, match="linear forecaster is what forecast_skip follows"):
             ActorCritic(net_spec(policy, 16, 3, 5, forecast_skip=skip, forecaster="linear", next_day_head=True))
+
+
+@pytest.mark.parametrize("trade_gate", [False, True])
+def test_forecast_only_means_are_the_gain_times_the_forecast_plus_a_bias(trade_gate):
+    """``--forecast_only``: the stocks' means are ``stock_bias + g x forecast`` whatever the network computes (its
+    weights moved, the means stay), the trade gates' means still come from the network, and a loss on the stocks'
+    means reaches the bias and g, not the network."""
+    torch.manual_seed(0)
+    sizes = dict(stage1_hidden=12, feature_dim=10, stage2_hidden=14, skip=True, next_day_head=False)
+    spec = net_spec("clstm", 16, 3, 5, forecast_skip=True, forecaster="linear", forecast_only=True, **sizes)
+    model = ActorCritic(dataclasses.replace(spec, trade_gate=trade_gate))
+    obs = torch.randn(2, 4, 5, 16)
+    starts = torch.zeros(2, 4, dtype=torch.bool)
+    starts[0] = True
+    run = lambda: model(obs, model.initial_state(4), starts)  # noqa: E731
+    with torch.no_grad():
+        model.linear_forecast.weight.normal_()
+        model.forecast_gain.fill_(1.5)
+        model.stock_bias.copy_(torch.tensor([-0.5, 0.1, 0.3]))
+    out = run()
+    torch.testing.assert_close(out.mean[..., :3], model.stock_bias + 1.5 * out.forecast, rtol=1e-6, atol=1e-6)
+    with torch.no_grad():
+        for p in model.actor_mean.parameters():
+            p.add_(1.0)
+    moved = run()
+    torch.testing.assert_close(moved.mean[..., :3], out.mean[..., :3])
+    assert (moved.mean[..., 3:] != out.mean[..., 3:]).all() if trade_gate else moved.mean.shape[-1] == 3
+    model.zero_grad()
+    run().mean[..., :3].sum().backward()
+    assert model.stock_bias.grad.abs().min() > 0 and model.forecast_gain.grad.item() != 0.0
+    assert not model.actor_mean.weight.grad.any() and not model.window_lstm.weight_hh_l0.grad.any()
+
+
+def test_forecast_only_needs_forecast_skip_and_tickers_of_its_own():
+    torch.manual_seed(0)
+    for policy, skip in (("clstm", False), ("shared", True)):
+        with pytest.raises(ValueError, match="forecast_only sets the stocks' means"):
+            ActorCritic(net_spec(policy, 16, 3, 5, forecast_skip=skip, forecast_only=True, next_day_head=True))

@@ -40,7 +40,9 @@ only the next-day loss fits the head and PPO learns how far to follow it. With `
 (``--forecaster linear``) the prediction followed is instead one linear map of the window's price columns
 ``[T x N] -> [N]`` (``linear_forecast``, zero at the start), fitted by its own next-day loss term (weight 1, with or
 without the head and ``--aux_coef``): N x T x N weights that cannot memorise the training days the way the
-network's head can (docs/learning.md section 16).
+network's head can (docs/learning.md section 16). With ``forecast_only`` (``--forecast_only``) the stocks' means
+are ``g x`` the forecast plus a learned bias per stock (``stock_bias``) alone: the network's part, which adds what
+it learned of the training days, is dropped; it keeps the trade gates and the critic.
 
 Recurrent state is a `RecurrentState`: the actor's and the critic's LSTM ``(h, c)``, each ``[1, B, stage2_hidden]``
 (zero width for ``mlp``, so every caller selects, clones and stores it the same way). Episode starts reset the
@@ -156,6 +158,7 @@ class ModelSpec:
     cross_section: str = "mean"  # mean | attention: how shared's tickers see each other
     forecast_skip: bool = False  # the stocks' action means also get g x the next-day head's (detached) prediction
     forecaster: str = "head"  # head | linear: what forecast_skip follows (module docstring)
+    forecast_only: bool = False  # the stocks' means are g x the forecast + a bias per stock, no network part
 
     @property
     def action_dim(self) -> int:
@@ -194,6 +197,7 @@ class ModelSpec:
             cross_section=model.cross_section,
             forecast_skip=model.forecast_skip,
             forecaster=model.forecaster,
+            forecast_only=model.forecast_only,
         )
 
     @classmethod
@@ -301,6 +305,10 @@ class ActorCritic(nn.Module):
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
         if spec.forecast_skip:  # g: how far the stocks' action means follow the next-day prediction
             self.forecast_gain = nn.Parameter(torch.zeros(()))
+        if spec.forecast_only and (not spec.forecast_skip or spec.policy == "shared"):
+            raise ValueError("forecast_only sets the stocks' means from forecast_skip's forecast (clstm, lstm or mlp)")
+        if spec.forecast_only:  # [N] the stocks' means without the network's part: g x forecast + this
+            self.stock_bias = nn.Parameter(torch.zeros(spec.num_tickers))
         if spec.forecaster == "linear":  # [T x N] price columns -> [N], zero at the start (predicts 0)
             self.price_columns = StateLayout.of_width(spec.num_features, spec.num_tickers).prices
             self.linear_forecast = nn.Linear(spec.window * spec.num_tickers, spec.num_tickers)
@@ -479,9 +487,11 @@ class ActorCritic(nn.Module):
     def follow_forecast(self, mean: Tensor, next_day: Tensor) -> Tensor:
         """``forecast_skip``: the first N action means ``[L, B, A]`` (the stocks' weight logits) plus
         ``forecast_gain x`` the next-day prediction ``[L, B, N]`` (the head's or the linear forecaster's), detached;
-        float32."""
+        float32. With ``forecast_only`` the stocks' means are ``stock_bias [N]`` plus that, the network's part
+        dropped (its trade-gate means ``[..., N:]`` stay)."""
         n, mean = self.spec.num_tickers, mean.float()
-        return torch.cat([mean[..., :n] + self.forecast_gain * next_day.detach(), mean[..., n:]], dim=-1)
+        base = self.stock_bias.float().expand_as(mean[..., :n]) if self.spec.forecast_only else mean[..., :n]
+        return torch.cat([base + self.forecast_gain * next_day.detach(), mean[..., n:]], dim=-1)
 
     def _heads(
         self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None, predict_next: bool
