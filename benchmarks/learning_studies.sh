@@ -51,6 +51,8 @@
 #                                                   0.33 and 0.25; one rule over both studies' cells chooses
 #   bash benchmarks/learning_studies.sh only-screen OUTDIR [WORKERS] # --forecast_only at rates 1 and 0.5, memory
 #                                                   draw 1, 4 seeds: a screen for the next report (docs/learning.md 17)
+#   bash benchmarks/learning_studies.sh only-example OUTDIR [WORKERS] # --forecast_only on the example data (spent
+#                                                   days), paired with linear-example's default cells
 #   bash benchmarks/learning_studies.sh linrate-report OUTDIR [WORKERS] # the choice on memory draw 2020, 12 seeds,
 #                                                   paired with section 16's default and linear cells there
 # Each study is cut at SECONDS (default 1e6); the report is then built from the cells that finished
@@ -421,6 +423,16 @@ elif [ "$which" = only-screen ]; then
     python3 benchmarks/choice_rule.py studies/only-screen/cells.csv --by vary_trade_rate --rule lowest-turnover \
         --min_sharpe 1.40 --flags > "$out/only-choice-flags.txt"
     echo "choice: [$(cat "$out/only-choice-flags.txt")]"
+elif [ "$which" = only-example ]; then
+    # --forecast_only's real-data check (the example data, spent days: nothing is chosen on them), linear-example's
+    # flags, 12 seeds, paired seed by seed with its default cells (copy studies/linear-example-reference here
+    # first). Rule, stated before the runs: --forecast_only "does not lose on real data" if the paired mean
+    # difference is not below 0.
+    run only-example --data csv:examples/data/stocks_daily_6_ohlcv.csv --window 10 "${SMALL[@]}" --deploy last \
+        --policies clstm --num_episodes 2000 --forecast_skip --forecaster linear --forecast_only
+    python3 benchmarks/paired_studies.py studies/only-example studies/linear-example-reference \
+        > "$out/only-example-paired.txt" 2>&1
+    cat "$out/only-example-paired.txt"
 elif [ "$which" = linrate-report ]; then
     # The choice on memory draw 2020, 12 seeds (section 16 reported --forecaster linear at full rate there; nothing
     # about the rate was chosen on it), paired seed by seed with section 16's cells (copy studies/linear-report-*
