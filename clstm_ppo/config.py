@@ -218,13 +218,14 @@ class ModelConfig:
     forecast_skip: bool = setting(
         False,
         "the actor's mean for each stock also gets g x the next-day head's prediction of that stock's return "
-        "(detached: only the next-day loss fits the head; g one learned number, 0 at the start); needs --aux_coef > 0 unless --forecaster linear",
+        "(detached: only the next-day loss fits the head; g one learned number, 0 at the start); needs --aux_coef > 0 "
+        "unless --forecaster linear",
     )
     forecaster: str = setting(
         "head",
         "what --forecast_skip follows: head (the network's next-day head) or linear (a linear map of the window's "
-        "price columns, [T x N] -> [N], fitted by its own next-day loss term, weight 1 whatever --aux_coef: a forecast with few weights, which "
-        "does not memorise the training days the way the network can)",
+        "price columns, [T x N] -> [N], fitted by its own next-day loss term, weight 1 whatever --aux_coef: a "
+        "forecast with few weights, which does not memorise the training days the way the network can)",
         choices=FORECASTERS,
     )
     forecast_only: bool = setting(
