@@ -301,12 +301,12 @@ class ActorCritic(nn.Module):
             raise ValueError(f"unknown forecaster {spec.forecaster!r}")
         if spec.forecaster == "linear" and (not spec.forecast_skip or spec.policy == "shared"):
             raise ValueError("the linear forecaster is what forecast_skip follows (clstm, lstm or mlp)")
+        if spec.forecast_only and (not spec.forecast_skip or spec.policy == "shared"):
+            raise ValueError("forecast_only sets the stocks' means from forecast_skip's forecast (clstm, lstm or mlp)")
         self.spec = spec
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
         if spec.forecast_skip:  # g: how far the stocks' action means follow the next-day prediction
             self.forecast_gain = nn.Parameter(torch.zeros(()))
-        if spec.forecast_only and (not spec.forecast_skip or spec.policy == "shared"):
-            raise ValueError("forecast_only sets the stocks' means from forecast_skip's forecast (clstm, lstm or mlp)")
         if spec.forecast_only:  # [N] the stocks' means without the network's part: g x forecast + this
             self.stock_bias = nn.Parameter(torch.zeros(spec.num_tickers))
         if spec.forecaster == "linear":  # [T x N] price columns -> [N], zero at the start (predicts 0)

@@ -215,8 +215,7 @@ def next_day_targets(windows: Windows, starts: Tensor, layout: StateLayout, days
     for k in range(1, days + 1):
         targets[:ahead] += prices[k : ahead + k]
         same_episode &= ~starts[k : ahead + k]
-    if days > 1:
-        targets[:ahead] /= days
+    targets[:ahead] /= days  # exact for K = 1
     valid[:ahead] = same_episode.float()
     return targets, valid
 
@@ -317,17 +316,13 @@ def minibatch_loss(
     loss, parts = ppo_loss(
         out.log_prob, out.entropy, out.value, batch.log_probs, batch.values, batch.advantages, batch.returns, ppo
     )
-    if batch.next_targets is not None:
-        aux_loss = torch.zeros((), device=loss.device)
-        if head:
-            aux_loss = ppo.aux_coef * next_day_loss(out.next_day, batch.next_targets, batch.next_valid)
-        if out.forecast is not None:  # --forecaster linear: its own term, same targets, weight 1 whatever --aux_coef
-            aux_loss = aux_loss + next_day_loss(out.forecast, batch.next_targets, batch.next_valid)
-        loss = loss + aux_loss
-        parts["aux_loss"] = aux_loss.detach()
-    else:
-        parts["aux_loss"] = torch.zeros((), device=loss.device)
-    return loss, parts
+    aux_loss = torch.zeros((), device=loss.device)
+    if head:
+        aux_loss = ppo.aux_coef * next_day_loss(out.next_day, batch.next_targets, batch.next_valid)
+    if out.forecast is not None and batch.next_targets is not None:  # --forecaster linear: weight 1 whatever aux_coef
+        aux_loss = aux_loss + next_day_loss(out.forecast, batch.next_targets, batch.next_valid)
+    parts["aux_loss"] = aux_loss.detach()
+    return loss + aux_loss, parts
 
 
 def minibatch_gradients(
