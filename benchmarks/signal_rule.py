@@ -11,6 +11,10 @@ stop, on a finished study's traded days. Two rules, both causal:
   size of the shock that moves it.
 - ``sign>Z`` (``--threshold Z``): the sign rule that holds a follower only when its leader's return is more than Z
   training-days standard deviations above 0: only the strongest signals, so fewer trades (Z = 0 is ``sign``).
+- ``--gate Z``: the sign and scaled rules through the env's trade gate (``--trade_gate``): a follower is traded
+  only on days its leader's return is more than Z training-days standard deviations from 0 (either way); on the
+  other days its holding stays whatever the target says. Selectivity that holds instead of selling: a weak signal
+  neither buys nor sells.
 - ``--horizon H`` (H <= lag): each rule reads the leader's shocks that move its follower over the next H days, not
   only tomorrow (window rows ``-lag .. -lag+H-1``, all already seen), summed and divided by sqrt(H) so the sum has
   the one day's scale: an aim in front of tomorrow's target (Garleanu and Pedersen 2013), which moves less from
@@ -19,7 +23,7 @@ stop, on a finished study's traded days. Two rules, both causal:
 Usage (a study on a lead-lag market with ``--retrain none``; its prepared market is reused)::
 
     python benchmarks/signal_rule.py STUDY_DIR --lag 1 [--band 0.01 0.03] [--trade_rate 1 0.5] [--threshold 1 2]
-        [--horizon 1 3 5] [--execution auto]
+        [--horizon 1 3 5] [--gate 1 1.5] [--execution auto]
 
 Prints one row per rule and band: Sharpe on the traded days, return, turnover a year, costs, exposure, next to the
 study's buy-and-hold.
@@ -53,13 +57,21 @@ class LeadLagRule:
     standardised by the market's training-days statistics, which the rule undoes.
     """
 
-    def __init__(self, market: PreparedMarket, lag: int, kind: str, threshold: float = 0.0, horizon: int = 1) -> None:
+    def __init__(
+        self,
+        market: PreparedMarket,
+        lag: int,
+        kind: str,
+        threshold: float = 0.0,
+        horizon: int = 1,
+        gate: float | None = None,
+    ) -> None:
         if market.window < lag:
             raise SystemExit(f"the window ({market.window} days) must cover the lag ({lag} days)")
         if not 1 <= horizon <= lag:
             raise SystemExit(f"--horizon must be 1 .. the lag ({lag}), got {horizon}")
         self.layout = StateLayout(market.num_tickers, len(market.indicator_names))
-        self.lag, self.kind, self.threshold, self.horizon = lag, kind, threshold, horizon
+        self.lag, self.kind, self.threshold, self.horizon, self.gate = lag, kind, threshold, horizon, gate
         self.mean = torch.as_tensor(market.normalization.close_mean, dtype=torch.float64)
         self.std = torch.as_tensor(market.normalization.close_std, dtype=torch.float64)
         self.training = False
@@ -68,7 +80,8 @@ class LeadLagRule:
         return RecurrentState.zeros(batch_size, 0, device)
 
     def act(self, obs: Tensor, state: RecurrentState, start: Tensor, **_: object) -> tuple[Tensor, None, None, Any]:
-        """Actions ``[1, N]`` in [-1, 1] from the observation ``[1, T, F]``."""
+        """Actions ``[1, N]`` (``[1, 2N]`` with a gate: the weights' actions, then the gates) in [-1, 1] from the
+        observation ``[1, T, F]``."""
         rows = obs[0, -self.lag : obs.shape[1] - self.lag + self.horizon, self.layout.prices].double()  # [H, N]
         raw = rows * self.std + self.mean  # [H, N] daily log returns, standardised leader returns undone
         leader = raw[:, :-1].sum(0) / self.horizon**0.5  # [N - 1] ticker i leads ticker i + 1
@@ -77,6 +90,9 @@ class LeadLagRule:
         else:
             follow = (leader / self.std[:-1]).clamp(-1.0, 1.0)
         action = torch.cat([torch.full((1,), -1.0, dtype=torch.float64), follow])  # ticker 0 follows nobody
+        if self.gate is not None:  # ticker 0's gate stays open: its target is cash
+            strong = torch.where((leader / self.std[:-1]).abs() > self.gate, 1.0, -1.0)
+            action = torch.cat([action, torch.ones(1, dtype=torch.float64), strong])
         return action.unsqueeze(0), None, None, state
 
     def env_action(self, action: Tensor) -> Tensor:
@@ -108,6 +124,7 @@ def main() -> None:
     parser.add_argument("--trade_rate", type=float, nargs="+", default=[1.0], help="partial adjustment (envs.kernel)")
     parser.add_argument("--threshold", type=float, nargs="+", default=[], help="also the sign rule above Z std")
     parser.add_argument("--horizon", type=int, nargs="+", default=[1], help="days ahead each rule aims (<= lag)")
+    parser.add_argument("--gate", type=float, nargs="+", default=[], help="also sign and scaled, traded above Z std")
     parser.add_argument("--execution", default="auto")
     args = parser.parse_args()
     prepared = sorted((args.study / "prepared").glob("*.json"))
@@ -121,11 +138,12 @@ def main() -> None:
         f"{'rule':<8} {'days':>4} {'band':>5} {'rate':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'costs':>11}"
     )
     print(f"{head} {'exposure':>8}")
-    rules = [("sign", 0.0), ("scaled", 0.0), *(("sign", z) for z in args.threshold)]
-    for (kind, z), days, band, rate in itertools.product(rules, args.horizon, args.band, args.trade_rate):
-        config = EnvConfig(rebalance_band=band, trade_rate=rate, execution=args.execution)
-        run = evaluate_policy(LeadLagRule(market, args.lag, kind, z, days), market, "test", config)
-        name = f"sign>{z:g}" if z else kind
+    rules = [("sign", 0.0, None), ("scaled", 0.0, None), *(("sign", z, None) for z in args.threshold)]
+    rules += [(kind, 0.0, g) for g in args.gate for kind in ("sign", "scaled")]
+    for (kind, z, gate), days, band, rate in itertools.product(rules, args.horizon, args.band, args.trade_rate):
+        config = EnvConfig(rebalance_band=band, trade_rate=rate, execution=args.execution, trade_gate=gate is not None)
+        run = evaluate_policy(LeadLagRule(market, args.lag, kind, z, days, gate), market, "test", config)
+        name = f"sign>{z:g}" if z else kind if gate is None else f"{kind}|{gate:g}"
         m = policy_metrics(run, config)
         exposure = mean_exposure(run.values, run.holdings_value)
         print(
