@@ -5,15 +5,23 @@ Each seed's last weights (``latest.pt`` of a ``--retrain none`` study) act as tr
 ``--band`` (the no-trade band): what slowing a policy at deploy time alone does to its Sharpe and turnover, with
 no retraining. Same costs and fills as the study::
 
-    python benchmarks/deploy_slower.py STUDY_DIR --trade_rate 1 0.5 0.25 [--band 0.01]
+    python benchmarks/deploy_slower.py STUDY_DIR --trade_rate 1 0.5 0.25 [--band 0.01] [--cells 'clstm-trade_rate=1.0-*']
 
-Prints one row per setting: the seeds' mean Sharpe (each seed's beside it) and mean turnover a year.
+A threshold on the forecast, for ``--forecast_only`` policies (whose stocks' means are ``g x forecast + b``): with
+``--shift D`` each seed trades with ``--forecast_threshold D`` (its stocks' deterministic means lowered by D,
+`ActorCritic.deployed_mean`), and with ``--gain K`` with ``K g``: a stock is held only where ``K g x forecast + b``
+clears D: what a no-trade threshold on the learned forecast would earn, with no retraining::
+
+    python benchmarks/deploy_slower.py STUDY_DIR --cells 'clstm-trade_rate=1.0-*' --gain 1 2 4 --shift 0 1 2
+
+Prints one row per setting: the seeds' mean Sharpe (each seed's beside it), mean turnover a year and exposure.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import sys
 from pathlib import Path
 
@@ -26,6 +34,7 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
+from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 from clstm_ppo.study.markets import load_markets  # noqa: E402
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy  # noqa: E402
 
@@ -35,25 +44,38 @@ def main() -> None:
     p.add_argument("study", type=Path)
     p.add_argument("--trade_rate", type=float, nargs="+", default=[1.0])
     p.add_argument("--band", type=float, nargs="+", default=[0.01])
+    p.add_argument("--cells", default="*", help="a glob over the study's cell folders (default: all)")
+    p.add_argument("--gain", type=float, nargs="+", default=[1.0], help="--forecast_only: scale g by K")
+    p.add_argument("--shift", type=float, nargs="+", default=[0.0], help="--forecast_only: --forecast_threshold D")
     args = p.parse_args()
     torch.set_num_threads(1)
     market = load_markets(args.study / "prepared", sorted((args.study / "prepared").glob("*.json"))[0].stem)[0]
-    checkpoints = [load_checkpoint(path) for path in sorted((args.study / "cells").glob("*/periods/000/latest.pt"))]
+    paths = sorted((args.study / "cells").glob(f"{args.cells}/periods/000/latest.pt"))
+    if not paths:
+        raise SystemExit(f"{args.study}: no cell matches {args.cells!r}")
+    checkpoints = [load_checkpoint(path) for path in paths]
     policies = [restore_policy(ckpt, market) for ckpt in checkpoints]
-    for band in args.band:
-        for rate in args.trade_rate:
-            sharpe, turnover = [], []
-            for ckpt, policy in zip(checkpoints, policies, strict=True):
-                env = dataclasses.replace(ckpt.cfg.env, rebalance_band=band, trade_rate=rate)
-                run = evaluate_policy(policy, market, "test", env)
-                metrics = policy_metrics(run, env)
-                sharpe.append(metrics["sharpe"])
-                turnover.append(metrics["annual_turnover"])
-            seeds = " ".join(f"{x:.2f}" for x in sharpe)
-            print(
-                f"band {band:.2f} trade_rate {rate:.2f}: Sharpe {np.mean(sharpe):.2f} ({seeds}), "
-                f"turnover {np.mean(turnover):.0f}x a year"
-            )
+    thresholds = [(k, d) for k in args.gain for d in args.shift]
+    if thresholds != [(1.0, 0.0)] and not all(ckpt.cfg.model.forecast_only for ckpt in checkpoints):
+        raise SystemExit("--gain and --shift need --forecast_only policies (g x forecast + b)")
+    trained = [policy.forecast_gain.detach().clone() for policy in policies]
+    for band, rate, (gain, shift) in itertools.product(args.band, args.trade_rate, thresholds):
+        sharpe, turnover, exposure = [], [], []
+        for ckpt, policy, g in zip(checkpoints, policies, trained, strict=True):
+            with torch.no_grad():
+                policy.forecast_gain.copy_(g * gain)
+            policy.spec = dataclasses.replace(policy.spec, forecast_threshold=shift)
+            env = dataclasses.replace(ckpt.cfg.env, rebalance_band=band, trade_rate=rate)
+            run = evaluate_policy(policy, market, "test", env)
+            metrics = policy_metrics(run, env)
+            sharpe.append(metrics["sharpe"])
+            turnover.append(metrics["annual_turnover"])
+            exposure.append(mean_exposure(run.values, run.holdings_value))
+        seeds = " ".join(f"{x:.2f}" for x in sharpe)
+        print(
+            f"band {band:.2f} trade_rate {rate:.2f} gain x{gain:g} shift {shift:g}: Sharpe {np.mean(sharpe):.2f} "
+            f"({seeds}), turnover {np.mean(turnover):.0f}x a year, exposure {np.mean(exposure):.0%}"
+        )
 
 
 if __name__ == "__main__":

@@ -235,9 +235,18 @@ class ModelConfig:
         "within reach (a bias below 0 keeps a stock out until its forecast clears it); the network keeps the trade "
         "gates and the critic (docs/learning.md section 17)",
     )
+    forecast_threshold: float = setting(
+        0.0,
+        "with --forecast_only: the deployed policy (every deterministic action: validation, backtest, study, trade) "
+        "lowers each stock's action mean by this much, so a stock is held only where g x forecast + its bias clears "
+        "it: a no-trade threshold on the forecast (0: none). Training's sampled actions do not see it (PPO would "
+        "learn it away: its return is highest trading every forecast); choose it by study (docs/learning.md 18)",
+    )
 
     def validate(self) -> None:
         _positive(self, "stage1_hidden", "feature_dim", "stage2_hidden")
+        if not 0 <= self.forecast_threshold < math.inf:
+            raise UserError(f"--forecast_threshold must be a finite number >= 0, got {self.forecast_threshold:g}")
         if self.policy == "shared" and self.norm_obs:
             raise UserError(
                 "--norm_obs keeps statistics per state number, which ties a network to its tickers; "
@@ -468,6 +477,8 @@ class TrainConfig:
                 "--forecast_only sets the stocks' means from what --forecast_skip follows; it needs --forecast_skip "
                 "and a network with tickers of its own (not --policy shared)"
             )
+        if self.model.forecast_threshold and not self.model.forecast_only:
+            raise UserError("--forecast_threshold lowers the means --forecast_only sets; it needs --forecast_only")
         if self.model.forecaster == "linear" and self.model.policy == "shared":
             raise UserError(
                 "--forecaster linear has N x T x N weights, which ties a network to its tickers; --policy shared "

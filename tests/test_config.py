@@ -35,6 +35,12 @@ def test_forecast_skip_needs_the_next_day_loss_only_when_it_follows_the_head():
     assert linear.model.forecaster == "linear" and linear.ppo.aux_coef == 0.0  # its own term fits it (test_ppo)
     with pytest.raises(UserError, match="--forecast_only sets the stocks' means"):
         TrainConfig.from_dict(dict(forecast_only=True)).validate()
+    only = dict(forecast_skip=True, forecaster="linear", forecast_only=True)
+    assert TrainConfig.from_dict(dict(only, forecast_threshold=1.5)).validate().model.forecast_threshold == 1.5
+    with pytest.raises(UserError, match="--forecast_threshold lowers the means --forecast_only sets"):
+        TrainConfig.from_dict(dict(forecast_threshold=1.5)).validate()
+    with pytest.raises(UserError, match="--forecast_threshold must be a finite number >= 0, got -1"):
+        TrainConfig.from_dict(dict(only, forecast_threshold=-1.0)).validate()
 
 
 def test_paper_preset_has_the_papers_settings():

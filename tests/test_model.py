@@ -315,6 +315,30 @@ def test_forecast_only_means_are_the_gain_times_the_forecast_plus_a_bias(trade_g
     assert not model.actor_mean.weight.grad.any() and not model.window_lstm.weight_hh_l0.grad.any()
 
 
+@pytest.mark.parametrize("trade_gate", [False, True])
+def test_forecast_threshold_lowers_the_deployed_stock_means_and_not_trainings_samples(trade_gate):
+    """``--forecast_threshold D``: a deterministic action (validation, backtest, trade) is the stocks' means minus D,
+    the gates' means unchanged; a sampled action (training) is what it would be without D, draw for draw."""
+    torch.manual_seed(0)
+    sizes = dict(stage1_hidden=12, feature_dim=10, stage2_hidden=14, skip=True, next_day_head=False)
+    plain = net_spec("clstm", 16, 3, 5, forecast_skip=True, forecaster="linear", forecast_only=True, **sizes)
+    plain = dataclasses.replace(plain, trade_gate=trade_gate)
+    model = ActorCritic(plain)
+    with torch.no_grad():
+        model.linear_forecast.weight.normal_()
+        model.forecast_gain.fill_(2.0)
+    obs, starts = torch.randn(4, 5, 16), torch.ones(4, dtype=torch.bool)
+    act = lambda **kw: model.act(obs, model.initial_state(4), starts, **kw).action  # noqa: E731
+    mean, sample = act(deterministic=True), act(generator=torch.Generator().manual_seed(1))
+    model.spec = dataclasses.replace(plain, forecast_threshold=0.7)
+    deployed = act(deterministic=True)
+    torch.testing.assert_close(deployed[:, :3], mean[:, :3] - 0.7)
+    torch.testing.assert_close(deployed[:, 3:], mean[:, 3:])
+    torch.testing.assert_close(act(generator=torch.Generator().manual_seed(1)), sample, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="forecast_threshold lowers the means forecast_only sets"):
+        ActorCritic(dataclasses.replace(plain, forecast_only=False, forecast_threshold=0.7))
+
+
 def test_forecast_only_needs_forecast_skip_and_tickers_of_its_own():
     torch.manual_seed(0)
     for policy, skip in (("clstm", False), ("shared", True)):

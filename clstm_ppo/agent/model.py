@@ -42,7 +42,9 @@ only the next-day loss fits the head and PPO learns how far to follow it. With `
 without the head and ``--aux_coef``): N x T x N weights that cannot memorise the training days the way the
 network's head can (docs/learning.md section 16). With ``forecast_only`` (``--forecast_only``) the stocks' means
 are ``g x`` the forecast plus a learned bias per stock (``stock_bias``) alone: the network's part, which adds what
-it learned of the training days, is dropped; it keeps the trade gates and the critic.
+it learned of the training days, is dropped; it keeps the trade gates and the critic. ``forecast_threshold``
+(``--forecast_threshold D``) lowers those means by D in deterministic actions only (`ActorCritic.deployed_mean`):
+a no-trade threshold for the deployed policy that training's samples never see (section 18).
 
 Recurrent state is a `RecurrentState`: the actor's and the critic's LSTM ``(h, c)``, each ``[1, B, stage2_hidden]``
 (zero width for ``mlp``, so every caller selects, clones and stores it the same way). Episode starts reset the
@@ -159,6 +161,7 @@ class ModelSpec:
     forecast_skip: bool = False  # the stocks' action means also get g x the next-day head's (detached) prediction
     forecaster: str = "head"  # head | linear: what forecast_skip follows (module docstring)
     forecast_only: bool = False  # the stocks' means are g x the forecast + a bias per stock, no network part
+    forecast_threshold: float = 0.0  # deterministic actions only: the stocks' means lowered by this (forecast_only)
 
     @property
     def action_dim(self) -> int:
@@ -198,6 +201,7 @@ class ModelSpec:
             forecast_skip=model.forecast_skip,
             forecaster=model.forecaster,
             forecast_only=model.forecast_only,
+            forecast_threshold=model.forecast_threshold,
         )
 
     @classmethod
@@ -303,6 +307,8 @@ class ActorCritic(nn.Module):
             raise ValueError("the linear forecaster is what forecast_skip follows (clstm, lstm or mlp)")
         if spec.forecast_only and (not spec.forecast_skip or spec.policy == "shared"):
             raise ValueError("forecast_only sets the stocks' means from forecast_skip's forecast (clstm, lstm or mlp)")
+        if spec.forecast_threshold and not spec.forecast_only:
+            raise ValueError("forecast_threshold lowers the means forecast_only sets")
         self.spec = spec
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
         if spec.forecast_skip:  # g: how far the stocks' action means follow the next-day prediction
@@ -535,6 +541,14 @@ class ActorCritic(nn.Module):
         ``u`` itself for the Gaussian (the env clips it to [-1, 1])."""
         return torch.tanh(u) if self.spec.action_dist == "tanh" else u
 
+    def deployed_mean(self, mean: Tensor) -> Tensor:
+        """The deterministic action of means ``[B, A]``: the stocks' ``[..., :N]`` lowered by ``forecast_threshold``
+        (a no-trade threshold on ``forecast_only``'s forecast; the gates stay), or ``mean`` itself when it is 0."""
+        if not self.spec.forecast_threshold:
+            return mean
+        n = self.spec.num_tickers
+        return torch.cat([mean[..., :n] - self.spec.forecast_threshold, mean[..., n:]], dim=-1)
+
     @torch.no_grad()
     def act(
         self,
@@ -559,7 +573,7 @@ class ActorCritic(nn.Module):
         out = self.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))
         mean, value = out.mean, out.value[0]
         if deterministic:
-            return ActOutput(mean[0], out.log_prob[0], value, out.state)
+            return ActOutput(self.deployed_mean(mean[0]), out.log_prob[0], value, out.state)
         std = self.policy_std()
         # Drawn on the generator's device: a CPU generator gives the same noise whatever device the model is on.
         if noise is None:
