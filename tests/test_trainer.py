@@ -8,7 +8,8 @@ import sys
 import pytest
 import torch
 
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.market import build_market
+from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
 from clstm_ppo.training.distributed import find_free_port
 from tests.conftest import SCRIPT, TINY, clean_env, files_under, read_metrics, train
 
@@ -225,6 +226,22 @@ def test_same_seed_and_config_give_identical_parameters(tmp_path):
     assert other.returncode == 0, other.stderr
     c = load_checkpoint(tmp_path / "ck" / "c" / "latest.pt")
     assert any(not torch.equal(v, c.model_state[k]) for k, v in a.model_state.items())
+
+
+def test_forecast_threshold_changes_the_deployed_actions_and_not_the_training(tmp_path):
+    """``--forecast_threshold`` reaches the checkpoint and every deterministic action; the trained weights are
+    bit-identical to the same run without it (validation acts with it every update and draws no noise)."""
+    only = ["--forecast_skip", "--forecaster", "linear", "--forecast_only", "--num_episodes", "8", "--eval_every", "1"]
+    runs = [train(tmp_path, *only, "--run_name", f"d{d}", "--forecast_threshold", d) for d in ("0", "1.5")]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
+    plain, shifted = (load_checkpoint(tmp_path / "ck" / name / "latest.pt") for name in ("d0", "d1.5"))
+    assert shifted.counters["update"] == 2 and shifted.cfg.model.forecast_threshold == 1.5
+    assert all(torch.equal(v, shifted.model_state[k]) for k, v in plain.model_state.items())
+    market = build_market(shifted.cfg.data, seed=shifted.cfg.run.seed)
+    obs, starts = torch.randn(4, market.window, market.num_features), torch.ones(4, dtype=torch.bool)  # [4, T, F]
+    policies = [restore_policy(ck, market) for ck in (plain, shifted)]
+    means = [p.act(obs, p.initial_state(4), starts, deterministic=True).action for p in policies]
+    torch.testing.assert_close(means[1], means[0] - 1.5)
 
 
 @pytest.mark.slow
