@@ -221,6 +221,12 @@ CASES = [
     ),
     Case("backtest missing checkpoint", "cli", ("backtest", "--checkpoint", "{d}/missing.pt"), "missing.pt"),
     Case(
+        "backtest --forecast_threshold of a policy without --forecast_only",
+        "cli",
+        ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--forecast_threshold", "1", "--out", "{d}/bt"),
+        "was not trained with --forecast_only",
+    ),
+    Case(
         "backtest bad --start date",
         "cli",
         ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--start", "someday", "--out", "{d}/bt"),

@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from clstm_ppo.evaluation.backtest import backtest
 from clstm_ppo.market import build_market
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
 from clstm_ppo.training.distributed import find_free_port
@@ -242,6 +243,14 @@ def test_forecast_threshold_changes_the_deployed_actions_and_not_the_training(tm
     policies = [restore_policy(ck, market) for ck in (plain, shifted)]
     means = [p.act(obs, p.initial_state(4), starts, deterministic=True).action for p in policies]
     torch.testing.assert_close(means[1], means[0] - 1.5)
+    # `backtest --forecast_threshold` deploys a checkpoint with another threshold: the plain run's weights at 1.5
+    # trade exactly as the run trained with 1.5, and not as themselves at 0.
+    runs = {
+        name: backtest(tmp_path / "ck" / run / "latest.pt", out=tmp_path / name, forecast_threshold=d)
+        for name, run, d in (("plain", "d0", None), ("plain-at-1.5", "d0", 1.5), ("trained-at-1.5", "d1.5", None))
+    }
+    equity = {name: (tmp_path / name / "equity.csv").read_bytes() for name in runs}
+    assert equity["plain-at-1.5"] == equity["trained-at-1.5"] != equity["plain"]
 
 
 @pytest.mark.slow

@@ -42,6 +42,13 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="annual risk-free rate: cash earns it and Sharpe/Sortino are in excess of it (default: the checkpoint's)",
     )
+    parser.add_argument(
+        "--forecast_threshold",
+        type=float,
+        default=None,
+        help="a --forecast_only policy: lower its stocks' action means by this (a no-trade threshold on its forecast; "
+        "default: the checkpoint's)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument(
@@ -120,7 +127,7 @@ def main(argv: list[str]) -> int:
 
 def _period_options(args: argparse.Namespace) -> dict[str, Any]:
     """The flags `backtest` and `compare` share (`_common_flags`) as their keyword arguments."""
-    names = ("data", "split", "start", "end", "out", "risk_free", "ledger", "unseal")
+    names = ("data", "split", "start", "end", "out", "risk_free", "ledger", "unseal", "forecast_threshold")
     return {name: getattr(args, name) for name in names}
 
 

@@ -38,6 +38,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -296,6 +297,22 @@ def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:
     return dataclasses.replace(ck, config={**ck.config, "risk_free": float(risk_free)})
 
 
+def with_forecast_threshold(ck: Checkpoint, threshold: float | None) -> Checkpoint:
+    """``ck`` deployed with another ``--forecast_threshold`` (its stocks' deterministic means lowered by it; a
+    ``--forecast_only`` policy), or as it is. UserError on a policy without ``forecast_only`` or a bad value."""
+    if threshold is None:
+        return ck
+    if not ck.model_config.get("forecast_only", False):
+        raise UserError(f"--forecast_threshold: {ck.path} was not trained with --forecast_only (nothing to lower)")
+    if not 0 <= threshold < math.inf:
+        raise UserError(f"--forecast_threshold must be a finite number >= 0, got {threshold:g}")
+    return dataclasses.replace(
+        ck,
+        config={**ck.config, "forecast_threshold": float(threshold)},
+        model_config={**ck.model_config, "forecast_threshold": float(threshold)},
+    )
+
+
 def result_of(
     ck: Checkpoint,
     run: PolicyRun,
@@ -544,6 +561,7 @@ def backtest(
     ledger: str | Path | None = None,
     unseal: bool = False,
     new_universe: bool = False,
+    forecast_threshold: float | None = None,
 ) -> Backtest:
     """Run one checkpoint (or an ensemble of several: `clstm_ppo.agent.ensemble`) over one period and write its
     report folder (see the module docstring).
@@ -557,6 +575,8 @@ def backtest(
     :param unseal: trade sealed days anyway (recorded in the ledger); without it, sealed days are refused.
     :param new_universe: trade a ``shared`` policy on all of the data's tickers, the market refitted on the data's
         training days (module docstring, step 1).
+    :param forecast_threshold: deploy with this ``--forecast_threshold`` instead of the checkpoint's
+        (`with_forecast_threshold`).
     """
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
@@ -565,7 +585,7 @@ def backtest(
     paths = list(checkpoint) if isinstance(checkpoint, list | tuple) else [checkpoint]
     if stochastic and len(paths) > 1:
         raise UserError("--stochastic samples one policy's actions; an ensemble acts on its members' mean actions")
-    cks = [with_risk_free(c, risk_free) for c in open_members(paths)]
+    cks = [with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold) for c in open_members(paths)]
     ck = cks[0]
     risk_free = ck.cfg.env.risk_free
     if new_universe:
@@ -789,12 +809,19 @@ def compare(
     device: torch.device | str = "cpu",
     ledger: str | Path | None = None,
     unseal: bool = False,
+    forecast_threshold: float | None = None,
 ) -> Comparison:
     """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
     earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
     `backtest` (sealed days are refused unless ``unseal``). An entry ``A.pt+B.pt+C.pt`` is an ensemble of those
-    checkpoints (`open_members`), compared as one policy."""
-    groups = [[with_risk_free(c, risk_free) for c in open_members(str(p).split("+"))] for p in checkpoints]
+    checkpoints (`open_members`), compared as one policy. ``forecast_threshold``: as in `backtest`, for all."""
+    groups = [
+        [
+            with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold)
+            for c in open_members(str(p).split("+"))
+        ]
+        for p in checkpoints
+    ]
     cks = [g[0] for g in groups]
     names = comparison_labels([c.path for c in cks], labels)
     names = [n if len(g) == 1 else f"{n} (ensemble of {len(g)})" for n, g in zip(names, groups, strict=True)]
