@@ -14,7 +14,8 @@ clears D: what a no-trade threshold on the learned forecast would earn, with no 
 
     python benchmarks/deploy_slower.py STUDY_DIR --cells 'clstm-trade_rate=1.0-*' --gain 1 2 4 --shift 0 1 2
 
-Prints one row per setting: the seeds' mean Sharpe (each seed's beside it), mean turnover a year and exposure.
+Prints one row per setting: the seeds' mean Sharpe (each seed's beside it), mean cumulative return, turnover a year
+and exposure.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def main() -> None:
         raise SystemExit("--gain and --shift need --forecast_only policies (g x forecast + b)")
     trained = [policy.forecast_gain.detach().clone() for policy in policies]
     for band, rate, (gain, shift) in itertools.product(args.band, args.trade_rate, thresholds):
-        sharpe, turnover, exposure = [], [], []
+        sharpe, turnover, exposure, ret = [], [], [], []
         for ckpt, policy, g in zip(checkpoints, policies, trained, strict=True):
             with torch.no_grad():
                 policy.forecast_gain.copy_(g * gain)
@@ -71,10 +72,11 @@ def main() -> None:
             sharpe.append(metrics["sharpe"])
             turnover.append(metrics["annual_turnover"])
             exposure.append(mean_exposure(run.values, run.holdings_value))
+            ret.append(metrics["cumulative_return"])
         seeds = " ".join(f"{x:.2f}" for x in sharpe)
         print(
             f"band {band:.2f} trade_rate {rate:.2f} gain x{gain:g} shift {shift:g}: Sharpe {np.mean(sharpe):.2f} "
-            f"({seeds}), turnover {np.mean(turnover):.0f}x a year, exposure {np.mean(exposure):.0%}"
+            f"({seeds}), return {np.mean(ret):.1%}, turnover {np.mean(turnover):.0f}x a year, exposure {np.mean(exposure):.0%}"
         )
 
 
