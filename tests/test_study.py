@@ -22,6 +22,7 @@ import torch
 
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.baselines import buy_and_hold
+from clstm_ppo.study.analysis import seed_summary
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
 from clstm_ppo.study.markets import load_markets, prepare_markets, same_market, save_markets
@@ -753,3 +754,22 @@ def test_a_market_prepared_on_another_machine_is_the_same_market_up_to_float_rou
     assert not same_market(
         market, prepare_markets(generate_market(num_tickers=3, num_days=700, seed=2), cfg, periods)[0]
     )
+
+
+def test_seed_summary_of_a_metric_some_seeds_leave_undefined():
+    """A win rate with no closed trade is NaN (a policy that never trades: an untrained ``--forecast_threshold``
+    network in cash). The summary covers the seeds that define each metric and leaves the others' numbers as a
+    joint summary would give them; before, one NaN ended the whole study report."""
+    nan = math.nan
+    rows = [
+        dict(sharpe=1.0, win_rate=0.5, never=nan),
+        dict(sharpe=2.5, win_rate=nan, never=nan),
+        dict(sharpe=3.0, win_rate=0.7, never=nan),
+        dict(sharpe=4.5, win_rate=nan, never=nan),
+    ]
+    out = seed_summary(rows, ["sharpe", "win_rate", "never"], confidence=0.95, n_boot=2000)
+    assert out["sharpe"] == seed_summary(rows, ["sharpe"], confidence=0.95, n_boot=2000)["sharpe"]
+    assert out["sharpe"]["n"] == 4 and out["sharpe"]["lo"] < 2.75 < out["sharpe"]["hi"]
+    assert out["win_rate"]["n"] == 2 and out["win_rate"]["mean"] == pytest.approx(0.6)
+    assert 0.5 <= out["win_rate"]["lo"] <= out["win_rate"]["hi"] <= 0.7
+    assert out["never"]["n"] == 0 and math.isnan(out["never"]["mean"])

@@ -109,14 +109,27 @@ def seed_summary(
     rows: list[dict[str, float]], keys: list[str], *, confidence: float, n_boot: int, seed: int = 0
 ) -> dict[str, dict[str, float]]:
     """``{metric: {mean, std, lo, hi, n}}`` over seeds: percentile-bootstrap interval of the mean (NaN bounds for
-    one seed; too narrow for very few seeds, as every percentile interval is)."""
+    one seed; too narrow for very few seeds, as every percentile interval is). A metric undefined for some seeds
+    (NaN: a win rate with no closed trade, of a policy that never traded) is summarised over the seeds that define
+    it (``n`` of them; all NaN where none does)."""
     x = np.array([[row.get(k, math.nan) for k in keys] for row in rows], dtype=np.float64)  # [S, M]
-    mean, lo, hi = S.bootstrap_mean_ci(x, confidence=confidence, n_boot=n_boot, seed=seed)
-    std = x.std(axis=0, ddof=1) if len(rows) > 1 else np.zeros(len(keys))
-    return {
-        k: {"mean": float(mean[i]), "std": float(std[i]), "lo": float(lo[i]), "hi": float(hi[i]), "n": len(rows)}
-        for i, k in enumerate(keys)
-    }
+    out = {}
+    defined = np.isfinite(x)  # [S, M]
+    full = defined.all(axis=0)  # [M] the metrics every seed defines: one bootstrap over them all
+    if full.any():
+        mean, lo, hi = S.bootstrap_mean_ci(x[:, full], confidence=confidence, n_boot=n_boot, seed=seed)
+        std = x[:, full].std(axis=0, ddof=1) if len(rows) > 1 else np.zeros(int(full.sum()))
+        for j, i in enumerate(np.flatnonzero(full)):
+            out[keys[i]] = {"mean": float(mean[j]), "std": float(std[j]), "lo": float(lo[j]), "hi": float(hi[j])}
+            out[keys[i]]["n"] = len(rows)
+    for i in np.flatnonzero(~full):
+        column = x[defined[:, i], i]  # [n] the seeds that define it
+        nan = {"mean": math.nan, "std": math.nan, "lo": math.nan, "hi": math.nan}
+        if column.size:
+            m, lo_i, hi_i = S.bootstrap_mean_ci(column, confidence=confidence, n_boot=n_boot, seed=seed)
+            nan = {"mean": m, "std": float(column.std(ddof=1)) if column.size > 1 else 0.0, "lo": lo_i, "hi": hi_i}
+        out[keys[i]] = {**nan, "n": int(column.size)}
+    return {k: out[k] for k in keys}
 
 
 def active_profile(values: np.ndarray, benchmark_values: np.ndarray) -> dict[str, float]:
