@@ -38,7 +38,6 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -304,8 +303,7 @@ def with_forecast_threshold(ck: Checkpoint, threshold: float | None) -> Checkpoi
         return ck
     if not ck.model_config.get("forecast_only", False):
         raise UserError(f"--forecast_threshold: {ck.path} was not trained with --forecast_only (nothing to lower)")
-    if not 0 <= threshold < math.inf:
-        raise UserError(f"--forecast_threshold must be a finite number >= 0, got {threshold:g}")
+    dataclasses.replace(ck.cfg.model, forecast_threshold=float(threshold)).validate()  # its range check
     return dataclasses.replace(
         ck,
         config={**ck.config, "forecast_threshold": float(threshold)},
