@@ -62,7 +62,7 @@
 #   bash benchmarks/learning_studies.sh ll-choose OUTDIR [WORKERS] # D for lead-lag: the default and --forecast_only on
 #                                                   lead-lag draw 1, 4 seeds, forecast_only traded at several D
 #   bash benchmarks/learning_studies.sh fresh-report OUTDIR [WORKERS] # the default vs --forecast_only (D = 0 and
-#                                                   1.75) on fresh draws memory 2323 and lead-lag 2424 (not yet run)
+#                                                   1.75) on fresh draws memory 2323 and lead-lag 2424 (docs/learning.md 19)
 #   bash benchmarks/learning_studies.sh pen-screen OUTDIR [WORKERS] # --forecast_only with --turnover_penalty 0.005,
 #                                                   0.01 or 0.02, memory draw 1, 4 seeds: a screen (docs/learning.md 18)
 #   bash benchmarks/learning_studies.sh pen-report OUTDIR [WORKERS] # pen-screen's choice on memory draw 2020, then
@@ -471,7 +471,7 @@ elif [ "$which" = ll-choose ]; then
         > "$out/ll-choose-default-turnover.txt"
     cat "$out/ll-choose-shift.txt" "$out/ll-choose-default-turnover.txt"
 elif [ "$which" = fresh-report ]; then
-    # Not yet run (written before any of its runs, 2026-11-26). Today's default against --forecast_skip --forecaster
+    # Run 2026-11-26 (docs/learning.md 19; written before any of its runs). The then default against --forecast_skip --forecaster
     # linear --forecast_only at full rate on fresh memory draw 2323 and fresh lead-lag draw 2424 (never used), 12 seeds
     # each, trained with --forecast_threshold 1.75 (section 18's choice; it never reaches training, so the same weights
     # give D = 0 through `backtest --forecast_threshold 0`, as section 18 did). Rules, stated before the runs:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 import types
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
@@ -36,6 +36,8 @@ STAGE1S = ("lstm", "conv")
 the window."""
 FORECASTERS = ("head", "linear")
 """What ``--forecast_skip`` follows: the network's next-day head, or a linear map of the window's price columns."""
+FORECASTER_CHOICES = ("auto", *FORECASTERS)
+"""``--forecaster``'s values: one of `FORECASTERS`, or auto (`ModelConfig.resolved`)."""
 CROSS_SECTIONS = ("mean", "attention")
 """How --policy shared's tickers see each other: their embeddings' mean, or also attention across tickers."""
 OUTPUT_SETTINGS = (
@@ -215,25 +217,27 @@ class ModelConfig:
         "normalise each state number by running mean / std over the training rollouts (kept in the checkpoint and "
         "used unchanged by backtest and trade)",
     )
-    forecast_skip: bool = setting(
-        False,
-        "the actor's mean for each stock also gets g x the next-day head's prediction of that stock's return "
-        "(detached: only the next-day loss fits the head; g one learned number, 0 at the start); needs --aux_coef > 0 "
-        "unless --forecaster linear",
+    forecast_skip: bool | None = setting(
+        None,
+        "the actor's mean for each stock also gets g x a forecast of that stock's next-day return (detached: only "
+        "the next-day loss fits it; g one learned number, 0 at the start); the head's needs --aux_coef > 0 (default: "
+        "on for clstm, lstm and mlp, off for --policy shared; --no-forecast_skip: the network's own means, the "
+        "default until docs/learning.md section 19)",
     )
     forecaster: str = setting(
-        "head",
+        "auto",
         "what --forecast_skip follows: head (the network's next-day head) or linear (a linear map of the window's "
         "price columns, [T x N] -> [N], fitted by its own next-day loss term, weight 1 whatever --aux_coef: a "
-        "forecast with few weights, which does not memorise the training days the way the network can)",
-        choices=FORECASTERS,
+        "forecast with few weights, which does not memorise the training days the way the network can) (default: "
+        "auto, linear for clstm, lstm and mlp, head for --policy shared)",
+        choices=FORECASTER_CHOICES,
     )
-    forecast_only: bool = setting(
-        False,
+    forecast_only: bool | None = setting(
+        None,
         "with --forecast_skip: the stocks' action means are g x the forecast plus a learned bias per stock, without "
         "the network's part (which adds what it learned of the training days); a threshold on the forecast is "
         "within reach (a bias below 0 keeps a stock out until its forecast clears it); the network keeps the trade "
-        "gates and the critic (docs/learning.md section 17)",
+        "gates and the critic (docs/learning.md sections 17 and 19) (default: on with the linear forecaster)",
     )
     forecast_threshold: float = setting(
         0.0,
@@ -242,6 +246,19 @@ class ModelConfig:
         "it: a no-trade threshold on the forecast (0: none). Training's sampled actions do not see it (PPO would "
         "learn it away: its return is highest trading every forecast); choose it by study (docs/learning.md 18)",
     )
+
+    def resolved(self) -> ModelConfig:
+        """This config with the forecast settings left at their defaults (None, auto) made concrete for its policy:
+        clstm, lstm and mlp follow a linear forecast alone (``forecast_skip``, ``forecaster="linear"``,
+        ``forecast_only``; docs/learning.md section 19), ``--policy shared`` its network's own means (the linear
+        forecaster's weights would tie it to its tickers). Settings given keep their values."""
+        per_ticker = self.policy != "shared"
+        skip = per_ticker if self.forecast_skip is None else self.forecast_skip
+        forecaster = self.forecaster
+        if forecaster == "auto":
+            forecaster = "linear" if skip and per_ticker else "head"
+        only = skip and forecaster == "linear" if self.forecast_only is None else self.forecast_only
+        return replace(self, forecast_skip=skip, forecaster=forecaster, forecast_only=only)
 
     def validate(self) -> None:
         _positive(self, "stage1_hidden", "feature_dim", "stage2_hidden")
@@ -464,26 +481,27 @@ class TrainConfig:
             section.validate()
         if self.env.trade_gate and self.model.policy == "shared":
             raise UserError("--trade_gate needs two outputs per ticker; --policy shared has one")
-        if self.model.forecast_skip and self.model.forecaster == "head" and not self.ppo.aux_coef > 0:
-            raise UserError(
-                "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0"
-            )
-        if self.model.forecaster != "head" and not self.model.forecast_skip:
-            raise UserError(
-                f"--forecaster {self.model.forecaster} is what --forecast_skip follows; it needs --forecast_skip"
-            )
-        if self.model.forecast_only and (not self.model.forecast_skip or self.model.policy == "shared"):
-            raise UserError(
-                "--forecast_only sets the stocks' means from what --forecast_skip follows; it needs --forecast_skip "
-                "and a network with tickers of its own (not --policy shared)"
-            )
-        if self.model.forecast_threshold and not self.model.forecast_only:
-            raise UserError("--forecast_threshold lowers the means --forecast_only sets; it needs --forecast_only")
-        if self.model.forecaster == "linear" and self.model.policy == "shared":
+        model = self.model.resolved()  # the forecast settings as the network is built with them
+        if model.forecaster == "linear" and model.policy == "shared":
             raise UserError(
                 "--forecaster linear has N x T x N weights, which ties a network to its tickers; --policy shared "
                 "cannot use it"
             )
+        if model.forecast_skip and model.forecaster == "head" and not self.ppo.aux_coef > 0:
+            raise UserError(
+                "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0"
+            )
+        if model.forecaster != "head" and not model.forecast_skip:
+            raise UserError(
+                f"--forecaster {model.forecaster} is what --forecast_skip follows; it needs --forecast_skip"
+            )
+        if model.forecast_only and (not model.forecast_skip or model.policy == "shared"):
+            raise UserError(
+                "--forecast_only sets the stocks' means from what --forecast_skip follows; it needs --forecast_skip "
+                "and a network with tickers of its own (not --policy shared)"
+            )
+        if model.forecast_threshold and not model.forecast_only:
+            raise UserError("--forecast_threshold lowers the means --forecast_only sets; it needs --forecast_only")
         return self
 
     # ------------------------------------------------------------------ the flat form
@@ -540,6 +558,9 @@ PAPER_BEHAVIOUR: dict[str, Any] = dict(
     aux_coef=0.0,  # no next-day loss
     execution="close",  # orders fill at the close the policy has just seen
     turbulence_exit_days=1,  # back in on the first calm day after a turbulence stop
+    forecast_skip=False,  # the actor's means are the network's own (clstm, lstm and mlp follow a linear forecast)
+    forecaster="head",
+    forecast_only=False,
 )
 """Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's."""
 

@@ -77,15 +77,15 @@ CASES = [
     Case("--max_price_ratio of 1", "train", (*SYN, *TINY, "--max_price_ratio", "1"), "--max_price_ratio"),
     Case("negative --aux_coef", "train", (*SYN, *TINY, "--aux_coef", "-1"), "--aux_coef must be 0 or more"),
     Case(
-        "--forecast_skip without the next-day loss",
+        "--forecaster head without the next-day loss",
         "train",
-        (*SYN, *TINY, "--forecast_skip", "--aux_coef", "0"),
+        (*SYN, *TINY, "--forecaster", "head", "--aux_coef", "0"),
         "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0",
     ),
     Case(
         "--forecaster linear without --forecast_skip",
         "train",
-        (*SYN, *TINY, "--forecaster", "linear"),
+        (*SYN, *TINY, "--forecaster", "linear", "--no-forecast_skip"),
         "--forecaster linear is what --forecast_skip follows; it needs --forecast_skip",
     ),
     Case(
@@ -223,7 +223,7 @@ CASES = [
     Case(
         "backtest --forecast_threshold of a policy without --forecast_only",
         "cli",
-        ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--forecast_threshold", "1", "--out", "{d}/bt"),
+        ("backtest", "--checkpoint", "{d}/old/latest.pt", "--forecast_threshold", "1", "--out", "{d}/bt"),
         "was not trained with --forecast_only",
     ),
     Case(
@@ -294,6 +294,10 @@ def files(tmp_path_factory: pytest.TempPathFactory, quick_checkpoint: Path) -> P
     blob = quick_checkpoint.read_bytes()
     (d / "ck" / "good" / "latest.pt").write_bytes(blob)
     (d / "truncated.pt").write_bytes(blob[: len(blob) // 2])
+    (d / "old").mkdir()  # a checkpoint whose stocks' means are its network's own (trained before the forecasts)
+    (d / "old" / "latest.pt").write_bytes(
+        (Path(__file__).parent / "fixtures" / "checkpoint_format1_pre_layout.pt").read_bytes()
+    )
     return d
 
 

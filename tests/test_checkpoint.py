@@ -35,6 +35,7 @@ THEN = [
     "--ent_coef",
     "0.01",
     "--no-skip",
+    "--no-forecast_skip",
     "--aux_coef",
     "0",
     "--execution",

@@ -28,19 +28,47 @@ def test_config_rejects_batch_that_does_not_divide_rollout():
         TrainConfig.from_dict(dict(gama=0.9))
 
 
+def forecast_of(cfg: TrainConfig) -> tuple[bool | None, str, bool | None]:
+    m = cfg.model.resolved()
+    return m.forecast_skip, m.forecaster, m.forecast_only
+
+
+def test_the_forecast_defaults_resolve_per_policy_and_given_settings_win():
+    for policy in ("clstm", "lstm", "mlp"):  # a linear forecast alone (docs/learning.md 19)
+        cfg = TrainConfig.from_dict(dict(policy=policy)).validate()
+        assert (cfg.model.forecast_skip, cfg.model.forecaster, cfg.model.forecast_only) == (None, "auto", None)
+        assert forecast_of(cfg) == (True, "linear", True)
+    assert forecast_of(TrainConfig.from_dict(dict(policy="shared")).validate()) == (False, "head", False)
+    assert forecast_of(TrainConfig.from_dict(dict(forecast_skip=False)).validate()) == (False, "head", False)
+    assert forecast_of(TrainConfig.from_dict(dict(forecast_only=False)).validate()) == (True, "linear", False)
+    assert forecast_of(TrainConfig.from_dict(dict(forecaster="head")).validate()) == (True, "head", False)
+    shared_head = TrainConfig.from_dict(dict(policy="shared", forecast_skip=True)).validate()
+    assert forecast_of(shared_head) == (True, "head", False)
+    assert forecast_of(preset("paper")) == (False, "head", False)  # the paper's network's own means
+    assert forecast_of(TrainConfig.from_checkpoint({})) == (False, "head", False)  # files older than the setting
+    # a study's base config keeps auto, so one grid can hold clstm and shared cells
+    base = TrainConfig.from_dict(dict(policy="clstm")).validate()
+    assert forecast_of(base.with_settings(policy="shared").validate()) == (False, "head", False)
+
+
 def test_forecast_skip_needs_the_next_day_loss_only_when_it_follows_the_head():
     with pytest.raises(UserError, match="it needs --aux_coef > 0"):
-        TrainConfig.from_dict(dict(forecast_skip=True, aux_coef=0.0)).validate()
-    linear = TrainConfig.from_dict(dict(forecast_skip=True, forecaster="linear", aux_coef=0.0)).validate()
-    assert linear.model.forecaster == "linear" and linear.ppo.aux_coef == 0.0  # its own term fits it (test_ppo)
+        TrainConfig.from_dict(dict(forecaster="head", aux_coef=0.0)).validate()
+    linear = TrainConfig.from_dict(dict(aux_coef=0.0)).validate()
+    assert forecast_of(linear) == (True, "linear", True) and linear.ppo.aux_coef == 0.0  # its own term (test_ppo)
     with pytest.raises(UserError, match="--forecast_only sets the stocks' means"):
-        TrainConfig.from_dict(dict(forecast_only=True)).validate()
-    only = dict(forecast_skip=True, forecaster="linear", forecast_only=True)
-    assert TrainConfig.from_dict(dict(only, forecast_threshold=1.5)).validate().model.forecast_threshold == 1.5
+        TrainConfig.from_dict(dict(forecast_only=True, forecast_skip=False)).validate()
+    with pytest.raises(UserError, match="--forecast_only sets the stocks' means"):
+        TrainConfig.from_dict(dict(forecast_only=True, policy="shared")).validate()
+    with pytest.raises(UserError, match="--forecaster linear has N x T x N weights"):
+        TrainConfig.from_dict(dict(forecaster="linear", policy="shared")).validate()
+    with pytest.raises(UserError, match="--forecaster linear is what --forecast_skip follows"):
+        TrainConfig.from_dict(dict(forecaster="linear", forecast_skip=False)).validate()
+    assert TrainConfig.from_dict(dict(forecast_threshold=1.5)).validate().model.forecast_threshold == 1.5
     with pytest.raises(UserError, match="--forecast_threshold lowers the means --forecast_only sets"):
-        TrainConfig.from_dict(dict(forecast_threshold=1.5)).validate()
+        TrainConfig.from_dict(dict(forecast_threshold=1.5, forecast_only=False)).validate()
     with pytest.raises(UserError, match="--forecast_threshold must be a finite number >= 0, got -1"):
-        TrainConfig.from_dict(dict(only, forecast_threshold=-1.0)).validate()
+        TrainConfig.from_dict(dict(forecast_threshold=-1.0)).validate()
 
 
 def test_paper_preset_has_the_papers_settings():

@@ -2,8 +2,9 @@
 
 Market: 5 synthetic tickers over 10 years with a lead-lag signal (ticker i's shock today moves ticker
 i+1 tomorrow, strength 0.9) -- learnable from the state's daily returns. Both the default policy (``clstm``,
-small: a 5-day window, 32-unit stage 1, 64-unit stage 2) and ``mlp`` train with today's default action, reward
-and distribution (target weights, log-return reward, tanh-squashed Gaussian) through the real train script on
+small: a 5-day window, 32-unit stage 1, 64-unit stage 2) and ``mlp`` train with today's default action, reward,
+distribution and actor (target weights, log-return reward, tanh-squashed Gaussian, the stocks' means following a
+linear forecast from the window: docs/learning.md section 19) through the real train script on
 CPU (all four runs in parallel, about a minute each alone); the deterministic policy of the checkpoint the run
 deploys (``--deploy``, today ``latest.pt``) is backtested with the real `clstm-ppo backtest` on the held-out test split (the last 15% of days, never seen in
 training) and must beat both equal-weight buy-and-hold and the same network untrained, by Sharpe ratio.

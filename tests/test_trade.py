@@ -71,6 +71,7 @@ SHARES = [
     "--ent_coef",
     "0.01",
     "--no-skip",
+    "--no-forecast_skip",  # the network's own means, as the paper's
 ]
 MIXED_DAY = date(2023, 12, 22)  # the tiny policy sells MSFT and buys AAPL and NVDA on this day
 
@@ -360,8 +361,38 @@ def test_an_ensembles_plan_equals_its_backtest_trades(
     assert not alone[["date", "ticker", "shares"]].equals(trained_ensemble.trades[["date", "ticker", "shares"]])
 
 
+@pytest.mark.slow
+def test_a_plan_at_another_forecast_threshold_equals_that_backtests_trades(
+    trained_weights: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Today's default policy follows a linear forecast alone (--forecast_only), so `trade --forecast_threshold D`
+    can deploy it with a no-trade threshold: it plans exactly what `backtest --forecast_threshold D` traded (other
+    trades than at the checkpoint's 0), and journals D."""
+    threshold = "0.3"
+    with pytest.MonkeyPatch.context() as mp:
+        use_alpaca_keys(mp, KEY, SECRET)
+        backtest = ["backtest", "--checkpoint", str(trained_weights.ckpt), "--forecast_threshold", threshold]
+        assert cli.main([*backtest, "--out", str(env / "bt-threshold"), "--threads", "1"]) == 0
+    capsys.readouterr()
+    at_threshold = dataclasses.replace(
+        trained_weights,
+        trades=pd.read_csv(env / "bt-threshold" / "trades.csv"),
+        equity=pd.read_csv(env / "bt-threshold" / "equity.csv"),
+    )
+    assert len(at_threshold.trades) < len(trained_weights.trades)  # it trades less than at 0
+    with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_weights.bars)) as data:
+        check_plans_equal_backtest(at_threshold, env, data, capsys, monkeypatch, "--forecast_threshold", threshold)
+    decisions = [json.loads(line) for p in env.glob("j-*/trades.jsonl") for line in p.read_text().splitlines()]
+    assert {d["forecast_threshold"] for d in decisions if d["event"] == "decision"} == {float(threshold)}
+
+
 def check_plans_equal_backtest(
-    trained: Trained, env: Path, data: AlpacaTestServer, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+    trained: Trained,
+    env: Path,
+    data: AlpacaTestServer,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    *flags: str,
 ) -> None:
     trades = trained.trades
     decided = {trained.fill_day(date.fromisoformat(d)): d for d in trained.equity["date"].iloc[:-1]}
@@ -377,7 +408,7 @@ def check_plans_equal_backtest(
         day = date.fromisoformat(day_text)
         state = account(trained, day, cash=trained.cash_at(day), positions=trained.holdings_at(day))
         with broker(state, monkeypatch) as server:
-            run = trade(capsys, trained, data, env / f"j-{day_text}")
+            run = trade(capsys, trained, data, env / f"j-{day_text}", *flags)
         assert run.code == 0, run.err
         decision = run.of("decision")[-1]
         planned = sorted((o["ticker"], o["side"], o["shares"]) for o in decision["plan"])

@@ -180,7 +180,9 @@ class ModelSpec:
         trade_gate: bool = False,
     ) -> ModelSpec:
         """The network of the settings ``model`` for states of F numbers, N tickers and a T-day window (and N gate
-        actions with ``trade_gate``)."""
+        actions with ``trade_gate``). The forecast settings' defaults resolve for the policy
+        (`clstm_ppo.config.ModelConfig.resolved`)."""
+        model = model.resolved()
         return cls(
             policy=model.policy,
             num_features=num_features,

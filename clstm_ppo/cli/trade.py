@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data_cache_dir", default=None, help="where bars are cached (default: the run's setting)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
+    parser.add_argument(
+        "--forecast_threshold",
+        type=float,
+        default=None,
+        help="a --forecast_only policy: lower its stocks' action means by this (a no-trade threshold on its forecast, "
+        "as `clstm-ppo backtest --forecast_threshold`; default: the checkpoint's)",
+    )
     return parser
 
 
@@ -141,6 +148,7 @@ def main(argv: list[str]) -> int:
             data_url=args.data_url,
             data_cache_dir=args.data_cache_dir,
             device=str(_device(args.device)),
+            forecast_threshold=args.forecast_threshold,
         )
     )
     return 2 if result.problems else 0

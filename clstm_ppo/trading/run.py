@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clstm_ppo.evaluation.backtest import open_members, restore_acting
+from clstm_ppo.evaluation.backtest import open_members, restore_acting, with_forecast_threshold
 from clstm_ppo.trading.broker import Account, Broker, Endpoint, Position, calendar_window, resolve_endpoint
 from clstm_ppo.trading.decision import Decision, check_tradable, decide, load_trading_market, replay_days
 from clstm_ppo.trading.journal import Journal
@@ -64,6 +64,7 @@ class TradeOptions:
     data_url: str | None = None
     data_cache_dir: str | None = None
     device: str = "cpu"
+    forecast_threshold: float | None = None  # a --forecast_only policy's threshold instead of the checkpoint's
 
 
 @dataclass
@@ -87,7 +88,8 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     if opts.wait_seconds < 0 or opts.poll_seconds <= 0:
         raise UserError("--wait_seconds must be >= 0 and --poll_seconds > 0")
     endpoint = resolve_endpoint(live=opts.live, confirm_live=opts.confirm_live, url=opts.trading_url)
-    cks = open_members([opts.checkpoint] if isinstance(opts.checkpoint, str | Path) else list(opts.checkpoint))
+    paths = [opts.checkpoint] if isinstance(opts.checkpoint, str | Path) else list(opts.checkpoint)
+    cks = [with_forecast_threshold(c, opts.forecast_threshold) for c in open_members(paths)]
     ck = cks[0]  # the members share its market and env settings (open_members)
     for member in cks:
         check_tradable(member, replay_start=opts.replay_start, history_start=opts.history_start, data_url=opts.data_url)
@@ -125,7 +127,9 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     model = restore_acting(cks, market, torch.device(opts.device))
     decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
     ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
-    _journal_decision(journal, day, traded, account, dict(zip(tickers, shares, strict=True)), unknown, decision, ids)
+    held = dict(zip(tickers, shares, strict=True))
+    threshold = float(ck.model_config.get("forecast_threshold", 0.0))
+    _journal_decision(journal, day, traded, threshold, account, held, unknown, decision, ids)
 
     for line in plan_lines(
         decision,
@@ -181,18 +185,20 @@ def _journal_decision(
     journal: Journal,
     day: str,
     checkpoint: str,
+    forecast_threshold: float,
     account: Account,
     held: dict[str, float],
     unknown: dict[str, Position],
     decision: Decision,
     ids: list[str],
 ) -> None:
-    """Journal the day's decision (account, positions, the decision and its plan with client order ids) and the
-    account's equity next to the backtest's."""
+    """Journal the day's decision (the checkpoint and the --forecast_threshold it deployed with, account,
+    positions, the decision and its plan with client order ids) and the account's equity next to the backtest's."""
     journal.record(
         "decision",
         day=day,
         checkpoint=checkpoint,
+        forecast_threshold=forecast_threshold,
         account={
             "number": account.number,
             "cash": account.cash,
