@@ -57,7 +57,7 @@ def main() -> None:
     checkpoints = [load_checkpoint(path) for path in paths]
     policies = [restore_policy(ckpt, market) for ckpt in checkpoints]
     thresholds = [(k, d) for k in args.gain for d in args.shift]
-    if thresholds != [(1.0, 0.0)] and not all(ckpt.cfg.model.resolved().forecast_only for ckpt in checkpoints):
+    if thresholds != [(1.0, 0.0)] and not all(policy.spec.forecast_only for policy in policies):
         raise SystemExit("--gain and --shift need --forecast_only policies (g x forecast + b)")
     trained = [policy.forecast_gain.detach().clone() for policy in policies]
     for band, rate, (gain, shift) in itertools.product(args.band, args.trade_rate, thresholds):

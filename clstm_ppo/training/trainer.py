@@ -25,9 +25,9 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.agent.evaluate import evaluate_policy
-from clstm_ppo.agent.model import ActorCritic, build_model
+from clstm_ppo.agent.model import ActorCritic, ModelSpec, build_model
 from clstm_ppo.agent.moments import moment_sums
-from clstm_ppo.config import ModelConfig, PPOConfig, TrainConfig
+from clstm_ppo.config import PPOConfig, TrainConfig
 from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint, save_checkpoint
 from clstm_ppo.training.distributed import Comm, WorldLayout
 from clstm_ppo.training.faults import FaultSpec
@@ -309,7 +309,7 @@ class Trainer:
         devices = str(self.device) if self.comm.world_size == 1 else f"{self.device.type} x {self.comm.world_size}"
         return (
             f"world size {self.comm.world_size} | backend {self.comm.backend} | devices {devices} | "
-            f"{self.cfg.ppo.num_envs} envs per worker | policy {describe_actor(self.cfg.model)} | "
+            f"{self.cfg.ppo.num_envs} envs per worker | policy {describe_actor(self.model.spec)} | "
             f"{self.market.num_tickers} tickers, F={self.market.num_features}, T={self.market.window} | "
             f"{describe_execution(self.cfg.env.execution, self.market.data)}"
         )
@@ -433,9 +433,9 @@ def train_worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, W
         )
 
 
-def describe_actor(model: ModelConfig) -> str:
-    """The policy and what its stocks' action means follow, e.g. ``clstm (stock means: a linear forecast)``."""
-    m = model.resolved()
+def describe_actor(m: ModelSpec) -> str:
+    """The built network's policy and what its stocks' action means follow, e.g. ``clstm (stock means: a linear
+    forecast)``."""
     if not m.forecast_skip:
         return m.policy
     forecast = "a linear forecast" if m.forecaster == "linear" else "the next-day head"
