@@ -14,6 +14,10 @@ clears D: what a no-trade threshold on the learned forecast would earn, with no 
 
     python benchmarks/deploy_slower.py STUDY_DIR --cells 'clstm-trade_rate=1.0-*' --gain 1 2 4 --shift 0 1 2
 
+``--shift_sd K`` sets each seed's D to K times its own spread ``s`` (the pooled standard deviation of its stock
+means over its training days, `benchmarks.forecast_spread`): a threshold in units of the forecast's size.
+``--csv FILE`` also writes one row per setting and seed.
+
 Prints one row per setting: the seeds' mean Sharpe (each seed's beside it), mean cumulative return, turnover a year
 and exposure.
 """
@@ -23,16 +27,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
+import math
 import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.forecast_spread import pooled_spread, stock_means  # noqa: E402
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
@@ -47,7 +54,9 @@ def main() -> None:
     p.add_argument("--band", type=float, nargs="+", default=[0.01])
     p.add_argument("--cells", default="*", help="a glob over the study's cell folders (default: all)")
     p.add_argument("--gain", type=float, nargs="+", default=[1.0], help="--forecast_only: scale g by K")
-    p.add_argument("--shift", type=float, nargs="+", default=[0.0], help="--forecast_only: --forecast_threshold D")
+    p.add_argument("--shift", type=float, nargs="+", default=[], help="--forecast_only: --forecast_threshold D")
+    p.add_argument("--shift_sd", type=float, nargs="+", default=[], help="--forecast_only: D = K x the seed's spread")
+    p.add_argument("--csv", type=Path, help="also write one row per setting and seed here")
     args = p.parse_args()
     torch.set_num_threads(1)
     market = load_markets(args.study / "prepared", sorted((args.study / "prepared").glob("*.json"))[0].stem)[0]
@@ -56,16 +65,23 @@ def main() -> None:
         raise SystemExit(f"{args.study}: no cell matches {args.cells!r}")
     checkpoints = [load_checkpoint(path) for path in paths]
     policies = [restore_policy(ckpt, market) for ckpt in checkpoints]
-    thresholds = [(k, d) for k in args.gain for d in args.shift]
-    if thresholds != [(1.0, 0.0)] and not all(policy.spec.forecast_only for policy in policies):
-        raise SystemExit("--gain and --shift need --forecast_only policies (g x forecast + b)")
+    shifts = [("D", d) for d in args.shift] + [("K", k) for k in args.shift_sd] or [("D", 0.0)]
+    thresholds = [(g, s) for g in args.gain for s in shifts]
+    if thresholds != [(1.0, ("D", 0.0))] and not all(policy.spec.forecast_only for policy in policies):
+        raise SystemExit("--gain, --shift and --shift_sd need --forecast_only policies (g x forecast + b)")
     trained = [policy.forecast_gain.detach().clone() for policy in policies]
-    for band, rate, (gain, shift) in itertools.product(args.band, args.trade_rate, thresholds):
+    spreads = [
+        pooled_spread(stock_means(policy, market, ckpt.cfg.env)) if args.shift_sd else math.nan
+        for ckpt, policy in zip(checkpoints, policies, strict=True)
+    ]
+    rows = []
+    for band, rate, (gain, (unit, shift)) in itertools.product(args.band, args.trade_rate, thresholds):
         sharpe, turnover, exposure, ret = [], [], [], []
-        for ckpt, policy, g in zip(checkpoints, policies, trained, strict=True):
+        for path, ckpt, policy, g, spread in zip(paths, checkpoints, policies, trained, spreads, strict=True):
             with torch.no_grad():
                 policy.forecast_gain.copy_(g * gain)
-            policy.spec = dataclasses.replace(policy.spec, forecast_threshold=shift)
+            threshold = shift * spread if unit == "K" else shift
+            policy.spec = dataclasses.replace(policy.spec, forecast_threshold=threshold)
             env = dataclasses.replace(ckpt.cfg.env, rebalance_band=band, trade_rate=rate)
             run = evaluate_policy(policy, market, "test", env)
             metrics = policy_metrics(run, env)
@@ -73,11 +89,21 @@ def main() -> None:
             turnover.append(metrics["annual_turnover"])
             exposure.append(mean_exposure(run.values, run.holdings_value))
             ret.append(metrics["cumulative_return"])
+            rows.append(
+                {"cell": path.parents[2].name, "band": band, "trade_rate": rate, "gain": gain, "unit": unit,
+                 "shift": shift, "spread": spread, "threshold": threshold, "sharpe": sharpe[-1],
+                 "annual_turnover": turnover[-1], "exposure": exposure[-1], "cumulative_return": ret[-1]}
+            )  # fmt: skip
         seeds = " ".join(f"{x:.2f}" for x in sharpe)
+        name = f"shift {shift:g}" if unit == "D" else f"shift {shift:g} x spread"
         print(
-            f"band {band:.2f} trade_rate {rate:.2f} gain x{gain:g} shift {shift:g}: Sharpe {np.mean(sharpe):.2f} "
+            f"band {band:.2f} trade_rate {rate:.2f} gain x{gain:g} {name}: Sharpe {np.mean(sharpe):.2f} "
             f"({seeds}), return {np.mean(ret):.1%}, turnover {np.mean(turnover):.0f}x a year, exposure {np.mean(exposure):.0%}"
         )
+    if args.shift_sd:
+        print("spread s per seed: " + " ".join(f"{x:.3f}" for x in spreads))
+    if args.csv:
+        pd.DataFrame(rows).to_csv(args.csv, index=False)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,87 @@
+"""The spread of a ``--forecast_only`` policy's stock means over its training days: the unit of a no-trade
+threshold measured in the forecast's own size (docs/learning.md section 20).
+
+A ``--forecast_only`` policy's deterministic stock means are ``g x forecast + b`` (weight logits); its
+``--forecast_threshold D`` holds a stock only where that clears D. D is in logit units, so one D means a different
+selectivity on a market whose forecasts are larger or smaller. Here the unit is the policy's own spread::
+
+    s = sqrt( mean over stocks i of Var over training days t of m[t, i] )
+
+the pooled standard deviation of its stock means ``m [days, N]`` over the days it was fitted on (the ``train``
+split, D = 0; stocks whose forecast barely moves add little, so the strong forecasts set the unit). A threshold
+of K spreads is ``D = K x s``::
+
+    python benchmarks/forecast_spread.py CHECKPOINT... [--sd K]    # prints s (or K x s), one line per checkpoint
+
+The checkpoint's own market is rebuilt from its data and fitted statistics (as `backtest` does), so the days are the ones it trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from clstm_ppo.agent.model import ActorCritic  # noqa: E402
+from envs.config import EnvConfig  # noqa: E402
+from envs.features import PreparedMarket  # noqa: E402
+from envs.trading_env import StockTradingEnv  # noqa: E402
+
+
+@torch.no_grad()
+def stock_means(policy: ActorCritic, market: PreparedMarket, env_config: EnvConfig, split: str = "train") -> np.ndarray:
+    """The policy's deterministic stock means (weight logits, before any threshold) on every day of ``split``:
+    ``[days, N]`` float64. The policy acts through the split as in a backtest (its recurrent state carried)."""
+    spec = policy.spec
+    policy.spec = dataclasses.replace(spec, forecast_threshold=0.0)
+    env = StockTradingEnv(market=market, split=split, config=env_config.whole_split())
+    obs, _ = env.reset(seed=0)
+    state, start, means, done = policy.initial_state(1, "cpu"), torch.ones(1, dtype=torch.bool), [], False
+    was_training = policy.training
+    policy.eval()
+    try:
+        while not done:
+            action, _, _, state = policy.act(torch.as_tensor(obs).unsqueeze(0), state, start, deterministic=True)
+            start = torch.zeros_like(start)
+            means.append(action[0, : spec.num_tickers].double().numpy())
+            obs, _, terminated, truncated, _ = env.step(policy.env_action(action)[0].float().numpy())
+            done = terminated or truncated
+    finally:
+        policy.spec = spec
+        policy.train(was_training)
+    return np.stack(means)
+
+
+def pooled_spread(means: np.ndarray) -> float:
+    """``s``: the square root of the mean over stocks of each stock's variance over days of ``means [days, N]``."""
+    return float(np.sqrt(means.var(axis=0).mean()))
+
+
+def main() -> None:
+    from clstm_ppo.evaluation.backtest import load_backtest_data
+    from clstm_ppo.training.checkpoint import load_checkpoint, restore_market, restore_policy
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("checkpoints", type=Path, nargs="+")
+    p.add_argument("--sd", type=float, default=1.0, help="print K x s (default 1: s itself)")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    for path in args.checkpoints:
+        ck = load_checkpoint(path)
+        market = restore_market(ck, load_backtest_data(ck))
+        policy = restore_policy(ck, market)
+        if not policy.spec.forecast_only:
+            raise SystemExit(f"{path}: not a --forecast_only policy (its means are not g x forecast + b)")
+        print(f"{args.sd * pooled_spread(stock_means(policy, market, ck.cfg.env)):.6g}")
+
+
+if __name__ == "__main__":
+    main()
