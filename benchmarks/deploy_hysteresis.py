@@ -1,0 +1,123 @@
+"""A no-trade threshold with hysteresis on a ``--forecast_only`` study's policies, at deploy time only.
+
+Section 20 of docs/learning.md: ``--forecast_threshold`` holds a stock only on days its mean ``g x forecast + b``
+clears D, so a forecast that hovers near D buys and sells on alternate days. With hysteresis a stock the policy
+holds stays in while its mean is above an exit threshold and a stock it does not hold enters only above the entry
+threshold (both in units of the seed's own spread ``s``, `benchmarks.forecast_spread`)::
+
+    python benchmarks/deploy_hysteresis.py STUDY_DIR --enter 1.5 2 --exit 0.5 1 [--csv FILE]
+
+"Held" is the policy's own decision of the day before (its mean cleared that day's threshold); each run starts in
+cash. ``--exit`` equal to ``--enter`` is the plain threshold. Prints, per (enter, exit), the seeds' mean Sharpe,
+return, turnover and exposure; ``--csv`` also writes one row per setting and seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.forecast_spread import pooled_spread, stock_means  # noqa: E402
+from benchmarks.signal_rule import policy_metrics  # noqa: E402
+from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
+from clstm_ppo.agent.model import ActorCritic, ActOutput, RecurrentState  # noqa: E402
+from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
+from clstm_ppo.study.markets import load_markets  # noqa: E402
+from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy  # noqa: E402
+
+
+class HysteresisPolicy:
+    """``policy`` (``--forecast_only``, deterministic) with its stocks' means ``[1, N]`` lowered by ``exit_at`` for
+    the stocks it held the day before and by ``enter_at`` for the others (logit units); what `evaluate_policy`
+    calls of a policy, delegated."""
+
+    def __init__(self, policy: ActorCritic, enter_at: float, exit_at: float) -> None:
+        self.policy, self.enter_at, self.exit_at = policy, enter_at, exit_at
+        self.policy.spec = dataclasses.replace(policy.spec, forecast_threshold=0.0)
+        self.held = torch.zeros(policy.spec.num_tickers, dtype=torch.bool)
+
+    @property
+    def training(self) -> bool:
+        return self.policy.training
+
+    def eval(self) -> None:
+        self.policy.eval()
+
+    def train(self, mode: bool) -> None:
+        self.policy.train(mode)
+
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
+        self.held = torch.zeros(self.policy.spec.num_tickers, dtype=torch.bool)  # each run starts in cash
+        return self.policy.initial_state(batch_size, device)
+
+    def env_action(self, u: torch.Tensor) -> torch.Tensor:
+        return self.policy.env_action(u)
+
+    def act(self, obs, state, starts, *, deterministic: bool = True, generator=None) -> ActOutput:
+        out = self.policy.act(obs, state, starts, deterministic=True)
+        n = self.policy.spec.num_tickers
+        lowered = out.action[0, :n] - torch.where(self.held, self.exit_at, self.enter_at)
+        self.held = lowered > 0
+        action = torch.cat([lowered, out.action[0, n:]]).unsqueeze(0)
+        return out._replace(action=action)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("study", type=Path)
+    p.add_argument("--enter", type=float, nargs="+", required=True, help="entry threshold, in spreads")
+    p.add_argument("--exit", type=float, nargs="+", required=True, help="exit threshold, in spreads")
+    p.add_argument("--cells", default="*", help="a glob over the study's cell folders (default: all)")
+    p.add_argument("--csv", type=Path, help="also write one row per setting and seed here")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    market = load_markets(args.study / "prepared", sorted((args.study / "prepared").glob("*.json"))[0].stem)[0]
+    paths = sorted((args.study / "cells").glob(f"{args.cells}/periods/000/latest.pt"))
+    if not paths:
+        raise SystemExit(f"{args.study}: no cell matches {args.cells!r}")
+    checkpoints = [load_checkpoint(path) for path in paths]
+    policies = [restore_policy(ck, market) for ck in checkpoints]
+    if not all(policy.spec.forecast_only for policy in policies):
+        raise SystemExit("hysteresis needs --forecast_only policies (g x forecast + b)")
+    spreads = [
+        pooled_spread(stock_means(pol, market, ck.cfg.env)) for ck, pol in zip(checkpoints, policies, strict=True)
+    ]
+    rows = []
+    for enter_at, exit_at in itertools.product(args.enter, args.exit):
+        if exit_at > enter_at:
+            continue
+        for path, ck, policy, spread in zip(paths, checkpoints, policies, spreads, strict=True):
+            run = evaluate_policy(
+                HysteresisPolicy(policy, enter_at * spread, exit_at * spread), market, "test", ck.cfg.env
+            )
+            metrics = policy_metrics(run, ck.cfg.env)
+            rows.append(
+                {"cell": path.parents[2].name, "enter": enter_at, "exit": exit_at, "spread": spread,
+                 "sharpe": metrics["sharpe"], "annual_turnover": metrics["annual_turnover"],
+                 "exposure": mean_exposure(run.values, run.holdings_value),
+                 "cumulative_return": metrics["cumulative_return"]}
+            )  # fmt: skip
+        now = pd.DataFrame(rows[-len(paths) :])
+        seeds = " ".join(f"{x:.2f}" for x in now["sharpe"])
+        print(
+            f"enter {enter_at:g} exit {exit_at:g} (spreads): Sharpe {now['sharpe'].mean():.2f} ({seeds}), "
+            f"return {now['cumulative_return'].mean():.1%}, turnover {now['annual_turnover'].mean():.0f}x a year, "
+            f"exposure {now['exposure'].mean():.0%}"
+        )
+    print("spread s per seed: " + " ".join(f"{x:.3f}" for x in spreads))
+    if args.csv:
+        pd.DataFrame(rows).to_csv(args.csv, index=False)
+
+
+if __name__ == "__main__":
+    main()
