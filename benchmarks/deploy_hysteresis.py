@@ -15,7 +15,6 @@ return, turnover and exposure; ``--csv`` also writes one row per setting and see
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import sys
 from pathlib import Path
@@ -27,49 +26,32 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.forecast_spread import pooled_spread, stock_means  # noqa: E402
+from benchmarks.forecast_spread import DelegatingPolicy, pooled_spread, stock_means  # noqa: E402
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
-from clstm_ppo.agent.model import ActorCritic, ActOutput, RecurrentState  # noqa: E402
+from clstm_ppo.agent.model import ActorCritic, RecurrentState  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 from clstm_ppo.study.markets import load_markets  # noqa: E402
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy  # noqa: E402
 
 
-class HysteresisPolicy:
-    """``policy`` (``--forecast_only``, deterministic) with its stocks' means ``[1, N]`` lowered by ``exit_at`` for
-    the stocks it held the day before and by ``enter_at`` for the others (logit units); what `evaluate_policy`
-    calls of a policy, delegated."""
+class HysteresisPolicy(DelegatingPolicy):
+    """``policy`` (``--forecast_only``, deterministic) with its stocks' means ``[N]`` lowered by ``exit_at`` for
+    the stocks it held the day before and by ``enter_at`` for the others (logit units)."""
 
     def __init__(self, policy: ActorCritic, enter_at: float, exit_at: float) -> None:
-        self.policy, self.enter_at, self.exit_at = policy, enter_at, exit_at
-        self.policy.spec = dataclasses.replace(policy.spec, forecast_threshold=0.0)
+        super().__init__(policy)
+        self.enter_at, self.exit_at = enter_at, exit_at
         self.held = torch.zeros(policy.spec.num_tickers, dtype=torch.bool)
-
-    @property
-    def training(self) -> bool:
-        return self.policy.training
-
-    def eval(self) -> None:
-        self.policy.eval()
-
-    def train(self, mode: bool) -> None:
-        self.policy.train(mode)
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
         self.held = torch.zeros(self.policy.spec.num_tickers, dtype=torch.bool)  # each run starts in cash
-        return self.policy.initial_state(batch_size, device)
+        return super().initial_state(batch_size, device)
 
-    def env_action(self, u: torch.Tensor) -> torch.Tensor:
-        return self.policy.env_action(u)
-
-    def act(self, obs, state, starts, *, deterministic: bool = True, generator=None) -> ActOutput:
-        out = self.policy.act(obs, state, starts, deterministic=True)
-        n = self.policy.spec.num_tickers
-        lowered = out.action[0, :n] - torch.where(self.held, self.exit_at, self.enter_at)
+    def adjust(self, means: torch.Tensor) -> torch.Tensor:
+        lowered = means - torch.where(self.held, self.exit_at, self.enter_at)
         self.held = lowered > 0
-        action = torch.cat([lowered, out.action[0, n:]]).unsqueeze(0)
-        return out._replace(action=action)
+        return lowered
 
 
 def main() -> None:

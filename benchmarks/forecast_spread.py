@@ -30,34 +30,68 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from clstm_ppo.agent.model import ActorCritic  # noqa: E402
+from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
+from clstm_ppo.agent.model import ActorCritic, ActOutput, RecurrentState  # noqa: E402
 from envs.config import EnvConfig  # noqa: E402
 from envs.features import PreparedMarket  # noqa: E402
-from envs.trading_env import StockTradingEnv  # noqa: E402
 
 
-@torch.no_grad()
+class DelegatingPolicy:
+    """What `evaluate_policy` calls of a policy, delegated to ``policy`` (deterministic), with `adjust` applied to
+    its stocks' means ``[N]`` (weight logits, ``forecast_threshold`` set to 0) each day: override it."""
+
+    def __init__(self, policy: ActorCritic) -> None:
+        self.policy = policy
+        self.policy.spec = dataclasses.replace(policy.spec, forecast_threshold=0.0)
+
+    @property
+    def training(self) -> bool:
+        return self.policy.training
+
+    def eval(self) -> None:
+        self.policy.eval()
+
+    def train(self, mode: bool) -> None:
+        self.policy.train(mode)
+
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
+        return self.policy.initial_state(batch_size, device)
+
+    def env_action(self, u: torch.Tensor) -> torch.Tensor:
+        return self.policy.env_action(u)
+
+    def adjust(self, means: torch.Tensor) -> torch.Tensor:
+        return means
+
+    def act(self, obs, state, starts, *, deterministic: bool = True, generator=None) -> ActOutput:
+        out = self.policy.act(obs, state, starts, deterministic=True)
+        n = self.policy.spec.num_tickers
+        return out._replace(action=torch.cat([self.adjust(out.action[0, :n]), out.action[0, n:]]).unsqueeze(0))
+
+
+class _Recorder(DelegatingPolicy):
+    """Records each day's stock means ``[N]`` and acts on them unchanged."""
+
+    def __init__(self, policy: ActorCritic) -> None:
+        super().__init__(policy)
+        self.means: list[np.ndarray] = []
+
+    def adjust(self, means: torch.Tensor) -> torch.Tensor:
+        self.means.append(means.double().numpy())
+        return means
+
+
 def stock_means(policy: ActorCritic, market: PreparedMarket, env_config: EnvConfig, split: str = "train") -> np.ndarray:
     """The policy's deterministic stock means (weight logits, before any threshold) on every day of ``split``:
-    ``[days, N]`` float64. The policy acts through the split as in a backtest (its recurrent state carried)."""
-    spec = policy.spec
-    policy.spec = dataclasses.replace(spec, forecast_threshold=0.0)
-    env = StockTradingEnv(market=market, split=split, config=env_config.whole_split())
-    obs, _ = env.reset(seed=0)
-    state, start, means, done = policy.initial_state(1, "cpu"), torch.ones(1, dtype=torch.bool), [], False
-    was_training = policy.training
-    policy.eval()
+    ``[days, N]`` float64. The policy acts through the split as in a backtest (`evaluate_policy`); its
+    ``forecast_threshold`` is left at 0."""
+    threshold = policy.spec.forecast_threshold
+    recorder = _Recorder(policy)
     try:
-        while not done:
-            action, _, _, state = policy.act(torch.as_tensor(obs).unsqueeze(0), state, start, deterministic=True)
-            start = torch.zeros_like(start)
-            means.append(action[0, : spec.num_tickers].double().numpy())
-            obs, _, terminated, truncated, _ = env.step(policy.env_action(action)[0].float().numpy())
-            done = terminated or truncated
+        evaluate_policy(recorder, market, split, env_config)
     finally:
-        policy.spec = spec
-        policy.train(was_training)
-    return np.stack(means)
+        policy.spec = dataclasses.replace(policy.spec, forecast_threshold=threshold)
+    return np.stack(recorder.means)
 
 
 def pooled_spread(means: np.ndarray) -> float:
