@@ -26,13 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.deploy_slower import study_policies  # noqa: E402
 from benchmarks.forecast_spread import DelegatingPolicy, pooled_spread, stock_means  # noqa: E402
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.agent.model import ActorCritic, RecurrentState  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
-from clstm_ppo.study.markets import load_markets  # noqa: E402
-from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy  # noqa: E402
 
 
 class HysteresisPolicy(DelegatingPolicy):
@@ -63,12 +62,7 @@ def main() -> None:
     p.add_argument("--csv", type=Path, help="also write one row per setting and seed here")
     args = p.parse_args()
     torch.set_num_threads(1)
-    market = load_markets(args.study / "prepared", sorted((args.study / "prepared").glob("*.json"))[0].stem)[0]
-    paths = sorted((args.study / "cells").glob(f"{args.cells}/periods/000/latest.pt"))
-    if not paths:
-        raise SystemExit(f"{args.study}: no cell matches {args.cells!r}")
-    checkpoints = [load_checkpoint(path) for path in paths]
-    policies = [restore_policy(ck, market) for ck in checkpoints]
+    market, paths, checkpoints, policies = study_policies(args.study, args.cells)
     if not all(policy.spec.forecast_only for policy in policies):
         raise SystemExit("hysteresis needs --forecast_only policies (g x forecast + b)")
     spreads = [

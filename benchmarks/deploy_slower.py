@@ -42,9 +42,22 @@ if str(ROOT) not in sys.path:
 from benchmarks.forecast_spread import pooled_spread, stock_means  # noqa: E402
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
+from clstm_ppo.agent.model import ActorCritic  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 from clstm_ppo.study.markets import load_markets  # noqa: E402
-from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy  # noqa: E402
+from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint, restore_policy  # noqa: E402
+from envs.features import PreparedMarket  # noqa: E402
+
+
+def study_policies(study: Path, cells: str) -> tuple[PreparedMarket, list[Path], list[Checkpoint], list[ActorCritic]]:
+    """A ``--retrain none`` study's market and, for the cells matching the glob ``cells``, each one's last weights:
+    their paths, checkpoints and restored policies; SystemExit when no cell matches."""
+    market = load_markets(study / "prepared", sorted((study / "prepared").glob("*.json"))[0].stem)[0]
+    paths = sorted((study / "cells").glob(f"{cells}/periods/000/latest.pt"))
+    if not paths:
+        raise SystemExit(f"{study}: no cell matches {cells!r}")
+    checkpoints = [load_checkpoint(path) for path in paths]
+    return market, paths, checkpoints, [restore_policy(ck, market) for ck in checkpoints]
 
 
 def main() -> None:
@@ -59,12 +72,7 @@ def main() -> None:
     p.add_argument("--csv", type=Path, help="also write one row per setting and seed here")
     args = p.parse_args()
     torch.set_num_threads(1)
-    market = load_markets(args.study / "prepared", sorted((args.study / "prepared").glob("*.json"))[0].stem)[0]
-    paths = sorted((args.study / "cells").glob(f"{args.cells}/periods/000/latest.pt"))
-    if not paths:
-        raise SystemExit(f"{args.study}: no cell matches {args.cells!r}")
-    checkpoints = [load_checkpoint(path) for path in paths]
-    policies = [restore_policy(ckpt, market) for ckpt in checkpoints]
+    market, paths, checkpoints, policies = study_policies(args.study, args.cells)
     shifts = [("D", d) for d in args.shift] + [("K", k) for k in args.shift_sd] or [("D", 0.0)]
     thresholds = [(g, s) for g in args.gain for s in shifts]
     if thresholds != [(1.0, ("D", 0.0))] and not all(policy.spec.forecast_only for policy in policies):

@@ -121,6 +121,12 @@ hand_rules() {  # lag, then study names: the rules that know the signal on each 
             > "$out/$s-rule.txt" 2>&1
     done
 }
+paired_seeds() {  # backtest folders A-s1 .. A-s12 against B-s1 .. B-s12 (same seeds, same days), paired into FILE
+    local a=$1 b=$2 file=$3
+    # shellcheck disable=SC2046
+    python3 benchmarks/backtest_seeds.py $(for s in $(seq 1 12); do echo "$a-s$s"; done) \
+        --against $(for s in $(seq 1 12); do echo "$b-s$s"; done) > "$file" 2>&1
+}
 transfer() {  # study, name, data: each seed's latest.pt of the study's mean and attention cells traded on DATA with
               # --new_universe (WORKERS at a time) into OUTDIR/transfer/NAME-*; the 12 seeds summarised and paired,
               # attention minus mean, in OUTDIR/transfer-NAME.txt
@@ -133,8 +139,7 @@ transfer() {  # study, name, data: each seed's latest.pt of the study's mean and
         done
         wait
     done
-    python3 benchmarks/backtest_seeds.py $(for seed in $(seq 1 12); do echo "$out/transfer/$name-attention-s$seed"; done) \
-        --against $(for seed in $(seq 1 12); do echo "$out/transfer/$name-mean-s$seed"; done) > "$out/transfer-$name.txt"
+    paired_seeds "$out/transfer/$name-attention" "$out/transfer/$name-mean" "$out/transfer-$name.txt"
 }
 if [ "$which" = synthetic ]; then
     # run on the 16-core GPU machine with --no-skip's network (the skip connection came after)
@@ -500,9 +505,7 @@ elif [ "$which" = fresh-report ]; then
             python3 -m clstm_ppo.cli backtest --threads 1 --out "$out/bt/$market-default-s$seed" \
                 --checkpoint "studies/fresh-$market-default/cells/clstm-s$seed/periods/000/latest.pt" > /dev/null
         done
-        python3 benchmarks/backtest_seeds.py $(for s in $(seq 1 12); do echo "$out/bt/$market-only0-s$s"; done) \
-            --against $(for s in $(seq 1 12); do echo "$out/bt/$market-default-s$s"; done) \
-            > "$out/fresh-$market-only0-paired.txt" 2>&1
+        paired_seeds "$out/bt/$market-only0" "$out/bt/$market-default" "$out/fresh-$market-only0-paired.txt"
         cat "$out/fresh-$market-threshold-paired.txt" "$out/fresh-$market-only0-paired.txt"
     done
     hand_rules 5 fresh-memory-default
@@ -560,9 +563,7 @@ elif [ "$which" = sd-report ]; then
                 --checkpoint "studies/sd-report-$market-means/cells/clstm-s$seed/periods/000/latest.pt" > /dev/null
         done
         for against in means zero; do
-            python3 benchmarks/backtest_seeds.py $(for s in $(seq 1 12); do echo "$out/bt/$market-sd-s$s"; done) \
-                --against $(for s in $(seq 1 12); do echo "$out/bt/$market-$against-s$s"; done) \
-                > "$out/sd-report-$market-vs-$against.txt" 2>&1
+            paired_seeds "$out/bt/$market-sd" "$out/bt/$market-$against" "$out/sd-report-$market-vs-$against.txt"
         done
         cat "$out/sd-report-$market-default-paired.txt" "$out/sd-report-$market-shift.txt" \
             "$out/sd-report-$market-vs-means.txt" "$out/sd-report-$market-vs-zero.txt"
@@ -587,9 +588,7 @@ elif [ "$which" = sd-permarket ]; then
             --checkpoint "$ck" > /dev/null
     done
     for against in means zero; do
-        python3 benchmarks/backtest_seeds.py $(for s in $(seq 1 12); do echo "$out/bt/leadlag-sd$k-s$s"; done) \
-            --against $(for s in $(seq 1 12); do echo "$out/bt/leadlag-$against-s$s"; done) \
-            > "$out/sd-permarket-leadlag-vs-$against.txt" 2>&1
+        paired_seeds "$out/bt/leadlag-sd$k" "$out/bt/leadlag-$against" "$out/sd-permarket-leadlag-vs-$against.txt"
         cat "$out/sd-permarket-leadlag-vs-$against.txt"
     done
 elif [ "$which" = thr-report ]; then
