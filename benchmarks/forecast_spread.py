@@ -32,6 +32,8 @@ if str(ROOT) not in sys.path:
 
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.agent.model import ActorCritic, ActOutput, RecurrentState  # noqa: E402
+from clstm_ppo.evaluation.backtest import load_backtest_data  # noqa: E402
+from clstm_ppo.training.checkpoint import load_checkpoint, restore_market, restore_policy  # noqa: E402
 from envs.config import EnvConfig  # noqa: E402
 from envs.features import PreparedMarket  # noqa: E402
 
@@ -100,9 +102,6 @@ def pooled_spread(means: np.ndarray) -> float:
 
 
 def main() -> None:
-    from clstm_ppo.evaluation.backtest import load_backtest_data
-    from clstm_ppo.training.checkpoint import load_checkpoint, restore_market, restore_policy
-
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("checkpoints", type=Path, nargs="+")
     p.add_argument("--sd", type=float, default=1.0, help="print K x s (default 1: s itself)")
