@@ -19,7 +19,6 @@ The checkpoint's own market is rebuilt from its data and fitted statistics (as `
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from pathlib import Path
 
@@ -40,11 +39,10 @@ from envs.features import PreparedMarket  # noqa: E402
 
 class DelegatingPolicy:
     """What `evaluate_policy` calls of a policy, delegated to ``policy`` (deterministic), with `adjust` applied to
-    its stocks' means ``[N]`` (weight logits, ``forecast_threshold`` set to 0) each day: override it."""
+    its stocks' means ``[N]`` each day (weight logits before its ``forecast_threshold``): override it."""
 
     def __init__(self, policy: ActorCritic) -> None:
         self.policy = policy
-        self.policy.spec = dataclasses.replace(policy.spec, forecast_threshold=0.0)
 
     @property
     def training(self) -> bool:
@@ -66,9 +64,12 @@ class DelegatingPolicy:
         return means
 
     def act(self, obs, state, starts, *, deterministic: bool = True, generator=None) -> ActOutput:
-        out = self.policy.act(obs, state, starts, deterministic=True)
-        n = self.policy.spec.num_tickers
-        return out._replace(action=torch.cat([self.adjust(out.action[0, :n]), out.action[0, n:]]).unsqueeze(0))
+        """One day ``obs [1, T, F]``: the policy's means ``[1, A]`` (`ActorCritic.forward`, before `deployed_mean`)
+        with the stocks' adjusted."""
+        out = self.policy.forward(obs.unsqueeze(0), state, starts.unsqueeze(0))
+        mean, n = out.mean[0, 0], self.policy.spec.num_tickers
+        action = torch.cat([self.adjust(mean[:n]), mean[n:]]).unsqueeze(0)
+        return ActOutput(action, out.log_prob[0], out.value[0], out.state)
 
 
 class _Recorder(DelegatingPolicy):
@@ -85,14 +86,9 @@ class _Recorder(DelegatingPolicy):
 
 def stock_means(policy: ActorCritic, market: PreparedMarket, env_config: EnvConfig, split: str = "train") -> np.ndarray:
     """The policy's deterministic stock means (weight logits, before any threshold) on every day of ``split``:
-    ``[days, N]`` float64. The policy acts through the split as in a backtest (`evaluate_policy`); its
-    ``forecast_threshold`` is left at 0."""
-    threshold = policy.spec.forecast_threshold
+    ``[days, N]`` float64. The policy acts through the split as in a backtest (`evaluate_policy`) at those means."""
     recorder = _Recorder(policy)
-    try:
-        evaluate_policy(recorder, market, split, env_config)
-    finally:
-        policy.spec = dataclasses.replace(policy.spec, forecast_threshold=threshold)
+    evaluate_policy(recorder, market, split, env_config)
     return np.stack(recorder.means)
 
 
