@@ -135,8 +135,9 @@ class DataConfig:
     window: int = setting(30, "days of history in each observation (T)")
     price_features: str = setting(
         DEFAULT_PRICE_MODE,
-        "price column of the state: return (daily log return, MACD / close: stationary) or level (the close itself, "
-        "as in the paper)",
+        "price column of the state: return (daily log return, MACD / close: stationary), vol_return (that return "
+        "over its ex-ante 20-day volatility: a move's size against the market's recent noise) or level (the close "
+        "itself, as in the paper)",
         choices=PRICE_MODES,
     )
     indicators: str = setting(

@@ -41,7 +41,7 @@ import numpy as np
 
 from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError
-from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, PRICE_MODES, StateLayout
+from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, PRICE_MODES, VOL_SPAN, StateLayout
 
 """Indicator names in their state order (FinRL/stockstats: macd, rsi_30, cci_30, dx_30)."""
 
@@ -224,7 +224,7 @@ def _safe_std(x: np.ndarray, axis: int) -> np.ndarray:
     return np.where(std > 1e-12, std, 1.0)  # a constant series is centred, not blown up
 
 
-PRICE_RELATIVE_INDICATORS = ("macd",)  # in dollars: divided by the close in "return" mode
+PRICE_RELATIVE_INDICATORS = ("macd",)  # in dollars: divided by the close in the return modes
 
 
 def price_features(
@@ -235,17 +235,22 @@ def price_features(
     :param close: [D, N] float64 dollars; :param indicators: [D, N, K] float64.
     :param mode: "level": the close itself (the paper's and FinRL's state); "return": the day's log
         return ``log(close[t] / close[t-1])`` (0 on day 0), which stays in the training range out of
-        sample where price levels drift away from it.
-    :param relative: indicator indices (e.g. MACD, in dollars) divided by the close in "return" mode.
+        sample where price levels drift away from it; "vol_return": that return over its ex-ante volatility
+        (`ex_ante_volatility`, days before t only), so a 2% move reads as large in a calm market and as small
+        in a turbulent one (0 on days 0 and 1, which have no earlier return).
+    :param relative: indicator indices (e.g. MACD, in dollars) divided by the close in the return modes.
     :return: ``(price [D, N], indicators [D, N, K])``; causal (day t uses days <= t).
     """
     if mode == "level":
         return close, indicators
-    if mode != "return":
+    if mode not in PRICE_MODES:
         raise UserError(f"unknown price feature mode {mode!r}; choose one of {', '.join(PRICE_MODES)}")
     log_close = np.log(close)
     price = np.zeros_like(close)
     price[1:] = log_close[1:] - log_close[:-1]
+    if mode == "vol_return":
+        vol = ex_ante_volatility(price)
+        price = np.divide(price, vol, out=np.zeros_like(price), where=vol > 0)
     if relative:
         indicators = indicators.copy()
         for k in relative:
@@ -253,13 +258,30 @@ def price_features(
     return price, indicators
 
 
+def ex_ante_volatility(returns: np.ndarray, span: int = VOL_SPAN) -> np.ndarray:
+    """Each day's volatility known before it: ``[D, N]`` daily log-return units, from ``returns [D, N]`` (day 0's
+    is not a return and is ignored). Day t's value is the square root of the exponentially weighted mean of the
+    squared returns of days 1 .. t-1 (weight ``(1 - a)^k`` on day t-1-k, ``a = 2 / (span + 1)``, normalised over
+    the days there are, as pandas' ``ewm(span, adjust=True)``); 0 where no earlier return exists (days 0 and 1).
+    """
+    decay = 1.0 - 2.0 / (span + 1.0)
+    vol = np.zeros_like(returns, dtype=np.float64)
+    total = np.zeros(returns.shape[1:])
+    weight = 0.0
+    for t in range(2, len(returns)):
+        total = decay * total + returns[t - 1] ** 2
+        weight = decay * weight + 1.0
+        vol[t] = np.sqrt(total / weight)
+    return vol
+
+
 @dataclass(frozen=True, eq=False)
 class Normalization:
     """Per-ticker z-score statistics, fitted on the training split's days only.
 
     Observation scaling: price feature (the close in "level" mode, its daily log return in "return"
-    mode; see `price_features`) -> (value - close_mean) / close_std; indicator k of ticker i (MACD
-    divided by the close in "return" mode) -> (value - indicator_mean[k, i]) / indicator_std[k, i];
+    mode, that return over its ex-ante volatility in "vol_return"; see `price_features`) -> (value - close_mean)
+    / close_std; indicator k of ticker i (MACD divided by the close in the return modes) -> (value - indicator_mean[k, i]) / indicator_std[k, i];
     cash -> cash / initial_amount (the env's config); shares -> shares / holdings_scale.
     """
 
@@ -440,8 +462,9 @@ class PreparedMarket:
     ) -> PreparedMarket:
         """Indicators and turbulence over all days; normalisation and threshold from the train split only.
 
-        ``price_mode`` picks the price column of the state: "level" (the close, as in the paper) or
-        "return" (daily log return, with MACD divided by the close): see `price_features`.
+        ``price_mode`` picks the price column of the state: "level" (the close, as in the paper), "return"
+        (daily log return, with MACD divided by the close) or "vol_return" (that return over its ex-ante
+        volatility): see `price_features`.
         """
         if window < 1:
             raise UserError(f"window must be >= 1, got {window}")

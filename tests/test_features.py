@@ -16,8 +16,11 @@ from envs.features import (
     Normalization,
     PreparedMarket,
     compute_indicators,
+    ex_ante_volatility,
+    price_features,
     turbulence_index,
 )
+from envs.state import VOL_SPAN
 from envs.synthetic import generate_market
 
 ta = pytest.importorskip("ta")  # test-only dependency (in the [dev] extra)
@@ -271,9 +274,10 @@ def test_market_rows_layout() -> None:
     assert m.num_features == 1 + 3 + 3 + 12
 
 
-def test_spec_round_trip_through_json() -> None:
+@pytest.mark.parametrize("price_mode", ["return", "vol_return"])
+def test_spec_round_trip_through_json(price_mode: str) -> None:
     data, splits = _market()
-    market = PreparedMarket.prepare(data, splits, window=10)
+    market = PreparedMarket.prepare(data, splits, window=10, price_mode=price_mode)
     spec = json.loads(json.dumps(market.to_spec()))
     assert spec["splits"]["train"]["start"] == str(data.dates[splits.train.start])[:10]
     back = PreparedMarket.from_spec(data, spec)
@@ -285,6 +289,10 @@ def test_spec_round_trip_through_json() -> None:
     np.testing.assert_array_equal(back.indicators, market.indicators)
     np.testing.assert_array_equal(back.turbulence, market.turbulence)
     assert Normalization.from_dict(market.normalization.to_dict()).to_dict() == market.normalization.to_dict()
+    assert back.normalization.price_mode == price_mode
+    rows = back.normalization.market_rows(data.close, back.indicators)
+    np.testing.assert_array_equal(rows, market.normalization.market_rows(data.close, market.indicators))
+    assert np.all(np.isfinite(rows))
 
 
 def test_spec_without_turbulence_is_json_and_inf() -> None:
@@ -381,3 +389,44 @@ def test_the_turbulence_stop_stays_on_until_enough_calm_days_in_a_row() -> None:
     assert np.abs(np.diff(stop_days(turbulence, 4.0, 3).astype(int))).sum() < switches
     with pytest.raises(UserError, match="turbulence_exit_days"):
         stop_days(turbulence, 4.0, 0)
+
+
+def test_ex_ante_volatility_matches_pandas_ewm_of_the_earlier_days() -> None:
+    """Day t's volatility is pandas' adjusted EWM (span 20) of the squared returns of days 1 .. t-1: no day's own
+    return, and nothing after it."""
+    rng = np.random.default_rng(5)
+    returns = rng.normal(0, 0.01, (120, 3))
+    returns[0] = 0.0  # day 0 is not a return
+    vol = ex_ante_volatility(returns)
+    oracle = pd.DataFrame(returns[1:] ** 2).ewm(span=VOL_SPAN, adjust=True).mean().to_numpy()  # days 1 .. D-1
+    np.testing.assert_allclose(vol[2:], np.sqrt(oracle[:-1]), rtol=1e-12)
+    assert np.all(vol[:2] == 0)
+
+
+def test_vol_return_is_the_return_over_its_ex_ante_volatility_and_sees_no_later_day() -> None:
+    data = _random_ohlc(num_days=140, num_tickers=4, seed=3)
+    indicators = compute_indicators(data)
+    ret, _ = price_features(data.close, indicators, "return")
+    scaled, _ = price_features(data.close, indicators, "vol_return")
+    np.testing.assert_allclose(scaled[2:], ret[2:] / ex_ante_volatility(ret)[2:], rtol=1e-12)
+    assert np.all(scaled[:2] == 0)
+    for t in (2, 30, 90):
+        later = data.close.copy()
+        later[t + 1 :] *= np.random.default_rng(t).uniform(0.5, 1.5, later[t + 1 :].shape)
+        moved, _ = price_features(later, indicators, "vol_return")
+        np.testing.assert_array_equal(moved[: t + 1], scaled[: t + 1], err_msg=f"vol_return looks ahead at {t}")
+        assert not np.array_equal(moved[t + 1 :], scaled[t + 1 :])
+
+
+def test_vol_return_reads_a_move_against_the_markets_recent_noise() -> None:
+    """The same 3% move is a 3-sigma day after calm 1% days and a 1-sigma day after turbulent 3% days; scaling
+    every return of a market by a constant leaves the feature unchanged."""
+    calm, turbulent = np.full(60, 0.01), np.full(60, 0.03)
+    calm[1::2] *= -1
+    turbulent[1::2] *= -1
+    log_returns = np.stack([np.r_[0.0, calm, 0.03], np.r_[0.0, turbulent, 0.03]], axis=1)  # [62, 2]
+    close = 100.0 * np.exp(np.cumsum(log_returns, axis=0))
+    scaled, _ = price_features(close, np.zeros((62, 2, 0)), "vol_return")
+    np.testing.assert_allclose(scaled[-1], [3.0, 1.0], rtol=1e-9)
+    doubled = 100.0 * np.exp(np.cumsum(2 * log_returns, axis=0))
+    np.testing.assert_allclose(price_features(doubled, np.zeros((62, 2, 0)), "vol_return")[0], scaled, rtol=1e-9)
