@@ -3,7 +3,7 @@
 Section 20 of docs/learning.md: ``--forecast_threshold`` holds a stock only on days its mean ``g x forecast + b``
 clears D, so a forecast that hovers near D buys and sells on alternate days. With hysteresis a stock the policy
 holds stays in while its mean is above an exit threshold and a stock it does not hold enters only above the entry
-threshold (both in units of the seed's own spread ``s``, `benchmarks.forecast_spread`)::
+threshold (both in units of the seed's own spread ``s``, `clstm_ppo.evaluation.forecast_spread`)::
 
     python benchmarks/deploy_hysteresis.py STUDY_DIR --enter 1.5 2 --exit 0.5 1 [--csv FILE]
 
@@ -30,10 +30,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.deploy_slower import study_policies  # noqa: E402
-from benchmarks.forecast_spread import DelegatingPolicy, pooled_spread, stock_means  # noqa: E402
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.agent.model import ActorCritic, RecurrentState  # noqa: E402
+from clstm_ppo.evaluation.forecast_spread import DelegatingPolicy, pooled_spread, stock_means  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 
 

@@ -15,7 +15,7 @@ clears D: what a no-trade threshold on the learned forecast would earn, with no 
     python benchmarks/deploy_slower.py STUDY_DIR --cells 'clstm-trade_rate=1.0-*' --gain 1 2 4 --shift 0 1 2
 
 ``--shift_sd K`` sets each seed's D to K times its own spread ``s`` (the pooled standard deviation of its stock
-means over its training days, `benchmarks.forecast_spread`): a threshold in units of the forecast's size.
+means over its training days, `clstm_ppo.evaluation.forecast_spread`): a threshold in units of the forecast's size.
 ``--csv FILE`` also writes one row per setting and seed.
 
 Prints one row per setting: the seeds' mean Sharpe (each seed's beside it), mean cumulative return, turnover a year
@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.forecast_spread import pooled_spread, stock_means  # noqa: E402
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.agent.model import ActorCritic  # noqa: E402
+from clstm_ppo.evaluation.forecast_spread import pooled_spread, stock_means  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 from clstm_ppo.study.markets import load_markets  # noqa: E402
 from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint, restore_policy  # noqa: E402

@@ -362,28 +362,36 @@ def test_an_ensembles_plan_equals_its_backtest_trades(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("threshold", ["0.3", "1sd"])
 def test_a_plan_at_another_forecast_threshold_equals_that_backtests_trades(
-    trained_weights: Trained, env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+    trained_weights: Trained,
+    env: Path,
+    capsys: pytest.CaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    threshold: str,
 ) -> None:
     """Today's default policy follows a linear forecast alone (--forecast_only), so `trade --forecast_threshold D`
-    can deploy it with a no-trade threshold: it plans exactly what `backtest --forecast_threshold D` traded (other
-    trades than at the checkpoint's 0), and journals D."""
-    threshold = "0.3"
+    can deploy it with a no-trade threshold, in logits or in spreads of its means over its training days: it plans
+    exactly what `backtest --forecast_threshold D` traded (at 0.3 fewer trades than at the checkpoint's 0), and
+    journals the logits it deployed with."""
     with pytest.MonkeyPatch.context() as mp:
         use_alpaca_keys(mp, KEY, SECRET)
         backtest = ["backtest", "--checkpoint", str(trained_weights.ckpt), "--forecast_threshold", threshold]
         assert cli.main([*backtest, "--out", str(env / "bt-threshold"), "--threads", "1"]) == 0
     capsys.readouterr()
+    logits = json.loads((env / "bt-threshold" / "report.json").read_text())["metadata"]["forecast_threshold"]
+    assert logits == float(threshold) if not threshold.endswith("sd") else logits > 0
     at_threshold = dataclasses.replace(
         trained_weights,
         trades=pd.read_csv(env / "bt-threshold" / "trades.csv"),
         equity=pd.read_csv(env / "bt-threshold" / "equity.csv"),
     )
-    assert len(at_threshold.trades) < len(trained_weights.trades)  # it trades less than at 0
+    if threshold == "0.3":  # other trades than at 0 (this short run's spread is too small for 1sd to move a share)
+        assert len(at_threshold.trades) < len(trained_weights.trades)
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_weights.bars)) as data:
         check_plans_equal_backtest(at_threshold, env, data, capsys, monkeypatch, "--forecast_threshold", threshold)
     decisions = [json.loads(line) for p in env.glob("j-*/trades.jsonl") for line in p.read_text().splitlines()]
-    assert {d["forecast_threshold"] for d in decisions if d["event"] == "decision"} == {float(threshold)}
+    assert {d["forecast_threshold"] for d in decisions if d["event"] == "decision"} == {logits}
 
 
 def check_plans_equal_backtest(

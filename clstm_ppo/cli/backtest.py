@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.evaluation.backtest import SPLITS, backtest, compare, distribution_table
+from clstm_ppo.evaluation.forecast_spread import ForecastThreshold
 from clstm_ppo.evaluation.holdout import describe
 from clstm_ppo.threads import torch_threads
 from envs.errors import UserError
@@ -44,9 +45,10 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--forecast_threshold",
-        type=float,
+        type=ForecastThreshold.parse,
         default=None,
-        help="a --forecast_only policy: lower its stocks' action means by this (a no-trade threshold on its forecast; "
+        help="a --forecast_only policy: lower its stocks' action means by this, in logits (0.3) or in spreads of its "
+        "means over its own training days (1.75sd) (a no-trade threshold on its forecast; "
         "default: the checkpoint's)",
     )
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")

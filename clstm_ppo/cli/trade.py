@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from clstm_ppo.evaluation.forecast_spread import ForecastThreshold
 from clstm_ppo.trading.broker import Endpoint
 from clstm_ppo.trading.report import report_table, trade_report
 from clstm_ppo.trading.run import TradeOptions, default_journal, run_trade
@@ -119,9 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
     parser.add_argument(
         "--forecast_threshold",
-        type=float,
+        type=ForecastThreshold.parse,
         default=None,
-        help="a --forecast_only policy: lower its stocks' action means by this (a no-trade threshold on its forecast, "
+        help="a --forecast_only policy: lower its stocks' action means by this, in logits (0.3) or in spreads of its "
+        "means over its own training days (1.75sd) (a no-trade threshold on its forecast; "
         "as `clstm-ppo backtest --forecast_threshold`; default: the checkpoint's)",
     )
     return parser

@@ -50,6 +50,7 @@ from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
+from clstm_ppo.evaluation.forecast_spread import ForecastThreshold, forecast_spread
 from clstm_ppo.evaluation.holdout import guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.report import (
@@ -296,18 +297,25 @@ def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:
     return dataclasses.replace(ck, config={**ck.config, "risk_free": float(risk_free)})
 
 
-def with_forecast_threshold(ck: Checkpoint, threshold: float | None) -> Checkpoint:
+def with_forecast_threshold(ck: Checkpoint, threshold: float | ForecastThreshold | None) -> Checkpoint:
     """``ck`` deployed with another ``--forecast_threshold`` (its stocks' deterministic means lowered by it; a
-    ``--forecast_only`` policy), or as it is. UserError on a policy without ``forecast_only`` or a bad value."""
+    ``--forecast_only`` policy), or as it is. A threshold in spreads (``2sd``) is resolved to logits here: K times
+    the policy's spread over its own training days (`clstm_ppo.evaluation.forecast_spread`, on the checkpoint's own
+    data). UserError on a policy without ``forecast_only`` or a bad value."""
     if threshold is None:
         return ck
     if not ck.model_config.get("forecast_only", False):
         raise UserError(f"--forecast_threshold: {ck.path} was not trained with --forecast_only (nothing to lower)")
-    dataclasses.replace(ck.cfg.model, forecast_threshold=float(threshold)).validate()  # its range check
+    if isinstance(threshold, ForecastThreshold) and threshold.in_spreads:
+        own = restore_market(ck, load_backtest_data(ck))
+        plain = with_forecast_threshold(ck, 0.0)
+        threshold = threshold.value * forecast_spread(restore_policy(plain, own), own, plain.cfg.env)
+    value = float(threshold.value if isinstance(threshold, ForecastThreshold) else threshold)
+    dataclasses.replace(ck.cfg.model, forecast_threshold=value).validate()  # its range check
     return dataclasses.replace(
         ck,
-        config={**ck.config, "forecast_threshold": float(threshold)},
-        model_config={**ck.model_config, "forecast_threshold": float(threshold)},
+        config={**ck.config, "forecast_threshold": value},
+        model_config={**ck.model_config, "forecast_threshold": value},
     )
 
 
@@ -415,7 +423,13 @@ def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: st
         "hmax": ck.cfg.env.hmax,
         "execution": resolve_execution(ck.cfg.env.execution, market.data),
         "trained": {k: counters.get(k) for k in ("episodes", "global_step", "update") if k in counters},
+        **({"forecast_threshold": _deployed_threshold(ck)} if ck.model_config.get("forecast_only") else {}),
     }
+
+
+def _deployed_threshold(ck: Checkpoint) -> float:
+    """The ``--forecast_threshold`` (logits) a ``--forecast_only`` checkpoint deploys with."""
+    return float(ck.model_config.get("forecast_threshold", 0.0))
 
 
 def check_new_universe(cks: list[Checkpoint]) -> None:
@@ -559,7 +573,7 @@ def backtest(
     ledger: str | Path | None = None,
     unseal: bool = False,
     new_universe: bool = False,
-    forecast_threshold: float | None = None,
+    forecast_threshold: float | ForecastThreshold | None = None,
 ) -> Backtest:
     """Run one checkpoint (or an ensemble of several: `clstm_ppo.agent.ensemble`) over one period and write its
     report folder (see the module docstring).
@@ -573,8 +587,9 @@ def backtest(
     :param unseal: trade sealed days anyway (recorded in the ledger); without it, sealed days are refused.
     :param new_universe: trade a ``shared`` policy on all of the data's tickers, the market refitted on the data's
         training days (module docstring, step 1).
-    :param forecast_threshold: deploy with this ``--forecast_threshold`` instead of the checkpoint's
-        (`with_forecast_threshold`).
+    :param forecast_threshold: deploy with this ``--forecast_threshold`` instead of the checkpoint's, in logits or
+        in spreads (`with_forecast_threshold`); report.json's metadata records the logits each member deployed with
+        (and what was given, where in spreads).
     """
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
@@ -596,6 +611,10 @@ def backtest(
     )
     model = restore_acting(cks, market, device, resize=new_universe)
     metadata = _metadata(ck, market, period, data or ck.cfg.data.source)
+    if len(cks) > 1 and ck.model_config.get("forecast_only"):  # each member's own (in spreads they differ)
+        metadata["forecast_threshold"] = [_deployed_threshold(c) for c in cks]
+    if isinstance(forecast_threshold, ForecastThreshold) and forecast_threshold.in_spreads:
+        metadata["forecast_threshold_given"] = str(forecast_threshold)
     universe = new_universe_metadata(ck, market) if new_universe else None
     metadata.update(universe or {})
     if len(cks) > 1:
@@ -807,7 +826,7 @@ def compare(
     device: torch.device | str = "cpu",
     ledger: str | Path | None = None,
     unseal: bool = False,
-    forecast_threshold: float | None = None,
+    forecast_threshold: float | ForecastThreshold | None = None,
 ) -> Comparison:
     """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
     earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.evaluation.backtest import open_members, restore_acting, with_forecast_threshold
+from clstm_ppo.evaluation.forecast_spread import ForecastThreshold
 from clstm_ppo.trading.broker import Account, Broker, Endpoint, Position, calendar_window, resolve_endpoint
 from clstm_ppo.trading.decision import Decision, check_tradable, decide, load_trading_market, replay_days
 from clstm_ppo.trading.journal import Journal
@@ -64,7 +65,7 @@ class TradeOptions:
     data_url: str | None = None
     data_cache_dir: str | None = None
     device: str = "cpu"
-    forecast_threshold: float | None = None  # a --forecast_only policy's threshold instead of the checkpoint's
+    forecast_threshold: float | ForecastThreshold | None = None  # a --forecast_only policy's, not the checkpoint's
 
 
 @dataclass
