@@ -133,6 +133,31 @@ paired_seeds() {  # backtest folders A-s1 .. A-s12 against B-s1 .. B-s12 (same s
     python3 benchmarks/backtest_seeds.py $(for s in $(seq 1 12); do echo "$a-s$s"; done) \
         --against $(for s in $(seq 1 12); do echo "$b-s$s"; done) > "$file" 2>&1
 }
+feature_pairs() {  # study prefix, backtest tag, vol_return's K, return features' K, then deploy_slower's Ks: each
+                  # seed of PREFIX-vol and PREFIX-return at its K (--forecast_threshold Ksd) and at D = 0, and the
+                  # network's means (PREFIX-means), backtested into OUTDIR/bt/TAG-*; paired into OUTDIR/PREFIX-*vs*.txt
+    local prefix=$1 tag=$2 k=$3 return_k=$4; shift 4
+    for feature in return vol; do
+        python3 benchmarks/deploy_slower.py "studies/$prefix-$feature" --shift_sd "$@" \
+            --csv "$out/$prefix-$feature.csv" > "$out/$prefix-$feature-shift.txt" 2>&1
+    done
+    for seed in $(seq 1 12); do
+        for feature in return vol; do
+            ck="studies/$prefix-$feature/cells/clstm-s$seed/periods/000/latest.pt"
+            fk=$k; [ "$feature" = return ] && fk=$return_k
+            python3 -m clstm_ppo.cli backtest --threads 1 --forecast_threshold "${fk}sd" --checkpoint "$ck" \
+                --out "$out/bt/$tag-$feature-sd-s$seed" > /dev/null
+            python3 -m clstm_ppo.cli backtest --threads 1 --checkpoint "$ck" --out "$out/bt/$tag-$feature-zero-s$seed" > /dev/null
+        done
+        python3 -m clstm_ppo.cli backtest --threads 1 --out "$out/bt/$tag-means-s$seed" \
+            --checkpoint "studies/$prefix-means/cells/clstm-s$seed/periods/000/latest.pt" > /dev/null
+    done
+    paired_seeds "$out/bt/$tag-vol-sd" "$out/bt/$tag-means" "$out/$prefix-vol-vs-means.txt"
+    paired_seeds "$out/bt/$tag-return-sd" "$out/bt/$tag-means" "$out/$prefix-return-vs-means.txt"
+    paired_seeds "$out/bt/$tag-vol-sd" "$out/bt/$tag-return-sd" "$out/$prefix-vol-vs-return.txt"
+    paired_seeds "$out/bt/$tag-vol-zero" "$out/bt/$tag-return-zero" "$out/$prefix-zero-vol-vs-return.txt"
+    cat "$out/$prefix"-*-shift.txt "$out/$prefix"-*vs*.txt
+}
 transfer() {  # study, name, data: each seed's latest.pt of the study's mean and attention cells traded on DATA with
               # --new_universe (WORKERS at a time) into OUTDIR/transfer/NAME-*; the 12 seeds summarised and paired,
               # attention minus mean, in OUTDIR/transfer-NAME.txt
@@ -638,27 +663,7 @@ elif [ "$which" = vol-report ]; then
     leadlag vol-report-means 2727 --deploy last --no-forecast_skip
     leadlag vol-report-return 2727 --deploy last
     leadlag vol-report-vol 2727 --deploy last --price_features vol_return
-    for feature in return vol; do
-        python3 benchmarks/deploy_slower.py "studies/vol-report-$feature" --shift_sd 0 0.5 1 1.25 1.5 1.75 2 2.5 \
-            --csv "$out/vol-report-$feature.csv" > "$out/vol-report-$feature-shift.txt" 2>&1
-    done
-    for seed in $(seq 1 12); do
-        for feature in return vol; do
-            ck="studies/vol-report-$feature/cells/clstm-s$seed/periods/000/latest.pt"
-            fk=$k; [ "$feature" = return ] && fk=1.5
-            d=$(python3 benchmarks/forecast_spread.py "$ck" --sd "$fk")
-            python3 -m clstm_ppo.cli backtest --threads 1 --forecast_threshold "$d" --checkpoint "$ck" \
-                --out "$out/bt/vol-$feature-sd-s$seed" > /dev/null
-            python3 -m clstm_ppo.cli backtest --threads 1 --checkpoint "$ck" --out "$out/bt/vol-$feature-zero-s$seed" > /dev/null
-        done
-        python3 -m clstm_ppo.cli backtest --threads 1 --out "$out/bt/vol-means-s$seed" \
-            --checkpoint "studies/vol-report-means/cells/clstm-s$seed/periods/000/latest.pt" > /dev/null
-    done
-    paired_seeds "$out/bt/vol-vol-sd" "$out/bt/vol-means" "$out/vol-report-vol-vs-means.txt"
-    paired_seeds "$out/bt/vol-return-sd" "$out/bt/vol-means" "$out/vol-report-return-vs-means.txt"
-    paired_seeds "$out/bt/vol-vol-sd" "$out/bt/vol-return-sd" "$out/vol-report-vol-vs-return.txt"
-    paired_seeds "$out/bt/vol-vol-zero" "$out/bt/vol-return-zero" "$out/vol-report-zero-vol-vs-return.txt"
-    cat "$out"/vol-report-*-shift.txt "$out"/vol-report-*vs*.txt
+    feature_pairs vol-report vol "$k" 1.5 0 0.5 1 1.25 1.5 1.75 2 2.5
     hand_rules 1 vol-report-means
 elif [ "$which" = vol-memory ]; then
     # Written 2026-11-26 before any of its runs, while vol-report's cells trained (vol-choose had chosen K = 1.75 on
@@ -684,27 +689,7 @@ elif [ "$which" = vol-memory ]; then
     memory vol-memory-means 2828 --deploy last --no-forecast_skip
     memory vol-memory-return 2828 --deploy last
     memory vol-memory-vol 2828 --deploy last --price_features vol_return
-    for feature in return vol; do
-        python3 benchmarks/deploy_slower.py "studies/vol-memory-$feature" --shift_sd 0 0.5 1 1.5 2 2.5 3 \
-            --csv "$out/vol-memory-$feature.csv" > "$out/vol-memory-$feature-shift.txt" 2>&1
-    done
-    for seed in $(seq 1 12); do
-        for feature in return vol; do
-            ck="studies/vol-memory-$feature/cells/clstm-s$seed/periods/000/latest.pt"
-            fk=$k; [ "$feature" = return ] && fk=2
-            d=$(python3 benchmarks/forecast_spread.py "$ck" --sd "$fk")
-            python3 -m clstm_ppo.cli backtest --threads 1 --forecast_threshold "$d" --checkpoint "$ck" \
-                --out "$out/bt/mem-$feature-sd-s$seed" > /dev/null
-            python3 -m clstm_ppo.cli backtest --threads 1 --checkpoint "$ck" --out "$out/bt/mem-$feature-zero-s$seed" > /dev/null
-        done
-        python3 -m clstm_ppo.cli backtest --threads 1 --out "$out/bt/mem-means-s$seed" \
-            --checkpoint "studies/vol-memory-means/cells/clstm-s$seed/periods/000/latest.pt" > /dev/null
-    done
-    paired_seeds "$out/bt/mem-vol-sd" "$out/bt/mem-means" "$out/vol-memory-vol-vs-means.txt"
-    paired_seeds "$out/bt/mem-return-sd" "$out/bt/mem-means" "$out/vol-memory-return-vs-means.txt"
-    paired_seeds "$out/bt/mem-vol-sd" "$out/bt/mem-return-sd" "$out/vol-memory-vol-vs-return.txt"
-    paired_seeds "$out/bt/mem-vol-zero" "$out/bt/mem-return-zero" "$out/vol-memory-zero-vol-vs-return.txt"
-    cat "$out"/vol-memory-*-shift.txt "$out"/vol-memory-*vs*.txt
+    feature_pairs vol-memory mem "$k" 2 0 0.5 1 1.5 2 2.5 3
     hand_rules 5 vol-memory-means
 elif [ "$which" = thr-report ]; then
     # --forecast_only at full rate with a no-trade threshold on the forecast for the deployed policy
