@@ -104,3 +104,16 @@ def test_spreads_of_a_policy_whose_means_do_not_move_are_refused_in_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "do not move over its training days (spread 0" in err and "in logits" in err
     assert not (tmp_path / "bt").exists()
+
+
+def test_compare_in_spreads_scores_what_backtest_in_spreads_scores(
+    followed: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    common = ["--forecast_threshold", "1.5sd", "--threads", "1"]
+    assert cli.main(["backtest", "--checkpoint", str(followed), *common, "--out", str(tmp_path / "bt")]) == 0
+    assert cli.main(["compare", str(followed), *common, "--out", str(tmp_path / "cmp")]) == 0
+    capsys.readouterr()
+    backtest = json.loads((tmp_path / "bt" / "report.json").read_text())["metrics"]["policy"]
+    comparison = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    compared = comparison["metrics"][comparison["metadata"]["checkpoints"][0]["label"]]
+    assert compared["sharpe"] == backtest["sharpe"] and compared["final_value"] == backtest["final_value"]
