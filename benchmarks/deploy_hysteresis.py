@@ -33,7 +33,7 @@ from benchmarks.deploy_slower import study_policies  # noqa: E402
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.agent.model import ActorCritic, RecurrentState  # noqa: E402
-from clstm_ppo.evaluation.forecast_spread import DelegatingPolicy, pooled_spread, stock_means  # noqa: E402
+from clstm_ppo.evaluation.forecast_spread import DelegatingPolicy, forecast_spread  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 
 
@@ -72,9 +72,7 @@ def main() -> None:
     market, paths, checkpoints, policies = study_policies(args.study, args.cells)
     if not all(policy.spec.forecast_only for policy in policies):
         raise SystemExit("hysteresis needs --forecast_only policies (g x forecast + b)")
-    spreads = [
-        pooled_spread(stock_means(pol, market, ck.cfg.env)) for ck, pol in zip(checkpoints, policies, strict=True)
-    ]
+    spreads = [forecast_spread(pol, market, ck.cfg.env) for ck, pol in zip(checkpoints, policies, strict=True)]
     rows = []
     for rate, enter_at, exit_at in itertools.product(args.trade_rate, args.enter, args.exit):
         if exit_at > enter_at:

@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.agent.model import ActorCritic  # noqa: E402
-from clstm_ppo.evaluation.forecast_spread import pooled_spread, stock_means  # noqa: E402
+from clstm_ppo.evaluation.forecast_spread import forecast_spread  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 from clstm_ppo.study.markets import load_markets  # noqa: E402
 from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint, restore_policy  # noqa: E402
@@ -79,7 +79,7 @@ def main() -> None:
         raise SystemExit("--gain, --shift and --shift_sd need --forecast_only policies (g x forecast + b)")
     trained = [policy.forecast_gain.detach().clone() for policy in policies]
     spreads = [
-        pooled_spread(stock_means(policy, market, ckpt.cfg.env)) if args.shift_sd else math.nan
+        forecast_spread(policy, market, ckpt.cfg.env) if args.shift_sd else math.nan
         for ckpt, policy in zip(checkpoints, policies, strict=True)
     ]
     rows = []

@@ -41,8 +41,7 @@ def screen(seed: int, lag: int, window: int, mode: str) -> tuple[float, list[tup
     held = ~fit
     corr = float(np.corrcoef(forecast[held].ravel(), y[held].ravel())[0, 1])
     spread = forecast[fit].std()
-    log_close = np.log(close)
-    close_to_close = np.diff(log_close, axis=0, prepend=log_close[:1])
+    close_to_close, _ = price_features(close, np.zeros((days, n, 0)), "return")
     open_to_close = np.log(close / market.open)
     nxt = today[held] + 1
     rows = []

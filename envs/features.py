@@ -281,8 +281,8 @@ class Normalization:
 
     Observation scaling: price feature (the close in "level" mode, its daily log return in "return"
     mode, that return over its ex-ante volatility in "vol_return"; see `price_features`) -> (value - close_mean)
-    / close_std; indicator k of ticker i (MACD divided by the close in the return modes) -> (value - indicator_mean[k, i]) / indicator_std[k, i];
-    cash -> cash / initial_amount (the env's config); shares -> shares / holdings_scale.
+    / close_std; indicator k of ticker i (MACD divided by the close in the return modes) -> (value -
+    indicator_mean[k, i]) / indicator_std[k, i]; cash -> cash / initial_amount (the env's config); shares -> shares / holdings_scale.
     """
 
     close_mean: np.ndarray  # [N] mean of the price feature (dollars in "level" mode)

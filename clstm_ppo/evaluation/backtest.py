@@ -307,9 +307,8 @@ def with_forecast_threshold(ck: Checkpoint, threshold: float | ForecastThreshold
     if not ck.model_config.get("forecast_only", False):
         raise UserError(f"--forecast_threshold: {ck.path} was not trained with --forecast_only (nothing to lower)")
     if isinstance(threshold, ForecastThreshold) and threshold.in_spreads:
-        own = restore_market(ck, load_backtest_data(ck))
-        plain = with_forecast_threshold(ck, 0.0)
-        threshold = threshold.value * forecast_spread(restore_policy(plain, own), own, plain.cfg.env)
+        own = restore_market(ck, load_backtest_data(ck))  # the spread is of the means before any threshold
+        threshold = threshold.value * forecast_spread(restore_policy(ck, own), own, ck.cfg.env)
     value = float(threshold.value if isinstance(threshold, ForecastThreshold) else threshold)
     dataclasses.replace(ck.cfg.model, forecast_threshold=value).validate()  # its range check
     return dataclasses.replace(
