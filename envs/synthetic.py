@@ -53,6 +53,7 @@ Tickers are "SYN00", "SYN01", ... (zero-padded to at least two digits).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -92,6 +93,93 @@ def _regime_path(rng: np.random.Generator, num_days: int) -> np.ndarray:
     return path
 
 
+@dataclass(frozen=True)
+class SyntheticReturns:
+    """The parts of a synthetic market's daily log returns (see the module docstring for the model).
+
+    A benchmark that asks what the best possible forecast of a planted signal earns reads them; the env never does.
+    Shapes: D days, N tickers, S sectors.
+    """
+
+    regime: np.ndarray  # [D] int regime index (0 bull, 1 bear, 2 high_vol)
+    drift: np.ndarray  # [D] market drift, log return per day
+    vol_multiplier: np.ndarray  # [D] the regime's volatility multiplier v[t]
+    sector: np.ndarray  # [N] int sector of each ticker
+    market_loading: np.ndarray  # [N] beta_i * 1% (daily)
+    sector_loading: np.ndarray  # [N] gamma_i * 0.7% (daily)
+    idio_vol: np.ndarray  # [N] sigma_i (daily)
+    calm_var: np.ndarray  # [N] q_i, the calm-regime (v = 1) daily return variance without the signal
+    shocks: np.ndarray  # [D, N] ze, the idiosyncratic standard normal shocks
+    planted: np.ndarray  # [D, N] the planted signal's term x (log return per day; zeros without a signal)
+    returns: np.ndarray  # [D, N] close-to-close log returns: base + planted
+
+
+def _draw_returns(rng: np.random.Generator, d: int, n: int, strength: float, signal: str, lag: int) -> SyntheticReturns:
+    """Draw the returns' parts from ``rng`` (advancing it by the same draws in the same order, always)."""
+    num_sectors = max(1, min(5, n // 4))
+    sector = np.arange(n) % num_sectors
+
+    regime = _regime_path(rng, d)
+    drift = (REGIME_DRIFT_ANNUAL / TRADING_DAYS)[regime]  # [D]
+    vmult = REGIME_VOL_MULT[regime]  # [D]
+
+    beta = rng.uniform(0.7, 1.3, n)
+    gamma = rng.uniform(0.4, 1.0, n)
+    sigma = rng.uniform(0.010, 0.020, n)
+    zm = rng.standard_normal(d)
+    zs = rng.standard_normal((d, num_sectors))
+    ze = rng.standard_normal((d, n))
+    eta = rng.standard_normal((d, n))
+    calm_var = (beta * MARKET_VOL) ** 2 + (gamma * SECTOR_VOL) ** 2 + sigma**2  # [N] q_i
+
+    idio = sigma[None, :] * ze
+    base = drift[:, None] + vmult[:, None] * (
+        (beta * MARKET_VOL)[None, :] * zm[:, None] + (gamma * SECTOR_VOL)[None, :] * zs[:, sector] + idio
+    )
+    share = SIGNAL_SHARE_AT_FULL * strength
+    planted = np.zeros((d, n))
+    if share > 0 and signal == "momentum":
+        trend = np.empty((d, n))
+        innov = np.sqrt(1 - MOMENTUM_PHI**2) * np.sqrt(share * calm_var)[None, :] * eta
+        trend[0] = np.sqrt(share * calm_var) * eta[0]  # stationary start
+        for t in range(1, d):
+            trend[t] = MOMENTUM_PHI * trend[t - 1] + innov[t]
+        planted[1:] = trend[:-1]
+    elif share > 0 and signal == "lead_lag" and n > 1:
+        # ze has unit variance, so the coefficient sets the term's variance to share * q_{i+1}
+        coef = np.sqrt(share * calm_var[1:])
+        planted[lag:, 1:] = coef[None, :] * ze[:-lag, :-1]
+    return SyntheticReturns(
+        regime=regime,
+        drift=drift,
+        vol_multiplier=vmult,
+        sector=sector,
+        market_loading=beta * MARKET_VOL,
+        sector_loading=gamma * SECTOR_VOL,
+        idio_vol=sigma,
+        calm_var=calm_var,
+        shocks=ze,
+        planted=planted,
+        returns=base + planted,
+    )
+
+
+def _checked(
+    num_tickers: object, num_days: object, seed: object, signal_strength: object, signal: str, lag: object
+) -> tuple[int, int, int, float, int]:
+    """The generator's arguments, validated: ``(n, d, seed, strength, lag)``; one `UserError` per bad value."""
+    n, d, seed = _whole(num_tickers, "num_tickers", 1), _whole(num_days, "num_days", 2), _whole(seed, "seed", 0)
+    lag = _whole(lag, "lag", 1)
+    if lag >= d:
+        raise UserError(f"synthetic lag {lag} must be shorter than the {d} days")
+    strength = float(signal_strength)  # type: ignore[arg-type]
+    if not (0.0 <= strength < 1.0):
+        raise UserError(f"signal strength must be in [0, 1), got {signal_strength!r}")
+    if signal not in SIGNALS:
+        raise UserError(f"unknown synthetic signal {signal!r}; choose one of {', '.join(SIGNALS)}")
+    return n, d, seed, strength, lag
+
+
 def generate_market(
     *,
     num_tickers: int = 30,
@@ -113,61 +201,16 @@ def generate_market(
     :param lag: k, the days by which a leader's shock precedes its follower's move ("lead_lag" only).
     :returns: MarketData with [D, N] float64 prices (dollars) and volumes (whole shares).
     """
-    num_tickers, num_days, seed = (
-        _whole(num_tickers, "num_tickers", 1),
-        _whole(num_days, "num_days", 2),
-        _whole(seed, "seed", 0),
-    )
-    lag = _whole(lag, "lag", 1)
-    if lag >= num_days:
-        raise UserError(f"synthetic lag {lag} must be shorter than the {num_days} days")
-    strength = float(signal_strength)
-    if not (0.0 <= strength < 1.0):
-        raise UserError(f"signal strength must be in [0, 1), got {signal_strength!r}")
-    if signal not in SIGNALS:
-        raise UserError(f"unknown synthetic signal {signal!r}; choose one of {', '.join(SIGNALS)}")
+    n, d, seed, strength, lag = _checked(num_tickers, num_days, seed, signal_strength, signal, lag)
     try:
-        dates = pd.bdate_range(start=pd.Timestamp(start), periods=num_days)
+        dates = pd.bdate_range(start=pd.Timestamp(start), periods=d)
     except (ValueError, TypeError, OverflowError):
         raise UserError(f"synthetic start date {start!r} is not a date (use YYYY-MM-DD)") from None
 
     rng = np.random.Generator(np.random.PCG64(seed))
-    d, n = num_days, num_tickers
-    num_sectors = max(1, min(5, n // 4))
-    sector = np.arange(n) % num_sectors
-
-    regime = _regime_path(rng, d)
-    drift = (REGIME_DRIFT_ANNUAL / TRADING_DAYS)[regime]  # [D]
-    vmult = REGIME_VOL_MULT[regime]  # [D]
-
-    beta = rng.uniform(0.7, 1.3, n)
-    gamma = rng.uniform(0.4, 1.0, n)
-    sigma = rng.uniform(0.010, 0.020, n)
-    zm = rng.standard_normal(d)
-    zs = rng.standard_normal((d, num_sectors))
-    ze = rng.standard_normal((d, n))
-    eta = rng.standard_normal((d, n))
-    calm_var = (beta * MARKET_VOL) ** 2 + (gamma * SECTOR_VOL) ** 2 + sigma**2  # [N] q_i
-    daily_vol = np.sqrt(calm_var)[None, :] * vmult[:, None]  # [D, N]
-
-    idio = sigma[None, :] * ze
-    base = drift[:, None] + vmult[:, None] * (
-        (beta * MARKET_VOL)[None, :] * zm[:, None] + (gamma * SECTOR_VOL)[None, :] * zs[:, sector] + idio
-    )
-    share = SIGNAL_SHARE_AT_FULL * strength
-    planted = np.zeros((d, n))
-    if share > 0 and signal == "momentum":
-        trend = np.empty((d, n))
-        innov = np.sqrt(1 - MOMENTUM_PHI**2) * np.sqrt(share * calm_var)[None, :] * eta
-        trend[0] = np.sqrt(share * calm_var) * eta[0]  # stationary start
-        for t in range(1, d):
-            trend[t] = MOMENTUM_PHI * trend[t - 1] + innov[t]
-        planted[1:] = trend[:-1]
-    elif share > 0 and signal == "lead_lag" and n > 1:
-        # ze has unit variance, so the coefficient sets the term's variance to share * q_{i+1}
-        coef = np.sqrt(share * calm_var[1:])
-        planted[lag:, 1:] = coef[None, :] * ze[:-lag, :-1]
-    ret = base + planted  # [D, N] close-to-close log returns
+    parts = _draw_returns(rng, d, n, strength, signal, lag)
+    ret = parts.returns  # [D, N] close-to-close log returns
+    daily_vol = np.sqrt(parts.calm_var)[None, :] * parts.vol_multiplier[:, None]  # [D, N]
 
     start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))
     close = start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
@@ -194,6 +237,20 @@ def generate_market(
         close=close,
         volume=volume,
     )
+
+
+def synthetic_returns(
+    *,
+    num_tickers: int = 30,
+    num_days: int = 2520,
+    seed: int = 0,
+    signal_strength: float = 0.0,
+    signal: str = "momentum",
+    lag: int = 1,
+) -> SyntheticReturns:
+    """The parts of the returns ``generate_market`` with these arguments draws (its ``close`` compounds ``returns``)."""
+    n, d, seed, strength, lag = _checked(num_tickers, num_days, seed, signal_strength, signal, lag)
+    return _draw_returns(np.random.Generator(np.random.PCG64(seed)), d, n, strength, signal, lag)
 
 
 def regime_path(*, num_days: int = 2520, seed: int = 0) -> np.ndarray:

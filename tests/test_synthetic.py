@@ -8,7 +8,7 @@ import pytest
 
 from envs.data import MarketData, split_days
 from envs.errors import UserError
-from envs.synthetic import generate_market, regime_path
+from envs.synthetic import generate_market, regime_path, synthetic_returns
 
 FIELDS = ("open", "high", "low", "close", "volume")
 
@@ -187,3 +187,23 @@ def test_lag_k_lead_lag_hides_the_signal_from_today_and_shows_it_k_days_back():
     )  # lag 1 is the old market
     with pytest.raises(UserError, match="lag"):
         generate_market(num_days=10, signal="lead_lag", lag=10)
+
+
+@pytest.mark.parametrize(("signal", "lag"), [("lead_lag", 1), ("lead_lag", 3), ("momentum", 1)])
+def test_synthetic_returns_are_the_parts_of_the_markets_closes(signal, lag):
+    """The parts a forecast-bound benchmark reads are the ones the market was built from, not a re-derivation."""
+    kwargs = dict(num_tickers=6, num_days=400, seed=23, signal_strength=0.8, signal=signal, lag=lag)
+    market, parts = generate_market(**kwargs), synthetic_returns(**kwargs)
+    np.testing.assert_allclose(np.diff(np.log(market.close), axis=0), parts.returns[1:], atol=1e-12)
+    np.testing.assert_array_equal(parts.regime, regime_path(num_days=400, seed=23))
+    np.testing.assert_array_equal(parts.vol_multiplier, np.array([0.8, 1.2, 2.2])[parts.regime])
+    if signal == "lead_lag":  # follower i + 1 moves by its leader's shock of ``lag`` days before
+        coef = parts.planted[lag:, 1:] / parts.shocks[:-lag, :-1]
+        np.testing.assert_allclose(coef, np.broadcast_to(coef[0], coef.shape), rtol=1e-9)
+        share = 0.5 * 0.8
+        np.testing.assert_allclose(coef[0] ** 2, share * parts.calm_var[1:], rtol=1e-9)
+        assert not parts.planted[:lag].any() and not parts.planted[:, 0].any()
+    else:
+        assert parts.planted[1:].std() > 0
+    with pytest.raises(UserError, match="lag"):
+        synthetic_returns(**{**kwargs, "lag": 400})
