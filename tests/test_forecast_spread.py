@@ -4,6 +4,7 @@ its training days, resolved to logits at deploy time (clstm_ppo.evaluation.forec
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 
 from clstm_ppo import cli
+from clstm_ppo.evaluation import backtest as backtest_module
 from clstm_ppo.evaluation.backtest import load_backtest_data, with_forecast_threshold
 from clstm_ppo.evaluation.forecast_spread import ForecastThreshold, pooled_spread, stock_means
 from clstm_ppo.training.checkpoint import open_checkpoint, restore_market, restore_policy
@@ -117,3 +119,26 @@ def test_compare_in_spreads_scores_what_backtest_in_spreads_scores(
     comparison = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     compared = comparison["metrics"][comparison["metadata"]["checkpoints"][0]["label"]]
     assert compared["sharpe"] == backtest["sharpe"] and compared["final_value"] == backtest["final_value"]
+
+
+def test_an_ensemble_in_spreads_reads_its_market_once_for_every_members_spread_and_the_backtest(
+    followed: Path, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each member's spread is measured on its own training days; members of one market share one read of it."""
+    twin = tmp_path / "twin.pt"
+    shutil.copyfile(followed, twin)
+    reads: list[str] = []
+    real_load = backtest_module.load_data
+
+    def counted(*args, **kwargs):  # the real loader, counted
+        reads.append(str(kwargs.get("source")))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(backtest_module, "load_data", counted)
+    argv = ["backtest", "--checkpoint", str(followed), str(twin), "--threads", "1", "--forecast_threshold", "1.5sd"]
+    assert cli.main([*argv, "--out", str(tmp_path / "ens")]) == 0
+    capsys.readouterr()
+    assert len(reads) == 1  # not once per member and once more for the backtest
+    metadata = json.loads((tmp_path / "ens" / "report.json").read_text())["metadata"]
+    alone = with_forecast_threshold(open_checkpoint(followed), ForecastThreshold(1.5, in_spreads=True))
+    assert metadata["forecast_threshold"] == [alone.model_config["forecast_threshold"]] * 2

@@ -390,6 +390,10 @@ def test_a_plan_at_another_forecast_threshold_equals_that_backtests_trades(
         assert len(at_threshold.trades) < len(trained_weights.trades)
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_weights.bars)) as data:
         check_plans_equal_backtest(at_threshold, env, data, capsys, monkeypatch, "--forecast_threshold", threshold)
+        ends = {r["params"].get("end", "")[:10] for r in data.bar_requests()}
+    # in spreads, the policy's training days (to END, asked for with an exclusive end after it) were read through
+    # --data_url into --data_cache_dir, not the endpoint and cache the run recorded; the plans' own bars end by END
+    assert (max(ends) > END) == threshold.endswith("sd"), ends
     decisions = [json.loads(line) for p in env.glob("j-*/trades.jsonl") for line in p.read_text().splitlines()]
     assert {d["forecast_threshold"] for d in decisions if d["event"] == "decision"} == {logits}
 

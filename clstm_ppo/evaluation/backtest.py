@@ -297,17 +297,41 @@ def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:
     return dataclasses.replace(ck, config={**ck.config, "risk_free": float(risk_free)})
 
 
-def with_forecast_threshold(ck: Checkpoint, threshold: float | ForecastThreshold | None) -> Checkpoint:
+class OwnData:
+    """Each checkpoint's own data (`load_backtest_data` with no other source or dates), loaded once per distinct data
+    settings: an ensemble of seeds on one market, resolving its thresholds in spreads, reads that market once.
+
+    :param overrides: run settings that replace the checkpoint's for the load (``trade``'s ``data_url`` and
+        ``data_cache_dir``: the endpoint and cache the user named, not the ones recorded at training).
+    """
+
+    def __init__(self, overrides: dict[str, Any] | None = None) -> None:
+        self.overrides = {k: v for k, v in (overrides or {}).items() if v}
+        self._loaded: dict[str, MarketData] = {}
+
+    def __call__(self, ck: Checkpoint) -> MarketData:
+        run_ck = dataclasses.replace(ck, config={**ck.config, **self.overrides}) if self.overrides else ck
+        settings = [dataclasses.asdict(run_ck.cfg.data), run_ck.cfg.run.seed, list(ck.tickers)]
+        key = json.dumps(settings, sort_keys=True, default=str)
+        if key not in self._loaded:
+            self._loaded[key] = load_backtest_data(run_ck)
+        return self._loaded[key]
+
+
+def with_forecast_threshold(
+    ck: Checkpoint, threshold: float | ForecastThreshold | None, own_data: OwnData | None = None
+) -> Checkpoint:
     """``ck`` deployed with another ``--forecast_threshold`` (its stocks' deterministic means lowered by it; a
     ``--forecast_only`` policy), or as it is. A threshold in spreads (``2sd``) is resolved to logits here: K times
     the policy's spread over its own training days (`clstm_ppo.evaluation.forecast_spread`, on the checkpoint's own
-    data). UserError on a policy without ``forecast_only`` or a bad value."""
+    data, read through ``own_data``: pass one `OwnData` for all the members of a run). UserError on a policy
+    without ``forecast_only`` or a bad value."""
     if threshold is None:
         return ck
     if not ck.model_config.get("forecast_only", False):
         raise UserError(f"--forecast_threshold: {ck.path} was not trained with --forecast_only (nothing to lower)")
     if isinstance(threshold, ForecastThreshold) and threshold.in_spreads:
-        own = restore_market(ck, load_backtest_data(ck))  # the spread is of the means before any threshold
+        own = restore_market(ck, (own_data or OwnData())(ck))  # the spread is of the means before any threshold
         threshold = threshold.value * forecast_spread(restore_policy(ck, own), own, ck.cfg.env)
     value = float(threshold.value if isinstance(threshold, ForecastThreshold) else threshold)
     dataclasses.replace(ck.cfg.model, forecast_threshold=value).validate()  # its range check
@@ -597,12 +621,18 @@ def backtest(
     paths = list(checkpoint) if isinstance(checkpoint, list | tuple) else [checkpoint]
     if stochastic and len(paths) > 1:
         raise UserError("--stochastic samples one policy's actions; an ensemble acts on its members' mean actions")
-    cks = [with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold) for c in open_members(paths)]
+    own_data = OwnData()
+    cks = [
+        with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold, own_data) for c in open_members(paths)
+    ]
     ck = cks[0]
     risk_free = ck.cfg.env.risk_free
     if new_universe:
         check_new_universe(cks)
-    market_data = load_backtest_data(ck, data=data, start=start, end=end, new_universe=new_universe)
+    if data is None and start is None and end is None and not new_universe:
+        market_data = own_data(ck)  # the checkpoint's own data: read once, with the spreads' if they needed it
+    else:
+        market_data = load_backtest_data(ck, data=data, start=start, end=end, new_universe=new_universe)
     market = refit_market(ck, market_data) if new_universe else restore_market(ck, market_data)
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
     holdout = check_holdout(
@@ -831,9 +861,10 @@ def compare(
     earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
     `backtest` (sealed days are refused unless ``unseal``). An entry ``A.pt+B.pt+C.pt`` is an ensemble of those
     checkpoints (`open_members`), compared as one policy. ``forecast_threshold``: as in `backtest`, for all."""
+    own_data = OwnData()
     groups = [
         [
-            with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold)
+            with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold, own_data)
             for c in open_members(str(p).split("+"))
         ]
         for p in checkpoints
@@ -843,7 +874,8 @@ def compare(
     names = [n if len(g) == 1 else f"{n} (ensemble of {len(g)})" for n, g in zip(names, groups, strict=True)]
     first = cks[0]
     _check_comparable(cks)
-    market_data = load_backtest_data(first, data=data, start=start, end=end)
+    own = data is None and start is None and end is None
+    market_data = own_data(first) if own else load_backtest_data(first, data=data, start=start, end=end)
     market0 = restore_market(first, market_data)
     period = _comparison_period(cks, market_data, market0, split=split, start=start, end=end)
     holdout = check_holdout(

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from clstm_ppo.evaluation.backtest import open_members, restore_acting, with_forecast_threshold
+from clstm_ppo.evaluation.backtest import OwnData, open_members, restore_acting, with_forecast_threshold
 from clstm_ppo.evaluation.forecast_spread import ForecastThreshold
 from clstm_ppo.trading.broker import Account, Broker, Endpoint, Position, calendar_window, resolve_endpoint
 from clstm_ppo.trading.decision import Decision, check_tradable, decide, load_trading_market, replay_days
@@ -90,7 +90,8 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
         raise UserError("--wait_seconds must be >= 0 and --poll_seconds > 0")
     endpoint = resolve_endpoint(live=opts.live, confirm_live=opts.confirm_live, url=opts.trading_url)
     paths = [opts.checkpoint] if isinstance(opts.checkpoint, str | Path) else list(opts.checkpoint)
-    cks = [with_forecast_threshold(c, opts.forecast_threshold) for c in open_members(paths)]
+    own_data = OwnData({"data_url": opts.data_url, "data_cache_dir": opts.data_cache_dir})  # the user's, not the run's
+    cks = [with_forecast_threshold(c, opts.forecast_threshold, own_data) for c in open_members(paths)]
     ck = cks[0]  # the members share its market and env settings (open_members)
     for member in cks:
         check_tradable(member, replay_start=opts.replay_start, history_start=opts.history_start, data_url=opts.data_url)
