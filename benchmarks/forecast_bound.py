@@ -48,7 +48,7 @@ from envs.config import EnvConfig  # noqa: E402
 from envs.features import PreparedMarket  # noqa: E402
 from envs.sources import parse_synthetic_options  # noqa: E402
 from envs.state import StateLayout  # noqa: E402
-from envs.synthetic import SIGNAL_SHARE_AT_FULL, SyntheticReturns, synthetic_returns  # noqa: E402
+from envs.synthetic import SyntheticReturns, synthetic_returns  # noqa: E402
 
 FORECASTS = ("leader", "best", "oracle")
 
@@ -66,7 +66,7 @@ def shock_estimates(parts: SyntheticReturns, lag: int) -> np.ndarray:
     cov = loadings @ loadings.T + np.diag(parts.idio_vol**2)  # [N, N] calm-regime covariance of the base
     gain = np.diag(parts.idio_vol) @ np.linalg.inv(cov)  # [N, N]: E[ze | r / v]
     coef = np.zeros(n)  # coef[i]: the planted term of ticker i per unit shock of its leader i - 1
-    coef[1:] = np.sqrt(SIGNAL_SHARE_AT_FULL * strength_of(parts) * parts.calm_var[1:])
+    coef[1:] = np.sqrt(planted_share(parts) * parts.calm_var[1:])
     estimate = np.zeros((d, n))
     for t in range(d):
         planted_hat = np.zeros(n)
@@ -76,12 +76,11 @@ def shock_estimates(parts: SyntheticReturns, lag: int) -> np.ndarray:
     return estimate
 
 
-def strength_of(parts: SyntheticReturns) -> float:
-    """The signal strength s the lead-lag term was planted with (its variance is ``0.5 s q`` of the follower's)."""
-    follower = parts.planted[:, 1:]
-    if not follower.any():
+def planted_share(parts: SyntheticReturns) -> float:
+    """The lead-lag term's variance as a share of its follower's calm-regime variance; SystemExit if none."""
+    if not parts.planted[:, 1:].any():
         raise SystemExit("the study's market has no planted lead-lag signal")
-    return float((follower.var(axis=0) / parts.calm_var[1:]).mean() / SIGNAL_SHARE_AT_FULL)
+    return parts.signal_share
 
 
 def forecast_z(parts: SyntheticReturns, market: PreparedMarket, lag: int, kind: str) -> np.ndarray:
@@ -98,8 +97,9 @@ def forecast_z(parts: SyntheticReturns, market: PreparedMarket, lag: int, kind: 
         scale = np.ones(d)
     else:
         source = parts.shocks if kind == "oracle" else shock_estimates(parts, lag)
-        share = SIGNAL_SHARE_AT_FULL * strength_of(parts)
-        scale = np.sqrt(share) / parts.vol_multiplier  # coef / (v sqrt(q)): the follower's z per unit shock
+        scale = (
+            np.sqrt(planted_share(parts)) / parts.vol_multiplier
+        )  # coef / (v sqrt(q)): the follower's z per unit shock
     # the shock that moves day t + 1 happened on day t + 1 - lag, already seen at day t's close
     z[lag - 1 :, 1:] = source[: d - lag + 1, :-1] * scale[lag - 1 :, None]
     return z

@@ -109,6 +109,7 @@ class SyntheticReturns:
     sector_loading: np.ndarray  # [N] gamma_i * 0.7% (daily)
     idio_vol: np.ndarray  # [N] sigma_i (daily)
     calm_var: np.ndarray  # [N] q_i, the calm-regime (v = 1) daily return variance without the signal
+    signal_share: float  # share = 0.5 s: the planted term's variance as a share of q_i
     shocks: np.ndarray  # [D, N] ze, the idiosyncratic standard normal shocks
     planted: np.ndarray  # [D, N] the planted signal's term x (log return per day; zeros without a signal)
     returns: np.ndarray  # [D, N] close-to-close log returns: base + planted
@@ -158,6 +159,7 @@ def _draw_returns(rng: np.random.Generator, d: int, n: int, strength: float, sig
         sector_loading=gamma * SECTOR_VOL,
         idio_vol=sigma,
         calm_var=calm_var,
+        signal_share=share,
         shocks=ze,
         planted=planted,
         returns=base + planted,
