@@ -14,19 +14,21 @@ z-score ``expected planted return / the follower's conditional daily vol`` known
 - ``oracle``: the shock itself (unobservable): what knowing the signal exactly is worth.
 
 Each is traded the way ``signal_rule.py``'s ``sign>Z`` trades (hold the followers whose z is above Z at equal
-weight, cash for the rest) through the backtest's env on a finished study's traded days (the same costs, next-open
+weight, cash for the rest; or, with ``--gain G``, weights that grow with z past Z) through the backtest's env on a finished study's traded days (the same costs, next-open
 fills and band), at each Z of ``--threshold``. Also printed: each forecast's correlation with the follower's next-day
 return (mean over followers). Compare the rows at a third of a policy's turnover with that policy's Sharpe.
 
 Usage (a finished study on a ``synthetic:...signal_kind=lead_lag`` market, ``--retrain none``)::
 
-    python benchmarks/forecast_bound.py STUDY_DIR [--threshold 0 0.5 1 1.5 2] [--execution auto]
+    python benchmarks/forecast_bound.py STUDY_DIR [--threshold 0 0.5 1 1.5 2] [--gain inf 1 2] [--execution auto]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,18 +108,20 @@ def forecast_z(parts: SyntheticReturns, market: PreparedMarket, lag: int, kind: 
 
 
 class ForecastRule:
-    """Holds the followers whose forecast z is above ``threshold`` (action +1), the rest in cash (action -1).
+    """Holds the followers whose forecast z is above ``threshold`` (action +1), the rest in cash (action -1); with a
+    finite ``gain`` G, action ``clip(G (z - threshold), -1, 1)`` instead: weights that grow with the forecast past the
+    threshold (the env's weights are ``softmax(5 x action, cash 0)``, so an action of 0 holds as much as cash).
 
     `evaluate_policy` hands it observations ``[1, T, F]`` only; the day is found by matching the observation's last
     price row to the market's normalised price rows (asserted exact), so the forecast table cannot drift off by a day.
     """
 
-    def __init__(self, market: PreparedMarket, z: np.ndarray, threshold: float) -> None:
+    def __init__(self, market: PreparedMarket, z: np.ndarray, threshold: float, gain: float = math.inf) -> None:
         layout = StateLayout(market.num_tickers, len(market.indicator_names))
         self.prices = layout.prices
         rows = market.normalization.market_rows(market.data.close, market.indicators)
         self.price_rows = torch.as_tensor(rows[:, : market.num_tickers], dtype=torch.float32)  # [D, N]
-        self.z, self.threshold = z, threshold
+        self.z, self.threshold, self.gain = z, threshold, gain
         self.training = False
 
     def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
@@ -130,8 +134,11 @@ class ForecastRule:
         day = int(gaps.argmin())
         if float(gaps[day]) > 1e-4:
             raise AssertionError(f"no day's prices match the observation (closest off by {float(gaps[day]):.2g})")
-        hold = torch.as_tensor(self.z[day] > self.threshold)
-        return torch.where(hold, 1.0, -1.0).double().unsqueeze(0), None, None, state
+        if math.isinf(self.gain):
+            action = np.where(self.z[day] > self.threshold, 1.0, -1.0)
+        else:
+            action = np.clip(self.gain * (self.z[day] - self.threshold), -1.0, 1.0)
+        return torch.as_tensor(action, dtype=torch.float64).unsqueeze(0), None, None, state
 
     def env_action(self, action: Tensor) -> Tensor:
         return action
@@ -154,6 +161,9 @@ def main() -> None:
     parser.add_argument("study", type=Path, help="a finished study folder on a synthetic lead-lag market")
     parser.add_argument("--threshold", type=float, nargs="+", default=[0.0, 0.5, 1.0, 1.5, 2.0])
     parser.add_argument("--forecasts", nargs="+", choices=FORECASTS, default=list(FORECASTS))
+    parser.add_argument(
+        "--gain", type=float, nargs="+", default=[math.inf], help="inf: hold at equal weight; G: clip(G (z - Z))"
+    )
     parser.add_argument("--execution", default="auto")
     args = parser.parse_args()
     spec = json.loads((args.study / "spec.json").read_text())
@@ -171,16 +181,18 @@ def main() -> None:
     test = market.splits.test
     config = EnvConfig(rebalance_band=spec["base"]["rebalance_band"], execution=args.execution)
     print(f"{args.study.name}: {source}, test days {test.stop - test.start}")
-    print(f"{'forecast':<8} {'IC':>5} {'Z':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'exposure':>8}")
+    print(
+        f"{'forecast':<8} {'IC':>5} {'gain':>5} {'Z':>5} {'Sharpe':>7} {'return':>8} {'turnover/yr':>11} {'exposure':>8}"
+    )
     for kind in args.forecasts:
         z = forecast_z(parts, market, lag, kind)
         ic = information_coefficient(z, parts.returns, range(test.start, test.stop))
-        for threshold in args.threshold:
-            run = evaluate_policy(ForecastRule(market, z, threshold), market, "test", config)
+        for gain, threshold in itertools.product(args.gain, args.threshold):
+            run = evaluate_policy(ForecastRule(market, z, threshold, gain), market, "test", config)
             m = policy_metrics(run, config)
             exposure = mean_exposure(run.values, run.holdings_value)
             print(
-                f"{kind:<8} {ic:>5.2f} {threshold:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
+                f"{kind:<8} {ic:>5.2f} {gain:>5g} {threshold:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
                 f"{m['annual_turnover']:>10.1f}x {exposure:>8.0%}"
             )
     report = args.study / "study.json"

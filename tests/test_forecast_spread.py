@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from clstm_ppo import cli
+from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.evaluation import backtest as backtest_module
 from clstm_ppo.evaluation.backtest import load_backtest_data, with_forecast_threshold
-from clstm_ppo.evaluation.forecast_spread import ForecastThreshold, pooled_spread, stock_means
+from clstm_ppo.evaluation.forecast_spread import DelegatingPolicy, ForecastThreshold, pooled_spread, stock_means
 from clstm_ppo.training.checkpoint import open_checkpoint, restore_market, restore_policy
 from envs.errors import UserError
 from tests.conftest import QUICK, QUICK_DATA, SCRIPT, clean_env
@@ -142,3 +144,65 @@ def test_an_ensemble_in_spreads_reads_its_market_once_for_every_members_spread_a
     metadata = json.loads((tmp_path / "ens" / "report.json").read_text())["metadata"]
     alone = with_forecast_threshold(open_checkpoint(followed), ForecastThreshold(1.5, in_spreads=True))
     assert metadata["forecast_threshold"] == [alone.model_config["forecast_threshold"]] * 2
+
+
+def test_a_gain_deploys_g_times_each_stock_means_distance_from_its_usual_level_in_spreads(followed: Path) -> None:
+    """``--forecast_threshold 1.5sd --forecast_gain 0.5``: the deployed stock means are 0.5 x ((m - mu_i) / s - 1.5),
+    with s and mu_i measured here independently of the product's code path."""
+    ck = open_checkpoint(followed)
+    market = restore_market(ck, load_backtest_data(ck))
+    means = stock_means(restore_policy(ck, market), market, ck.cfg.env)  # [days, N] on the training days
+    spread, centre = float(np.sqrt(means.var(axis=0).mean())), means.mean(axis=0)
+    deployed = with_forecast_threshold(ck, ForecastThreshold(1.5, in_spreads=True, gain=0.5))
+    assert deployed.model_config["forecast_threshold"] == pytest.approx(0.75)
+    assert deployed.model_config["forecast_scale"] == pytest.approx(0.5 / spread, rel=1e-9)
+    np.testing.assert_allclose(deployed.model_config["forecast_centre"], centre, rtol=1e-9)
+    policy = restore_policy(deployed, market)
+    n = len(ck.tickers)
+    raw = torch.randn(3, policy.spec.action_dim, dtype=torch.float64)
+    expected = 0.5 * ((raw[:, :n] - torch.as_tensor(centre)) / spread - 1.5)
+    torch.testing.assert_close(policy.deployed_mean(raw)[:, :n], expected)
+    torch.testing.assert_close(policy.deployed_mean(raw)[:, n:], raw[:, n:])  # any gate stays
+
+
+def test_backtest_with_a_gain_trades_the_centred_means_and_records_them(
+    followed: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    argv = ["backtest", "--checkpoint", str(followed), "--threads", "1", "--forecast_threshold", "1.5sd"]
+    assert cli.main([*argv, "--forecast_gain", "0.5", "--out", str(tmp_path / "gain")]) == 0
+    assert cli.main([*argv, "--out", str(tmp_path / "plain")]) == 0
+    capsys.readouterr()
+    report = json.loads((tmp_path / "gain" / "report.json").read_text())
+    metadata = report["metadata"]
+    assert metadata["forecast_gain"] == 0.5 and metadata["forecast_threshold"] == pytest.approx(0.75)
+    assert len(metadata["forecast_centre"]) == len(metadata["tickers"]) and metadata["forecast_scale"] > 0
+
+    class Centred(DelegatingPolicy):  # the same rule, written apart from the model's deployed_mean
+        def adjust(self, means: torch.Tensor) -> torch.Tensor:
+            centre = torch.as_tensor(metadata["forecast_centre"], dtype=means.dtype)
+            return metadata["forecast_scale"] * (means - centre) - 0.75
+
+    ck = open_checkpoint(followed)
+    market = restore_market(ck, load_backtest_data(ck))
+    run = evaluate_policy(Centred(restore_policy(ck, market)), market, "test", ck.cfg.env)
+    assert run.values[-1] == pytest.approx(report["metrics"]["policy"]["final_value"], rel=1e-9)
+    trades = {name: pd.read_csv(tmp_path / name / "trades.csv") for name in ("gain", "plain")}
+    assert not trades["gain"].equals(trades["plain"])  # the gain did change what was traded
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--forecast_gain", "0.5"], "needs --forecast_threshold in spreads"),
+        (["--forecast_threshold", "0.3", "--forecast_gain", "0.5"], "needs --forecast_threshold in spreads"),
+        (["--forecast_threshold", "1sd", "--forecast_gain", "0"], "--forecast_gain must be a finite number > 0"),
+    ],
+)
+def test_a_gain_without_a_threshold_in_spreads_is_one_line(
+    followed: Path, tmp_path: Path, capsys: pytest.CaptureFixture, flags: list[str], says: str
+) -> None:
+    argv = ["backtest", "--checkpoint", str(followed), *flags, "--out", str(tmp_path / "bt")]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
+    assert not (tmp_path / "bt").exists()

@@ -362,24 +362,27 @@ def test_an_ensembles_plan_equals_its_backtest_trades(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("threshold", ["0.3", "1sd"])
+@pytest.mark.parametrize(("threshold", "gain"), [("0.3", None), ("1sd", None), ("1sd", "0.5")])
 def test_a_plan_at_another_forecast_threshold_equals_that_backtests_trades(
     trained_weights: Trained,
     env: Path,
     capsys: pytest.CaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
     threshold: str,
+    gain: str | None,
 ) -> None:
     """Today's default policy follows a linear forecast alone (--forecast_only), so `trade --forecast_threshold D`
     can deploy it with a no-trade threshold, in logits or in spreads of its means over its training days: it plans
     exactly what `backtest --forecast_threshold D` traded (at 0.3 fewer trades than at the checkpoint's 0), and
-    journals the logits it deployed with."""
+    journals the logits it deployed with (with --forecast_gain, its scale and centres too)."""
+    flags = ["--forecast_threshold", threshold, *(["--forecast_gain", gain] if gain else [])]
     with pytest.MonkeyPatch.context() as mp:
         use_alpaca_keys(mp, KEY, SECRET)
-        backtest = ["backtest", "--checkpoint", str(trained_weights.ckpt), "--forecast_threshold", threshold]
+        backtest = ["backtest", "--checkpoint", str(trained_weights.ckpt), *flags]
         assert cli.main([*backtest, "--out", str(env / "bt-threshold"), "--threads", "1"]) == 0
     capsys.readouterr()
-    logits = json.loads((env / "bt-threshold" / "report.json").read_text())["metadata"]["forecast_threshold"]
+    metadata = json.loads((env / "bt-threshold" / "report.json").read_text())["metadata"]
+    logits = metadata["forecast_threshold"]
     assert logits == float(threshold) if not threshold.endswith("sd") else logits > 0
     at_threshold = dataclasses.replace(
         trained_weights,
@@ -389,13 +392,16 @@ def test_a_plan_at_another_forecast_threshold_equals_that_backtests_trades(
     if threshold == "0.3":  # other trades than at 0 (this short run's spread is too small for 1sd to move a share)
         assert len(at_threshold.trades) < len(trained_weights.trades)
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_weights.bars)) as data:
-        check_plans_equal_backtest(at_threshold, env, data, capsys, monkeypatch, "--forecast_threshold", threshold)
+        check_plans_equal_backtest(at_threshold, env, data, capsys, monkeypatch, *flags)
         ends = {r["params"].get("end", "")[:10] for r in data.bar_requests()}
     # in spreads, the policy's training days (to END, asked for with an exclusive end after it) were read through
     # --data_url into --data_cache_dir, not the endpoint and cache the run recorded; the plans' own bars end by END
     assert (max(ends) > END) == threshold.endswith("sd"), ends
     decisions = [json.loads(line) for p in env.glob("j-*/trades.jsonl") for line in p.read_text().splitlines()]
-    assert {d["forecast_threshold"] for d in decisions if d["event"] == "decision"} == {logits}
+    decisions = [d for d in decisions if d["event"] == "decision"]
+    assert {d["forecast_threshold"] for d in decisions} == {logits}
+    for key in ("forecast_scale", "forecast_centre"):  # what the gain deployed, as the backtest recorded it
+        assert all(d.get(key) == metadata.get(key) for d in decisions) and (key in metadata) == bool(gain)
 
 
 def check_plans_equal_backtest(

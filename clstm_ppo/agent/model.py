@@ -162,6 +162,10 @@ class ModelSpec:
     forecaster: str = "head"  # head | linear: what forecast_skip follows (module docstring)
     forecast_only: bool = False  # the stocks' means are g x the forecast + a bias per stock, no network part
     forecast_threshold: float = 0.0  # deterministic actions only: the stocks' means lowered by this (forecast_only)
+    # deterministic actions only, set at deploy (`--forecast_gain`): the stocks' means first become
+    # forecast_scale x (mean - forecast_centre), each stock's [N] usual level taken off (None: as they are)
+    forecast_centre: tuple[float, ...] | None = None
+    forecast_scale: float = 1.0
 
     @property
     def action_dim(self) -> int:
@@ -311,6 +315,10 @@ class ActorCritic(nn.Module):
             raise ValueError("forecast_only sets the stocks' means from forecast_skip's forecast (clstm, lstm or mlp)")
         if spec.forecast_threshold and not spec.forecast_only:
             raise ValueError("forecast_threshold lowers the means forecast_only sets")
+        if spec.forecast_centre is not None and (
+            not spec.forecast_only or len(spec.forecast_centre) != spec.num_tickers
+        ):
+            raise ValueError("forecast_centre is one level per stock of the means forecast_only sets")
         self.spec = spec
         self.window_kernel = "auto"  # how stage 1 runs (auto | shared | fused); not part of the weights
         if spec.forecast_skip:  # g: how far the stocks' action means follow the next-day prediction
@@ -545,11 +553,16 @@ class ActorCritic(nn.Module):
 
     def deployed_mean(self, mean: Tensor) -> Tensor:
         """The deterministic action of means ``[B, A]``: the stocks' ``[..., :N]`` lowered by ``forecast_threshold``
-        (a no-trade threshold on ``forecast_only``'s forecast; the gates stay), or ``mean`` itself when it is 0."""
-        if not self.spec.forecast_threshold:
+        (a no-trade threshold on ``forecast_only``'s forecast; the gates stay), after ``forecast_scale x (mean -
+        forecast_centre)`` where a centre is set (``--forecast_gain``), or ``mean`` itself when neither is."""
+        centre = self.spec.forecast_centre
+        if not self.spec.forecast_threshold and centre is None:
             return mean
         n = self.spec.num_tickers
-        return torch.cat([mean[..., :n] - self.spec.forecast_threshold, mean[..., n:]], dim=-1)
+        stocks = mean[..., :n]
+        if centre is not None:
+            stocks = self.spec.forecast_scale * (stocks - torch.as_tensor(centre, dtype=mean.dtype, device=mean.device))
+        return torch.cat([stocks - self.spec.forecast_threshold, mean[..., n:]], dim=-1)
 
     @torch.no_grad()
     def act(

@@ -51,6 +51,14 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
         "means over its own training days (1.75sd) (a no-trade threshold on its forecast; "
         "default: the checkpoint's)",
     )
+    parser.add_argument(
+        "--forecast_gain",
+        type=float,
+        default=None,
+        help="with --forecast_threshold Ksd: deploy G x (each stock mean's distance from its usual level over the "
+        "training days, in spreads, minus K): weights that grow G logits per spread past the threshold "
+        "(docs/learning.md section 22)",
+    )
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument(
@@ -129,8 +137,9 @@ def main(argv: list[str]) -> int:
 
 def _period_options(args: argparse.Namespace) -> dict[str, Any]:
     """The flags `backtest` and `compare` share (`_common_flags`) as their keyword arguments."""
-    names = ("data", "split", "start", "end", "out", "risk_free", "ledger", "unseal", "forecast_threshold")
-    return {name: getattr(args, name) for name in names}
+    names = ("data", "split", "start", "end", "out", "risk_free", "ledger", "unseal")
+    threshold = ForecastThreshold.with_gain(args.forecast_threshold, args.forecast_gain)
+    return {**{name: getattr(args, name) for name in names}, "forecast_threshold": threshold}
 
 
 def _said_period(done: Any) -> str:

@@ -126,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
         "means over its own training days (1.75sd) (a no-trade threshold on its forecast; "
         "as `clstm-ppo backtest --forecast_threshold`; default: the checkpoint's)",
     )
+    parser.add_argument(
+        "--forecast_gain",
+        type=float,
+        default=None,
+        help="with --forecast_threshold Ksd: deploy G x (each stock mean's distance from its usual level over the "
+        "training days, in spreads, minus K): weights that grow G logits per spread past the threshold "
+        "as `clstm-ppo backtest --forecast_gain`",
+    )
     return parser
 
 
@@ -150,7 +158,7 @@ def main(argv: list[str]) -> int:
             data_url=args.data_url,
             data_cache_dir=args.data_cache_dir,
             device=str(_device(args.device)),
-            forecast_threshold=args.forecast_threshold,
+            forecast_threshold=ForecastThreshold.with_gain(args.forecast_threshold, args.forecast_gain),
         )
     )
     return 2 if result.problems else 0

@@ -50,7 +50,7 @@ from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
-from clstm_ppo.evaluation.forecast_spread import ForecastThreshold, forecast_spread
+from clstm_ppo.evaluation.forecast_spread import ForecastThreshold, spread_and_centre
 from clstm_ppo.evaluation.holdout import guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.report import (
@@ -324,21 +324,28 @@ def with_forecast_threshold(
     """``ck`` deployed with another ``--forecast_threshold`` (its stocks' deterministic means lowered by it; a
     ``--forecast_only`` policy), or as it is. A threshold in spreads (``2sd``) is resolved to logits here: K times
     the policy's spread over its own training days (`clstm_ppo.evaluation.forecast_spread`, on the checkpoint's own
-    data, read through ``own_data``: pass one `OwnData` for all the members of a run). UserError on a policy
-    without ``forecast_only`` or a bad value."""
+    data, read through ``own_data``: pass one `OwnData` for all the members of a run); with its ``gain`` G the
+    stocks' means are centred and rescaled as well, ``G x ((m - mu) / s - K)``. UserError on a policy without
+    ``forecast_only`` or a bad value."""
     if threshold is None:
         return ck
     if not ck.model_config.get("forecast_only", False):
         raise UserError(f"--forecast_threshold: {ck.path} was not trained with --forecast_only (nothing to lower)")
+    centred: dict[str, Any] = {}
     if isinstance(threshold, ForecastThreshold) and threshold.in_spreads:
         own = restore_market(ck, (own_data or OwnData())(ck))  # the spread is of the means before any threshold
-        threshold = threshold.value * forecast_spread(restore_policy(ck, own), own, ck.cfg.env)
+        spread, centre = spread_and_centre(restore_policy(ck, own), own, ck.cfg.env)
+        if threshold.gain is not None:  # G x ((m - mu) / s - K) = (G / s) x (m - mu) - G K
+            centred = {"forecast_centre": [float(x) for x in centre], "forecast_scale": threshold.gain / spread}
+            threshold = threshold.gain * threshold.value
+        else:
+            threshold = threshold.value * spread
     value = float(threshold.value if isinstance(threshold, ForecastThreshold) else threshold)
     dataclasses.replace(ck.cfg.model, forecast_threshold=value).validate()  # its range check
     return dataclasses.replace(
         ck,
         config={**ck.config, "forecast_threshold": value},
-        model_config={**ck.model_config, "forecast_threshold": value},
+        model_config={**ck.model_config, "forecast_threshold": value, **centred},
     )
 
 
@@ -446,13 +453,23 @@ def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: st
         "hmax": ck.cfg.env.hmax,
         "execution": resolve_execution(ck.cfg.env.execution, market.data),
         "trained": {k: counters.get(k) for k in ("episodes", "global_step", "update") if k in counters},
-        **({"forecast_threshold": _deployed_threshold(ck)} if ck.model_config.get("forecast_only") else {}),
+        **(_deployed_forecast([ck], one=True) if ck.model_config.get("forecast_only") else {}),
     }
 
 
 def _deployed_threshold(ck: Checkpoint) -> float:
     """The ``--forecast_threshold`` (logits) a ``--forecast_only`` checkpoint deploys with."""
     return float(ck.model_config.get("forecast_threshold", 0.0))
+
+
+def _deployed_forecast(cks: list[Checkpoint], *, one: bool = False) -> dict[str, Any]:
+    """What report.json records of how ``--forecast_only`` members deployed: each one's threshold (logits) and, where
+    ``--forecast_gain`` centred them, its scale and per-stock centre; a value, not a list, for ``one``."""
+    fields = {"forecast_threshold": [_deployed_threshold(c) for c in cks]}
+    if any(c.model_config.get("forecast_centre") is not None for c in cks):
+        fields["forecast_scale"] = [float(c.model_config.get("forecast_scale", 1.0)) for c in cks]
+        fields["forecast_centre"] = [c.model_config.get("forecast_centre") for c in cks]
+    return {k: v[0] for k, v in fields.items()} if one else fields
 
 
 def check_new_universe(cks: list[Checkpoint]) -> None:
@@ -611,7 +628,8 @@ def backtest(
     :param new_universe: trade a ``shared`` policy on all of the data's tickers, the market refitted on the data's
         training days (module docstring, step 1).
     :param forecast_threshold: deploy with this ``--forecast_threshold`` instead of the checkpoint's, in logits or
-        in spreads (`with_forecast_threshold`); report.json's metadata records the logits each member deployed with
+        in spreads, with or without a gain (`with_forecast_threshold`); report.json's metadata records the logits
+        each member deployed with (and, with a gain, each one's scale and centre)
         (and what was given, where in spreads).
     """
     if episodes < 1:
@@ -641,9 +659,11 @@ def backtest(
     model = restore_acting(cks, market, device, resize=new_universe)
     metadata = _metadata(ck, market, period, data or ck.cfg.data.source)
     if len(cks) > 1 and ck.model_config.get("forecast_only"):  # each member's own (in spreads they differ)
-        metadata["forecast_threshold"] = [_deployed_threshold(c) for c in cks]
+        metadata.update(_deployed_forecast(cks))
     if isinstance(forecast_threshold, ForecastThreshold) and forecast_threshold.in_spreads:
         metadata["forecast_threshold_given"] = str(forecast_threshold)
+        if forecast_threshold.gain is not None:
+            metadata["forecast_gain"] = forecast_threshold.gain
     universe = new_universe_metadata(ck, market) if new_universe else None
     metadata.update(universe or {})
     if len(cks) > 1:

@@ -10,6 +10,14 @@ selectivity for a policy whose forecasts are larger or smaller. The policy's own
 the pooled standard deviation of its stock means ``m [days, N]`` over the days it was fitted on (the ``train``
 split, at D = 0; stocks whose forecast barely moves add little, so the strong forecasts set the unit). A threshold of
 K spreads is ``D = K x s`` (`ForecastThreshold`).
+
+With a gain G (``--forecast_gain G``, docs/learning.md section 22) the deployed stock means are instead::
+
+    G x ((m[t, i] - mu_i) / s - K)
+
+with ``mu_i`` stock i's mean of its means over the same days: each stock's forecast read as its distance from its
+usual level, in spreads, and weights that grow G logits per spread past the threshold (the trained gain g and the
+learned per-stock bias b of ``g x forecast + b`` are replaced by G / s and the centre).
 """
 
 from __future__ import annotations
@@ -29,10 +37,26 @@ from envs.features import PreparedMarket
 
 class ForecastThreshold(NamedTuple):
     """A deploy-time ``--forecast_threshold``: ``value`` in logits, or in spreads of the policy's stock means over its
-    training days where ``in_spreads`` (written ``2sd``)."""
+    training days where ``in_spreads`` (written ``2sd``); with ``gain`` (``--forecast_gain``, spreads only) the means
+    are centred and rescaled first (module docstring)."""
 
     value: float
     in_spreads: bool = False
+    gain: float | None = None
+
+    @classmethod
+    def with_gain(cls, threshold: ForecastThreshold | None, gain: float | None) -> ForecastThreshold | None:
+        """``threshold`` with ``--forecast_gain`` (None: as it is); UserError unless it is in spreads and G > 0."""
+        if gain is None:
+            return threshold
+        if threshold is None or not threshold.in_spreads:
+            raise UserError(
+                "--forecast_gain G deploys G x (the stock mean's distance from its usual level, in spreads, minus K): "
+                "it needs --forecast_threshold in spreads (e.g. 2sd)"
+            )
+        if not 0 < gain < float("inf"):
+            raise UserError(f"--forecast_gain must be a finite number > 0, got {gain:g}")
+        return threshold._replace(gain=float(gain))
 
     @classmethod
     def parse(cls, text: str) -> ForecastThreshold:
@@ -110,15 +134,22 @@ def pooled_spread(means: np.ndarray) -> float:
     return float(np.sqrt(means.var(axis=0).mean()))
 
 
-def forecast_spread(policy: ActorCritic, market: PreparedMarket, env_config: EnvConfig) -> float:
-    """``s`` of a ``--forecast_only`` policy over ``market``'s training days (its own market: the days it was fitted
-    on). UserError for another policy (its means are not ``g x forecast + b``)."""
+def spread_and_centre(policy: ActorCritic, market: PreparedMarket, env_config: EnvConfig) -> tuple[float, np.ndarray]:
+    """``(s, mu [N])`` of a ``--forecast_only`` policy over ``market``'s training days (its own market: the days it
+    was fitted on): the pooled spread and each stock's mean of its means. UserError for another policy (its means are
+    not ``g x forecast + b``) or a spread of 0."""
     if not policy.spec.forecast_only:
         raise UserError("--forecast_threshold in spreads needs a --forecast_only policy (g x forecast + b)")
-    spread = pooled_spread(stock_means(policy, market, env_config))
+    means = stock_means(policy, market, env_config)
+    spread = pooled_spread(means)
     if not spread > 0:
         raise UserError(
             "--forecast_threshold in spreads: this policy's stock means do not move over its training days (spread 0: "
             "its forecast is not followed), so no multiple of it is a threshold; give one in logits"
         )
-    return spread
+    return spread, means.mean(axis=0)
+
+
+def forecast_spread(policy: ActorCritic, market: PreparedMarket, env_config: EnvConfig) -> float:
+    """``s`` of `spread_and_centre`."""
+    return spread_and_centre(policy, market, env_config)[0]

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -130,8 +131,10 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
     ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
     held = dict(zip(tickers, shares, strict=True))
-    threshold = float(ck.model_config.get("forecast_threshold", 0.0))
-    _journal_decision(journal, day, traded, threshold, account, held, unknown, decision, ids)
+    deployed = {"forecast_threshold": float(ck.model_config.get("forecast_threshold", 0.0))}
+    if ck.model_config.get("forecast_centre") is not None:  # --forecast_gain: the scale and centres it deployed
+        deployed.update({k: ck.model_config[k] for k in ("forecast_scale", "forecast_centre")})
+    _journal_decision(journal, day, traded, deployed, account, held, unknown, decision, ids)
 
     for line in plan_lines(
         decision,
@@ -187,20 +190,21 @@ def _journal_decision(
     journal: Journal,
     day: str,
     checkpoint: str,
-    forecast_threshold: float,
+    deployed: dict[str, Any],
     account: Account,
     held: dict[str, float],
     unknown: dict[str, Position],
     decision: Decision,
     ids: list[str],
 ) -> None:
-    """Journal the day's decision (the checkpoint and the --forecast_threshold it deployed with, account,
+    """Journal the day's decision (the checkpoint and the forecast threshold, scale and centres it deployed with,
+    account,
     positions, the decision and its plan with client order ids) and the account's equity next to the backtest's."""
     journal.record(
         "decision",
         day=day,
         checkpoint=checkpoint,
-        forecast_threshold=forecast_threshold,
+        **deployed,
         account={
             "number": account.number,
             "cash": account.cash,
