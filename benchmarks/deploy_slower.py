@@ -16,6 +16,8 @@ clears D: what a no-trade threshold on the learned forecast would earn, with no 
 
 ``--shift_sd K`` sets each seed's D to K times its own spread ``s`` (the pooled standard deviation of its stock
 means over its training days, `clstm_ppo.evaluation.forecast_spread`): a threshold in units of the forecast's size.
+``--centred`` (with ``--shift_sd``) deploys ``--forecast_gain G`` instead: each stock's means ``G x ((m - mu_i) / s -
+K)``, its distance from its training-days level in spreads, for each ``--gain G`` (docs/learning.md section 22).
 ``--csv FILE`` also writes one row per setting and seed.
 
 Prints one row per setting: the seeds' mean Sharpe (each seed's beside it), mean cumulative return, turnover a year
@@ -42,7 +44,7 @@ if str(ROOT) not in sys.path:
 from benchmarks.signal_rule import policy_metrics  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.agent.model import ActorCritic  # noqa: E402
-from clstm_ppo.evaluation.forecast_spread import forecast_spread  # noqa: E402
+from clstm_ppo.evaluation.forecast_spread import spread_and_centre  # noqa: E402
 from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 from clstm_ppo.study.markets import load_markets  # noqa: E402
 from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint, restore_policy  # noqa: E402
@@ -69,6 +71,7 @@ def main() -> None:
     p.add_argument("--gain", type=float, nargs="+", default=[1.0], help="--forecast_only: scale g by K")
     p.add_argument("--shift", type=float, nargs="+", default=[], help="--forecast_only: --forecast_threshold D")
     p.add_argument("--shift_sd", type=float, nargs="+", default=[], help="--forecast_only: D = K x the seed's spread")
+    p.add_argument("--centred", action="store_true", help="--gain G is --forecast_gain G (needs --shift_sd)")
     p.add_argument("--csv", type=Path, help="also write one row per setting and seed here")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -77,19 +80,33 @@ def main() -> None:
     thresholds = [(g, s) for g in args.gain for s in shifts]
     if thresholds != [(1.0, ("D", 0.0))] and not all(policy.spec.forecast_only for policy in policies):
         raise SystemExit("--gain, --shift and --shift_sd need --forecast_only policies (g x forecast + b)")
+    if args.centred and (args.shift or not args.shift_sd):
+        raise SystemExit("--centred reads --gain as --forecast_gain: it takes --shift_sd K, not --shift")
     trained = [policy.forecast_gain.detach().clone() for policy in policies]
-    spreads = [
-        forecast_spread(policy, market, ckpt.cfg.env) if args.shift_sd else math.nan
+    measured = [
+        spread_and_centre(policy, market, ckpt.cfg.env) if args.shift_sd else (math.nan, None)
         for ckpt, policy in zip(checkpoints, policies, strict=True)
     ]
+    spreads = [spread for spread, _ in measured]
     rows = []
     for band, rate, (gain, (unit, shift)) in itertools.product(args.band, args.trade_rate, thresholds):
         sharpe, turnover, exposure, ret = [], [], [], []
-        for path, ckpt, policy, g, spread in zip(paths, checkpoints, policies, trained, spreads, strict=True):
-            with torch.no_grad():
-                policy.forecast_gain.copy_(g * gain)
-            threshold = shift * spread if unit == "K" else shift
-            policy.spec = dataclasses.replace(policy.spec, forecast_threshold=threshold)
+        for path, ckpt, policy, g, (spread, centre) in zip(
+            paths, checkpoints, policies, trained, measured, strict=True
+        ):
+            if args.centred:  # --forecast_gain G: G x ((m - mu) / s - K), the trained g kept
+                threshold = gain * shift
+                policy.spec = dataclasses.replace(
+                    policy.spec,
+                    forecast_threshold=threshold,
+                    forecast_centre=tuple(centre),
+                    forecast_scale=gain / spread,
+                )
+            else:
+                with torch.no_grad():
+                    policy.forecast_gain.copy_(g * gain)
+                threshold = shift * spread if unit == "K" else shift
+                policy.spec = dataclasses.replace(policy.spec, forecast_threshold=threshold)
             env = dataclasses.replace(ckpt.cfg.env, rebalance_band=band, trade_rate=rate)
             run = evaluate_policy(policy, market, "test", env)
             metrics = policy_metrics(run, env)
@@ -98,7 +115,8 @@ def main() -> None:
             exposure.append(mean_exposure(run.values, run.holdings_value))
             ret.append(metrics["cumulative_return"])
             rows.append(
-                {"cell": path.parents[2].name, "band": band, "trade_rate": rate, "gain": gain, "unit": unit,
+                {"cell": path.parents[2].name, "band": band, "trade_rate": rate, "gain": gain, "centred": args.centred,
+                 "unit": unit,
                  "shift": shift, "spread": spread, "threshold": threshold, "sharpe": sharpe[-1],
                  "annual_turnover": turnover[-1], "exposure": exposure[-1], "cumulative_return": ret[-1]}
             )  # fmt: skip
