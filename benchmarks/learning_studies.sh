@@ -79,6 +79,7 @@
 #                                                   draws 2929 and 3030, nothing chosen (docs/learning.md 22)
 #   bash benchmarks/learning_studies.sh gain-report OUTDIR [WORKERS] # after vol-again: its policies at --forecast_gain
 #                                                   0.5 --forecast_threshold 2sd (chosen on draw 1), 3030 and 2929
+#   bash benchmarks/learning_studies.sh again-3131 OUTDIR [WORKERS] # vol-again and gain-report on fresh draw 3131
 #   bash benchmarks/learning_studies.sh pen-screen OUTDIR [WORKERS] # --forecast_only with --turnover_penalty 0.005,
 #                                                   0.01 or 0.02, memory draw 1, 4 seeds: a screen (docs/learning.md 18)
 #   bash benchmarks/learning_studies.sh pen-report OUTDIR [WORKERS] # pen-screen's choice on memory draw 2020, then
@@ -161,6 +162,43 @@ feature_pairs() {  # study prefix, backtest tag, vol_return's K, return features
     paired_seeds "$out/bt/$tag-vol-sd" "$out/bt/$tag-return-sd" "$out/$prefix-vol-vs-return.txt"
     paired_seeds "$out/bt/$tag-vol-zero" "$out/bt/$tag-return-zero" "$out/$prefix-zero-vol-vs-return.txt"
     cat "$out/$prefix"-*-shift.txt "$out/$prefix"-*vs*.txt
+}
+again_draw() {  # draw: vol-again's studies, backtests, pairs, frontier, bound and hand rules on lead-lag DRAW
+    local draw=$1
+    leadlag "again-means-$draw" "$draw" --deploy last --no-forecast_skip
+    leadlag "again-vol-$draw" "$draw" --deploy last --price_features vol_return
+    for seed in $(seq 1 12); do
+        ck="studies/again-vol-$draw/cells/clstm-s$seed/periods/000/latest.pt"
+        python3 -m clstm_ppo.cli backtest --threads 1 --forecast_threshold 1.75sd --checkpoint "$ck" \
+            --out "$out/bt/again-$draw-vol-sd-s$seed" > /dev/null &
+        python3 -m clstm_ppo.cli backtest --threads 1 --checkpoint "$ck" --out "$out/bt/again-$draw-vol-zero-s$seed" \
+            > /dev/null &
+        python3 -m clstm_ppo.cli backtest --threads 1 --out "$out/bt/again-$draw-means-s$seed" \
+            --checkpoint "studies/again-means-$draw/cells/clstm-s$seed/periods/000/latest.pt" > /dev/null
+        wait
+    done
+    paired_seeds "$out/bt/again-$draw-vol-sd" "$out/bt/again-$draw-means" "$out/again-$draw-vol-vs-means.txt"
+    paired_seeds "$out/bt/again-$draw-vol-zero" "$out/bt/again-$draw-means" "$out/again-$draw-zero-vs-means.txt"
+    python3 benchmarks/deploy_slower.py "studies/again-vol-$draw" --shift_sd 0 1 1.25 1.5 1.75 2 2.5 \
+        --csv "$out/again-vol-$draw.csv" > "$out/again-vol-$draw-shift.txt" 2>&1
+    python3 benchmarks/forecast_bound.py "studies/again-means-$draw" --threshold 0 1 1.2 1.4 1.6 1.8 2 2.2 2.4 \
+        --gain inf 1 0.5 0.25 > "$out/again-$draw-bound.txt" 2>&1
+    hand_rules 1 "again-means-$draw"
+    cat "$out/again-$draw"-*vs*.txt "$out/again-vol-$draw-shift.txt"
+}
+gain_draw() {  # draw: each again-vol-DRAW seed at --forecast_gain 0.5 --forecast_threshold 2sd, paired with the
+               # network's means and with 1.75sd (again_draw's backtests)
+    local draw=$1
+    for seed in $(seq 1 12); do
+        python3 -m clstm_ppo.cli backtest --threads 1 --forecast_threshold 2sd --forecast_gain 0.5 \
+            --checkpoint "studies/again-vol-$draw/cells/clstm-s$seed/periods/000/latest.pt" \
+            --out "$out/bt/again-$draw-gain-s$seed" > /dev/null &
+        if (( seed % workers == 0 )); then wait; fi
+    done
+    wait
+    paired_seeds "$out/bt/again-$draw-gain" "$out/bt/again-$draw-means" "$out/again-$draw-gain-vs-means.txt"
+    paired_seeds "$out/bt/again-$draw-gain" "$out/bt/again-$draw-vol-sd" "$out/again-$draw-gain-vs-sd.txt"
+    cat "$out/again-$draw-gain-vs-means.txt" "$out/again-$draw-gain-vs-sd.txt"
 }
 transfer() {  # study, name, data: each seed's latest.pt of the study's mean and attention cells traded on DATA with
               # --new_universe (WORKERS at a time) into OUTDIR/transfer/NAME-*; the 12 seeds summarised and paired,
@@ -708,28 +746,7 @@ elif [ "$which" = vol-again ]; then
     # there and the paired mean difference against them is not below 0. Also, no rule: forecast_bound.py on each
     # draw (where the best binary rule on the best forecast sits at the same turnover) and the hand rules.
     mkdir -p "$out/bt"
-    for draw in 2929 3030; do
-        leadlag "again-means-$draw" "$draw" --deploy last --no-forecast_skip
-        leadlag "again-vol-$draw" "$draw" --deploy last --price_features vol_return
-        for seed in $(seq 1 12); do
-            ck="studies/again-vol-$draw/cells/clstm-s$seed/periods/000/latest.pt"
-            python3 -m clstm_ppo.cli backtest --threads 1 --forecast_threshold 1.75sd --checkpoint "$ck" \
-                --out "$out/bt/again-$draw-vol-sd-s$seed" > /dev/null &
-            python3 -m clstm_ppo.cli backtest --threads 1 --checkpoint "$ck" --out "$out/bt/again-$draw-vol-zero-s$seed" \
-                > /dev/null &
-            python3 -m clstm_ppo.cli backtest --threads 1 --out "$out/bt/again-$draw-means-s$seed" \
-                --checkpoint "studies/again-means-$draw/cells/clstm-s$seed/periods/000/latest.pt" > /dev/null
-            wait
-        done
-        paired_seeds "$out/bt/again-$draw-vol-sd" "$out/bt/again-$draw-means" "$out/again-$draw-vol-vs-means.txt"
-        paired_seeds "$out/bt/again-$draw-vol-zero" "$out/bt/again-$draw-means" "$out/again-$draw-zero-vs-means.txt"
-        python3 benchmarks/deploy_slower.py "studies/again-vol-$draw" --shift_sd 0 1 1.25 1.5 1.75 2 2.5 \
-            --csv "$out/again-vol-$draw.csv" > "$out/again-vol-$draw-shift.txt" 2>&1
-        python3 benchmarks/forecast_bound.py "studies/again-means-$draw" --threshold 0 1 1.1 1.2 1.3 1.4 1.5 \
-            > "$out/again-$draw-bound.txt" 2>&1
-        hand_rules 1 "again-means-$draw"
-        cat "$out/again-$draw"-*vs*.txt "$out/again-vol-$draw-shift.txt" "$out/again-$draw-bound.txt"
-    done
+    for draw in 2929 3030; do again_draw "$draw"; done
 elif [ "$which" = gain-report ]; then
     # Written 2026-11-26 (docs/learning.md 22) before any backtest of vol-again's vol_return policies at a gain.
     # benchmarks/forecast_bound.py on 2929's network-means study (nothing of its vol_return policies) showed the best
@@ -741,18 +758,14 @@ elif [ "$which" = gain-report ]; then
     # each seed at 2sd and gain 0.5, paired with the network's means and with section 21's 1.75sd (vol-again's
     # backtests). Rule, as section 21's: met on a draw if the mean turnover is at most a third of the network's
     # means' and the paired mean difference against them is not below 0.
-    for draw in 3030 2929; do
-        for seed in $(seq 1 12); do
-            python3 -m clstm_ppo.cli backtest --threads 1 --forecast_threshold 2sd --forecast_gain 0.5 \
-                --checkpoint "studies/again-vol-$draw/cells/clstm-s$seed/periods/000/latest.pt" \
-                --out "$out/bt/again-$draw-gain-s$seed" > /dev/null &
-            if (( seed % workers == 0 )); then wait; fi
-        done
-        wait
-        paired_seeds "$out/bt/again-$draw-gain" "$out/bt/again-$draw-means" "$out/again-$draw-gain-vs-means.txt"
-        paired_seeds "$out/bt/again-$draw-gain" "$out/bt/again-$draw-vol-sd" "$out/again-$draw-gain-vs-sd.txt"
-        cat "$out/again-$draw-gain-vs-means.txt" "$out/again-$draw-gain-vs-sd.txt"
-    done
+    for draw in 3030 2929; do gain_draw "$draw"; done
+elif [ "$which" = again-3131 ]; then
+    # Written 2026-11-26 before any of its runs (docs/learning.md 22d): vol-again and gain-report on one more fresh
+    # lead-lag draw, 3131 (never used), so --forecast_gain 0.5 at 2sd has a second clean report draw and section 21's
+    # 1.75sd a fourth. Nothing is chosen; the rules are vol-again's and gain-report's.
+    mkdir -p "$out/bt"
+    again_draw 3131
+    gain_draw 3131
 elif [ "$which" = thr-report ]; then
     # --forecast_only at full rate with a no-trade threshold on the forecast for the deployed policy
     # (--forecast_threshold D, docs/learning.md 18). D chosen on memory draw 1 without training: only-screen's four
