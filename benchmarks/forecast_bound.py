@@ -41,10 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.signal_rule import policy_metrics  # noqa: E402
+from benchmarks.signal_rule import HandRule, print_buy_and_hold, rule_cells  # noqa: E402
 from clstm_ppo.agent.evaluate import evaluate_policy  # noqa: E402
 from clstm_ppo.agent.model import RecurrentState  # noqa: E402
-from clstm_ppo.evaluation.statistics import mean_exposure  # noqa: E402
 from clstm_ppo.study.markets import load_markets  # noqa: E402
 from envs.config import EnvConfig  # noqa: E402
 from envs.features import PreparedMarket  # noqa: E402
@@ -107,7 +106,7 @@ def forecast_z(parts: SyntheticReturns, market: PreparedMarket, lag: int, kind: 
     return z
 
 
-class ForecastRule:
+class ForecastRule(HandRule):
     """Holds the followers whose forecast z is above ``threshold`` (action +1), the rest in cash (action -1); with a
     finite ``gain`` G, action ``clip(G (z - threshold), -1, 1)`` instead: weights that grow with the forecast past the
     threshold (the env's weights are ``softmax(5 x action, cash 0)``, so an action of 0 holds as much as cash).
@@ -122,10 +121,6 @@ class ForecastRule:
         rows = market.normalization.market_rows(market.data.close, market.indicators)
         self.price_rows = torch.as_tensor(rows[:, : market.num_tickers], dtype=torch.float32)  # [D, N]
         self.z, self.threshold, self.gain = z, threshold, gain
-        self.training = False
-
-    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
-        return RecurrentState.zeros(batch_size, 0, device)
 
     def act(self, obs: Tensor, state: RecurrentState, start: Tensor, **_: object) -> tuple[Tensor, None, None, Any]:
         """Actions ``[1, N]`` in {-1, +1} for the day whose state ``obs`` is."""
@@ -139,15 +134,6 @@ class ForecastRule:
         else:
             action = np.clip(self.gain * (self.z[day] - self.threshold), -1.0, 1.0)
         return torch.as_tensor(action, dtype=torch.float64).unsqueeze(0), None, None, state
-
-    def env_action(self, action: Tensor) -> Tensor:
-        return action
-
-    def eval(self) -> ForecastRule:
-        return self
-
-    def train(self, mode: bool = True) -> ForecastRule:
-        return self
 
 
 def information_coefficient(z: np.ndarray, returns: np.ndarray, days: range) -> float:
@@ -189,15 +175,8 @@ def main() -> None:
         ic = information_coefficient(z, parts.returns, range(test.start, test.stop))
         for gain, threshold in itertools.product(args.gain, args.threshold):
             run = evaluate_policy(ForecastRule(market, z, threshold, gain), market, "test", config)
-            m = policy_metrics(run, config)
-            exposure = mean_exposure(run.values, run.holdings_value)
-            print(
-                f"{kind:<8} {ic:>5.2f} {gain:>5g} {threshold:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
-                f"{m['annual_turnover']:>10.1f}x {exposure:>8.0%}"
-            )
-    report = args.study / "study.json"
-    if report.exists():
-        print(f"buy-and-hold Sharpe {json.loads(report.read_text())['baselines']['buy-and-hold']['sharpe']:.2f}")
+            print(f"{kind:<8} {ic:>5.2f} {gain:>5g} {threshold:>5.2f} {rule_cells(run, config)}")
+    print_buy_and_hold(args.study)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,26 @@ from envs.features import PreparedMarket
 from envs.state import StateLayout
 
 
-class LeadLagRule:
+class HandRule:
+    """The policy interface `evaluate_policy` drives, for a rule with no weights and no recurrent state: a subclass
+    gives ``act``; its actions go to the env as they are."""
+
+    training = False
+
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
+        return RecurrentState.zeros(batch_size, 0, device)
+
+    def env_action(self, action: Tensor) -> Tensor:
+        return action
+
+    def eval(self) -> HandRule:
+        return self
+
+    def train(self, mode: bool = True) -> HandRule:
+        return self
+
+
+class LeadLagRule(HandRule):
     """A hand rule with the policy interface `evaluate_policy` drives (``act``, ``env_action``, no recurrent state).
 
     Observations ``[1, T, F]``: the leader's return that moves its follower tomorrow is on window row ``-lag``,
@@ -74,10 +93,6 @@ class LeadLagRule:
         self.lag, self.kind, self.threshold, self.horizon, self.gate = lag, kind, threshold, horizon, gate
         self.mean = torch.as_tensor(market.normalization.close_mean, dtype=torch.float64)
         self.std = torch.as_tensor(market.normalization.close_std, dtype=torch.float64)
-        self.training = False
-
-    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
-        return RecurrentState.zeros(batch_size, 0, device)
 
     def act(self, obs: Tensor, state: RecurrentState, start: Tensor, **_: object) -> tuple[Tensor, None, None, Any]:
         """Actions ``[1, N]`` (``[1, 2N]`` with a gate: the weights' actions, then the gates) in [-1, 1] from the
@@ -95,15 +110,6 @@ class LeadLagRule:
             action = torch.cat([action, torch.ones(1, dtype=torch.float64), strong])
         return action.unsqueeze(0), None, None, state
 
-    def env_action(self, action: Tensor) -> Tensor:
-        return action
-
-    def eval(self) -> LeadLagRule:
-        return self
-
-    def train(self, mode: bool = True) -> LeadLagRule:
-        return self
-
 
 def policy_metrics(run: PolicyRun, config: EnvConfig) -> dict[str, float]:
     """The backtest metrics of ``run`` (Sharpe, return, turnover, costs, ...) under ``config``'s capital and costs."""
@@ -114,6 +120,21 @@ def policy_metrics(run: PolicyRun, config: EnvConfig) -> dict[str, float]:
         sell_cost_pct=config.sell_cost_pct,
     )
     return compute_metrics(result)["policy"]
+
+
+def rule_cells(run: PolicyRun, config: EnvConfig, *, costs: bool = False) -> str:
+    """A rule's printed columns: Sharpe, cumulative return, turnover a year, (costs,) exposure."""
+    m = policy_metrics(run, config)
+    paid = f" {m['total_costs']:>11,.0f}" if costs else ""
+    exposure = mean_exposure(run.values, run.holdings_value)
+    return f"{m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} {m['annual_turnover']:>10.1f}x{paid} {exposure:>8.0%}"
+
+
+def print_buy_and_hold(study: Path) -> None:
+    """A finished study's equal-weight buy-and-hold Sharpe on the same days (nothing for an unfinished one)."""
+    report = study / "study.json"
+    if report.exists():
+        print(f"buy-and-hold Sharpe {json.loads(report.read_text())['baselines']['buy-and-hold']['sharpe']:.2f}")
 
 
 def main() -> None:
@@ -144,15 +165,8 @@ def main() -> None:
         config = EnvConfig(rebalance_band=band, trade_rate=rate, execution=args.execution, trade_gate=gate is not None)
         run = evaluate_policy(LeadLagRule(market, args.lag, kind, z, days, gate), market, "test", config)
         name = f"sign>{z:g}" if z else kind if gate is None else f"{kind}|{gate:g}"
-        m = policy_metrics(run, config)
-        exposure = mean_exposure(run.values, run.holdings_value)
-        print(
-            f"{name:<8} {days:>4} {band:>5.2f} {rate:>5.2f} {m['sharpe']:>7.2f} {m['cumulative_return']:>8.1%} "
-            f"{m['annual_turnover']:>10.1f}x {m['total_costs']:>11,.0f} {exposure:>8.0%}"
-        )
-    report = args.study / "study.json"
-    if report.exists():  # a finished study: its buy-and-hold on the same days
-        print(f"buy-and-hold Sharpe {json.loads(report.read_text())['baselines']['buy-and-hold']['sharpe']:.2f}")
+        print(f"{name:<8} {days:>4} {band:>5.2f} {rate:>5.2f} {rule_cells(run, config, costs=True)}")
+    print_buy_and_hold(args.study)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from clstm_ppo.evaluation.forecast_spread import ForecastThreshold
+from clstm_ppo.cli.backtest import add_forecast_flags, deployed_threshold
 from clstm_ppo.trading.broker import Endpoint
 from clstm_ppo.trading.report import report_table, trade_report
 from clstm_ppo.trading.run import TradeOptions, default_journal, run_trade
@@ -118,22 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data_cache_dir", default=None, help="where bars are cached (default: the run's setting)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
-    parser.add_argument(
-        "--forecast_threshold",
-        type=ForecastThreshold.parse,
-        default=None,
-        help="a --forecast_only policy: lower its stocks' action means by this, in logits (0.3) or in spreads of its "
-        "means over its own training days (1.75sd) (a no-trade threshold on its forecast; "
-        "as `clstm-ppo backtest --forecast_threshold`; default: the checkpoint's)",
-    )
-    parser.add_argument(
-        "--forecast_gain",
-        type=float,
-        default=None,
-        help="with --forecast_threshold Ksd: deploy G x (each stock mean's distance from its usual level over the "
-        "training days, in spreads, minus K): weights that grow G logits per spread past the threshold "
-        "as `clstm-ppo backtest --forecast_gain`",
-    )
+    add_forecast_flags(parser)  # as `clstm-ppo backtest`'s
     return parser
 
 
@@ -158,7 +143,7 @@ def main(argv: list[str]) -> int:
             data_url=args.data_url,
             data_cache_dir=args.data_cache_dir,
             device=str(_device(args.device)),
-            forecast_threshold=ForecastThreshold.with_gain(args.forecast_threshold, args.forecast_gain),
+            forecast_threshold=deployed_threshold(args),
         )
     )
     return 2 if result.problems else 0
