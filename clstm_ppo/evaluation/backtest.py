@@ -629,8 +629,7 @@ def backtest(
         training days (module docstring, step 1).
     :param forecast_threshold: deploy with this ``--forecast_threshold`` instead of the checkpoint's, in logits or
         in spreads, with or without a gain (`with_forecast_threshold`); report.json's metadata records the logits
-        each member deployed with (and, with a gain, each one's scale and centre)
-        (and what was given, where in spreads).
+        each member deployed with, with a gain each one's scale and centre, and in spreads what was given.
     """
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
