@@ -110,10 +110,11 @@ def test_spreads_of_a_policy_whose_means_do_not_move_are_refused_in_one_line(
     assert not (tmp_path / "bt").exists()
 
 
+@pytest.mark.parametrize("gain", [[], ["--forecast_gain", "0.5"]], ids=["plain", "gain"])
 def test_compare_in_spreads_scores_what_backtest_in_spreads_scores(
-    followed: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+    followed: Path, tmp_path: Path, capsys: pytest.CaptureFixture, gain: list[str]
 ) -> None:
-    common = ["--forecast_threshold", "1.5sd", "--threads", "1"]
+    common = ["--forecast_threshold", "1.5sd", *gain, "--threads", "1"]
     assert cli.main(["backtest", "--checkpoint", str(followed), *common, "--out", str(tmp_path / "bt")]) == 0
     assert cli.main(["compare", str(followed), *common, "--out", str(tmp_path / "cmp")]) == 0
     capsys.readouterr()
@@ -158,6 +159,7 @@ def test_a_gain_deploys_g_times_each_stock_means_distance_from_its_usual_level_i
     assert deployed.model_config["forecast_scale"] == pytest.approx(0.5 / spread, rel=1e-9)
     np.testing.assert_allclose(deployed.model_config["forecast_centre"], centre, rtol=1e-9)
     policy = restore_policy(deployed, market)
+    assert isinstance(policy.spec.forecast_centre, tuple) and hash(policy.spec)  # frozen, as every other spec
     n = len(ck.tickers)
     raw = torch.randn(3, policy.spec.action_dim, dtype=torch.float64)
     expected = 0.5 * ((raw[:, :n] - torch.as_tensor(centre)) / spread - 1.5)

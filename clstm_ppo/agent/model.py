@@ -217,7 +217,10 @@ class ModelSpec:
         legacy = TrainConfig.from_dict(LEGACY)
         sizes = {k: values.get(k, 0) for k in ("num_features", "num_tickers", "window")}
         then = cls.of(legacy.model, **sizes, next_day_head=legacy.ppo.aux_coef > 0)
-        return cls(**{**asdict(then), **values})
+        spec = {**asdict(then), **values}
+        if spec.get("forecast_centre") is not None:  # JSON keeps a list; the frozen spec holds a tuple
+            spec["forecast_centre"] = tuple(float(x) for x in spec["forecast_centre"])
+        return cls(**spec)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
