@@ -14,7 +14,7 @@ t+1's prices reach the agent only through that reward and the next observation.
 Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (oldest first):
   [0]                    cash / initial_amount, cash held when that day's observation was made
                          (cash / portfolio value with EnvConfig.portfolio_features = "weights")
-  [1 : 1+N]              price feature per ticker, z-scored with training statistics: the close ("level")
+  [1 : 1+N]              price feature per ticker, z-scored with training statistics: the close ("level"),
                          its daily log return ("return") or that over its ex-ante volatility
                          ("vol_return"); see envs.features.price_features
   [1+N : 1+2N]           shares held / Normalization.holdings_scale (1,000) (with "weights": each

@@ -297,11 +297,11 @@ def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:
     return dataclasses.replace(ck, config={**ck.config, "risk_free": float(risk_free)})
 
 
-class OwnData:
-    """Each checkpoint's own data (`load_backtest_data` with no other source or dates), loaded once per distinct data
-    settings: an ensemble of seeds on one market, resolving its thresholds in spreads, reads that market once.
+class BacktestData:
+    """`load_backtest_data`, each distinct load read once: an ensemble of seeds on one market, resolving its
+    thresholds in spreads on its own training days and then backtesting them, reads that market once.
 
-    :param overrides: run settings that replace the checkpoint's for the load (``trade``'s ``data_url`` and
+    :param overrides: run settings that replace the checkpoint's for every load (``trade``'s ``data_url`` and
         ``data_cache_dir``: the endpoint and cache the user named, not the ones recorded at training).
     """
 
@@ -309,22 +309,25 @@ class OwnData:
         self.overrides = {k: v for k, v in (overrides or {}).items() if v}
         self._loaded: dict[str, MarketData] = {}
 
-    def __call__(self, ck: Checkpoint) -> MarketData:
+    def __call__(self, ck: Checkpoint, **load: Any) -> MarketData:
+        """``load_backtest_data(ck, **load)`` under the overrides, or the same load's earlier result (arguments left
+        at None or False are the same load as arguments not given)."""
+        load = {k: v for k, v in load.items() if v}
         run_ck = dataclasses.replace(ck, config={**ck.config, **self.overrides}) if self.overrides else ck
-        settings = [dataclasses.asdict(run_ck.cfg.data), run_ck.cfg.run.seed, list(ck.tickers)]
+        settings = [dataclasses.asdict(run_ck.cfg.data), run_ck.cfg.run.seed, list(ck.tickers), load]
         key = json.dumps(settings, sort_keys=True, default=str)
         if key not in self._loaded:
-            self._loaded[key] = load_backtest_data(run_ck)
+            self._loaded[key] = load_backtest_data(run_ck, **load)
         return self._loaded[key]
 
 
 def with_forecast_threshold(
-    ck: Checkpoint, threshold: float | ForecastThreshold | None, own_data: OwnData | None = None
+    ck: Checkpoint, threshold: float | ForecastThreshold | None, loads: BacktestData | None = None
 ) -> Checkpoint:
     """``ck`` deployed with another ``--forecast_threshold`` (its stocks' deterministic means lowered by it; a
     ``--forecast_only`` policy), or as it is. A threshold in spreads (``2sd``) is resolved to logits here: K times
     the policy's spread over its own training days (`clstm_ppo.evaluation.forecast_spread`, on the checkpoint's own
-    data, read through ``own_data``: pass one `OwnData` for all the members of a run); with its ``gain`` G the
+    data, read through ``loads``: pass one `BacktestData` for all the members of a run); with its ``gain`` G the
     stocks' means are centred and rescaled as well, ``G x ((m - mu) / s - K)``. UserError on a policy without
     ``forecast_only`` or a bad value."""
     if threshold is None:
@@ -333,7 +336,7 @@ def with_forecast_threshold(
         raise UserError(f"--forecast_threshold: {ck.path} was not trained with --forecast_only (nothing to lower)")
     centred: dict[str, Any] = {}
     if isinstance(threshold, ForecastThreshold) and threshold.in_spreads:
-        own = restore_market(ck, (own_data or OwnData())(ck))  # the spread is of the means before any threshold
+        own = restore_market(ck, (loads or BacktestData())(ck))  # the spread is of the means before any threshold
         spread, centre = spread_and_centre(restore_policy(ck, own), own, ck.cfg.env)
         if threshold.gain is not None:  # G x ((m - mu) / s - K) = (G / s) x (m - mu) - G K
             centred = {"forecast_centre": [float(x) for x in centre], "forecast_scale": threshold.gain / spread}
@@ -453,7 +456,7 @@ def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: st
         "hmax": ck.cfg.env.hmax,
         "execution": resolve_execution(ck.cfg.env.execution, market.data),
         "trained": {k: counters.get(k) for k in ("episodes", "global_step", "update") if k in counters},
-        **(_deployed_forecast([ck], one=True) if ck.model_config.get("forecast_only") else {}),
+        **(deployed_forecast([ck], one=True) if ck.model_config.get("forecast_only") else {}),
     }
 
 
@@ -462,9 +465,10 @@ def _deployed_threshold(ck: Checkpoint) -> float:
     return float(ck.model_config.get("forecast_threshold", 0.0))
 
 
-def _deployed_forecast(cks: list[Checkpoint], *, one: bool = False) -> dict[str, Any]:
-    """What report.json records of how ``--forecast_only`` members deployed: each one's threshold (logits) and, where
-    ``--forecast_gain`` centred them, its scale and per-stock centre; a value, not a list, for ``one``."""
+def deployed_forecast(cks: list[Checkpoint], *, one: bool = False) -> dict[str, Any]:
+    """What report.json (and `trade`'s journal) records of how ``--forecast_only`` members deployed: each one's
+    threshold (logits) and, where ``--forecast_gain`` centred them, its scale and per-stock centre; a value, not a
+    list, for ``one``."""
     fields = {"forecast_threshold": [_deployed_threshold(c) for c in cks]}
     if any(c.model_config.get("forecast_centre") is not None for c in cks):
         fields["forecast_scale"] = [float(c.model_config.get("forecast_scale", 1.0)) for c in cks]
@@ -638,18 +642,16 @@ def backtest(
     paths = list(checkpoint) if isinstance(checkpoint, list | tuple) else [checkpoint]
     if stochastic and len(paths) > 1:
         raise UserError("--stochastic samples one policy's actions; an ensemble acts on its members' mean actions")
-    own_data = OwnData()
+    loads = BacktestData()
     cks = [
-        with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold, own_data) for c in open_members(paths)
+        with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold, loads) for c in open_members(paths)
     ]
     ck = cks[0]
     risk_free = ck.cfg.env.risk_free
     if new_universe:
         check_new_universe(cks)
-    if data is None and start is None and end is None and not new_universe:
-        market_data = own_data(ck)  # the checkpoint's own data: read once, with the spreads' if they needed it
-    else:
-        market_data = load_backtest_data(ck, data=data, start=start, end=end, new_universe=new_universe)
+    # with no other source or dates, the checkpoint's own data: the spreads' load, read once
+    market_data = loads(ck, data=data, start=start, end=end, new_universe=new_universe)
     market = refit_market(ck, market_data) if new_universe else restore_market(ck, market_data)
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
     holdout = check_holdout(
@@ -658,7 +660,7 @@ def backtest(
     model = restore_acting(cks, market, device, resize=new_universe)
     metadata = _metadata(ck, market, period, data or ck.cfg.data.source)
     if len(cks) > 1 and ck.model_config.get("forecast_only"):  # each member's own (in spreads they differ)
-        metadata.update(_deployed_forecast(cks))
+        metadata.update(deployed_forecast(cks))
     if isinstance(forecast_threshold, ForecastThreshold) and forecast_threshold.in_spreads:
         metadata["forecast_threshold_given"] = str(forecast_threshold)
         if forecast_threshold.gain is not None:
@@ -880,10 +882,10 @@ def compare(
     earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
     `backtest` (sealed days are refused unless ``unseal``). An entry ``A.pt+B.pt+C.pt`` is an ensemble of those
     checkpoints (`open_members`), compared as one policy. ``forecast_threshold``: as in `backtest`, for all."""
-    own_data = OwnData()
+    loads = BacktestData()
     groups = [
         [
-            with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold, own_data)
+            with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold, loads)
             for c in open_members(str(p).split("+"))
         ]
         for p in checkpoints
@@ -893,8 +895,7 @@ def compare(
     names = [n if len(g) == 1 else f"{n} (ensemble of {len(g)})" for n, g in zip(names, groups, strict=True)]
     first = cks[0]
     _check_comparable(cks)
-    own = data is None and start is None and end is None
-    market_data = own_data(first) if own else load_backtest_data(first, data=data, start=start, end=end)
+    market_data = loads(first, data=data, start=start, end=end)
     market0 = restore_market(first, market_data)
     period = _comparison_period(cks, market_data, market0, split=split, start=start, end=end)
     holdout = check_holdout(

@@ -26,7 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.evaluation.backtest import OwnData, open_members, restore_acting, with_forecast_threshold
+from clstm_ppo.evaluation.backtest import (
+    BacktestData,
+    deployed_forecast,
+    open_members,
+    restore_acting,
+    with_forecast_threshold,
+)
 from clstm_ppo.evaluation.forecast_spread import ForecastThreshold
 from clstm_ppo.trading.broker import Account, Broker, Endpoint, Position, calendar_window, resolve_endpoint
 from clstm_ppo.trading.decision import Decision, check_tradable, decide, load_trading_market, replay_days
@@ -91,8 +97,10 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
         raise UserError("--wait_seconds must be >= 0 and --poll_seconds > 0")
     endpoint = resolve_endpoint(live=opts.live, confirm_live=opts.confirm_live, url=opts.trading_url)
     paths = [opts.checkpoint] if isinstance(opts.checkpoint, str | Path) else list(opts.checkpoint)
-    own_data = OwnData({"data_url": opts.data_url, "data_cache_dir": opts.data_cache_dir})  # the user's, not the run's
-    cks = [with_forecast_threshold(c, opts.forecast_threshold, own_data) for c in open_members(paths)]
+    loads = BacktestData(
+        {"data_url": opts.data_url, "data_cache_dir": opts.data_cache_dir}
+    )  # the user's, not the run's
+    cks = [with_forecast_threshold(c, opts.forecast_threshold, loads) for c in open_members(paths)]
     ck = cks[0]  # the members share its market and env settings (open_members)
     for member in cks:
         check_tradable(member, replay_start=opts.replay_start, history_start=opts.history_start, data_url=opts.data_url)
@@ -131,10 +139,7 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
     ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
     held = dict(zip(tickers, shares, strict=True))
-    deployed = {"forecast_threshold": float(ck.model_config.get("forecast_threshold", 0.0))}
-    if ck.model_config.get("forecast_centre") is not None:  # --forecast_gain: the scale and centres it deployed
-        deployed.update({k: ck.model_config[k] for k in ("forecast_scale", "forecast_centre")})
-    _journal_decision(journal, day, traded, deployed, account, held, unknown, decision, ids)
+    _journal_decision(journal, day, traded, deployed_forecast([ck], one=True), account, held, unknown, decision, ids)
 
     for line in plan_lines(
         decision,
@@ -198,8 +203,8 @@ def _journal_decision(
     ids: list[str],
 ) -> None:
     """Journal the day's decision (the checkpoint and the forecast threshold, scale and centres it deployed with,
-    account,
-    positions, the decision and its plan with client order ids) and the account's equity next to the backtest's."""
+    account, positions, the decision and its plan with client order ids) and the account's equity next to the
+    backtest's."""
     journal.record(
         "decision",
         day=day,
