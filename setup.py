@@ -1,14 +1,18 @@
 """Packaging for clstm-ppo: `pip install -e .` (users) or `pip install -e .[dev]` (tests)."""
 
+import re
 from pathlib import Path
 
 from setuptools import find_packages, setup
 
 README = Path(__file__).with_name("README.md")
+VERSION = re.search(
+    r'__version__ = "([^"]+)"', Path(__file__).with_name("clstm_ppo").joinpath("__init__.py").read_text()
+)
 
 setup(
     name="clstm-ppo",
-    version="0.1.0",
+    version=VERSION.group(1),  # clstm_ppo.__version__, the one place it is written
     description="Distributed CLSTM-PPO stock-trading trainer (Zou et al., arXiv 2212.02721) with honest backtests",
     long_description=README.read_text(encoding="utf-8") if README.exists() else "",
     long_description_content_type="text/markdown",

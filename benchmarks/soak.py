@@ -51,11 +51,10 @@ RUN = [
     "--no-progress",
     "--num_episodes",
     "100000000",
-    "--checkpoint_every",
-    "5",
     "--eval_every",
     "5",
 ]
+CHECKPOINT_EVERY = '{"checkpoint_every": 5}'  # a --config knob (no flag)
 
 
 def rss_mb(pid: int) -> float | None:
@@ -98,10 +97,13 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per worker")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        (Path(tmp) / "every5.json").write_text(CHECKPOINT_EVERY)
         cmd = [
             sys.executable,
             SCRIPT,
             *RUN,
+            "--config",
+            str(Path(tmp) / "every5.json"),
             "--num_workers",
             str(args.num_workers),
             "--threads",

@@ -5,10 +5,9 @@
     python benchmarks/train_throughput.py --device cuda --num_envs 1024 --minibatches 4 --mixed_precision bf16
 
 What is timed: the Trainer's own step, ``Trainer.update`` (``RolloutCollector.collect``, bootstrap value,
-``compute_gae``, ``ppo_update`` through the DDP wrapper when the world is larger than one, the normalisers' merge,
-the all-gather of finished episodes), with today's default settings (``--preset paper``: the paper's; both have
-window 30, stage-1 LSTM 181->128, 128 features, actor/critic LSTM 512, n_steps 128 and 10 epochs; the defaults add
-the skip connections and the next-day head, and take minibatches of 4 env columns where the paper takes one) over
+``compute_gae``, ``ppo_update`` through the DDP wrapper when the world is larger than one), with today's default
+settings (``--preset paper``: the paper's; both have window 30, stage-1 LSTM 181->128, 128 features, actor/critic
+LSTM 512, n_steps 128 and 10 epochs; the defaults take minibatches of 4 env columns where the paper takes one) over
 synthetic data: 30 tickers x 2,520 days, the paper's 4 indicators (F = 181). World size 1 runs the Trainer in one
 process; world size 2+ spawns gloo (CPU) or NCCL (GPU) workers through ``clstm_ppo.training.distributed.launch``,
 the launcher the train script uses. Each configuration runs in a fresh process (so peak RSS is its own): a warm-up
@@ -133,7 +132,7 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
     rollout_s, update_s, phases = [], [], []
     for _ in range(opts["updates"]):
         timer = PhaseTimer(comm.device)
-        trainer.update(timer=timer)  # the trainer's own step: rollout, GAE, PPO epochs, normalisers, episode gather
+        trainer.update(timer=timer)  # the trainer's own step: rollout, GAE, PPO epochs
         seconds = dict(timer.seconds)
         rollout_s.append(seconds["rollout"])
         update_s.append(seconds["update"])

@@ -1,4 +1,4 @@
-"""Every training setting, in typed sections; the presets; what old checkpoints meant; JSON and CLI round trips.
+"""Every training setting, in typed sections; the presets; what old files meant; JSON and CLI round trips.
 
 `TrainConfig` is composed of six sections, each setting declared once with its default and help text
 (`envs.config.setting`, CleanRL's ``Args`` idea: the command line documents itself):
@@ -13,8 +13,15 @@
 Functions take the section they use. A setting's flag is its field name (``--gamma`` is ``ppo.gamma``; the one
 exception, ``--data``, is ``data.source``), so flag names are unique across sections, and the flat
 ``{flag: value}`` dict of `TrainConfig.to_dict` is what checkpoints, ``config.json``, ``--config`` files and study
-specs hold. Derived values (rollout size, minibatches) are properties of their section; `TrainConfig.validate`
-rejects inconsistent settings with one clear line.
+specs hold. A few rarely-touched knobs (Adam's epsilon, the master port, the bad-tick ratio, ...) are settings
+without a flag: a ``--config`` file or a preset sets them (`CONFIG_ONLY`, docs/training.md lists them). Derived
+values (rollout size, minibatches) are properties of their section; `TrainConfig.validate` checks every rule
+between settings, once, with one clear line.
+
+Old files: `TrainConfig.from_dict` reads a flat dict written by any earlier version (`upgrade`): settings folded
+into others since (the W&B project into ``--track``, the Alpaca feed into ``--data``) are folded, a setting removed
+in 0.2.0 (`REMOVED`) is dropped where it holds the value the product now always uses and refused in one line where
+it would change what the file computes, and a setting added since takes the meaning it had then (`LEGACY`).
 """
 
 from __future__ import annotations
@@ -22,44 +29,53 @@ from __future__ import annotations
 import json
 import math
 import types
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
+from clstm_ppo import __version__ as VERSION
 from envs.config import EnvConfig, setting
 from envs.errors import UserError
+from envs.source_spec import ALPACA_DEFAULTS, alpaca_options, split_source
 from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MODES
 
 POLICIES = ("clstm", "lstm", "mlp", "shared")
-STAGE1S = ("lstm", "conv")
-"""How clstm's stage 1 reads the T-day window: the paper's window LSTM, or a causal convolution whose kernel spans
-the window."""
-FORECASTERS = ("head", "linear")
-"""What ``--forecast_skip`` follows: the network's next-day head, or a linear map of the window's price columns."""
-FORECASTER_CHOICES = ("auto", *FORECASTERS)
-"""``--forecaster``'s values: one of `FORECASTERS`, or auto (`ModelConfig.resolved`)."""
-CROSS_SECTIONS = ("mean", "attention")
-"""How --policy shared's tickers see each other: their embeddings' mean, or also attention across tickers."""
-OUTPUT_SETTINGS = (
-    "run_name",
-    "checkpoint_dir",
-    "progress",
-    "tensorboard",
-    "track",
-    "wandb_project",
-    "wandb_entity",
-    "threads",
-)
+"""The policy families (one module each under `clstm_ppo.agent`): the paper's cascaded LSTM, stage 2 alone on the
+current day, no recurrence, one encoder shared by every ticker."""
+
+ACTION_DISTS = ("gaussian", "tanh")
+"""The policy's distribution: the paper's Gaussian (samples clipped to [-1, 1] by the env), or a Gaussian squashed by
+tanh (log-probabilities corrected)."""
+
+OUTPUT_SETTINGS = ("run_name", "checkpoint_dir", "progress", "tensorboard", "track", "threads")
 """Settings that say where a run writes, how it reports and on how many threads: never what it computes (but the
 order of floating-point sums). A study sets them for its cells, and the trials ledger does not tell configurations
 apart by them."""
-"""The policy variants: the paper's cascaded LSTM, stage 2 alone on the current day, no recurrence."""
 
 
 def _positive(section: object, *names: str) -> None:
     for name in names:
         if not getattr(section, name) > 0:
             raise UserError(f"--{name} must be positive, got {getattr(section, name)}")
+
+
+def parse_track(text: str) -> str:
+    """``--track``: none, wandb, wandb:PROJECT or wandb:ENTITY/PROJECT (`tracking_target`); the text itself."""
+    tracking_target(text)
+    return text
+
+
+def tracking_target(track: str) -> tuple[str, str, str]:
+    """``(tracker, project, entity)`` of a ``--track`` value: ``wandb`` logs to project clstm-ppo of the user's
+    default entity, ``wandb:PROJECT`` to another project, ``wandb:ENTITY/PROJECT`` to a team's; UserError otherwise."""
+    name, _, where = str(track).partition(":")
+    if name not in ("none", "wandb") or (name == "none" and where):
+        raise UserError(f"--track must be none, wandb, wandb:PROJECT or wandb:ENTITY/PROJECT, got {track!r}")
+    entity, _, project = where.rpartition("/")
+    if where and (not project or where.count("/") > 1):
+        raise UserError(f"--track {track}: name the project as wandb:PROJECT or wandb:ENTITY/PROJECT")
+    return name, project or "clstm-ppo", entity
 
 
 @dataclass(frozen=True)
@@ -72,19 +88,21 @@ class RunConfig:
     resume: str = setting("", "resume from 'latest', 'best' or a checkpoint PATH (empty: fresh run)")
     init_weights: str = setting(
         "",
-        "start from the weights of this checkpoint instead of a random init (same model settings and tickers); "
-        "unlike --resume, counters, optimizer and environments start fresh: a walk-forward study's warm start",
+        "start from the weights of this checkpoint instead of a random init (same network and tickers); unlike "
+        "resume, counters, optimizer and environments start fresh: a walk-forward study's warm start",
+        cli=False,
     )
     save_every: int = setting(0, "also keep episode_<n>.pt every this many finished episodes (0: only latest/best)")
-    checkpoint_every: int = setting(10, "write latest.pt every this many updates (and always at the end or on a stop)")
+    checkpoint_every: int = setting(
+        10, "write latest.pt every this many updates (and at the end or on a stop)", cli=False
+    )
     eval_every: int = setting(
         10, "score the deterministic policy on the validation split every this many updates (best.pt)"
     )
     deploy: str = setting(
         "last",
         "the checkpoint a run deploys (its last line, a study's trades, the walk-forward warm start): last = "
-        "latest.pt, the final weights; best = best.pt, the highest validation score (the last weights without a "
-        "validation split; docs/learning.md section 12 measures both)",
+        "latest.pt, the final weights; best = best.pt, the highest validation score",
         choices=("best", "last"),
     )
     log_every: int = setting(10, "log a line every this many finished episodes (all workers together)")
@@ -92,42 +110,46 @@ class RunConfig:
     progress: bool = setting(True, "show a progress bar when stdout is a terminal")
     track: str = setting(
         "none",
-        "experiment tracking: wandb sends the config and the TensorBoard scalars to Weights & Biases "
-        "(rank 0; needs pip install 'clstm-ppo[wandb]'; WANDB_MODE=offline logs locally)",
-        choices=("none", "wandb"),
+        "experiment tracking: wandb, wandb:PROJECT or wandb:ENTITY/PROJECT sends the config and the scalars to "
+        "Weights & Biases (rank 0; pip install 'clstm-ppo[wandb]'; WANDB_MODE=offline logs locally)",
+        parse=parse_track,
     )
-    wandb_project: str = setting("clstm-ppo", "W&B project of --track wandb (the run is named after the run folder)")
-    wandb_entity: str = setting("", "W&B team or user of --track wandb (default: your W&B default entity)")
-    max_bad_updates: int = setting(5, "stop after this many consecutive updates with NaN/inf loss or gradients")
+    max_bad_updates: int = setting(
+        5, "stop after this many consecutive updates with NaN/inf loss or gradients", cli=False
+    )
     dry_run: bool = setting(False, "print the resolved config and world layout, then exit")
 
     def validate(self) -> None:
         _positive(self, "checkpoint_every", "eval_every", "max_bad_updates")
+        tracking_target(self.track)
 
 
 @dataclass(frozen=True)
 class DataConfig:
     """Where the market comes from, its dates and splits, and what a day's state holds."""
 
-    source: str = setting("synthetic", "synthetic[:k=v,...] | csv:PATH | parquet:PATH | alpaca", flag="data")
+    source: str = setting(
+        "synthetic",
+        "synthetic[:k=v,...] | csv:PATH | parquet:PATH | alpaca[:feed=iex|sip,adjustment=raw|split|dividend|all,"
+        "timeframe=1Day] (docs/data.md)",
+        flag="data",
+    )
     tickers: str = setting("", "comma-separated tickers to use (default: all in the data)")
     start: str = setting("", "first date of data to load (YYYY-MM-DD)")
     end: str = setting("", "last date of data to load (YYYY-MM-DD)")
     train_end: str = setting("", "last training day (default: 70% of days)")
     validation_end: str = setting("", "last validation day (default: 85% of days; the rest is test)")
     test_end: str = setting("", "last test day (default: the end of the data)")
-    alpaca_feed: str = setting("iex", "Alpaca feed: iex (free plan) or sip", choices=("iex", "sip"))
-    alpaca_adjustment: str = setting(
-        "all", "Alpaca price adjustment: raw | split | dividend | all", choices=("raw", "split", "dividend", "all")
+    data_url: str = setting(
+        "", "Alpaca data endpoint override, e.g. a proxy (default: ALPACA_DATA_URL or Alpaca's)", cli=False
     )
-    alpaca_timeframe: str = setting("1Day", "Alpaca bar timeframe (1Day; intraday e.g. 1Hour, 15Min)")
-    data_url: str = setting("", "Alpaca data endpoint override, e.g. a proxy (default: ALPACA_DATA_URL or Alpaca's)")
-    data_cache_dir: str = setting("data_cache/alpaca", "where downloaded Alpaca bars are cached")
+    data_cache_dir: str = setting("data_cache/alpaca", "where downloaded Alpaca bars are cached", cli=False)
     refresh_data: bool = setting(False, "download Alpaca bars again even when cached")
     max_price_ratio: float = setting(
         MAX_PRICE_RATIO,
         "refuse data where a close is more than this many times the previous close, or less than its 1/this "
         "(a bad tick); 0 allows any jump",
+        cli=False,
     )
     gap_policy: str = setting(
         "fail", "tickers with missing dates: fail | intersect | ffill", choices=("fail", "intersect", "ffill")
@@ -135,8 +157,7 @@ class DataConfig:
     window: int = setting(30, "days of history in each observation (T)")
     price_features: str = setting(
         DEFAULT_PRICE_MODE,
-        "price column of the state: return (daily log return, MACD / close: stationary), vol_return (that return "
-        "over its ex-ante 20-day volatility: a move's size against the market's recent noise) or level (the close "
+        "price column of the state: return (daily log return, MACD / close: stationary) or level (the close "
         "itself, as in the paper)",
         choices=PRICE_MODES,
     )
@@ -159,6 +180,11 @@ class DataConfig:
             return ()
         return tuple(n.strip().lower() for n in self.indicators.split(",") if n.strip())
 
+    @property
+    def alpaca_options(self) -> dict[str, str]:
+        """An ``alpaca`` source's feed, adjustment and timeframe (`envs.source_spec.alpaca_options`)."""
+        return alpaca_options(self.source)
+
     def validate(self) -> None:
         _positive(self, "window")
         if self.max_price_ratio != 0 and not self.max_price_ratio > 1:
@@ -169,107 +195,45 @@ class DataConfig:
             raise UserError(
                 f"--indicators {self.indicators!r}: give distinct names from {', '.join(INDICATORS)}, or none"
             )
+        if split_source(self.source)[0] == "alpaca":
+            alpaca_options(self.source)  # names an unknown option or value
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The policy network (`clstm_ppo.agent.model`)."""
+    """The policy network (`clstm_ppo.agent`)."""
 
     policy: str = setting(
         "clstm",
-        "clstm (paper) | lstm (stage 2 on the current day) | mlp (no recurrence) | shared (one encoder for every "
-        "ticker's window and a cross-sectional stage: no weight depends on the number of tickers)",
+        "clstm (the paper's cascaded LSTM) | lstm (stage 2 on the current day) | mlp (no recurrence) | shared (one "
+        "encoder for every ticker's window: no weight depends on the number of tickers)",
         choices=POLICIES,
     )
-    stage1: str = setting(
-        "lstm",
-        "how clstm's stage 1 reads the T-day window: lstm (the paper's window LSTM) or conv (a causal convolution "
-        "whose kernel spans the window: one linear map of the T x F window to stage1_hidden, then tanh)",
-        choices=STAGE1S,
-    )
-    cross_section: str = setting(
-        "mean",
-        "how --policy shared's tickers see each other: mean (each ticker's embedding next to the mean of all) or "
-        "attention (also attention across tickers, scored on their price windows: it can find which ticker leads "
-        "which without knowing their order)",
-        choices=CROSS_SECTIONS,
-    )
-    stage1_hidden: int = setting(128, "stage-1 LSTM (or convolution) hidden size")
+    stage1_hidden: int = setting(128, "stage-1 LSTM hidden size (the window LSTM)")
     feature_dim: int = setting(128, "stage-1 output features")
     stage2_hidden: int = setting(512, "stage-2 actor and critic LSTM hidden size (MLP width for --policy mlp)")
-    skip: bool = setting(
-        True,
-        "shortcuts around the LSTMs: clstm's stage 1 also sees today's state, and the heads of clstm/lstm also see "
-        "the stage-1 features (off: the paper's network)",
-    )
-    init_log_std: float = setting(-0.5, "initial log standard deviation of the Gaussian policy")
+    init_log_std: float = setting(-0.5, "initial log standard deviation of the Gaussian policy", cli=False)
     action_dist: str = setting(
         "tanh",
-        "policy distribution: gaussian (samples clipped to [-1, 1] by the env) or tanh (samples squashed by tanh, "
-        "log-probabilities corrected; entropy estimated from samples)",
-        choices=("gaussian", "tanh"),
+        "policy distribution: gaussian (the paper's: samples clipped to [-1, 1] by the env) or tanh (samples "
+        "squashed by tanh, log-probabilities corrected; entropy estimated from samples)",
+        choices=ACTION_DISTS,
+        cli=False,
     )
     log_std_max: float = setting(
         0.0,
-        "upper bound of the policy's log standard deviation (inf: unbounded; with a bound the lower one is -5)",
+        "upper bound of the policy's log standard deviation (inf: unbounded, the paper's; with a bound the lower "
+        "one is -5)",
+        cli=False,
     )
     norm_obs: bool = setting(
         False,
         "normalise each state number by running mean / std over the training rollouts (kept in the checkpoint and "
         "used unchanged by backtest and trade)",
     )
-    forecast_skip: bool | None = setting(
-        None,
-        "the actor's mean for each stock also gets g x a forecast of that stock's next-day return (detached: only "
-        "the next-day loss fits it; g one learned number, 0 at the start); the head's needs --aux_coef > 0 (default: "
-        "on for clstm, lstm and mlp, off for --policy shared; --no-forecast_skip: the network's own means, the "
-        "default until docs/learning.md section 19)",
-    )
-    forecaster: str = setting(
-        "auto",
-        "what --forecast_skip follows: head (the network's next-day head) or linear (a linear map of the window's "
-        "price columns, [T x N] -> [N], fitted by its own next-day loss term, weight 1 whatever --aux_coef: a "
-        "forecast with few weights, which does not memorise the training days the way the network can) (default: "
-        "auto, linear for clstm, lstm and mlp, head for --policy shared)",
-        choices=FORECASTER_CHOICES,
-    )
-    forecast_only: bool | None = setting(
-        None,
-        "with --forecast_skip: the stocks' action means are g x the forecast plus a learned bias per stock, without "
-        "the network's part (which adds what it learned of the training days); a threshold on the forecast is "
-        "within reach (a bias below 0 keeps a stock out until its forecast clears it); the network keeps the trade "
-        "gates and the critic (docs/learning.md sections 17 and 19) (default: on with the linear forecaster)",
-    )
-    forecast_threshold: float = setting(
-        0.0,
-        "with --forecast_only: the deployed policy (every deterministic action: validation, backtest, study, trade) "
-        "lowers each stock's action mean by this much, so a stock is held only where g x forecast + its bias clears "
-        "it: a no-trade threshold on the forecast (0: none). Training's sampled actions do not see it (PPO would "
-        "learn it away: its return is highest trading every forecast); choose it by study (docs/learning.md 18)",
-    )
-
-    def resolved(self) -> ModelConfig:
-        """This config with the forecast settings left at their defaults (None, auto) made concrete for its policy:
-        clstm, lstm and mlp follow a linear forecast alone (``forecast_skip``, ``forecaster="linear"``,
-        ``forecast_only``; docs/learning.md section 19), ``--policy shared`` its network's own means (the linear
-        forecaster's weights would tie it to its tickers). Settings given keep their values."""
-        per_ticker = self.policy != "shared"
-        skip = per_ticker if self.forecast_skip is None else self.forecast_skip
-        forecaster = self.forecaster
-        if forecaster == "auto":
-            forecaster = "linear" if skip and per_ticker else "head"
-        only = skip and forecaster == "linear" if self.forecast_only is None else self.forecast_only
-        return replace(self, forecast_skip=skip, forecaster=forecaster, forecast_only=only)
 
     def validate(self) -> None:
         _positive(self, "stage1_hidden", "feature_dim", "stage2_hidden")
-        if not 0 <= self.forecast_threshold < math.inf:
-            raise UserError(f"--forecast_threshold must be a finite number >= 0, got {self.forecast_threshold:g}")
-        if self.policy == "shared" and self.norm_obs:
-            raise UserError(
-                "--norm_obs keeps statistics per state number, which ties a network to its tickers; "
-                "--policy shared cannot use it"
-            )
 
 
 @dataclass(frozen=True)
@@ -286,37 +250,21 @@ class PPOConfig:
     )
     learning_rate_clstm: float = setting(3e-4, "Adam learning rate of stage 1 (the window LSTM)")
     learning_rate_actor_critic: float = setting(3e-4, "Adam learning rate of stage 2 and the heads")
-    scale_lr: bool = setting(False, "multiply both learning rates by the world size")
+    scale_lr: bool = setting(False, "multiply both learning rates by the world size", cli=False)
     anneal_lr: bool = setting(False, "anneal learning rates linearly to 0 over the run")
-    adam_eps: float = setting(1e-8, "Adam epsilon")
-    weight_decay: float = setting(0.0, "decoupled weight decay (AdamW) of the weight matrices; 0: plain Adam")
+    adam_eps: float = setting(1e-8, "Adam epsilon", cli=False)
+    weight_decay: float = setting(
+        0.0, "decoupled weight decay (AdamW) of the weight matrices; 0: plain Adam", cli=False
+    )
     max_grad_norm: float = setting(0.5, "global gradient-norm clip")
     gamma: float = setting(0.99, "discount factor")
     gae_lambda: float = setting(0.95, "GAE lambda")
-    norm_adv: bool = setting(True, "normalise advantages with statistics over all workers' rollouts")
+    norm_adv: bool = setting(True, "normalise advantages with statistics over all workers' rollouts", cli=False)
     clip_coef: float = setting(0.2, "PPO clip range")
-    clip_value: float = setting(0.0, "value-function clip range (0: off)")
+    clip_value: float = setting(0.0, "value-function clip range (0: off)", cli=False)
     ent_coef: float = setting(0.0, "entropy bonus weight (0: none, as CleanRL's continuous-action PPO)")
     vf_coef: float = setting(0.5, "value loss weight")
-    aux_coef: float = setting(
-        1.0,
-        "weight of an auxiliary loss: the actor's latent also predicts tomorrow's price column of the state (each "
-        "ticker's z-scored return), a dense supervised signal for the window LSTM (0: off, as in the paper; see "
-        "docs/learning.md)",
-    )
-    forecast_days: int = setting(
-        1,
-        "days ahead the next-day loss predicts: the mean of the next K days' price columns (1: tomorrow's); with "
-        "--forecast_skip the actor follows a forecast of the coming K days, an aim in front of tomorrow's target "
-        "that moves less from day to day (docs/learning.md section 17)",
-    )
     target_kl: float = setting(0.0, "stop the update's epochs early when approx KL exceeds this (0: off)")
-    ema_decay: float = setting(
-        0.0,
-        "deploy an exponential moving average of the weights, updated after every update with this decay (0: off; "
-        "0.99 remembers about 100 updates): validation, best.pt and every backtest use the average, training "
-        "continues from the raw weights",
-    )
     norm_reward: bool = setting(
         False, "divide rewards by the running std of the discounted return (as SB3's VecNormalize)"
     )
@@ -324,11 +272,6 @@ class PPOConfig:
         1,
         "hold each env's exploration noise for this many days (redrawn at episode starts): a fresh draw every day "
         "re-trades the whole book daily; held noise explores the same Gaussian with far fewer trades",
-    )
-    permute_tickers: bool = setting(
-        False,
-        "augmentation: each training episode shows the tickers in a fresh random order (the policy must find a "
-        "stock's role in its numbers, not its column)",
     )
 
     @property
@@ -349,12 +292,6 @@ class PPOConfig:
         if self.num_episodes <= 0:
             raise UserError(f"--num_episodes must be positive, got {self.num_episodes}")
         _positive(self, "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps", "noise_hold")
-        _positive(self, "forecast_days")
-        if self.forecast_days >= self.n_steps:
-            raise UserError(
-                f"--forecast_days ({self.forecast_days}) must be shorter than a rollout (--n_steps {self.n_steps}): "
-                "its targets are the rollout's own next states"
-            )
         _positive(self, "learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef")
         if self.batch_size % self.n_steps or self.rollout_steps % self.batch_size:
             raise UserError(
@@ -366,11 +303,8 @@ class PPOConfig:
                 f"--gradient_accumulation_steps {self.gradient_accumulation_steps} must divide the "
                 f"{self.envs_per_minibatch} env columns of a minibatch"
             )
-        for name in ("weight_decay", "aux_coef"):
-            if not getattr(self, name) >= 0:
-                raise UserError(f"--{name} must be 0 or more, got {getattr(self, name)}")
-        if not 0 <= self.ema_decay < 1:
-            raise UserError(f"--ema_decay must be in [0, 1), got {self.ema_decay}")
+        if not self.weight_decay >= 0:
+            raise UserError(f"--weight_decay must be 0 or more, got {self.weight_decay}")
 
 
 @dataclass(frozen=True)
@@ -380,17 +314,25 @@ class SystemConfig:
     num_gpus: int | None = setting(None, "GPUs to use: default all visible, -1 all, 0 CPU only")
     num_workers: int = setting(1, "CPU worker processes when no GPU is used (gloo)")
     backend: str = setting(
-        "auto", "process-group backend: auto (nccl on GPU, gloo on CPU), nccl or gloo", choices=("auto", "nccl", "gloo")
+        "auto",
+        "process-group backend: auto (nccl on GPU, gloo on CPU), nccl or gloo",
+        choices=("auto", "nccl", "gloo"),
+        cli=False,
     )
-    master_port: int = setting(0, "rendezvous port (0: MASTER_PORT if set, else a free port chosen by the parent)")
+    master_port: int = setting(
+        0, "rendezvous port (0: MASTER_PORT if set, else a free port chosen by the parent)", cli=False
+    )
     env_device: str = setting(
-        "auto", "where the vector env lives: auto (the worker's device), cpu or cuda", choices=("auto", "cpu", "cuda")
+        "auto",
+        "where the vector env lives: auto (the worker's device), cpu or cuda",
+        choices=("auto", "cpu", "cuda"),
+        cli=False,
     )
     threads: int = setting(0, "torch threads per CPU worker (0: cores / workers)")
     mixed_precision: str = setting(
         "none", "autocast: none | bf16 | fp16 (fp16 uses a GradScaler; CUDA only)", choices=("none", "bf16", "fp16")
     )
-    tf32: bool = setting(True, "allow TF32 matmuls on Ampere+ GPUs")
+    tf32: bool = setting(True, "allow TF32 matmuls on Ampere+ GPUs", cli=False)
     compile: bool = setting(False, "torch.compile the model")
     window_kernel: str = setting(
         "auto",
@@ -398,6 +340,7 @@ class SystemConfig:
         "hand-written recurrence and backward), fused (nn.LSTM over every dense window: cuDNN/oneDNN) or auto "
         "(shared on CPU, fused on CUDA)",
         choices=("auto", "shared", "fused"),
+        cli=False,
     )
 
     def validate(self) -> None:
@@ -441,6 +384,7 @@ class Setting:
     help: str
     parse: Any  # str -> value: the field's scalar type or its own parser
     choices: tuple[str, ...] | None
+    cli: bool  # a command-line flag (False: --config files and presets only)
 
 
 def _settings() -> dict[str, Setting]:
@@ -452,13 +396,105 @@ def _settings() -> dict[str, Setting]:
                 raise TypeError(f"setting {flag} is declared twice ({out[flag].section} and {section})")
             parse = f.metadata.get("parse") or _scalar_type(f.type)
             out[flag] = Setting(
-                flag, section, f.name, f.default, f.metadata.get("help", ""), parse, f.metadata.get("choices")
+                flag,
+                section,
+                f.name,
+                f.default,
+                f.metadata.get("help", ""),
+                parse,
+                f.metadata.get("choices"),
+                f.metadata.get("cli", True),
             )
     return out
 
 
 SETTINGS: dict[str, Setting] = _settings()
 """Every setting by flag name, in ``--help`` order."""
+
+CONFIG_ONLY: tuple[str, ...] = tuple(s.flag for s in SETTINGS.values() if not s.cli)
+"""The settings without a flag (a ``--config`` file or a preset sets them)."""
+
+
+# ------------------------------------------------------------------------------------- old files
+LAST_WITH_REMOVED = "0.1.0 (commit 8bcb3cf, tag v0.1.0)"
+"""The last release that had the settings `REMOVED` names."""
+
+
+def _was_on(values: dict[str, Any], flag: str) -> bool:
+    """Whether a 0.1.0 forecast setting stored as None or 'auto' (resolved for the policy) was on."""
+    per_ticker = values.get("policy", "clstm") != "shared"
+    skip = values.get("forecast_skip")
+    skip = per_ticker if skip is None else bool(skip)
+    if flag == "forecast_skip":
+        return skip
+    forecaster = values.get("forecaster", "head")
+    linear = (forecaster == "linear") or (forecaster == "auto" and skip and per_ticker)
+    if flag == "forecaster":
+        return skip and linear
+    only = values.get("forecast_only")
+    return (skip and linear) if only is None else bool(only)
+
+
+REMOVED: dict[str, tuple[Any, Callable[[dict[str, Any], Any], bool]]] = {
+    "stage1": ("lstm", lambda v, x: v.get("policy", "clstm") == "clstm" and x != "lstm"),
+    "cross_section": ("mean", lambda v, x: v.get("policy") == "shared" and x != "mean"),
+    "skip": (False, lambda v, x: bool(x)),
+    "aux_coef": (0.0, lambda v, x: float(x) != 0.0),
+    "forecast_skip": (False, lambda v, x: _was_on(v, "forecast_skip")),
+    "forecaster": ("head", lambda v, x: _was_on(v, "forecaster")),
+    "forecast_only": (False, lambda v, x: _was_on(v, "forecast_only")),
+    "forecast_threshold": (0.0, lambda v, x: float(x) != 0.0),
+    "forecast_days": (1, lambda v, x: int(x) != 1 and (float(v.get("aux_coef", 0)) > 0 or _was_on(v, "forecaster"))),
+    "ema_decay": (0.0, lambda v, x: float(x) != 0.0),
+    "permute_tickers": (False, lambda v, x: bool(x)),
+    "turbulence_exit_days": (1, lambda v, x: int(x) != 1),
+    "trade_gate": (False, lambda v, x: bool(x)),
+}
+"""Settings removed in 0.2.0 (research variants whose only evidence was synthetic draws; docs/training.md lists
+each with the commit that last had it): flag -> (the value the product now always uses, whether a file's value
+``x`` among its other settings ``v`` would change what it computes). A file holding one in effect is refused in one
+line; one holding the value now always used loads as before."""
+
+REMOVED_VALUES: dict[str, tuple[Any, ...]] = {"price_features": ("vol_return",)}
+"""Values of kept settings removed in 0.2.0."""
+
+FOLDED = ("wandb_project", "wandb_entity", "alpaca_feed", "alpaca_adjustment", "alpaca_timeframe")
+"""0.1.0 settings folded into others: the W&B project and entity into ``--track``, the Alpaca feed, adjustment and
+timeframe into the ``--data alpaca:...`` spec."""
+
+
+def upgrade(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """A flat settings dict of any earlier version as this version reads it: folded settings folded, removed ones
+    dropped where they hold the value now always used; UserError naming the setting where one would change what
+    the file computes."""
+    values = dict(values)
+    for flag, (_always, in_effect) in REMOVED.items():
+        if flag in values and in_effect(values, values[flag]):
+            raise UserError(
+                f"{source}: --{flag} {values[flag]} was removed in clstm-ppo {VERSION} (the last version with it: "
+                f"{LAST_WITH_REMOVED}); it changes what this file computes, so retrain, or use that version"
+            )
+    for flag in REMOVED:
+        values.pop(flag, None)
+    for flag, gone in REMOVED_VALUES.items():
+        if values.get(flag) in gone:
+            raise UserError(
+                f"{source}: --{flag} {values[flag]} was removed in clstm-ppo {VERSION} (the last version with it: "
+                f"{LAST_WITH_REMOVED}); retrain, or use that version"
+            )
+    folded = {k: values.pop(k) for k in FOLDED if k in values}
+    if values.get("track", "none") == "wandb" and (folded.get("wandb_project") or folded.get("wandb_entity")):
+        project = folded.get("wandb_project") or "clstm-ppo"
+        entity = folded.get("wandb_entity") or ""
+        values["track"] = f"wandb:{entity + '/' if entity else ''}{project}"
+    source_text = str(values.get("data", "synthetic"))
+    alpaca = {k.removeprefix("alpaca_"): v for k, v in folded.items() if k.startswith("alpaca_")}
+    alpaca = {k: v for k, v in alpaca.items() if v != ALPACA_DEFAULTS[k]}
+    if alpaca and split_source(source_text)[0] == "alpaca":
+        scheme, options = split_source(source_text)
+        options = {**alpaca, **options}
+        values["data"] = f"alpaca:{','.join(f'{k}={v}' for k, v in options.items())}"
+    return values
 
 
 @dataclass(frozen=True)
@@ -473,36 +509,21 @@ class TrainConfig:
     system: SystemConfig = field(default_factory=SystemConfig)
 
     def validate(self) -> TrainConfig:
-        """Reject inconsistent settings with one clear line; return self. (`EnvConfig` checks itself when built.)"""
+        """Reject inconsistent settings with one clear line; return self. Every rule between settings lives here
+        (`EnvConfig` checks its own when built)."""
         for s in SETTINGS.values():  # choices, also for settings from a JSON file or a study spec
             value = getattr(getattr(self, s.section), s.name)
             if s.choices and value not in s.choices:
                 raise UserError(f"--{s.flag} must be one of {', '.join(s.choices)}, got {value!r}")
         for section in (self.run, self.data, self.model, self.ppo, self.system):
             section.validate()
-        if self.env.trade_gate and self.model.policy == "shared":
-            raise UserError("--trade_gate needs two outputs per ticker; --policy shared has one")
-        model = self.model.resolved()  # the forecast settings as the network is built with them
-        if model.forecaster == "linear" and model.policy == "shared":
+        if self.model.policy == "shared" and self.model.norm_obs:
             raise UserError(
-                "--forecaster linear has N x T x N weights, which ties a network to its tickers; --policy shared "
-                "cannot use it"
+                "--norm_obs keeps statistics per state number, which ties a network to its tickers; "
+                "--policy shared cannot use it"
             )
-        if model.forecast_skip and model.forecaster == "head" and not self.ppo.aux_coef > 0:
-            raise UserError(
-                "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0"
-            )
-        if model.forecaster != "head" and not model.forecast_skip:
-            raise UserError(
-                f"--forecaster {model.forecaster} is what --forecast_skip follows; it needs --forecast_skip"
-            )
-        if model.forecast_only and (not model.forecast_skip or model.policy == "shared"):
-            raise UserError(
-                "--forecast_only sets the stocks' means from what --forecast_skip follows; it needs --forecast_skip "
-                "and a network with tickers of its own (not --policy shared)"
-            )
-        if model.forecast_threshold and not model.forecast_only:
-            raise UserError("--forecast_threshold lowers the means --forecast_only sets; it needs --forecast_only")
+        if self.model.log_std_max <= -5:
+            raise UserError(f"log_std_max must be above the lower bound -5, got {self.model.log_std_max:g}")
         return self
 
     # ------------------------------------------------------------------ the flat form
@@ -512,7 +533,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> TrainConfig:
-        """From a flat ``{flag: value}`` dict (missing settings take their defaults); unknown keys are refused."""
+        """From a flat ``{flag: value}`` dict of this or an earlier version (`upgrade`; missing settings take their
+        defaults); unknown keys are refused."""
+        values = upgrade(values, source)
         unknown = sorted(set(values) - set(SETTINGS))
         if unknown:
             raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}")
@@ -531,22 +554,29 @@ class TrainConfig:
 
     @classmethod
     def from_checkpoint(cls, values: dict[str, Any], *, source: str = "checkpoint") -> TrainConfig:
-        """The settings a checkpoint was trained with: settings added after it was written take the meaning
-        they had then (`LEGACY`), not today's defaults."""
+        """The settings a checkpoint (or study spec) was trained with: settings added after it was written take
+        the meaning they had then (`LEGACY`), not today's defaults; removed ones are `upgrade`'s."""
         return cls.from_dict({**LEGACY, **values}, source=source)
 
-    @classmethod
-    def from_json(cls, path: str | Path) -> TrainConfig:
-        path = Path(path)
-        try:
-            values = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise UserError(f"config file not found: {path}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise UserError(f"config file {path} is not valid JSON: {err}") from None
-        if not isinstance(values, dict):
-            raise UserError(f"config file {path} must hold a JSON object of settings")
-        return cls.from_dict(values, source=str(path))
+
+def read_settings_file(path: str | Path) -> dict[str, Any]:
+    """The ``{flag: value}`` settings a JSON file names, as this version reads them (`upgrade`), and only those:
+    a ``--config`` file overrides the settings it names and leaves the rest to the preset or the defaults. UserError
+    naming the file for a missing or malformed file or an unknown setting."""
+    path = Path(path)
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"config file not found: {path}") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"config file {path} is not valid JSON: {err}") from None
+    if not isinstance(values, dict):
+        raise UserError(f"config file {path} must hold a JSON object of settings")
+    values = upgrade(values, str(path))
+    unknown = sorted(set(values) - set(SETTINGS))
+    if unknown:
+        raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}")
+    return values
 
 
 PAPER_BEHAVIOUR: dict[str, Any] = dict(
@@ -555,15 +585,10 @@ PAPER_BEHAVIOUR: dict[str, Any] = dict(
     reward="value",  # the change of portfolio value in dollars x reward_scaling
     action_dist="gaussian",  # sb3's Gaussian, clipped by the env, with an unbounded log-std
     log_std_max=math.inf,
-    skip=False,  # no shortcuts around the LSTMs
-    aux_coef=0.0,  # no next-day loss
     execution="close",  # orders fill at the close the policy has just seen
-    turbulence_exit_days=1,  # back in on the first calm day after a turbulence stop
-    forecast_skip=False,  # the actor's means are the network's own (clstm, lstm and mlp follow a linear forecast)
-    forecaster="head",
-    forecast_only=False,
 )
-"""Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's."""
+"""Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's
+(docs/training.md has the table, with the evidence for each difference)."""
 
 LEGACY: dict[str, Any] = {**PAPER_BEHAVIOUR, "init_weights": "", "max_price_ratio": 0.0, "deploy": "best"}
 """What a setting meant in checkpoints and study specs written before it existed (the settings whose default has
@@ -579,9 +604,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         initial_amount=1_000_000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3, reward_scaling=1e-4, policy="clstm",
         portfolio_features="shares", **PAPER_BEHAVIOUR,
     ),
-    # A first run that shows learning in about 40 s on one CPU core: the lead-lag market of
-    # docs/learning.md (5 tickers; ticker i's shock today moves ticker i+1 tomorrow, strength 0.9) and its small
-    # networks and schedule (benchmarks/learning_studies.sh); today's defaults otherwise.
+    # A first run that shows learning in about a minute on one CPU core: a small clstm on a toy synthetic market
+    # whose planted signal is far stronger than anything in real daily data (docs/data.md); today's defaults
+    # otherwise.
     "demo": dict(
         data="synthetic:tickers=5,days=2520,signal=0.9,signal_kind=lead_lag", window=5, stage1_hidden=32,
         feature_dim=32, stage2_hidden=64, num_envs=32, n_steps=32, batch_size=256, epochs=4, episode_length=63,

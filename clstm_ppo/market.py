@@ -33,9 +33,6 @@ def load_data(
     source = source or cfg.source
     alpaca_kwargs = (
         dict(
-            timeframe=cfg.alpaca_timeframe,
-            adjustment=cfg.alpaca_adjustment,
-            feed=cfg.alpaca_feed,
             cache_dir=cfg.data_cache_dir,
             refresh=cfg.refresh_data,
             data_url=cfg.data_url or None,

@@ -24,18 +24,14 @@ def setting(
     choices: tuple[str, ...] | None = None,
     parse: Callable | None = None,
     flag: str | None = None,
+    cli: bool = True,
 ) -> Any:
     """A dataclass field that is also a command-line flag: its default, its help text and, where the field's type
     does not say it, ``choices``, a ``parse`` function for the flag's text, or a ``flag`` name other than the field's
-    (CleanRL's ``Args`` idea: the settings document themselves)."""
-    meta = {"help": help_, "choices": choices, "parse": parse, "flag": flag}
+    (CleanRL's ``Args`` idea: the settings document themselves). ``cli=False``: a rarely-touched knob, set in a
+    ``--config`` file (or a preset) only, never a flag; it is still a setting, stored in every checkpoint."""
+    meta = {"help": help_, "choices": choices, "parse": parse, "flag": flag, "cli": None if cli else False}
     return field(default=default, metadata={k: v for k, v in meta.items() if v is not None})
-
-
-def action_dim(num_tickers: int, trade_gate: bool) -> int:
-    """Numbers in one action for N stocks: N, or 2N with ``--trade_gate`` (N weight logits, then N gates). The env's
-    action space and the policy's head (`clstm_ppo.agent.model.ModelSpec.action_dim`) both take their width here."""
-    return 2 * num_tickers if trade_gate else num_tickers
 
 
 def parse_episode_length(text: str | int) -> int | str:
@@ -63,7 +59,9 @@ class EnvConfig:
     initial_amount: float = setting(1_000_000.0, "starting cash in dollars")
     buy_cost_pct: float = setting(1e-3, "buy cost as a fraction of traded value")
     sell_cost_pct: float = setting(1e-3, "sell cost as a fraction of traded value")
-    reward_scaling: float = setting(1e-4, "with --reward value: reward = change of portfolio value in dollars x this")
+    reward_scaling: float = setting(
+        1e-4, "with --reward value: reward = change of portfolio value in dollars x this", cli=False
+    )
     episode_length: int | str = setting(
         252,
         "trading days per training episode (a random start that leaves a full episode), or 'full': from the "
@@ -75,6 +73,7 @@ class EnvConfig:
         "cash and holdings in the state: shares (cash / initial amount and shares / 1,000, as in the paper) or "
         "weights (fractions of the portfolio value)",
         choices=PORTFOLIO_FEATURES,
+        cli=False,
     )
     action_mode: str = setting(
         "weights",
@@ -92,12 +91,6 @@ class EnvConfig:
         "with --action_mode weights: each day's orders move this fraction of the way from the holdings to the target "
         "(partial adjustment toward the aim portfolio, Garleanu and Pedersen 2013; 1: all the way)",
     )
-    trade_gate: bool = setting(
-        False,
-        "with --action_mode weights: the policy also decides, per stock and day, whether to trade it at all: the "
-        "action gains N gate numbers after the N weight logits, and a stock's order goes through only where its "
-        "gate is > 0 (a learned no-trade region; the policy's network grows by N outputs)",
-    )
     turnover_penalty: float = setting(
         0.0,
         "training's reward only: each dollar traded costs this much more in the reward than the portfolio pays "
@@ -109,11 +102,6 @@ class EnvConfig:
         "gets), next_open (the next day's open, what trading after the close gets), next_close (the next day's "
         "close), or auto: next_open where the data has opens, next_close on close-only data",
         choices=EXECUTIONS,
-    )
-    turbulence_exit_days: int = setting(
-        1,
-        "after the turbulence stop sells everything, stay in cash until turbulence has been below the threshold for "
-        "this many days in a row (1: back in on the first calm day, the paper's rule)",
     )
     risk_free: float = setting(
         0.0,
@@ -135,8 +123,6 @@ class EnvConfig:
             raise UserError(f"--initial_amount must be positive, got {self.initial_amount}")
         if not (0 <= self.buy_cost_pct < 1 and 0 <= self.sell_cost_pct < 1):
             raise UserError("--buy_cost_pct and --sell_cost_pct must be in [0, 1)")
-        if self.turbulence_exit_days < 1:
-            raise UserError(f"--turbulence_exit_days must be at least 1, got {self.turbulence_exit_days}")
         if not -0.5 < self.risk_free < 1:
             raise UserError(f"--risk_free is an annual fraction in (-0.5, 1), e.g. 0.04; got {self.risk_free}")
         if not 0 <= self.turnover_penalty < 1:
@@ -145,8 +131,6 @@ class EnvConfig:
             raise UserError(f"--rebalance_band must be in [0, 1), got {self.rebalance_band}")
         if not 0 < self.trade_rate <= 1:
             raise UserError(f"--trade_rate must be in (0, 1], got {self.trade_rate}")
-        if self.trade_gate and self.action_mode != "weights":
-            raise UserError("--trade_gate needs --action_mode weights (a share action already says how much to trade)")
         for f in fields(self):  # settings given in code (not by a flag) are checked against their choices too
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:

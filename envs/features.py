@@ -41,7 +41,7 @@ import numpy as np
 
 from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError
-from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, PRICE_MODES, VOL_SPAN, StateLayout
+from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, PRICE_MODES, StateLayout
 
 """Indicator names in their state order (FinRL/stockstats: macd, rsi_30, cci_30, dx_30)."""
 
@@ -235,9 +235,7 @@ def price_features(
     :param close: [D, N] float64 dollars; :param indicators: [D, N, K] float64.
     :param mode: "level": the close itself (the paper's and FinRL's state); "return": the day's log
         return ``log(close[t] / close[t-1])`` (0 on day 0), which stays in the training range out of
-        sample where price levels drift away from it; "vol_return": that return over its ex-ante volatility
-        (`ex_ante_volatility`, days before t only), so a 2% move reads as large in a calm market and as small
-        in a turbulent one (0 on days 0 and 1, which have no earlier return).
+        sample where price levels drift away from it.
     :param relative: indicator indices (e.g. MACD, in dollars) divided by the close in the return modes.
     :return: ``(price [D, N], indicators [D, N, K])``; causal (day t uses days <= t).
     """
@@ -248,9 +246,6 @@ def price_features(
     log_close = np.log(close)
     price = np.zeros_like(close)
     price[1:] = log_close[1:] - log_close[:-1]
-    if mode == "vol_return":
-        vol = ex_ante_volatility(price)
-        price = np.divide(price, vol, out=np.zeros_like(price), where=vol > 0)
     if relative:
         indicators = indicators.copy()
         for k in relative:
@@ -258,29 +253,12 @@ def price_features(
     return price, indicators
 
 
-def ex_ante_volatility(returns: np.ndarray, span: int = VOL_SPAN) -> np.ndarray:
-    """Each day's volatility known before it: ``[D, N]`` daily log-return units, from ``returns [D, N]`` (day 0's
-    is not a return and is ignored). Day t's value is the square root of the exponentially weighted mean of the
-    squared returns of days 1 .. t-1 (weight ``(1 - a)^k`` on day t-1-k, ``a = 2 / (span + 1)``, normalised over
-    the days there are, as pandas' ``ewm(span, adjust=True)``); 0 where no earlier return exists (days 0 and 1).
-    """
-    decay = 1.0 - 2.0 / (span + 1.0)
-    vol = np.zeros_like(returns, dtype=np.float64)
-    total = np.zeros(returns.shape[1:])
-    weight = 0.0
-    for t in range(2, len(returns)):
-        total = decay * total + returns[t - 1] ** 2
-        weight = decay * weight + 1.0
-        vol[t] = np.sqrt(total / weight)
-    return vol
-
-
 @dataclass(frozen=True, eq=False)
 class Normalization:
     """Per-ticker z-score statistics, fitted on the training split's days only.
 
     Observation scaling: price feature (the close in "level" mode, its daily log return in "return"
-    mode, that return over its ex-ante volatility in "vol_return"; see `price_features`) -> (value - close_mean)
+    mode; see `price_features`) -> (value - close_mean)
     / close_std; indicator k of ticker i (MACD divided by the close in the return modes) -> (value -
     indicator_mean[k, i]) / indicator_std[k, i]; cash -> cash / initial_amount (the env's config); shares -> shares / holdings_scale.
     """
@@ -411,28 +389,6 @@ def split_ranges(data: MarketData, dates: dict[str, dict[str, str] | None]) -> d
     return {name: _dates_to_range(data, d) for name, d in dates.items()}
 
 
-def stop_days(turbulence: np.ndarray, threshold: float, exit_days: int = 1) -> np.ndarray:
-    """``[D] bool``: the days the turbulence stop is on. It goes on on a day whose turbulence reaches ``threshold``
-    and stays on until turbulence has been below it for ``exit_days`` days in a row (hysteresis: with 1, the
-    paper's rule, it is off on the first calm day; a larger value keeps a choppy spell from switching the whole
-    book in and out every few days). Causal: day t depends on days <= t only.
-
-    :param turbulence: ``[D]`` the turbulence index; :param threshold: inf when the stop is off.
-    """
-    if exit_days < 1:
-        raise UserError(f"--turbulence_exit_days must be at least 1, got {exit_days}")
-    hot = np.asarray(turbulence) >= threshold
-    if exit_days == 1 or not hot.any():
-        return hot
-    out = np.zeros_like(hot)
-    on, calm = False, 0
-    for t, h in enumerate(hot):  # D steps of host Python, once per market
-        calm = 0 if h else calm + 1
-        on = bool(h) or (on and calm < exit_days)
-        out[t] = on
-    return out
-
-
 @dataclass(frozen=True, eq=False)
 class PreparedMarket:
     """Everything an env needs. Arrays over the FULL data; splits index into them."""
@@ -462,9 +418,8 @@ class PreparedMarket:
     ) -> PreparedMarket:
         """Indicators and turbulence over all days; normalisation and threshold from the train split only.
 
-        ``price_mode`` picks the price column of the state: "level" (the close, as in the paper), "return"
-        (daily log return, with MACD divided by the close) or "vol_return" (that return over its ex-ante
-        volatility): see `price_features`.
+        ``price_mode`` picks the price column of the state: "level" (the close, as in the paper) or "return"
+        (daily log return, with MACD divided by the close): see `price_features`.
         """
         if window < 1:
             raise UserError(f"window must be >= 1, got {window}")
@@ -510,10 +465,11 @@ class PreparedMarket:
             ),
         )
 
-    def stopped_days(self, exit_days: int = 1) -> np.ndarray:
-        """``[D] bool``: the days the turbulence stop holds the portfolio in cash (`stop_days` with this market's
-        threshold)."""
-        return stop_days(np.asarray(self.turbulence), self.turbulence_threshold, exit_days)
+    def stopped_days(self) -> np.ndarray:
+        """``[D] bool``: the days the turbulence stop holds the portfolio in cash: those whose turbulence reaches
+        this market's threshold (the paper's rule: back in on the first calm day; never with the stop off, whose
+        threshold is inf). Causal: day t depends on days <= t only."""
+        return np.asarray(self.turbulence) >= self.turbulence_threshold
 
     @property
     def num_tickers(self) -> int:

@@ -15,9 +15,7 @@ Orders are sized at day t's close p, the last price the policy saw, and fill at 
    of the value); each stock's target is ``floor(w_i V / (p_i (1 + buy_cost_pct)))`` shares with V the value at
    p; each day's order is ``trunc(trade_rate x (target - held))`` shares (partial adjustment: 1 goes all the
    way), and a stock is traded only when that order is worth more than ``rebalance_band x V`` (no daily churn
-   around the target); hmax does not apply. With ``trade_gate`` the action is ``[a_1 .. a_N, g_1 .. g_N]``: the
-   weights come from the a's alone, and stock i is traded only where its gate ``g_i > 0`` (the policy's own
-   no-trade region: a closed gate keeps the holding whatever the target says).
+   around the target); hmax does not apply.
 2. Sells first: ``sell = min(-orders, held)`` where orders < 0 (never more than held: no shorting).
    Cash receives ``sell * p * (1 - sell_cost_pct)``.
 3. Buys: ``want = orders`` where orders > 0, costing ``want * p * (1 + buy_cost_pct)``. If one env's
@@ -38,7 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from envs.config import EnvConfig, action_dim
+from envs.config import EnvConfig
 
 _CAP_MARGIN = 1e-12  # relative safety margin of the pro-rata buy cap (see module docstring)
 
@@ -73,22 +71,20 @@ def actions_for_weights(weights: Tensor) -> Tensor:
 
 
 def orders_from_actions(actions: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, cfg: EnvConfig) -> Tensor:
-    """Rule 1 of the module docstring: actions ``[B, N]`` (``[B, 2N]`` with ``trade_gate``; any float dtype) ->
+    """Rule 1 of the module docstring: actions ``[B, N]`` (any float dtype) ->
     whole-share orders ``[B, N]`` float64 (+ buy, - sell) for portfolios of cash [B] and shares [B, N] at prices
     [B, N] dollars."""
     if cfg.action_mode == "shares":
         return torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * cfg.hmax)
     num_stocks = shares.shape[1]
-    expected = action_dim(num_stocks, cfg.trade_gate)
-    if actions.shape[1] != expected:
-        raise ValueError(f"{actions.shape[1]} action numbers for {num_stocks} stocks; expected {expected}")
-    open_gate = actions[:, num_stocks:] > 0 if cfg.trade_gate else True
-    weights = target_weights(actions[:, :num_stocks])[:, :-1]
+    if actions.shape[1] != num_stocks:
+        raise ValueError(f"{actions.shape[1]} action numbers for {num_stocks} stocks; expected {num_stocks}")
+    weights = target_weights(actions)[:, :-1]
     value = portfolio_value(cash, shares, prices).unsqueeze(1)
     orders = torch.floor(weights * value / (prices * (1.0 + cfg.buy_cost_pct))) - shares
     if cfg.trade_rate < 1.0:
         orders = torch.trunc(orders * cfg.trade_rate)
-    return torch.where(((orders * prices).abs() > cfg.rebalance_band * value) & open_gate, orders, 0.0)
+    return torch.where((orders * prices).abs() > cfg.rebalance_band * value, orders, 0.0)
 
 
 def trade_step(

@@ -8,7 +8,8 @@ Sources::
                                       move to the follower's, default 1), seed (overrides the seed argument)
     csv:PATH | parquet:PATH           a long-format file (see envs.data); a bare PATH ending in
                                       .csv / .parquet / .pq works too
-    alpaca                            envs.alpaca.fetch_bars(tickers, start, end, **alpaca_kwargs)
+    alpaca[:feed=,adjustment=,        envs.alpaca.fetch_bars(tickers, start, end, ...): the options as
+           timeframe=]                `envs.source_spec.alpaca_options` reads them, plus ``alpaca_kwargs``
 
 Filters apply to every source: ``tickers`` (names; UserError naming unknown ones), ``start`` / ``end``
 (inclusive ISO dates). For files the filters apply before alignment, so gaps in tickers or dates you did
@@ -26,6 +27,7 @@ import pandas as pd
 
 from envs.data import MarketData, parse_date, read_frame, standardize_frame
 from envs.errors import UserError, shown_list
+from envs.source_spec import alpaca_options
 from envs.state import MAX_PRICE_RATIO
 from envs.synthetic import generate_market
 
@@ -133,15 +135,14 @@ def load_market_data(
         return data
 
     if scheme == "alpaca":
-        if sep and rest.strip():
-            raise UserError("the alpaca source takes no options after 'alpaca:'; pass them as flags")
+        options = alpaca_options(source)  # an unknown option or value is named before anything else
         if not tickers:
             raise UserError("the alpaca source needs tickers (e.g. --tickers AAPL,MSFT)")
         if start is None or end is None:
             raise UserError("the alpaca source needs a start and an end date (YYYY-MM-DD)")
         from envs.alpaca import fetch_bars  # lazy: alpaca-py is slow to import and needs keys
 
-        frame = fetch_bars(list(tickers), start, end, **alpaca_kwargs)
+        frame = fetch_bars(list(tickers), start, end, **{**options, **alpaca_kwargs})
         frame = _filter_frame(standardize_frame(frame), tickers, start, end, "the Alpaca bars")
         data = MarketData.from_frame(frame, gap_policy=gap_policy, max_price_ratio=max_price_ratio)
         return data.select_tickers(tickers)

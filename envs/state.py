@@ -9,13 +9,9 @@ MAX_PRICE_RATIO = 10.0
 """A close more than this many times the previous close, or less than its 1/this, is refused as a bad tick
 (a split-unadjusted 1:10 reverse split is the largest honest jump we know of; 0 turns the check off)."""
 
-PRICE_MODES = ("level", "return", "vol_return")
-"""The price column of the state: "level" (the close, as in the paper and FinRL), "return" (the day's log
-return, with MACD divided by the close) or "vol_return" (that return divided by its ex-ante volatility, a
-VOL_SPAN-day exponential average of the earlier days' squared returns): see `envs.features.price_features`."""
-
-VOL_SPAN = 20
-"""Span in days of "vol_return"'s exponentially weighted volatility (weight 2 / (span + 1) on the newest day)."""
+PRICE_MODES = ("level", "return")
+"""The price column of the state: "level" (the close, as in the paper and FinRL) or "return" (the day's log
+return, with MACD divided by the close): see `envs.features.price_features`."""
 
 DEFAULT_PRICE_MODE = "return"
 """The price column unless a run says otherwise (training's --price_features default too): the daily log

@@ -14,9 +14,8 @@ t+1's prices reach the agent only through that reward and the next observation.
 Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (oldest first):
   [0]                    cash / initial_amount, cash held when that day's observation was made
                          (cash / portfolio value with EnvConfig.portfolio_features = "weights")
-  [1 : 1+N]              price feature per ticker, z-scored with training statistics: the close ("level"),
-                         its daily log return ("return") or that over its ex-ante volatility
-                         ("vol_return"); see envs.features.price_features
+  [1 : 1+N]              price feature per ticker, z-scored with training statistics: the close ("level")
+                         or its daily log return ("return"); see envs.features.price_features
   [1+N : 1+2N]           shares held / Normalization.holdings_scale (1,000) (with "weights": each
                          holding's value / portfolio value)
   [1+2N : 1+2N+K*N]      indicator k of ticker i at 1+2N+k*N+i, z-scored with training statistics
@@ -40,7 +39,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 from torch import Tensor
 
-from envs.config import EnvConfig, action_dim
+from envs.config import EnvConfig
 from envs.data import DayRange
 from envs.errors import UserError
 from envs.execution import Terms
@@ -145,7 +144,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         # Finite bounds (any finite float32): gymnasium's checker rejects infinite ones.
         big = float(np.finfo(np.float32).max)
         self.single_observation_space = gymnasium.spaces.Box(-big, big, (T, F), np.float32)
-        self.action_dim = action_dim(N, config.trade_gate)  # N, or 2N with --trade_gate (weight logits, then gates)
+        self.action_dim = N  # one number per stock
         self.single_action_space = gymnasium.spaces.Box(-1.0, 1.0, (self.action_dim,), np.float32)
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
@@ -160,7 +159,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._fill = torch.tensor(self.terms.fill, device=dev)  # [D, N] row t: where day t's orders fill
         self._dividends = torch.tensor(self.terms.dividends, device=dev)  # [D, N] dollars per share paid on day t
         self._pays_dividends = bool(self.terms.dividends.any())  # host-known: no work per step without them
-        turbulent = market.stopped_days(config.turbulence_exit_days)
+        turbulent = market.stopped_days()
         self._turbulent = torch.as_tensor(turbulent, device=dev)  # [D] bool
         norm = market.normalization
         mrows = np.zeros((data.num_days, F), dtype=np.float32)
@@ -305,7 +304,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     def step(self, actions: Tensor | np.ndarray) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
         """Trade at each env's current close, move one day on, auto-reset finished envs.
 
-        :param actions: [B, N] ([B, 2N] with ``trade_gate``) float in [-1, 1] (clipped), tensor on any device or
+        :param actions: [B, N] float in [-1, 1] (clipped), tensor on any device or
             numpy
         :return: obs [B, T, F] float32, reward [B] float32, terminated [B] bool, truncated [B] bool, info
         """

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.model import ActorCritic, ModelSpec
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.config import PPOConfig, TrainConfig
@@ -112,6 +113,15 @@ def use_alpaca_keys(monkeypatch: pytest.MonkeyPatch, key: str, secret: str) -> N
     monkeypatch.setenv("ALPACA_RETRY_WAIT_SECONDS", "0.01")
 
 
+def settings_file(folder: Path, **settings: object) -> list[str]:
+    """``["--config", PATH]`` of a JSON file in ``folder`` holding ``settings``: how a run sets the knobs that have
+    no flag (``data_url``, ``data_cache_dir``, ``checkpoint_every``, ...)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"settings-{len(list(folder.glob('settings-*.json')))}.json"
+    path.write_text(json.dumps(settings), encoding="utf-8")
+    return ["--config", str(path)]
+
+
 def train(
     tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240
 ) -> subprocess.CompletedProcess:
@@ -155,18 +165,15 @@ def files_under(folder: Path) -> set[str]:
 
 
 PAPER_NET = dict(
-    stage1="lstm",
     stage1_hidden=128,
     feature_dim=128,
     stage2_hidden=512,
     init_log_std=-0.5,
     action_dist="gaussian",
     log_std_max=None,
-    skip=False,
-    next_day_head=False,
     obs_norm=False,
 )
-"""The network fields tests build unless they say otherwise: the paper's (Gaussian, unbounded log-std, no skip)."""
+"""The network fields tests build unless they say otherwise: the paper's (Gaussian, unbounded log-std)."""
 
 
 def net_spec(policy: str, num_features: int, num_tickers: int, window: int, **fields) -> ModelSpec:
@@ -183,11 +190,9 @@ def small_model(
     features: int = 16,
     action_dist: str = "gaussian",
     log_std_max: float | None = None,
-    skip: bool = False,
-    stage1: str = "lstm",
 ) -> ActorCritic:
     torch.manual_seed(0)
-    return ActorCritic(
+    return make_policy(
         net_spec(
             policy,
             features,
@@ -198,8 +203,6 @@ def small_model(
             stage2_hidden=14,
             action_dist=action_dist,
             log_std_max=log_std_max,
-            skip=skip,
-            stage1=stage1,
         )
     )
 
@@ -231,7 +234,7 @@ def fake_rollout(model: ActorCritic, steps: int = 12, envs: int = 4, seed: int =
 
 def ppo_cfg(**kw) -> PPOConfig:
     """Small PPO settings (the PPO section) for the update tests; ``kw`` by flag name."""
-    base = dict(num_envs=4, n_steps=12, batch_size=24, epochs=3, ent_coef=0.01, aux_coef=0.0)  # small_model: no head
+    base = dict(num_envs=4, n_steps=12, batch_size=24, epochs=3, ent_coef=0.01)
     return TrainConfig.from_dict({**base, **kw}).validate().ppo
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from clstm_ppo.training.checkpoint import load_checkpoint
 from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
-from tests.conftest import SCRIPT, TINY, clean_env
+from tests.conftest import SCRIPT, TINY, clean_env, settings_file
 
 KEY = "PKTRAINKEYMUSTNOTLEAK0001"
 SECRET = "trainSECRETmustNOTleak-9f8e7d6c"
@@ -40,10 +40,7 @@ def test_train_on_alpaca_bars_and_never_store_keys(tmp_path):
             "2022-01-03",
             "--end",
             "2023-12-29",
-            "--data_url",
-            server.url,
-            "--data_cache_dir",
-            str(tmp_path / "cache"),
+            *settings_file(tmp_path, data_url=server.url, data_cache_dir=str(tmp_path / "cache")),
             "--checkpoint_dir",
             str(tmp_path / "ck"),
             "--run_name",
@@ -92,21 +89,14 @@ def test_backtest_of_an_alpaca_run_fetches_the_bars_it_was_trained_on(tmp_path):
                 SCRIPT,
                 *tiny,
                 "--data",
-                "alpaca",
+                "alpaca:adjustment=raw,feed=sip",
                 "--tickers",
                 ",".join(TICKERS),
                 "--start",
                 "2022-01-03",
                 "--end",
                 "2023-12-29",
-                "--data_url",
-                server.url,
-                "--data_cache_dir",
-                str(cache),
-                "--alpaca_adjustment",
-                "raw",
-                "--alpaca_feed",
-                "sip",
+                *settings_file(tmp_path, data_url=server.url, data_cache_dir=str(cache)),
                 "--checkpoint_dir",
                 str(tmp_path / "ck"),
                 "--run_name",

@@ -113,12 +113,15 @@ def assert_report_consistent(out: Path) -> dict:
 def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     ckpts: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
 ) -> None:
-    """The train command's last line scores the deployed checkpoint (by default latest.pt) on the test split against
-    buy-and-hold; the backtest of the same checkpoint reports the same Sharpe ratios, return and days."""
+    """The train command's last line names the data, scores the deployed checkpoint (by default latest.pt) on the test
+    split with its interval over days, against buy-and-hold, with a verdict; the backtest of the same checkpoint
+    reports the same Sharpe ratios, return, turnover and days."""
     last = (ckpts["a"].parent.parent / "a.log").read_text().strip().splitlines()[-1]
     pattern = (
-        r"held-out test (\S+) \.\. (\S+) \((\d+) days, orders fill at the next day's open\): latest\.pt Sharpe (-?[\d.]+), "
-        r"return ([+-][\d.]+)%, exposure \d+% \| buy-and-hold Sharpe (-?[\d.]+), return ([+-][\d.]+)%"
+        r"held-out test (\S+) \.\. (\S+) \((\d+) days\) on synthetic market, no planted signal, orders fill at the "
+        r"next day's open: latest\.pt Sharpe (-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\] \(95% over days\), "
+        r"return ([+-][\d.]+)%, exposure \d+%, turnover ([\d.]+)x a year \| buy-and-hold Sharpe (-?[\d.]+), "
+        r"return ([+-][\d.]+)% \| (beats|trails|not distinguishable from) buy-and-hold"
     )
     match = re.search(pattern, last)
     assert match, last
@@ -135,9 +138,11 @@ def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     assert code == 0
     assert torch.get_num_threads() == 1  # --threads holds for the command only: the caller's count comes back
     report = json.loads((tmp_path / "bt" / "report.json").read_text())
-    first, end, days, sharpe, ret, bh_sharpe, bh_ret = match.groups()
+    first, end, days, sharpe, lo, hi, ret, turnover, bh_sharpe, bh_ret, verdict = match.groups()
+    assert float(lo) < float(sharpe) < float(hi)
     assert (report["period"]["start"], report["period"]["end"], report["period"]["num_days"]) == (first, end, int(days))
     assert report["metrics"]["policy"]["sharpe"] == pytest.approx(float(sharpe), abs=0.005)
+    assert report["metrics"]["policy"]["annual_turnover"] == pytest.approx(float(turnover), abs=0.05)
     assert report["metrics"]["policy"]["cumulative_return"] == pytest.approx(float(ret) / 100, abs=0.00005)
     assert report["metrics"]["baseline"]["sharpe"] == pytest.approx(float(bh_sharpe), abs=0.005)
     assert report["metrics"]["baseline"]["cumulative_return"] == pytest.approx(float(bh_ret) / 100, abs=0.00005)
@@ -157,7 +162,7 @@ def test_the_last_line_scores_the_checkpoint_deploy_names(
     market = build_market(cfg.data, seed=cfg.run.seed)
     for deploy, name in (("best", "best.pt"), ("last", "latest.pt")):
         report_held_out(ckpts["a"], market, deploy)
-        assert f"): {name} Sharpe" in capsys.readouterr().out, deploy
+        assert f"open: {name} Sharpe" in capsys.readouterr().out, deploy
     assert deployed_checkpoint(ckpts["a"], False, "best").name == "latest.pt"
     assert deployed_checkpoint(tmp_path, True, "best") == tmp_path / "latest.pt"  # no best.pt written
     with pytest.raises(ValueError, match="deploy must be one of"):
@@ -512,3 +517,16 @@ def test_compare_takes_an_ensemble_as_one_entry(
     report = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     entries = [c["checkpoint"] for c in report["metadata"]["checkpoints"]]
     assert entries == [str(a), f"{a}+{b}"] and "(ensemble of 2)" in out
+
+
+def test_the_verdict_against_buy_and_hold_follows_the_paired_interval() -> None:
+    """Ahead only when the whole interval is above 0, behind only when it is below, otherwise not distinguishable."""
+    from clstm_ppo.evaluation.backtest import versus_buy_and_hold
+
+    assert (
+        versus_buy_and_hold({"difference": 0.9, "lo": 0.1, "hi": 1.7}) == "beats buy-and-hold by +0.90 [+0.10, +1.70]"
+    )
+    assert versus_buy_and_hold({"difference": -0.9, "lo": -1.7, "hi": -0.1}).startswith("trails buy-and-hold by -0.90")
+    assert versus_buy_and_hold({"difference": 0.9, "lo": -0.1, "hi": 1.7}) == (
+        "not distinguishable from buy-and-hold (+0.90 [-0.10, +1.70])"
+    )

@@ -74,28 +74,29 @@ CASES = [
         ("--data", "csv:{d}/bad_tick.csv", *TINY),
         "implausible price jump: SYN01 closed at 1e+300 on",
     ),
-    Case("--max_price_ratio of 1", "train", (*SYN, *TINY, "--max_price_ratio", "1"), "--max_price_ratio"),
-    Case("negative --aux_coef", "train", (*SYN, *TINY, "--aux_coef", "-1"), "--aux_coef must be 0 or more"),
     Case(
-        "--forecaster head without the next-day loss",
+        "max_price_ratio of 1 (a --config knob)",
         "train",
-        (*SYN, *TINY, "--forecaster", "head", "--aux_coef", "0"),
-        "--forecast_skip feeds the next-day head's prediction to the actor; it needs --aux_coef > 0",
+        (*SYN, *TINY, "--config", "{d}/ratio.json"),
+        "--max_price_ratio must be > 1, or 0 to allow any jump; got 1",
     ),
     Case(
-        "--forecaster linear without --forecast_skip",
+        "a flag removed in 0.2.0",
         "train",
-        (*SYN, *TINY, "--forecaster", "linear", "--no-forecast_skip"),
-        "--forecaster linear is what --forecast_skip follows; it needs --forecast_skip",
+        (*SYN, *TINY, "--forecast_skip"),
+        "--forecast_skip was removed in clstm-ppo 0.2.0 (docs/training.md lists the removed settings)",
     ),
     Case(
-        "--forecast_days as long as a rollout",
+        "a --config file holding a removed setting that would change the run",
         "train",
-        (*SYN, *TINY, "--forecast_days", "99"),
-        "--forecast_days (99) must be shorter than a rollout",
+        (*SYN, *TINY, "--config", "{d}/removed.json"),
+        "--aux_coef 1.0 was removed in clstm-ppo 0.2.0",
     ),
     Case(
-        "negative --weight_decay", "train", (*SYN, *TINY, "--weight_decay", "-0.1"), "--weight_decay must be 0 or more"
+        "negative weight_decay (a --config knob)",
+        "train",
+        (*SYN, *TINY, "--config", "{d}/decay.json"),
+        "--weight_decay must be 0 or more",
     ),
     Case("bad date format", "cli", ("data", "inspect", "{d}/bad_dates.csv"), "date"),
     Case("missing data file", "train", ("--data", "csv:{d}/nope.csv", *TINY), "nope.csv"),
@@ -221,10 +222,10 @@ CASES = [
     ),
     Case("backtest missing checkpoint", "cli", ("backtest", "--checkpoint", "{d}/missing.pt"), "missing.pt"),
     Case(
-        "backtest --forecast_threshold of a policy without --forecast_only",
+        "backtest a 0.1.0 checkpoint trained with a removed setting",
         "cli",
-        ("backtest", "--checkpoint", "{d}/old/latest.pt", "--forecast_threshold", "1", "--out", "{d}/bt"),
-        "was not trained with --forecast_only",
+        ("backtest", "--checkpoint", "{d}/old/latest.pt", "--out", "{d}/bt"),
+        "--skip True was removed in clstm-ppo 0.2.0 (the last version with it: 0.1.0",
     ),
     Case(
         "backtest bad --start date",
@@ -294,10 +295,15 @@ def files(tmp_path_factory: pytest.TempPathFactory, quick_checkpoint: Path) -> P
     blob = quick_checkpoint.read_bytes()
     (d / "ck" / "good" / "latest.pt").write_bytes(blob)
     (d / "truncated.pt").write_bytes(blob[: len(blob) // 2])
-    (d / "old").mkdir()  # a checkpoint whose stocks' means are its network's own (trained before the forecasts)
-    (d / "old" / "latest.pt").write_bytes(
-        (Path(__file__).parent / "fixtures" / "checkpoint_format1_pre_layout.pt").read_bytes()
-    )
+    (d / "old").mkdir()  # 0.1.0's default network: shortcuts around the LSTMs (--skip), removed since
+    old = torch.load(quick_checkpoint, weights_only=True)
+    old["config"]["skip"] = True
+    old["model_config"]["skip"] = True
+    del old["version"]
+    torch.save(old, d / "old" / "latest.pt")
+    _write(d / "removed.json", '{"aux_coef": 1.0}')
+    _write(d / "ratio.json", '{"max_price_ratio": 1}')
+    _write(d / "decay.json", '{"weight_decay": -0.1}')
     return d
 
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from clstm_ppo.cli.train import build_parser, parse_config
-from clstm_ppo.config import LEGACY, PAPER_BEHAVIOUR, SECTIONS, SETTINGS, TrainConfig, preset
+from clstm_ppo.config import CONFIG_ONLY, LEGACY, PAPER_BEHAVIOUR, SECTIONS, SETTINGS, TrainConfig, preset
 from envs.config import EnvConfig
 from envs.errors import UserError
 
@@ -26,49 +26,6 @@ def test_config_rejects_batch_that_does_not_divide_rollout():
         TrainConfig.from_dict(dict(backend="mpi")).validate()
     with pytest.raises(UserError, match="unknown setting"):
         TrainConfig.from_dict(dict(gama=0.9))
-
-
-def forecast_of(cfg: TrainConfig) -> tuple[bool | None, str, bool | None]:
-    m = cfg.model.resolved()
-    return m.forecast_skip, m.forecaster, m.forecast_only
-
-
-def test_the_forecast_defaults_resolve_per_policy_and_given_settings_win():
-    for policy in ("clstm", "lstm", "mlp"):  # a linear forecast alone (docs/learning.md 19)
-        cfg = TrainConfig.from_dict(dict(policy=policy)).validate()
-        assert (cfg.model.forecast_skip, cfg.model.forecaster, cfg.model.forecast_only) == (None, "auto", None)
-        assert forecast_of(cfg) == (True, "linear", True)
-    assert forecast_of(TrainConfig.from_dict(dict(policy="shared")).validate()) == (False, "head", False)
-    assert forecast_of(TrainConfig.from_dict(dict(forecast_skip=False)).validate()) == (False, "head", False)
-    assert forecast_of(TrainConfig.from_dict(dict(forecast_only=False)).validate()) == (True, "linear", False)
-    assert forecast_of(TrainConfig.from_dict(dict(forecaster="head")).validate()) == (True, "head", False)
-    shared_head = TrainConfig.from_dict(dict(policy="shared", forecast_skip=True)).validate()
-    assert forecast_of(shared_head) == (True, "head", False)
-    assert forecast_of(preset("paper")) == (False, "head", False)  # the paper's network's own means
-    assert forecast_of(TrainConfig.from_checkpoint({})) == (False, "head", False)  # files older than the setting
-    # a study's base config keeps auto, so one grid can hold clstm and shared cells
-    base = TrainConfig.from_dict(dict(policy="clstm")).validate()
-    assert forecast_of(base.with_settings(policy="shared").validate()) == (False, "head", False)
-
-
-def test_forecast_skip_needs_the_next_day_loss_only_when_it_follows_the_head():
-    with pytest.raises(UserError, match="it needs --aux_coef > 0"):
-        TrainConfig.from_dict(dict(forecaster="head", aux_coef=0.0)).validate()
-    linear = TrainConfig.from_dict(dict(aux_coef=0.0)).validate()
-    assert forecast_of(linear) == (True, "linear", True) and linear.ppo.aux_coef == 0.0  # its own term (test_ppo)
-    with pytest.raises(UserError, match="--forecast_only sets the stocks' means"):
-        TrainConfig.from_dict(dict(forecast_only=True, forecast_skip=False)).validate()
-    with pytest.raises(UserError, match="--forecast_only sets the stocks' means"):
-        TrainConfig.from_dict(dict(forecast_only=True, policy="shared")).validate()
-    with pytest.raises(UserError, match="--forecaster linear has N x T x N weights"):
-        TrainConfig.from_dict(dict(forecaster="linear", policy="shared")).validate()
-    with pytest.raises(UserError, match="--forecaster linear is what --forecast_skip follows"):
-        TrainConfig.from_dict(dict(forecaster="linear", forecast_skip=False)).validate()
-    assert TrainConfig.from_dict(dict(forecast_threshold=1.5)).validate().model.forecast_threshold == 1.5
-    with pytest.raises(UserError, match="--forecast_threshold lowers the means --forecast_only sets"):
-        TrainConfig.from_dict(dict(forecast_threshold=1.5, forecast_only=False)).validate()
-    with pytest.raises(UserError, match="--forecast_threshold must be a finite number >= 0, got -1"):
-        TrainConfig.from_dict(dict(forecast_threshold=-1.0)).validate()
 
 
 def test_paper_preset_has_the_papers_settings():
@@ -89,11 +46,11 @@ def test_paper_preset_has_the_papers_settings():
         0.5,
     )
     assert ppo.learning_rate_clstm == ppo.learning_rate_actor_critic == 3e-4 and ppo.adam_eps == 1e-8
-    assert (cfg.env.action_mode, cfg.env.reward, cfg.model.action_dist, cfg.model.skip) == (
+    assert (cfg.env.action_mode, cfg.env.reward, cfg.model.action_dist, cfg.env.execution) == (
         "shares",
         "value",
         "gaussian",
-        False,
+        "close",
     )
     assert cfg.ppo.num_envs == 8
     cfg.validate()
@@ -114,8 +71,12 @@ def test_help_groups_the_flags_under_their_sections():
     headings = [title for title, _cls in SECTIONS.values()]
     positions = [text.index(f"\n{title}:\n") for title in headings]
     assert positions == sorted(positions)  # in the documented order
-    for s in SETTINGS.values():  # every flag sits under its own section's heading
-        at = re.search(rf"\n  --(no-)?{s.flag}\b", text).start()
+    for s in SETTINGS.values():  # every flag sits under its own section's heading; config-only knobs have none
+        found = re.search(rf"\n  --(no-)?{s.flag}\b", text)
+        assert (found is not None) == s.cli, s.flag
+        if found is None:
+            continue
+        at = found.start()
         owner = max((p, t) for p, t in zip(positions, headings, strict=True) if p < at)[1]
         assert owner == SECTIONS[s.section][0], s.flag
 
@@ -135,3 +96,76 @@ def test_a_checkpoint_without_newer_settings_keeps_the_meaning_they_had():
         assert old.to_dict()[flag] == value, flag
     assert {k: old.to_dict()[k] for k in PAPER_BEHAVIOUR} == {k: preset("paper").to_dict()[k] for k in PAPER_BEHAVIOUR}
     assert TrainConfig.from_checkpoint({"action_mode": "weights"}).env.action_mode == "weights"  # stored wins
+
+
+def test_the_command_line_has_at_most_65_flags_and_the_rare_knobs_live_in_config_files(tmp_path):
+    """The budget: ``train --help`` lists at most 65 flags (``--config`` and ``--preset`` included). A config-only
+    knob is still a setting: a ``--config`` file sets it, and it is not a flag."""
+    text = build_parser().format_help()
+    flags = re.findall(r"^  --([a-z0-9_]+)", text, flags=re.MULTILINE)
+    assert len(flags) <= 65 and {"config", "preset", "data", "num_gpus", "policy"} <= set(flags)
+    assert {"adam_eps", "master_port", "max_price_ratio"} <= set(CONFIG_ONLY) and not set(CONFIG_ONLY) & set(flags)
+    (tmp_path / "knobs.json").write_text(json.dumps({"adam_eps": 1e-5, "master_port": 29511, "max_price_ratio": 0}))
+    cfg = parse_config(["--config", str(tmp_path / "knobs.json"), "--gamma", "0.9"])
+    assert (cfg.ppo.adam_eps, cfg.system.master_port, cfg.data.max_price_ratio, cfg.ppo.gamma) == (1e-5, 29511, 0, 0.9)
+    # each file overrides what it names and nothing else: a preset's other settings stay; later files win
+    (tmp_path / "later.json").write_text(json.dumps({"adam_eps": 1e-4}))
+    both = ["--preset", "paper", "--config", str(tmp_path / "knobs.json"), "--config", str(tmp_path / "later.json")]
+    layered = parse_config(both)
+    assert (layered.ppo.adam_eps, layered.system.master_port, layered.ppo.batch_size) == (1e-4, 29511, 128)
+    assert layered.env.action_mode == "shares"  # the paper preset's, not the default
+    with pytest.raises(UserError, match="--adam_eps is set in a --config file, not on the command line"):
+        parse_config(["--adam_eps", "1e-5"])
+
+
+@pytest.mark.parametrize(
+    "old, now",
+    [
+        ({"skip": False, "aux_coef": 0.0, "forecast_skip": False, "forecaster": "head", "forecast_only": False}, {}),
+        (
+            {"policy": "shared", "forecast_skip": None, "forecaster": "auto", "forecast_only": None},
+            {"policy": "shared"},
+        ),
+        ({"ema_decay": 0.0, "permute_tickers": False, "turbulence_exit_days": 1, "stage1": "lstm"}, {}),
+        ({"forecast_days": 5, "aux_coef": 0.0, "forecast_skip": False}, {}),  # the days fed nothing: no effect
+        ({"cross_section": "attention", "policy": "clstm"}, {"policy": "clstm"}),  # shared's only
+    ],
+)
+def test_removed_settings_at_the_value_now_always_used_load_as_before(old, now):
+    assert TrainConfig.from_checkpoint(old) == TrainConfig.from_checkpoint(now)
+
+
+@pytest.mark.parametrize(
+    "old, flag",
+    [
+        ({"skip": True}, "skip"),
+        ({"aux_coef": 1.0}, "aux_coef"),
+        ({"forecast_skip": None, "policy": "clstm"}, "forecast_skip"),  # 0.1.0's default: on for clstm
+        ({"ema_decay": 0.98}, "ema_decay"),
+        ({"turbulence_exit_days": 3}, "turbulence_exit_days"),
+        ({"permute_tickers": True}, "permute_tickers"),
+        ({"price_features": "vol_return"}, "price_features"),
+        ({"stage1": "conv"}, "stage1"),
+    ],
+)
+def test_removed_settings_that_would_change_the_result_are_refused_in_one_line(old, flag):
+    with pytest.raises(UserError) as err:
+        TrainConfig.from_checkpoint(old, source="checkpoint ck.pt")
+    text = str(err.value)
+    assert text.startswith(f"checkpoint ck.pt: --{flag} ") and "removed in clstm-ppo 0.2.0" in text
+    assert "0.1.0" in text and "\n" not in text
+
+
+def test_folded_settings_fold_into_track_and_the_alpaca_data_spec():
+    old = {"track": "wandb", "wandb_project": "p", "wandb_entity": "team", "data": "alpaca", "alpaca_feed": "sip"}
+    cfg = TrainConfig.from_checkpoint({**old, "alpaca_adjustment": "all", "alpaca_timeframe": "1Day"})
+    assert cfg.run.track == "wandb:team/p" and cfg.data.source == "alpaca:feed=sip"
+    assert cfg.data.alpaca_options == {"feed": "sip", "adjustment": "all", "timeframe": "1Day"}
+    assert TrainConfig.from_checkpoint({"track": "none", "wandb_project": "p"}).run.track == "none"
+    for bad in ("wandb:a/b/c", "mlflow", "none:x"):
+        with pytest.raises(UserError, match="--track"):
+            TrainConfig.from_dict({"track": bad}).validate()
+    with pytest.raises(UserError, match="unknown alpaca option 'fee'"):
+        TrainConfig.from_dict({"data": "alpaca:fee=sip"}).validate()
+    with pytest.raises(UserError, match="feed must be one of iex, sip"):
+        TrainConfig.from_dict({"data": "alpaca:feed=x"}).validate()

@@ -60,23 +60,13 @@ def test_rollout_and_update_agree_on_gpu():
 
 
 def test_compiled_model_trains_on_gpu(tmp_path):
-    # with --forecast_skip: the next-day head's prediction reaches the action means under compile and bf16 too
-    args = (
-        "--num_episodes",
-        "8",
-        "--compile",
-        "--mixed_precision",
-        "bf16",
-        "--forecast_skip",
-        "--run_name",
-        "compiled",
-    )
+    args = ("--num_episodes", "8", "--compile", "--mixed_precision", "bf16", "--run_name", "compiled")
     result = run(tmp_path, *args)
     assert result.returncode == 0, result.stderr
     ckpt = load_checkpoint(tmp_path / "ck" / "compiled" / "latest.pt")
     assert not any(k.startswith("_orig_mod.") for k in ckpt.model_state)
-    gain = ckpt.model_state["forecast_gain"]
-    assert torch.isfinite(gain) and gain.item() != 0.0
+    assert all(torch.isfinite(v).all() for v in ckpt.model_state.values())
+    assert ckpt.counters["update"] >= 1 and ckpt.counters["skipped_steps"] == 0
 
 
 def test_sampled_actions_match_across_devices_with_a_cpu_generator():

@@ -1,7 +1,8 @@
 """Faults with real processes: a crashing or killed rank, SIGINT/SIGTERM, SIGKILL mid-checkpoint, NaN losses.
 
-Every run is the real train script with 2 CPU workers (gloo). Faults come from the testing hook
-``CLSTM_PPO_FAULT_INJECT`` read by the trainer (see `clstm_ppo.training.faults`). After each
+Every run is the real train script with 2 CPU workers (gloo). Faults come from a test hook on the training loop,
+``tests/faults.py`` (a `clstm_ppo.training.callbacks.Callback` run through `python -m tests.faults SPEC ...`,
+the train command with the hook on every worker). After each
 fault the test checks the job ended with one ``error:`` line (no traceback), that no process it started
 survives, that the checkpoint left behind loads, and that ``--resume latest`` continues the counters.
 """
@@ -28,8 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 # 4 tickers, 5-day windows, tiny nets; 16-day episodes end with each 16-step rollout, so one update of
 # 2 workers x 4 envs finishes 8 episodes.
-TINY = [*CONFTEST_TINY, "--log_every", "8", "--num_workers", "2", "--checkpoint_every", "1"]
-FAULT = "CLSTM_PPO_FAULT_INJECT"
+EVERY_UPDATE = ROOT / "tests" / "fixtures" / "checkpoint_every_update.json"  # {"checkpoint_every": 1}
+TINY = [*CONFTEST_TINY, "--log_every", "8", "--num_workers", "2", "--config", str(EVERY_UPDATE)]
+
+
+def command(fault: str | None) -> list[str]:
+    """The train command, with the fault hook `tests.faults` on every worker when ``fault`` names one."""
+    return [sys.executable, "-m", "tests.faults", fault] if fault else [sys.executable, SCRIPT]
+
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process checks read /proc")
 
@@ -46,11 +53,10 @@ def _env(**extra: str) -> dict[str, str]:
             "MASTER_ADDR",
             "MASTER_PORT",
             "LOCAL_WORLD_SIZE",
-            FAULT,
             "CLSTM_PPO_DEBUG",
         )
     }
-    return {**env, "PYTHONUNBUFFERED": "1", **extra}
+    return {**env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT), **extra}
 
 
 def _ppid_map() -> dict[int, int]:
@@ -84,8 +90,8 @@ def alive(pids: set[int]) -> set[int]:
 class Job:
     """The train script as a child process whose output is read as it comes."""
 
-    def __init__(self, tmp_path: Path, *args: str, **env: str) -> None:
-        cmd = [sys.executable, SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
+    def __init__(self, tmp_path: Path, *args: str, fault: str | None = None, **env: str) -> None:
+        cmd = [*command(fault), *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
         self.proc = subprocess.Popen(
             cmd, cwd=tmp_path, env=_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -172,13 +178,13 @@ def assert_resume_continues(tmp_path: Path, run_name: str | None, run_dir: Path)
 @pytest.mark.slow
 @pytest.mark.parametrize("rank", [1, 0])
 def test_exception_in_a_rank_ends_the_job_with_its_error_once(tmp_path, rank):
-    job = Job(tmp_path, "--num_episodes", "1000", "--run_name", "crash", **{FAULT: f"rank={rank},update=3"})
+    job = Job(tmp_path, "--num_episodes", "1000", "--run_name", "crash", fault=f"rank={rank},update=3")
     job.wait_for("world size 2")
     code = job.finish(timeout=60)
     assert code == 1
     line = one_error_line(job.stderr)
     assert line == (
-        f"error: worker rank {rank} failed: RuntimeError: injected fault ({FAULT}) on rank {rank} "
+        f"error: worker rank {rank} failed: RuntimeError: injected fault on rank {rank} "
         f"at update 3 (--debug shows the traceback)"
     )
     run_dir = tmp_path / "ck" / "crash"
@@ -189,16 +195,16 @@ def test_exception_in_a_rank_ends_the_job_with_its_error_once(tmp_path, rank):
 
 @pytest.mark.slow
 def test_debug_shows_the_failing_ranks_traceback(tmp_path):
-    job = Job(tmp_path, "--num_episodes", "1000", "--run_name", "dbg", "--debug", **{FAULT: "rank=1,update=3"})
+    job = Job(tmp_path, "--num_episodes", "1000", "--run_name", "dbg", "--debug", fault="rank=1,update=3")
     job.wait_for("world size 2")
     assert job.finish(timeout=60) == 1
-    assert "Traceback" in job.stderr and "in apply" in job.stderr  # FaultSpec.apply raised it
+    assert "Traceback" in job.stderr and "in on_rollout_end" in job.stderr  # the hook raised it
     assert job.stderr.count("error: worker rank 1 failed: RuntimeError") == 1
 
 
 @pytest.mark.slow
 def test_a_rank_killed_by_sigkill_ends_the_job(tmp_path):
-    job = Job(tmp_path, "--num_episodes", "1000", "--run_name", "killed", **{FAULT: "rank=1,update=3,kind=kill"})
+    job = Job(tmp_path, "--num_episodes", "1000", "--run_name", "killed", fault="rank=1,update=3,kind=kill")
     job.wait_for("world size 2")
     assert job.finish(timeout=60) == 1
     assert one_error_line(job.stderr) == "error: worker rank 1 was killed by SIGKILL (out of memory?)"
@@ -284,8 +290,7 @@ def test_a_nan_update_is_skipped_and_counted_and_training_goes_on(tmp_path):
     # rank 1's rewards are NaN in update 2 only: the all-reduced gradients are NaN on both ranks
     result = subprocess.run(
         [
-            sys.executable,
-            SCRIPT,
+            *command("rank=1,update=2,kind=nan,count=1"),
             *TINY,
             "--checkpoint_dir",
             str(tmp_path / "ck"),
@@ -295,7 +300,7 @@ def test_a_nan_update_is_skipped_and_counted_and_training_goes_on(tmp_path):
             "nan1",
         ],
         cwd=tmp_path,
-        env=_env(**{FAULT: "rank=1,update=2,kind=nan,count=1"}),
+        env=_env(),
         capture_output=True,
         text=True,
         timeout=180,
@@ -309,10 +314,10 @@ def test_a_nan_update_is_skipped_and_counted_and_training_goes_on(tmp_path):
 
 @pytest.mark.slow
 def test_nan_in_a_row_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(tmp_path):
+    (tmp_path / "bad3.json").write_text(json.dumps({"checkpoint_every": 1, "max_bad_updates": 3}))
     result = subprocess.run(
         [
-            sys.executable,
-            SCRIPT,
+            *command("rank=0,update=3,kind=nan"),
             *TINY,
             "--checkpoint_dir",
             str(tmp_path / "ck"),
@@ -320,11 +325,11 @@ def test_nan_in_a_row_stops_with_a_clear_message_and_keeps_the_last_good_checkpo
             "1000",
             "--run_name",
             "nan",
-            "--max_bad_updates",
-            "3",
+            "--config",
+            str(tmp_path / "bad3.json"),
         ],
         cwd=tmp_path,
-        env=_env(**{FAULT: "rank=0,update=3,kind=nan"}),
+        env=_env(),
         capture_output=True,
         text=True,
         timeout=180,

@@ -16,11 +16,8 @@ from envs.features import (
     Normalization,
     PreparedMarket,
     compute_indicators,
-    ex_ante_volatility,
-    price_features,
     turbulence_index,
 )
-from envs.state import VOL_SPAN
 from envs.synthetic import generate_market
 
 ta = pytest.importorskip("ta")  # test-only dependency (in the [dev] extra)
@@ -274,7 +271,7 @@ def test_market_rows_layout() -> None:
     assert m.num_features == 1 + 3 + 3 + 12
 
 
-@pytest.mark.parametrize("price_mode", ["return", "vol_return"])
+@pytest.mark.parametrize("price_mode", ["return", "level"])
 def test_spec_round_trip_through_json(price_mode: str) -> None:
     data, splits = _market()
     market = PreparedMarket.prepare(data, splits, window=10, price_mode=price_mode)
@@ -373,60 +370,14 @@ def test_unknown_repeated_or_missing_indicators_are_refused(indicators) -> None:
         DataConfig(indicators=indicators).validate()
 
 
-def test_the_turbulence_stop_stays_on_until_enough_calm_days_in_a_row() -> None:
-    """Hysteresis by hand: on at a turbulent day, off after ``exit_days`` calm days in a row (1: the paper's rule,
-    off on the first calm day); causal, and a choppy spell no longer switches the book every other day."""
-    from envs.features import stop_days
-
-    turbulence = np.array([0.0, 5.0, 0.0, 5.0, 0.0, 0.0, 0.0, 1.0])
-    assert stop_days(turbulence, 4.0, 1).tolist() == [False, True, False, True, False, False, False, False]
-    assert stop_days(turbulence, 4.0, 3).tolist() == [False, True, True, True, True, True, False, False]
-    changed = turbulence.copy()
-    changed[6:] = 9.0  # later days cannot change earlier ones
-    np.testing.assert_array_equal(stop_days(changed, 4.0, 3)[:6], stop_days(turbulence, 4.0, 3)[:6])
-    assert not stop_days(turbulence, float("inf"), 5).any()  # the stop off
-    switches = np.abs(np.diff(stop_days(turbulence, 4.0, 1).astype(int))).sum()
-    assert np.abs(np.diff(stop_days(turbulence, 4.0, 3).astype(int))).sum() < switches
-    with pytest.raises(UserError, match="turbulence_exit_days"):
-        stop_days(turbulence, 4.0, 0)
-
-
-def test_ex_ante_volatility_matches_pandas_ewm_of_the_earlier_days() -> None:
-    """Day t's volatility is pandas' adjusted EWM (span 20) of the squared returns of days 1 .. t-1: no day's own
-    return, and nothing after it."""
-    rng = np.random.default_rng(5)
-    returns = rng.normal(0, 0.01, (120, 3))
-    returns[0] = 0.0  # day 0 is not a return
-    vol = ex_ante_volatility(returns)
-    oracle = pd.DataFrame(returns[1:] ** 2).ewm(span=VOL_SPAN, adjust=True).mean().to_numpy()  # days 1 .. D-1
-    np.testing.assert_allclose(vol[2:], np.sqrt(oracle[:-1]), rtol=1e-12)
-    assert np.all(vol[:2] == 0)
-
-
-def test_vol_return_is_the_return_over_its_ex_ante_volatility_and_sees_no_later_day() -> None:
-    data = _random_ohlc(num_days=140, num_tickers=4, seed=3)
-    indicators = compute_indicators(data)
-    ret, _ = price_features(data.close, indicators, "return")
-    scaled, _ = price_features(data.close, indicators, "vol_return")
-    np.testing.assert_allclose(scaled[2:], ret[2:] / ex_ante_volatility(ret)[2:], rtol=1e-12)
-    assert np.all(scaled[:2] == 0)
-    for t in (2, 30, 90):
-        later = data.close.copy()
-        later[t + 1 :] *= np.random.default_rng(t).uniform(0.5, 1.5, later[t + 1 :].shape)
-        moved, _ = price_features(later, indicators, "vol_return")
-        np.testing.assert_array_equal(moved[: t + 1], scaled[: t + 1], err_msg=f"vol_return looks ahead at {t}")
-        assert not np.array_equal(moved[t + 1 :], scaled[t + 1 :])
-
-
-def test_vol_return_reads_a_move_against_the_markets_recent_noise() -> None:
-    """The same 3% move is a 3-sigma day after calm 1% days and a 1-sigma day after turbulent 3% days; scaling
-    every return of a market by a constant leaves the feature unchanged."""
-    calm, turbulent = np.full(60, 0.01), np.full(60, 0.03)
-    calm[1::2] *= -1
-    turbulent[1::2] *= -1
-    log_returns = np.stack([np.r_[0.0, calm, 0.03], np.r_[0.0, turbulent, 0.03]], axis=1)  # [62, 2]
-    close = 100.0 * np.exp(np.cumsum(log_returns, axis=0))
-    scaled, _ = price_features(close, np.zeros((62, 2, 0)), "vol_return")
-    np.testing.assert_allclose(scaled[-1], [3.0, 1.0], rtol=1e-9)
-    doubled = 100.0 * np.exp(np.cumsum(2 * log_returns, axis=0))
-    np.testing.assert_allclose(price_features(doubled, np.zeros((62, 2, 0)), "vol_return")[0], scaled, rtol=1e-9)
+def test_the_turbulence_stop_is_on_exactly_on_days_at_or_above_the_threshold() -> None:
+    """The paper's rule: the stop holds the book in cash on a day whose turbulence reaches the threshold, and is
+    off on the first calm day after; with the stop off (threshold inf) never."""
+    data = generate_market(num_tickers=3, num_days=700, seed=4)
+    market = PreparedMarket.prepare(data, split_days(data, window=5), window=5)
+    stopped = market.stopped_days()
+    hot = np.asarray(market.turbulence) >= market.turbulence_threshold
+    assert np.isfinite(market.turbulence_threshold) and 0 < stopped.sum() < len(stopped)
+    np.testing.assert_array_equal(stopped, hot)
+    off = PreparedMarket.prepare(data, split_days(data, window=5), window=5, use_turbulence=False)
+    assert not off.stopped_days().any()

@@ -21,8 +21,8 @@ import sys
 import pytest
 import torch
 
+from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import evaluate_policy
-from clstm_ppo.agent.model import build_model
 from clstm_ppo.cli.train import parse_config
 from clstm_ppo.market import build_market
 from clstm_ppo.training.run_folder import deployed_checkpoint

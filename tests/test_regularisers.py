@@ -1,13 +1,13 @@
-"""The issue-14 candidates behind flags: ticker permutation, observation and reward normalisation, weight decay."""
+"""Observation and reward normalisation, weight decay and held exploration noise."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.moments import merge_moments, moment_sums
-from clstm_ppo.training.augment import TickerPermutation
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.ppo import optimizer_step
 from clstm_ppo.training.reward_norm import REWARD_CLIP
@@ -19,7 +19,7 @@ from tests.conftest import net_spec
 
 def mlp_for(market, obs_norm: bool = False, seed: int = 0) -> ActorCritic:
     torch.manual_seed(seed)
-    return ActorCritic(
+    return make_policy(
         net_spec(
             "mlp",
             market.num_features,
@@ -38,82 +38,6 @@ def collector_for(market, model, *, envs: int = 4, episode_length: int = 7, **kw
     return RolloutCollector(
         env, model, gamma=0.9, device=torch.device("cpu"), generator=torch.Generator().manual_seed(1), seed=3, **kw
     )
-
-
-# ---------------------------------------------------------------------------------------- ticker permutation
-
-
-def test_permutation_moves_every_ticker_block_and_sends_actions_back(window_market):
-    m = window_market
-    n, f = m.num_tickers, m.num_features
-    perm = TickerPermutation(5, n, f, torch.device("cpu"), seed=0)
-    perm.redraw(torch.ones(5, dtype=torch.bool))
-    assert all(sorted(p.tolist()) == list(range(n)) for p in perm.perm)
-    assert len({tuple(p.tolist()) for p in perm.perm}) > 1  # not one order for every env
-    obs = torch.randn(5, m.window, f)
-    seen = perm.observe(obs)
-    blocks = (f - 1) // n  # price, holdings and each indicator
-    for b in range(5):
-        assert torch.equal(seen[b, :, 0], obs[b, :, 0])  # cash stays
-        for k in range(blocks):
-            for j in range(n):
-                assert torch.equal(seen[b, :, 1 + k * n + j], obs[b, :, 1 + k * n + int(perm.perm[b, j])])
-    action = torch.randn(5, n)
-    sent = perm.to_env(action)
-    for b in range(5):
-        for j in range(n):
-            assert sent[b, int(perm.perm[b, j])] == action[b, j]
-    before = perm.perm.clone()
-    perm.redraw(torch.tensor([False, True, False, False, False]))
-    assert torch.equal(perm.perm[[0, 2, 3, 4]], before[[0, 2, 3, 4]])  # only starting envs get a new order
-
-
-def test_permuted_rollout_shows_each_episode_in_one_order_and_trades_the_right_stocks(window_market):
-    """The stored windows are the env's own windows in each episode's order, and the env receives the policy's
-    actions in its ticker order: checked against a plain collector driven by the same noise."""
-    m = window_market
-    model = mlp_for(m)
-    plain, permuted = collector_for(m, model), collector_for(m, model, permute_tickers=True)
-    steps = 20  # episodes of 7 days: every env restarts twice
-    buf_p = RolloutBuffer.allocate(steps, 4, (m.window, m.num_features), m.num_tickers, "cpu")
-    perms, obs_env = [], []
-    orig_step = permuted.env.step
-
-    def spy(action):  # the env's own observation after each step, before the collector permutes it
-        out = orig_step(action)
-        obs_env.append(out[0].clone())
-        return out
-
-    permuted.env.step = spy
-    first_obs = plain.next_obs.clone()
-    perms.append(permuted.permutation.perm.clone())
-    orig_redraw = permuted.permutation.redraw
-
-    def record_redraw(starting):
-        orig_redraw(starting)
-        perms.append(permuted.permutation.perm.clone())
-
-    permuted.permutation.redraw = record_redraw
-    permuted.collect(buf_p)
-    dense = buf_p.obs.windows().dense()  # [S, B, T, F] what the policy saw
-    orders = torch.zeros(steps, 4, m.num_tickers, dtype=torch.int64)
-    current, k = perms[0], 1
-    for s in range(steps):
-        orders[s] = current
-        env_obs = first_obs if s == 0 else obs_env[s - 1]
-        helper = TickerPermutation(4, m.num_tickers, m.num_features, torch.device("cpu"), 0)
-        helper.perm = current
-        assert torch.equal(dense[s], helper.observe(env_obs)), s
-        if buf_p.dones[s].any():
-            current, k = perms[k], k + 1
-    # one order per episode: it changes exactly where an episode starts, and then for that env only
-    for s in range(1, steps):
-        changed = (orders[s] != orders[s - 1]).any(dim=1)
-        assert not (changed & ~buf_p.starts[s]).any()
-    assert (orders[1:] != orders[:-1]).any()
-
-
-# ---------------------------------------------------------------------------------------- running statistics
 
 
 def test_merged_moments_equal_the_statistics_of_all_rows():

@@ -95,7 +95,7 @@ def test_gae_bootstraps_on_truncation_not_on_termination(seed):
 
 def test_rollout_statistics_describe_what_the_policy_did(window_market):
     """The diagnostics logged each update agree with the rollout they summarise."""
-    from clstm_ppo.agent.model import ActorCritic
+    from clstm_ppo.agent.build import make_policy
     from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, RolloutStats
     from envs.config import EnvConfig
     from envs.vector_env import VectorStockTradingEnv
@@ -103,7 +103,7 @@ def test_rollout_statistics_describe_what_the_policy_did(window_market):
 
     m = window_market
     torch.manual_seed(0)
-    model = ActorCritic(
+    model = make_policy(
         net_spec(
             "mlp",
             m.num_features,

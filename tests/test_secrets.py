@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 TINY = [
     *["--data", "synthetic:tickers=3,days=300", *QUICK],
-    *["--num_episodes", "8", "--num_workers", "2", "--checkpoint_every", "1", "--save_every", "4"],
+    *["--num_episodes", "8", "--num_workers", "2", "--save_every", "4"],
+    *["--config", str(ROOT / "tests" / "fixtures" / "checkpoint_every_update.json")],
 ]
 ENV_KEYS = {"ALPACA_API_KEY": "PKENVFAKEKEY0123456789", "ALPACA_SECRET_KEY": "envFakeSecret0123456789abcdefghijklmnop"}
 DOTENV_KEYS = {"APCA_API_KEY_ID": "PKDOTENVFAKEKEY98765", "APCA_API_SECRET_KEY": "dotenvFakeSecretZYXWVU9876543210"}

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from clstm_ppo import cli
-from clstm_ppo.agent.model import ActorCritic, ModelSpec
-from clstm_ppo.agent.shared import HEAD_DIM, HEADS, TickerAttention, ticker_windows
+from clstm_ppo.agent.build import make_policy
+from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.shared import ticker_windows
 from clstm_ppo.market import build_market
 from clstm_ppo.training.checkpoint import open_checkpoint, refit_market, restore_policy
 from envs.data import MarketData
@@ -26,8 +27,8 @@ K = 3  # indicators in these tests' states: F = 1 + (2 + K) N
 
 def shared_model(tickers: int = 4, **fields) -> ActorCritic:
     torch.manual_seed(0)
-    spec = dict(stage1_hidden=12, feature_dim=10, stage2_hidden=14, skip=True, next_day_head=True)
-    return ActorCritic(net_spec("shared", 1 + (2 + K) * tickers, tickers, 5, **{**spec, **fields}))
+    spec = dict(stage1_hidden=12, feature_dim=10, stage2_hidden=14)
+    return make_policy(net_spec("shared", 1 + (2 + K) * tickers, tickers, 5, **{**spec, **fields}))
 
 
 def permute_tickers(obs: torch.Tensor, perm: torch.Tensor) -> torch.Tensor:
@@ -47,29 +48,20 @@ def test_each_ticker_sees_its_own_columns_and_the_cash():
     torch.testing.assert_close(tickers[:, 2, :, -1], obs[..., 0])
 
 
-CROSS_SECTIONS = pytest.mark.parametrize("cross_section", ["mean", "attention"])
-
-
-@CROSS_SECTIONS
-def test_permuting_the_tickers_permutes_the_actions_and_keeps_the_value(cross_section: str):
-    model = shared_model(cross_section=cross_section)
+def test_permuting_the_tickers_permutes_the_actions_and_keeps_the_value():
+    model = shared_model()
     obs = torch.randn(2, 3, 5, 1 + (2 + K) * 4)  # [L, B, T, F]
     state, starts = model.initial_state(3), torch.zeros(2, 3, dtype=torch.bool)
     perm = torch.tensor([2, 0, 3, 1])
-    base = model(obs, state, starts, predict_next=True)
-    moved = model(permute_tickers(obs, perm), state, starts, predict_next=True)
+    base = model(obs, state, starts)
+    moved = model(permute_tickers(obs, perm), state, starts)
     torch.testing.assert_close(moved.mean, base.mean[..., perm], rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(moved.next_day, base.next_day[..., perm], rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(moved.value, base.value, rtol=1e-5, atol=1e-6)
     assert not torch.allclose(base.mean[..., 0], base.mean[..., 1])  # the tickers are not all treated alike
 
 
-@CROSS_SECTIONS
-def test_the_same_weights_act_on_any_number_of_tickers(cross_section: str):
-    small, wide = (
-        shared_model(tickers=3, cross_section=cross_section),
-        shared_model(tickers=50, cross_section=cross_section),
-    )
+def test_the_same_weights_act_on_any_number_of_tickers():
+    small, wide = shared_model(tickers=3), shared_model(tickers=50)
     assert sum(p.numel() for p in small.parameters()) == sum(p.numel() for p in wide.parameters())
     wide.load_state_dict(small.state_dict())  # identical parameter shapes: weights move between universes
     for n in (3, 7):
@@ -80,42 +72,8 @@ def test_the_same_weights_act_on_any_number_of_tickers(cross_section: str):
     assert small.initial_state(2).actor_h.shape == (1, 2, 0)  # no recurrence across days
 
 
-def test_attention_can_score_a_lagged_cross_covariance_and_find_each_followers_leader():
-    """With q_i = ticker i's window from day 1 and k_j = ticker j's window to day T - 2, the score of (i, j) is
-    sum_t x_i[t] x_j[t - 1]: the follower of a lead-lag pair attends to its leader, whatever the tickers' order."""
-    window, n, samples = HEAD_DIM + 1, 5, 200  # one head holds the T - 1 lagged products
-    attention = TickerAttention(window, feature_dim=3)
-    with torch.no_grad():
-        attention.qkv.weight.zero_()
-        attention.qkv.bias.zero_()
-        for t in range(window - 1):  # head 0 only
-            attention.qkv.weight[t, t + 1] = 4.0  # query dim t: x_i[t + 1]
-            attention.qkv.weight[HEADS * HEAD_DIM + t, t] = 4.0  # key dim t: x_j[t]
-    gen = torch.Generator().manual_seed(0)
-    shocks = torch.randn(samples, n, window + 1, generator=gen)
-    leader_of = {3: 0, 1: 4}  # pairs in no particular order; ticker 2 leads and follows none
-    prices = shocks[..., 1:].clone()
-    for follower, leader in leader_of.items():  # tomorrow's follower = today's leader (the leader's own shock)
-        prices[:, follower] = 0.9 * shocks[:, leader, :-1] + 0.2 * shocks[:, follower, 1:]
-    weights, _ = attention.weights_and_values(prices * 0.01, torch.zeros(samples, n, 3))  # daily-return scale
-    assert torch.allclose(weights.sum(-1), torch.ones(samples, HEADS, n))
-    for follower, leader in leader_of.items():
-        found = (weights[:, 0, follower].argmax(-1) == leader).float().mean()
-        assert found > 0.95, (follower, leader, found)
-        assert weights[:, 0, follower, leader].mean() > 0.8  # scale-free: sharp at a daily return's size
-    assert (weights[:, 1:] - 1 / n).abs().max() < 1e-6  # the other heads' zero weights attend evenly
-
-
-def test_a_checkpoint_from_before_the_attention_keeps_the_mean_cross_section():
-    spec = shared_model(cross_section="attention").spec
-    assert ModelSpec.from_dict(spec.to_dict()).cross_section == "attention"
-    stored = {k: v for k, v in spec.to_dict().items() if k != "cross_section"}
-    assert ModelSpec.from_dict(stored).cross_section == "mean"
-    assert ActorCritic(ModelSpec.from_dict(stored)).shared.attention is None
-
-
 def test_the_update_recomputes_the_rollouts_log_probs_and_values():
-    model = small_model("shared", action_dist="tanh", skip=True)
+    model = small_model("shared", action_dist="tanh")
     buf = fake_rollout(model)
     out = model(buf.obs.windows(), buf.initial_state, buf.starts, buf.actions)
     torch.testing.assert_close(out.log_prob, buf.log_probs, rtol=1e-5, atol=1e-5)

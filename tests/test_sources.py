@@ -113,7 +113,8 @@ def test_filters_apply_before_gap_check(tmp_path):
         (f"csv:{FIXTURE}", {"feed": "sip"}, "only apply to the alpaca source"),
         ("alpaca", {}, "the alpaca source needs tickers"),
         ("alpaca", {"tickers": ["AAPL"]}, "needs a start and an end date"),
-        ("alpaca:feed=sip", {"tickers": ["AAPL"]}, "takes no options"),
+        ("alpaca:fee=sip", {"tickers": ["AAPL"]}, "unknown alpaca option 'fee'; accepted: feed, adjustment, timeframe"),
+        ("alpaca:feed=xyz", {"tickers": ["AAPL"], "start": "2024-01-02", "end": "2024-01-31"}, "feed must be one of"),
     ],
 )
 def test_source_errors(source, kwargs, expected):

@@ -166,14 +166,15 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
     from clstm_ppo.market import build_market
     from clstm_ppo.training.distributed import Comm
     from clstm_ppo.training.trainer import Trainer
-    from tests.conftest import TINY
+    from tests.conftest import TINY, settings_file
 
+    warm_start = settings_file(tmp_path, init_weights=str(tmp_path / "a" / "latest.pt"))
     cfg = parse_config([*TINY, "--num_episodes", "8", "--checkpoint_dir", str(tmp_path), "--run_name", "a"])
     market = build_market(cfg.data, seed=cfg.run.seed)
     Trainer(cfg, market, Comm(), tmp_path / "a").train()
     source = load_checkpoint(tmp_path / "a" / "latest.pt").model_state
     warm = Trainer(
-        parse_config([*TINY, "--seed", "9", "--init_weights", str(tmp_path / "a" / "latest.pt")]),
+        parse_config([*TINY, "--seed", "9", *warm_start]),
         market,
         Comm(),
         tmp_path / "b",
@@ -183,7 +184,7 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
     assert not all(torch.equal(v, cold.model.state_dict()[k]) for k, v in source.items())
     with pytest.raises(UserError, match="another network: --stage2_hidden 16 \\(now 24\\)"):
         Trainer(
-            parse_config([*TINY, "--stage2_hidden", "24", "--init_weights", str(tmp_path / "a" / "latest.pt")]),
+            parse_config([*TINY, "--stage2_hidden", "24", *warm_start]),
             market,
             Comm(),
             tmp_path / "d",

@@ -42,11 +42,11 @@ from envs.errors import UserError
 try:  # tests/ is a package in this repo; plain rootdir-relative import if it ever is not
     from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
     from tests.alpaca_trading_server import NY, AlpacaTradingServer, AssetSpec, Holding, TradingState
-    from tests.conftest import ALPACA_VARS, TINY_RUN, use_alpaca_keys
+    from tests.conftest import ALPACA_VARS, TINY_RUN, settings_file, use_alpaca_keys
 except ImportError:
     from alpaca_server import AlpacaTestServer, ServerState, daily_bars
     from alpaca_trading_server import NY, AlpacaTradingServer, AssetSpec, Holding, TradingState
-    from conftest import ALPACA_VARS, TINY_RUN, use_alpaca_keys
+    from conftest import ALPACA_VARS, TINY_RUN, settings_file, use_alpaca_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
@@ -58,20 +58,8 @@ TINY = [*TINY_RUN, "--num_episodes", "8"]
 # The scenario tests below were written for the policy these settings train (the defaults before the learning
 # work: share actions; their days have sells, buys cut to cash, ...):
 SHARES = [
-    "--action_mode",
-    "shares",
-    "--hmax",
-    "5000",
-    "--action_dist",
-    "gaussian",
-    "--log_std_max",
-    "inf",
-    "--reward",
-    "value",
-    "--ent_coef",
-    "0.01",
-    "--no-skip",
-    "--no-forecast_skip",  # the network's own means, as the paper's
+    *["--action_mode", "shares", "--hmax", "5000", "--reward", "value", "--ent_coef", "0.01"],
+    *["--config", str(ROOT / "tests" / "fixtures" / "paper_distribution.json")],  # the paper's Gaussian
 ]
 MIXED_DAY = date(2023, 12, 22)  # the tiny policy sells MSFT and buys AAPL and NVDA on this day
 
@@ -133,7 +121,7 @@ def train_and_backtest(root: Path, flags: list[str], seeds: tuple[int, ...] = (1
     names = ["alp"] if len(seeds) == 1 else [f"alp{seed}" for seed in seeds]
     ckpts = [root / "ck" / name / "latest.pt" for name in names]
     with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=bars)) as data:
-        common = ["--data_url", data.url, "--data_cache_dir", str(root / "cache")]
+        common = settings_file(root, data_url=data.url, data_cache_dir=str(root / "cache"))
         for name, seed in zip(names, seeds, strict=True):
             _train(root, [*flags, "--seed", str(seed), *common, "--run_name", name])
         with pytest.MonkeyPatch.context() as mp:
@@ -361,49 +349,6 @@ def test_an_ensembles_plan_equals_its_backtest_trades(
     assert not alone[["date", "ticker", "shares"]].equals(trained_ensemble.trades[["date", "ticker", "shares"]])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("threshold", "gain"), [("0.3", None), ("1sd", None), ("1sd", "0.5")])
-def test_a_plan_at_another_forecast_threshold_equals_that_backtests_trades(
-    trained_weights: Trained,
-    env: Path,
-    capsys: pytest.CaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
-    threshold: str,
-    gain: str | None,
-) -> None:
-    """Today's default policy follows a linear forecast alone (--forecast_only), so `trade --forecast_threshold D`
-    can deploy it with a no-trade threshold, in logits or in spreads of its means over its training days: it plans
-    exactly what `backtest --forecast_threshold D` traded (at 0.3 fewer trades than at the checkpoint's 0), and
-    journals the logits it deployed with (with --forecast_gain, its scale and centres too)."""
-    flags = ["--forecast_threshold", threshold, *(["--forecast_gain", gain] if gain else [])]
-    with pytest.MonkeyPatch.context() as mp:
-        use_alpaca_keys(mp, KEY, SECRET)
-        backtest = ["backtest", "--checkpoint", str(trained_weights.ckpt), *flags]
-        assert cli.main([*backtest, "--out", str(env / "bt-threshold"), "--threads", "1"]) == 0
-    capsys.readouterr()
-    metadata = json.loads((env / "bt-threshold" / "report.json").read_text())["metadata"]
-    logits = metadata["forecast_threshold"]
-    assert logits == float(threshold) if not threshold.endswith("sd") else logits > 0
-    at_threshold = dataclasses.replace(
-        trained_weights,
-        trades=pd.read_csv(env / "bt-threshold" / "trades.csv"),
-        equity=pd.read_csv(env / "bt-threshold" / "equity.csv"),
-    )
-    if threshold == "0.3":  # other trades than at 0 (this short run's spread is too small for 1sd to move a share)
-        assert len(at_threshold.trades) < len(trained_weights.trades)
-    with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=trained_weights.bars)) as data:
-        check_plans_equal_backtest(at_threshold, env, data, capsys, monkeypatch, *flags)
-        ends = {r["params"].get("end", "")[:10] for r in data.bar_requests()}
-    # in spreads, the policy's training days (to END, asked for with an exclusive end after it) were read through
-    # --data_url into --data_cache_dir, not the endpoint and cache the run recorded; the plans' own bars end by END
-    assert (max(ends) > END) == threshold.endswith("sd"), ends
-    decisions = [json.loads(line) for p in env.glob("j-*/trades.jsonl") for line in p.read_text().splitlines()]
-    decisions = [d for d in decisions if d["event"] == "decision"]
-    assert {d["forecast_threshold"] for d in decisions} == {logits}
-    for key in ("forecast_scale", "forecast_centre"):  # what the gain deployed, as the backtest recorded it
-        assert all(d.get(key) == metadata.get(key) for d in decisions) and (key in metadata) == bool(gain)
-
-
 def check_plans_equal_backtest(
     trained: Trained,
     env: Path,
@@ -467,7 +412,7 @@ def test_the_account_not_the_replay_is_what_the_policy_sees_and_trades(
 @pytest.mark.slow
 def test_a_checkpoint_trained_on_intraday_bars_is_refused(trained: Trained) -> None:
     ck = open_checkpoint(trained.ckpt)
-    hourly = dataclasses.replace(ck, config={**ck.config, "alpaca_timeframe": "1Hour"})
+    hourly = dataclasses.replace(ck, config={**ck.config, "data": "alpaca:timeframe=1Hour"})
     with pytest.raises(UserError, match=r"trained on 1Hour bars; .* daily bars \(1Day\)"):
         load_trading_market(hourly, MIXED_DAY)
 

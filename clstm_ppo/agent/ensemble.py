@@ -3,8 +3,7 @@
 Every member reads the same observation and keeps its own recurrent state; each gives its deterministic action,
 and the ensemble acts on their mean: the mean of the members' target portfolios with target-weight actions (mapped
 back to the one action whose target it is, `envs.kernel.actions_for_weights`), the mean of their clipped actions
-with share actions. With ``--trade_gate`` the gates are averaged too (clipped to [-1, 1]): a stock trades when
-the members' gates lean open, weighted by how sure each is. It has the acting interface of
+with share actions. It has the acting interface of
 `clstm_ppo.agent.model.ActorCritic` (``initial_state``, ``act``, ``env_action``, ``eval``/``train``), so
 `clstm_ppo.agent.evaluate.evaluate_policy`, the backtest, the study and the trade plan take it wherever they take one
 policy.
@@ -77,11 +76,7 @@ class Ensemble:
         outs = [m.act(obs, s, starts, deterministic=True) for m, s in zip(self.members, state, strict=True)]
         actions = [m.env_action(o.action).to(torch.float64) for m, o in zip(self.members, outs, strict=True)]
         if self.action_mode == "weights":
-            n = self.spec.num_tickers
-            action = actions_for_weights(torch.stack([target_weights(a[:, :n]) for a in actions]).mean(0))
-            if self.spec.trade_gate:
-                gates = torch.stack([a[:, n:].clamp(-1.0, 1.0) for a in actions]).mean(0)
-                action = torch.cat([action, gates], dim=1)
+            action = actions_for_weights(torch.stack([target_weights(a) for a in actions]).mean(0))
         else:
             action = torch.stack([a.clamp(-1.0, 1.0) for a in actions]).mean(0)
         value = torch.stack([o.value for o in outs]).mean(0)

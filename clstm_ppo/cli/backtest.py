@@ -21,7 +21,6 @@ from typing import Any
 import torch
 
 from clstm_ppo.evaluation.backtest import SPLITS, backtest, compare, distribution_table
-from clstm_ppo.evaluation.forecast_spread import ForecastThreshold
 from clstm_ppo.evaluation.holdout import describe
 from clstm_ppo.threads import torch_threads
 from envs.errors import UserError
@@ -43,7 +42,6 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="annual risk-free rate: cash earns it and Sharpe/Sortino are in excess of it (default: the checkpoint's)",
     )
-    add_forecast_flags(parser)
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument(
@@ -120,36 +118,10 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def add_forecast_flags(parser: argparse.ArgumentParser) -> None:
-    """``--forecast_threshold`` and ``--forecast_gain``: how a ``--forecast_only`` policy is deployed (`backtest`,
-    `compare` and `trade` alike); `deployed_threshold` reads them back."""
-    parser.add_argument(
-        "--forecast_threshold",
-        type=ForecastThreshold.parse,
-        default=None,
-        help="a --forecast_only policy: lower its stocks' action means by this, in logits (0.3) or in spreads of its "
-        "means over its own training days (1.75sd) (a no-trade threshold on its forecast; "
-        "default: the checkpoint's)",
-    )
-    parser.add_argument(
-        "--forecast_gain",
-        type=float,
-        default=None,
-        help="with --forecast_threshold Ksd: deploy G x (each stock mean's distance from its usual level over the "
-        "training days, in spreads, minus K): weights that grow G logits per spread past the threshold "
-        "(docs/learning.md section 22)",
-    )
-
-
-def deployed_threshold(args: argparse.Namespace) -> ForecastThreshold | None:
-    """The `ForecastThreshold` of `add_forecast_flags`' flags (None: the checkpoint's); UserError on a bad pair."""
-    return ForecastThreshold.with_gain(args.forecast_threshold, args.forecast_gain)
-
-
 def _period_options(args: argparse.Namespace) -> dict[str, Any]:
     """The flags `backtest` and `compare` share (`_common_flags`) as their keyword arguments."""
     names = ("data", "split", "start", "end", "out", "risk_free", "ledger", "unseal")
-    return {**{name: getattr(args, name) for name in names}, "forecast_threshold": deployed_threshold(args)}
+    return {name: getattr(args, name) for name in names}
 
 
 def _said_period(done: Any) -> str:

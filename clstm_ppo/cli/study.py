@@ -15,14 +15,13 @@ reads and writes the trials ledger (``--ledger``, `clstm_ppo.evaluation.ledger`)
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
-from clstm_ppo.config import OUTPUT_SETTINGS, POLICIES, PRESETS, TrainConfig
+from clstm_ppo.config import OUTPUT_SETTINGS, POLICIES, PRESETS, TrainConfig, read_settings_file
 from envs.errors import UserError
 
 # Settings the study decides for each cell and training run (the rest pass through to every cell).
@@ -155,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
 def study_config(args: dict[str, Any]) -> TrainConfig:
     """The cells' common settings from the parsed training flags (consumed from ``args``), as `config_from_args`
     makes them, but with the study's own default of `STUDY_NUM_EPISODES` episodes unless ``--num_episodes``, the
-    ``--preset`` or the ``--config`` file names a number."""
+    ``--preset`` or a ``--config`` file names a number."""
     if "num_episodes" not in args and not _names_num_episodes(args):
         args["num_episodes"] = STUDY_NUM_EPISODES
     return config_from_args(args)
@@ -164,10 +163,7 @@ def study_config(args: dict[str, Any]) -> TrainConfig:
 def _names_num_episodes(args: dict[str, Any]) -> bool:
     if "num_episodes" in PRESETS.get(args.get("preset", ""), {}):
         return True
-    try:
-        return "num_episodes" in json.loads(Path(args["config"]).read_text(encoding="utf-8"))
-    except (KeyError, OSError, ValueError, TypeError):  # no --config; a bad file is reported by config_from_args
-        return False
+    return any("num_episodes" in read_settings_file(path) for path in args.get("config", []))
 
 
 def main(argv: list[str]) -> int:

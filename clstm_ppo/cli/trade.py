@@ -13,7 +13,6 @@ from pathlib import Path
 
 import torch
 
-from clstm_ppo.cli.backtest import add_forecast_flags, deployed_threshold
 from clstm_ppo.trading.broker import Endpoint
 from clstm_ppo.trading.report import report_table, trade_report
 from clstm_ppo.trading.run import TradeOptions, default_journal, run_trade
@@ -118,7 +117,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data_cache_dir", default=None, help="where bars are cached (default: the run's setting)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
-    add_forecast_flags(parser)  # as `clstm-ppo backtest`'s
     return parser
 
 
@@ -143,7 +141,6 @@ def main(argv: list[str]) -> int:
             data_url=args.data_url,
             data_cache_dir=args.data_cache_dir,
             device=str(_device(args.device)),
-            forecast_threshold=deployed_threshold(args),
         )
     )
     return 2 if result.problems else 0

@@ -1,7 +1,7 @@
 """`clstm-ppo train` / `python train_distributed_clstm_ppo.py`: flags -> config -> workers.
 
-Settings resolve in this order, later winning: TrainConfig defaults, ``--preset``, ``--config FILE``
-(JSON), then the flags given on the command line. Market data is loaded and validated once in the
+Settings resolve in this order, later winning: TrainConfig defaults, ``--preset``, each ``--config FILE`` (JSON,
+repeatable: each overrides the settings it names), then the flags given on the command line. Market data is loaded and validated once in the
 parent before any worker starts, so bad data fails fast with one line.
 """
 
@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig
+from clstm_ppo.config import FOLDED, PRESETS, REMOVED, SECTIONS, SETTINGS, VERSION, TrainConfig, read_settings_file
 from envs.errors import UserError, shown_list
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
@@ -22,9 +22,20 @@ from envs.errors import UserError, shown_list
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports bad flags as one line and exit 2 (a UserError), like every other user error."""
+    """argparse that reports bad flags as one line and exit 2 (a UserError), like every other user error; a flag
+    removed in 0.2.0 (`clstm_ppo.config.REMOVED`, `FOLDED`) or a config-only knob given as a flag is named as
+    such."""
 
     def error(self, message: str) -> None:
+        if message.startswith("unrecognized arguments:"):
+            for word in message.split(":", 1)[1].split():
+                flag = word.split("=", 1)[0].removeprefix("--").removeprefix("no-")
+                if flag in REMOVED or flag in FOLDED:
+                    raise UserError(
+                        f"--{flag} was removed in clstm-ppo {VERSION} (docs/training.md lists the removed settings)"
+                    )
+                if flag in SETTINGS and not SETTINGS[flag].cli:
+                    raise UserError(f"--{flag} is set in a --config file, not on the command line (docs/training.md)")
         raise UserError(f"{message} (see --help)")
 
 
@@ -33,7 +44,13 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: frozenset[str] | set
     grouped under the config's sections. The parser must use ``argument_default=argparse.SUPPRESS`` so that only
     flags given override the config."""
     group = parser.add_argument_group("settings files")
-    group.add_argument("--config", help="JSON file of settings; flags given here override it")
+    group.add_argument(
+        "--config",
+        action="append",
+        metavar="FILE",
+        help="JSON file of settings, e.g. the knobs without a flag (docs/training.md); repeatable, later files win; "
+        "flags given here override them",
+    )
     group.add_argument(
         "--preset",
         choices=sorted(PRESETS),
@@ -41,7 +58,7 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: frozenset[str] | set
     )
     groups = {name: parser.add_argument_group(title) for name, (title, _cls) in SECTIONS.items()}
     for s in SETTINGS.values():
-        if s.flag in skip:
+        if s.flag in skip or not s.cli:  # a config-only knob: --config files and presets set it
             continue
         text = s.help if "default" in s.help else f"{s.help} (default: {s.default})"
         text = text.replace("%", "%%")  # argparse formats help with %
@@ -53,13 +70,13 @@ def add_config_flags(parser: argparse.ArgumentParser, skip: frozenset[str] | set
 
 
 def config_from_args(args: dict[str, Any]) -> TrainConfig:
-    """Defaults, then ``preset``, then ``config`` (a JSON file), then the given settings; validated.
-    Consumes the keys it knows from ``args`` (the parsed flags as a dict)."""
+    """Defaults, then ``preset``, then each ``config`` file (the settings it names), then the given settings;
+    validated. Consumes the keys it knows from ``args`` (the parsed flags as a dict)."""
     values: dict[str, Any] = {}
     if "preset" in args:
         values.update(PRESETS[args.pop("preset")])
-    if "config" in args:
-        values.update(TrainConfig.from_json(args.pop("config")).to_dict())
+    for path in args.pop("config", []):
+        values.update(read_settings_file(path))
     values.update({k: args.pop(k) for k in list(args) if k in SETTINGS})
     return TrainConfig.from_dict(values, source="settings").validate()
 
@@ -101,7 +118,9 @@ def describe_data(cfg: TrainConfig) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], callbacks: tuple = ()) -> int:
+    """Train with the settings of ``argv``; ``callbacks`` (picklable `clstm_ppo.training.callbacks.Callback`s) run
+    on every worker after the product's: the tests' fault injector comes in this way."""
     cfg = parse_config(argv)
     from clstm_ppo.training.tracking import check_tracking
 
@@ -134,7 +153,7 @@ def main(argv: list[str]) -> int:
     if cfg.run.resume:
         check_resume(cfg, market, run_dir)
     remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
-    code = launch(layout, train_worker, (cfg, market, run_dir, layout))
+    code = launch(layout, train_worker, (cfg, market, run_dir, layout, list(callbacks)))
     if code == 0 and (not layout.torchrun or os.environ.get("RANK") == "0"):
         report_held_out(run_dir, market, cfg.run.deploy)
     return code

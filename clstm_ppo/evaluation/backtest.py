@@ -50,7 +50,6 @@ from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
-from clstm_ppo.evaluation.forecast_spread import ForecastThreshold, spread_and_centre
 from clstm_ppo.evaluation.holdout import guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.report import (
@@ -62,6 +61,7 @@ from clstm_ppo.evaluation.report import (
     write_comparison,
     write_report,
 )
+from clstm_ppo.evaluation.statistics import paired_sharpe_difference, sharpe_interval
 from clstm_ppo.market import is_alpaca, load_data
 from clstm_ppo.training.checkpoint import (
     Checkpoint,
@@ -75,6 +75,7 @@ from envs.data import DayRange, MarketData
 from envs.errors import UserError, first_line, shown_list
 from envs.execution import Terms, describe_execution, resolve_execution
 from envs.features import PreparedMarket
+from envs.source_spec import describe_source
 
 SPLITS = ("test", "validation", "train")
 # Metrics whose spread over sampled episodes is summarised (and printed) for --stochastic.
@@ -297,61 +298,6 @@ def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:
     return dataclasses.replace(ck, config={**ck.config, "risk_free": float(risk_free)})
 
 
-class BacktestData:
-    """`load_backtest_data`, each distinct load read once: an ensemble of seeds on one market, resolving its
-    thresholds in spreads on its own training days and then backtesting them, reads that market once.
-
-    :param overrides: run settings that replace the checkpoint's for every load (``trade``'s ``data_url`` and
-        ``data_cache_dir``: the endpoint and cache the user named, not the ones recorded at training).
-    """
-
-    def __init__(self, overrides: dict[str, Any] | None = None) -> None:
-        self.overrides = {k: v for k, v in (overrides or {}).items() if v}
-        self._loaded: dict[str, MarketData] = {}
-
-    def __call__(self, ck: Checkpoint, **load: Any) -> MarketData:
-        """``load_backtest_data(ck, **load)`` under the overrides, or the same load's earlier result (arguments left
-        at None or False are the same load as arguments not given)."""
-        load = {k: v for k, v in load.items() if v}
-        run_ck = dataclasses.replace(ck, config={**ck.config, **self.overrides}) if self.overrides else ck
-        settings = [dataclasses.asdict(run_ck.cfg.data), run_ck.cfg.run.seed, list(ck.tickers), load]
-        key = json.dumps(settings, sort_keys=True, default=str)
-        if key not in self._loaded:
-            self._loaded[key] = load_backtest_data(run_ck, **load)
-        return self._loaded[key]
-
-
-def with_forecast_threshold(
-    ck: Checkpoint, threshold: float | ForecastThreshold | None, loads: BacktestData | None = None
-) -> Checkpoint:
-    """``ck`` deployed with another ``--forecast_threshold`` (its stocks' deterministic means lowered by it; a
-    ``--forecast_only`` policy), or as it is. A threshold in spreads (``2sd``) is resolved to logits here: K times
-    the policy's spread over its own training days (`clstm_ppo.evaluation.forecast_spread`, on the checkpoint's own
-    data, read through ``loads``: pass one `BacktestData` for all the members of a run); with its ``gain`` G the
-    stocks' means are centred and rescaled as well, ``G x ((m - mu) / s - K)``. UserError on a policy without
-    ``forecast_only`` or a bad value."""
-    if threshold is None:
-        return ck
-    if not ck.model_config.get("forecast_only", False):
-        raise UserError(f"--forecast_threshold: {ck.path} was not trained with --forecast_only (nothing to lower)")
-    centred: dict[str, Any] = {}
-    if isinstance(threshold, ForecastThreshold) and threshold.in_spreads:
-        own = restore_market(ck, (loads or BacktestData())(ck))  # the spread is of the means before any threshold
-        spread, centre = spread_and_centre(restore_policy(ck, own), own, ck.cfg.env)
-        if threshold.gain is not None:  # G x ((m - mu) / s - K) = (G / s) x (m - mu) - G K
-            centred = {"forecast_centre": [float(x) for x in centre], "forecast_scale": threshold.gain / spread}
-            threshold = threshold.gain * threshold.value
-        else:
-            threshold = threshold.value * spread
-    value = float(threshold.value if isinstance(threshold, ForecastThreshold) else threshold)
-    dataclasses.replace(ck.cfg.model, forecast_threshold=value).validate()  # its range check
-    return dataclasses.replace(
-        ck,
-        config={**ck.config, "forecast_threshold": value},
-        model_config={**ck.model_config, "forecast_threshold": value, **centred},
-    )
-
-
 def result_of(
     ck: Checkpoint,
     run: PolicyRun,
@@ -456,24 +402,7 @@ def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: st
         "hmax": ck.cfg.env.hmax,
         "execution": resolve_execution(ck.cfg.env.execution, market.data),
         "trained": {k: counters.get(k) for k in ("episodes", "global_step", "update") if k in counters},
-        **(deployed_forecast([ck], one=True) if ck.model_config.get("forecast_only") else {}),
     }
-
-
-def _deployed_threshold(ck: Checkpoint) -> float:
-    """The ``--forecast_threshold`` (logits) a ``--forecast_only`` checkpoint deploys with."""
-    return float(ck.model_config.get("forecast_threshold", 0.0))
-
-
-def deployed_forecast(cks: list[Checkpoint], *, one: bool = False) -> dict[str, Any]:
-    """What report.json (and `trade`'s journal) records of how ``--forecast_only`` members deployed: each one's
-    threshold (logits) and, where ``--forecast_gain`` centred them, its scale and per-stock centre; a value, not a
-    list, for ``one``."""
-    fields = {"forecast_threshold": [_deployed_threshold(c) for c in cks]}
-    if any(c.model_config.get("forecast_centre") is not None for c in cks):
-        fields["forecast_scale"] = [float(c.model_config.get("forecast_scale", 1.0)) for c in cks]
-        fields["forecast_centre"] = [c.model_config.get("forecast_centre") for c in cks]
-    return {k: v[0] for k, v in fields.items()} if one else fields
 
 
 def check_new_universe(cks: list[Checkpoint]) -> None:
@@ -617,7 +546,6 @@ def backtest(
     ledger: str | Path | None = None,
     unseal: bool = False,
     new_universe: bool = False,
-    forecast_threshold: float | ForecastThreshold | None = None,
 ) -> Backtest:
     """Run one checkpoint (or an ensemble of several: `clstm_ppo.agent.ensemble`) over one period and write its
     report folder (see the module docstring).
@@ -631,9 +559,6 @@ def backtest(
     :param unseal: trade sealed days anyway (recorded in the ledger); without it, sealed days are refused.
     :param new_universe: trade a ``shared`` policy on all of the data's tickers, the market refitted on the data's
         training days (module docstring, step 1).
-    :param forecast_threshold: deploy with this ``--forecast_threshold`` instead of the checkpoint's, in logits or
-        in spreads, with or without a gain (`with_forecast_threshold`); report.json's metadata records the logits
-        each member deployed with, with a gain each one's scale and centre, and in spreads what was given.
     """
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
@@ -642,16 +567,12 @@ def backtest(
     paths = list(checkpoint) if isinstance(checkpoint, list | tuple) else [checkpoint]
     if stochastic and len(paths) > 1:
         raise UserError("--stochastic samples one policy's actions; an ensemble acts on its members' mean actions")
-    loads = BacktestData()
-    cks = [
-        with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold, loads) for c in open_members(paths)
-    ]
+    cks = [with_risk_free(c, risk_free) for c in open_members(paths)]
     ck = cks[0]
     risk_free = ck.cfg.env.risk_free
     if new_universe:
         check_new_universe(cks)
-    # with no other source or dates, the checkpoint's own data: the spreads' load, read once
-    market_data = loads(ck, data=data, start=start, end=end, new_universe=new_universe)
+    market_data = load_backtest_data(ck, data=data, start=start, end=end, new_universe=new_universe)
     market = refit_market(ck, market_data) if new_universe else restore_market(ck, market_data)
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
     holdout = check_holdout(
@@ -659,12 +580,6 @@ def backtest(
     )
     model = restore_acting(cks, market, device, resize=new_universe)
     metadata = _metadata(ck, market, period, data or ck.cfg.data.source)
-    if len(cks) > 1 and ck.model_config.get("forecast_only"):  # each member's own (in spreads they differ)
-        metadata.update(deployed_forecast(cks))
-    if isinstance(forecast_threshold, ForecastThreshold) and forecast_threshold.in_spreads:
-        metadata["forecast_threshold_given"] = str(forecast_threshold)
-        if forecast_threshold.gain is not None:
-            metadata["forecast_gain"] = forecast_threshold.gain
     universe = new_universe_metadata(ck, market) if new_universe else None
     metadata.update(universe or {})
     if len(cks) > 1:
@@ -705,10 +620,11 @@ def backtest(
     )
 
 
-def held_out_line(checkpoint: str | Path, market: PreparedMarket) -> str | None:
+def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = 2_000) -> str | None:
     """One line for the end of a training run: the deterministic policy of ``checkpoint`` on ``market``'s held-out
-    test split, next to buy-and-hold on the same days and terms (Sharpe, return, exposure); None without a test
-    split. ``market`` is the run's own (nothing is loaded again and no file is written)."""
+    test split, next to buy-and-hold on the same days and terms: what the data was, Sharpe with its 95% interval over
+    days (stationary block bootstrap), return, exposure, turnover, and the paired Sharpe difference with a verdict in
+    words. None without a test split. ``market`` is the run's own (nothing is loaded again, no file is written)."""
     test = market.splits.test
     if test is None:
         return None
@@ -717,16 +633,33 @@ def held_out_line(checkpoint: str | Path, market: PreparedMarket) -> str | None:
     run = run_policy(ck, restore_policy(ck, market), market, period, torch.device("cpu"))
     result = result_of(ck, run, market, period, metadata={})
     rf = ck.cfg.env.risk_free
-    policy = M.summarize(result.values, risk_free=rf)
+    policy = M.summarize(result.values, trades=result.trades, risk_free=rf)
     baseline = M.summarize(result.baseline_values, risk_free=rf)
     exposure = float(np.mean(result.holdings_value[1:] / result.values[1:]))
+    returns, bench = M.excess_returns(result.values, rf), M.excess_returns(result.baseline_values, rf)
+    interval = sharpe_interval(returns, n_boot=n_boot) if len(returns) > 1 else None
+    diff = paired_sharpe_difference(returns[None], bench, n_boot=n_boot) if len(returns) > 1 else None
+    shown = "" if interval is None else f" [{interval['lo']:.2f}, {interval['hi']:.2f}]"
     return (
-        f"held-out test {_iso(run.dates[0])} .. {_iso(run.dates[-1])} ({len(run.dates)} days, "
-        f"{describe_execution(ck.cfg.env.execution, market.data)}): {ck.path.name} Sharpe {policy['sharpe']:.2f}, "
-        f"return {policy['cumulative_return']:+.2%}, exposure {exposure:.0%} | buy-and-hold Sharpe "
-        f"{baseline['sharpe']:.2f}, return {baseline['cumulative_return']:+.2%} | full report: clstm-ppo backtest "
-        f"--checkpoint {ck.path}"
+        f"held-out test {_iso(run.dates[0])} .. {_iso(run.dates[-1])} ({len(run.dates)} days) on "
+        f"{describe_source(ck.cfg.data.source)}, {describe_execution(ck.cfg.env.execution, market.data)}: "
+        f"{ck.path.name} Sharpe {policy['sharpe']:.2f}{shown} (95% over days), return "
+        f"{policy['cumulative_return']:+.2%}, exposure {exposure:.0%}, turnover {policy['annual_turnover']:.1f}x a "
+        f"year | buy-and-hold Sharpe {baseline['sharpe']:.2f}, return {baseline['cumulative_return']:+.2%} | "
+        f"{versus_buy_and_hold(diff)} | full report: clstm-ppo backtest --checkpoint {ck.path}"
     )
+
+
+def versus_buy_and_hold(diff: dict[str, Any] | None) -> str:
+    """The verdict of a paired Sharpe difference against buy-and-hold, in words, with its 95% interval."""
+    if diff is None:
+        return "too few days to compare with buy-and-hold"
+    gap = f"{diff['difference']:+.2f} [{diff['lo']:+.2f}, {diff['hi']:+.2f}]"
+    if diff["lo"] > 0:
+        return f"beats buy-and-hold by {gap}"
+    if diff["hi"] < 0:
+        return f"trails buy-and-hold by {gap}"
+    return f"not distinguishable from buy-and-hold ({gap})"
 
 
 def comparison_labels(paths: list[Path], given: str | None) -> list[str]:
@@ -876,26 +809,18 @@ def compare(
     device: torch.device | str = "cpu",
     ledger: str | Path | None = None,
     unseal: bool = False,
-    forecast_threshold: float | ForecastThreshold | None = None,
 ) -> Comparison:
     """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
     earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
     `backtest` (sealed days are refused unless ``unseal``). An entry ``A.pt+B.pt+C.pt`` is an ensemble of those
-    checkpoints (`open_members`), compared as one policy. ``forecast_threshold``: as in `backtest`, for all."""
-    loads = BacktestData()
-    groups = [
-        [
-            with_forecast_threshold(with_risk_free(c, risk_free), forecast_threshold, loads)
-            for c in open_members(str(p).split("+"))
-        ]
-        for p in checkpoints
-    ]
+    checkpoints (`open_members`), compared as one policy."""
+    groups = [[with_risk_free(c, risk_free) for c in open_members(str(p).split("+"))] for p in checkpoints]
     cks = [g[0] for g in groups]
     names = comparison_labels([c.path for c in cks], labels)
     names = [n if len(g) == 1 else f"{n} (ensemble of {len(g)})" for n, g in zip(names, groups, strict=True)]
     first = cks[0]
     _check_comparable(cks)
-    market_data = loads(first, data=data, start=start, end=end)
+    market_data = load_backtest_data(first, data=data, start=start, end=end)
     market0 = restore_market(first, market_data)
     period = _comparison_period(cks, market_data, market0, split=split, start=start, end=end)
     holdout = check_holdout(

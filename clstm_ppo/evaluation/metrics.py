@@ -85,6 +85,12 @@ def daily_returns(values: Any) -> np.ndarray:
     return v[1:] / v[:-1] - 1.0
 
 
+def excess_returns(values: Any, risk_free: float = 0.0) -> np.ndarray:
+    """``[D-1]`` daily simple returns of ``[D]`` values (dollars), in excess of the daily rate of an annual
+    ``risk_free`` (what every Sharpe ratio, PSR and DSR here is computed on)."""
+    return daily_returns(values) - daily_risk_free(risk_free)
+
+
 def cumulative_return(values: Any) -> float:
     """CR: ``values[-1] / values[0] - 1`` (fraction). One day: ``0.0``."""
     v = _as_values(values)

@@ -31,7 +31,6 @@ import numpy as np
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.ledger import TrialCount
-from envs.returns import daily_risk_free
 
 EXTRA_METRICS = ("exposure", "beta", "alpha", "information_ratio", "psr", "psr_active")
 TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
@@ -60,12 +59,6 @@ TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
 DEFLATED = ("dsr", "dsr_active")  # per cell only: a baseline or an untrained network is not a selected trial
 
 
-def returns_of(values: np.ndarray, risk_free: float = 0.0) -> np.ndarray:
-    """``[D-1]`` daily simple returns of ``[D]`` values (dollars), in excess of the daily rate of an annual
-    ``risk_free`` (the study's ``--risk_free``: every Sharpe ratio, PSR and DSR is on excess returns)."""
-    return M.daily_returns(values) - daily_risk_free(risk_free)
-
-
 def curve_metrics(
     values: np.ndarray,
     holdings_value: np.ndarray,
@@ -83,7 +76,7 @@ def curve_metrics(
     :param benchmark_values: ``[D]`` equal-weight buy-and-hold on the same days (beta, alpha, IR).
     :param trades: the trades table (or a trade count, with ``costs`` and ``traded_value`` in dollars).
     """
-    r, b = returns_of(values, risk_free), returns_of(benchmark_values, risk_free)
+    r, b = M.excess_returns(values, risk_free), M.excess_returns(benchmark_values, risk_free)
     beta, alpha = S.beta_alpha(r, b)
     out = M.summarize(values, trades=trades, costs=costs, traded_value=traded_value, risk_free=risk_free)
     out.update(
@@ -136,7 +129,7 @@ def active_profile(values: np.ndarray, benchmark_values: np.ndarray) -> dict[str
     """``{psr_active}``: the PSR of the active daily returns of ``values`` ``[D]`` over ``benchmark_values`` ``[D]``
     (equal-weight buy-and-hold, dollars, same days): the probability that the true Sharpe of the excess over
     buy-and-hold is above 0."""
-    a = S.active_returns(returns_of(values), returns_of(benchmark_values))
+    a = S.active_returns(M.excess_returns(values), M.excess_returns(benchmark_values))
     return {"psr_active": S.probabilistic_sharpe_ratio(a) if a.size > 1 else 0.5}
 
 

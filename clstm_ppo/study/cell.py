@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
-from clstm_ppo.agent.model import build_model
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.metrics import trades_from_holdings
 from clstm_ppo.evaluation.report import BacktestResult, write_report

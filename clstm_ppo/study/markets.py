@@ -151,14 +151,14 @@ def same_market(a: PreparedMarket, b: PreparedMarket) -> bool:
     )
 
 
-def traded_window(markets: list[PreparedMarket], exit_days: int = 1) -> tuple[range, np.ndarray]:
+def traded_window(markets: list[PreparedMarket]) -> tuple[range, np.ndarray]:
     """The study's traded day indices (the first window's first traded day .. the last window's last) and, for
-    each, whether its window's turbulence stop holds the book in cash that day (``[D] bool``; with ``exit_days``,
-    `envs.features.stop_days`)."""
+    each, whether its window's turbulence stop holds the book in cash that day (``[D] bool``,
+    `envs.features.PreparedMarket.stopped_days`)."""
     days = range(markets[0].splits.test.start, markets[-1].splits.test.stop)
     turbulent = np.zeros(len(days), dtype=bool)
     for m in markets:  # each window decides on its days but the last, which the next window decides on
-        stopped = m.stopped_days(exit_days)
+        stopped = m.stopped_days()
         for t in range(m.splits.test.start, m.splits.test.stop - 1):
             turbulent[t - days.start] = stopped[t]
     return days, turbulent

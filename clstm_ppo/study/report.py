@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.backtest import read_index
 from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, BaselineRun, rule_baselines
@@ -72,7 +73,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     rf = base.env.risk_free  # every ratio is on returns in excess of it
     markets = load_markets(study_dir / "prepared", market_key(base))
     data = markets[0].data
-    days, turbulent = traded_window(markets, base.env.turbulence_exit_days)
+    days, turbulent = traded_window(markets)
     dates = np.asarray(data.dates)[days.start : days.stop]
     baselines = _baselines(spec, data, days, dates, turbulent)
     bench = baselines[BUY_AND_HOLD]["values"]
@@ -82,7 +83,7 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     study = record_study(ledger, study_dir, spec)
     record_cells(ledger, study_dir, spec, study, spec.cells())
     counted = _trials_on_these_days(ledger, study, data)
-    _deflate(cells, rows, counted, A.returns_of(bench, rf))
+    _deflate(cells, rows, counted, M.excess_returns(bench, rf))
     boot = max(500, n_boot // 5)  # draws of D-day series, heavier than the seed bootstrap's
     baseline_intervals = _baseline_intervals(baselines, rf, confidence=confidence, n_boot=boot)
     groups = _groups(study_dir, base, by_group, baselines, confidence=confidence, n_boot=n_boot, boot=boot)
@@ -202,8 +203,8 @@ def _finished_cell(
         "untrained": result["untrained"],
         "values": values,
         "untrained_values": untrained,
-        "returns": A.returns_of(values, rf),
-        "untrained_returns": A.returns_of(untrained, rf),
+        "returns": M.excess_returns(values, rf),
+        "untrained_returns": M.excess_returns(untrained, rf),
     }
     return entry, result
 
@@ -237,7 +238,7 @@ def _baseline_intervals(
 ) -> dict[str, dict[str, float]]:
     """Each baseline's Sharpe interval (days resampled: a baseline has no seeds)."""
     return {
-        name: S.sharpe_interval(A.returns_of(b["values"], rf), confidence=confidence, n_boot=n_boot, seed=k)
+        name: S.sharpe_interval(M.excess_returns(b["values"], rf), confidence=confidence, n_boot=n_boot, seed=k)
         for k, (name, b) in enumerate(baselines.items())
     }
 
@@ -287,7 +288,9 @@ def _group_statistics(
         seed=seed,
     )
     against = {
-        name: A.compare(policy_returns, A.returns_of(b["values"], rf), confidence=confidence, n_boot=boot, seed=seed)
+        name: A.compare(
+            policy_returns, M.excess_returns(b["values"], rf), confidence=confidence, n_boot=boot, seed=seed
+        )
         for name, b in baselines.items()
     }
     against[f"{UNTRAINED} {group}"] = A.compare(
@@ -457,7 +460,7 @@ def _ensemble(
         "members": [c.name for c in cells],
         "metrics": metrics,
         "sharpe_interval": S.sharpe_interval(
-            A.returns_of(run.values, rf), confidence=confidence, n_boot=boot, seed=seed
+            M.excess_returns(run.values, rf), confidence=confidence, n_boot=boot, seed=seed
         ),
         "members_mean": {k: float(np.mean([e["policy"][k] for e in entries])) for k in ENSEMBLE_KEYS},
     }

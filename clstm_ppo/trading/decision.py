@@ -155,10 +155,11 @@ def _bars_start(ck: Checkpoint, history_start: str | None) -> str:
             "of real bars)"
         )
     if is_alpaca(cfg.data.source):
-        frame = parse_timeframe(cfg.data.alpaca_timeframe)
+        timeframe = cfg.data.alpaca_options["timeframe"]
+        frame = parse_timeframe(timeframe)
         if (frame.amount_value, frame.unit_value.value) != (1, "Day"):
             raise UserError(
-                f"{ck.path} was trained on {cfg.data.alpaca_timeframe} bars; `clstm-ppo trade` decides once "
+                f"{ck.path} was trained on {timeframe} bars; `clstm-ppo trade` decides once "
                 "per session on daily bars (1Day)"
             )
     start = history_start or cfg.data.start
@@ -309,7 +310,7 @@ def decide(
     action_np = policy.env_action(action)[0].float().cpu().numpy()
 
     turbulence, threshold = float(market.turbulence[t]), float(market.turbulence_threshold)
-    stopped = bool(market.stopped_days(env.turbulence_exit_days)[t])  # the backtest's stop, hysteresis included
+    stopped = bool(market.stopped_days()[t])  # the backtest's stop
     turbulent = torch.tensor([stopped])
     new_cash, new_shares, stats = trade_step(
         cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t, turbulent, env

@@ -21,19 +21,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
-from clstm_ppo.evaluation.backtest import (
-    BacktestData,
-    deployed_forecast,
-    open_members,
-    restore_acting,
-    with_forecast_threshold,
-)
-from clstm_ppo.evaluation.forecast_spread import ForecastThreshold
+from clstm_ppo.evaluation.backtest import open_members, restore_acting
 from clstm_ppo.trading.broker import Account, Broker, Endpoint, Position, calendar_window, resolve_endpoint
 from clstm_ppo.trading.decision import Decision, check_tradable, decide, load_trading_market, replay_days
 from clstm_ppo.trading.journal import Journal
@@ -72,7 +64,6 @@ class TradeOptions:
     data_url: str | None = None
     data_cache_dir: str | None = None
     device: str = "cpu"
-    forecast_threshold: float | ForecastThreshold | None = None  # a --forecast_only policy's, not the checkpoint's
 
 
 @dataclass
@@ -97,10 +88,7 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
         raise UserError("--wait_seconds must be >= 0 and --poll_seconds > 0")
     endpoint = resolve_endpoint(live=opts.live, confirm_live=opts.confirm_live, url=opts.trading_url)
     paths = [opts.checkpoint] if isinstance(opts.checkpoint, str | Path) else list(opts.checkpoint)
-    loads = BacktestData(
-        {"data_url": opts.data_url, "data_cache_dir": opts.data_cache_dir}
-    )  # the user's, not the run's
-    cks = [with_forecast_threshold(c, opts.forecast_threshold, loads) for c in open_members(paths)]
+    cks = open_members(paths)
     ck = cks[0]  # the members share its market and env settings (open_members)
     for member in cks:
         check_tradable(member, replay_start=opts.replay_start, history_start=opts.history_start, data_url=opts.data_url)
@@ -139,7 +127,7 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
     ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
     held = dict(zip(tickers, shares, strict=True))
-    _journal_decision(journal, day, traded, deployed_forecast([ck], one=True), account, held, unknown, decision, ids)
+    _journal_decision(journal, day, traded, account, held, unknown, decision, ids)
 
     for line in plan_lines(
         decision,
@@ -195,21 +183,18 @@ def _journal_decision(
     journal: Journal,
     day: str,
     checkpoint: str,
-    deployed: dict[str, Any],
     account: Account,
     held: dict[str, float],
     unknown: dict[str, Position],
     decision: Decision,
     ids: list[str],
 ) -> None:
-    """Journal the day's decision (the checkpoint and the forecast threshold, scale and centres it deployed with,
-    account, positions, the decision and its plan with client order ids) and the account's equity next to the
-    backtest's."""
+    """Journal the day's decision (the checkpoint, account, positions, the decision and its plan with client order
+    ids) and the account's equity next to the backtest's."""
     journal.record(
         "decision",
         day=day,
         checkpoint=checkpoint,
-        **deployed,
         account={
             "number": account.number,
             "cash": account.cash,

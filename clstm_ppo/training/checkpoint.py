@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.model import ActorCritic, ModelSpec
-from clstm_ppo.config import LEGACY, TrainConfig
+from clstm_ppo.config import LEGACY, VERSION, TrainConfig
 from clstm_ppo.market import build_market, rebuild_market
 from envs.atomic import atomic_write
 from envs.data import DayRange, MarketData, Splits
@@ -45,13 +46,7 @@ class Checkpoint:
     scaler_state: dict[str, Any] | None
     counters: dict[str, Any]  # global_step, update, episodes, best_score, ...
     worker_states: list[dict[str, Any]] | None  # per rank: RNG, env and recurrent state (exact resume)
-    average_state: dict[str, torch.Tensor] | None = None  # --ema_decay: the weights' moving average (deployed)
-
-    @property
-    def deployed_state(self) -> dict[str, torch.Tensor]:
-        """The weights a backtest, study or trade runs: the moving average where the run kept one
-        (`clstm_ppo.training.weight_average`), else the trained weights."""
-        return self.average_state if self.average_state is not None else self.model_state
+    version: str = "0.1.0"  # the clstm-ppo release that wrote it (files of 0.1.0 and before record none)
 
     @cached_property
     def cfg(self) -> TrainConfig:
@@ -143,7 +138,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         scaler_state=raw.get("scaler_state"),
         counters=raw["counters"],
         worker_states=raw.get("worker_states"),
-        average_state=raw.get("average_state"),
+        version=str(raw.get("version", "0.1.0")),
     )
 
 
@@ -173,12 +168,11 @@ def checkpoint_payload(
     counters: dict[str, Any],
     worker_states: list[dict[str, Any]] | None,
     world_size: int,
-    average: ActorCritic | None = None,
 ) -> dict[str, Any]:
-    """Everything a checkpoint holds (see `Checkpoint`); ``model`` is the raw ActorCritic (no wrappers);
-    ``average`` the network of the weights' moving average under ``--ema_decay`` (stored only then)."""
+    """Everything a checkpoint holds (see `Checkpoint`); ``model`` is the raw ActorCritic (no wrappers)."""
     return {
         "format_version": FORMAT_VERSION,
+        "version": VERSION,
         "config": {**cfg.to_dict(), "resume": ""},
         "model_config": model.spec.to_dict(),
         "market_spec": market.to_spec(),
@@ -188,7 +182,6 @@ def checkpoint_payload(
         "counters": {k: (float(v) if isinstance(v, float) else v) for k, v in counters.items()},
         "worker_states": worker_states,
         "world_size": world_size,
-        **({"average_state": cpu_state(average)} if average is not None else {}),
     }
 
 
@@ -260,7 +253,7 @@ def restore_policy(
     """
     path = ckpt.path
     try:
-        spec = ModelSpec.from_dict(ckpt.model_config)
+        spec = ModelSpec.from_dict(ckpt.model_config, source=str(path))
     except TypeError as err:
         raise UserError(f"{path}: its model config does not fit this version ({err})") from None
     if resize:
@@ -271,8 +264,8 @@ def restore_policy(
         what = ", ".join(f"{k} {a} (market gives {b})" for k, (a, b) in wrong.items())
         raise UserError(f"{path}: the stored model does not fit its market spec: {what}")
     try:
-        model = ActorCritic(spec)
-        model.load_state_dict(ckpt.deployed_state, strict=True)
+        model = make_policy(spec)
+        model.load_state_dict(ckpt.model_state, strict=True)
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
         first = str(err).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])[:300]

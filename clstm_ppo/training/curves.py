@@ -180,8 +180,7 @@ def plot_training(log: TrainingLog, out_path: str | Path, *, title: str | None =
         if np.isfinite(start).any():
             axes[0, 1].axhline(float(np.nanmedian(start)), color="gray", ls="--", lw=1, label="initial value")
             axes[0, 1].legend(loc="best", fontsize=8)
-    aux = [("aux_loss", "next-day loss (--aux_coef)")] if any(u.get("aux_loss", 0) > 0 for u in log.updates) else []
-    updates(axes[1, 0], [("policy_loss", "policy loss"), ("value_loss", "value loss"), *aux], "losses", twin=True)
+    updates(axes[1, 0], [("policy_loss", "policy loss"), ("value_loss", "value loss")], "losses", twin=True)
     updates(axes[1, 1], [("entropy", "entropy"), ("approx_kl", "approx KL")], "entropy / approx KL", twin=True)
     updates(
         axes[2, 0],

@@ -24,13 +24,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from clstm_ppo.agent.model import ActorCritic, RecurrentState, unwrap
+from clstm_ppo.agent.model import ActorCritic, RecurrentState
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import PPOConfig
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.rollout import RolloutBuffer
 from envs.errors import UserError
-from envs.state import StateLayout
 
 
 @dataclass
@@ -46,7 +45,6 @@ class UpdateStats:
     advantage_std: float  # of the raw GAE advantages (reward units), before normalisation
     return_std: float  # of the GAE returns, the value head's targets
     grad_norm: float
-    aux_loss: float  # the next-day loss: aux_coef x the head's mean squared error, plus the linear forecaster's
     epochs_run: int
     skipped_steps: int  # optimizer steps skipped for NaN/inf gradients
 
@@ -54,7 +52,7 @@ class UpdateStats:
         return dict(self.__dict__)
 
 
-SUMMED_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm", "aux_loss")
+SUMMED_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 """The `UpdateStats` averaged over minibatches (the rest are computed once per update)."""
 
 
@@ -192,40 +190,6 @@ def advantage_statistics(
     return adv_mean, adv_std, math.sqrt(max(var_ret, 0.0)), explained
 
 
-def next_day_targets(windows: Windows, starts: Tensor, layout: StateLayout, days: int = 1) -> tuple[Tensor, Tensor]:
-    """What the next-day loss learns to predict: the mean of the next ``days`` states' price columns, where they
-    exist.
-
-    :param windows: the rollout's ``S`` steps x ``B`` envs of windows; :param starts: ``[S, B]`` bool.
-    :param layout: where the price columns sit in a day's state.
-    :param days: K (``--forecast_days``): 1 predicts tomorrow's column alone.
-    :return: ``(targets [S, B, N], valid [S, B] float)``: the mean of the price columns of the states at steps
-        ``s + 1 .. s + K`` (z-scored returns, or closes with ``--price_features level``); not valid at the last K
-        steps (those states are not in the buffer) nor where one of steps ``s + 1 .. s + K`` starts a new episode.
-    """
-    today = windows.last_rows()  # [S, B, F]
-    steps = today.shape[0]
-    prices = today[:, :, layout.prices].float()  # [S, B, N]
-    targets = torch.zeros_like(prices)
-    valid = torch.zeros(today.shape[:2], dtype=torch.float32, device=today.device)
-    if days >= steps:
-        return targets, valid
-    ahead = steps - days  # the steps whose K next states are all in the buffer
-    same_episode = torch.ones_like(valid[:ahead], dtype=torch.bool)
-    for k in range(1, days + 1):
-        targets[:ahead] += prices[k : ahead + k]
-        same_episode &= ~starts[k : ahead + k]
-    targets[:ahead] /= days  # exact for K = 1
-    valid[:ahead] = same_episode.float()
-    return targets, valid
-
-
-def next_day_loss(predicted: Tensor, targets: Tensor, valid: Tensor) -> Tensor:
-    """Mean squared error of ``predicted [..., N]`` against ``targets [..., N]`` over the ``valid [...]`` steps."""
-    per_step = (predicted - targets).square().mean(-1)
-    return (per_step * valid).sum() / valid.sum().clamp_min(1.0)
-
-
 def ppo_loss(
     new_log_prob: Tensor,
     entropy: Tensor,
@@ -275,8 +239,6 @@ class UpdateBatch:
     advantages: Tensor  # [S, E] (normalised when --norm_adv)
     returns: Tensor  # [S, E] the value head's targets
     initial_state: RecurrentState  # before step 0, each [1, E, H]
-    next_targets: Tensor | None  # [S, E, N] the next-day targets (--aux_coef > 0 or --forecaster linear)
-    next_valid: Tensor | None  # [S, E] where those exist
 
     def columns(self, cols: Tensor, host_cols: Tensor) -> UpdateBatch:
         """The env columns ``cols`` ``[k]`` (on the device; ``host_cols`` the same on the CPU)."""
@@ -287,8 +249,6 @@ class UpdateBatch:
             values=self.values[:, cols],
             advantages=self.advantages[:, cols],
             returns=self.returns[:, cols],
-            next_targets=None if self.next_targets is None else self.next_targets[:, cols],
-            next_valid=None if self.next_valid is None else self.next_valid[:, cols],
         )
         return UpdateBatch(
             windows=self.windows.select(cols),
@@ -305,24 +265,12 @@ def minibatch_loss(
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """The loss of one (micro-)batch of env columns through ``model`` (the DDP wrapper when distributed), and its
-    parts by name: PPO's clipped surrogate, value and entropy terms plus the next-day loss: ``--aux_coef`` x the
-    head's, plus the linear forecaster's (``--forecaster linear``, weight 1: only it fits that map)."""
-    head = batch.next_targets is not None and ppo.aux_coef > 0
+    parts by name: PPO's clipped surrogate, value and entropy terms."""
     with autocast():
-        out = model(
-            batch.windows, batch.initial_state, batch.starts, batch.actions, host_starts=batch.host_starts,
-            predict_next=head,
-        )  # fmt: skip
-    loss, parts = ppo_loss(
+        out = model(batch.windows, batch.initial_state, batch.starts, batch.actions, host_starts=batch.host_starts)
+    return ppo_loss(
         out.log_prob, out.entropy, out.value, batch.log_probs, batch.values, batch.advantages, batch.returns, ppo
     )
-    aux_loss = torch.zeros((), device=loss.device)
-    if head:
-        aux_loss = ppo.aux_coef * next_day_loss(out.next_day, batch.next_targets, batch.next_valid)
-    if out.forecast is not None and batch.next_targets is not None:  # --forecaster linear: weight 1 whatever aux_coef
-        aux_loss = aux_loss + next_day_loss(out.forecast, batch.next_targets, batch.next_valid)
-    parts["aux_loss"] = aux_loss.detach()
-    return loss + aux_loss, parts
 
 
 def minibatch_gradients(
@@ -362,18 +310,8 @@ def update_batch(
     adv_mean, adv_std = statistics[:2]
     if ppo.norm_adv:
         advantages = (advantages - adv_mean) / (adv_std + 1e-8)
-    windows = buf.obs.windows()  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
-    next_targets = next_valid = None
-    spec = unwrap(model).spec
-    if ppo.aux_coef > 0 or spec.forecaster == "linear":
-        if ppo.aux_coef > 0 and not spec.next_day_head:
-            raise ValueError(
-                "aux_coef > 0 needs a model built with next_day_head (build_model does so from the config)"
-            )
-        layout = StateLayout.of_width(spec.num_features, spec.num_tickers)
-        next_targets, next_valid = next_day_targets(windows, buf.starts, layout, ppo.forecast_days)
     batch = UpdateBatch(
-        windows=windows,
+        windows=buf.obs.windows(),  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
         starts=buf.starts,
         host_starts=buf.starts.cpu(),  # one sync per update; minibatches find their LSTM cuts on the host
         actions=buf.actions,
@@ -382,8 +320,6 @@ def update_batch(
         advantages=advantages,
         returns=returns,
         initial_state=buf.initial_state,
-        next_targets=next_targets,
-        next_valid=next_valid,
     )
     return batch, statistics
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import torch
 
-from clstm_ppo.agent.model import ModelSpec, model_spec
+from clstm_ppo.agent.build import model_spec
+from clstm_ppo.agent.model import ModelSpec
 from clstm_ppo.config import SETTINGS, TrainConfig
 from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
 from clstm_ppo.training.run_folder import resolve_resume
@@ -16,7 +17,7 @@ from envs.config import EnvConfig
 from envs.errors import UserError, shown_list
 from envs.features import PreparedMarket
 
-FLAG_OF_SPEC_FIELD = {"next_day_head": "aux_coef", "obs_norm": "norm_obs", "trade_gate": "trade_gate"}
+FLAG_OF_SPEC_FIELD = {"obs_norm": "norm_obs"}
 """Network fields that a flag decides: a difference is named by the flag and its values."""
 
 RESUME_MUST_MATCH = (
@@ -56,7 +57,10 @@ def differences(
     network (``--stage2_hidden 16 (now 32)``; a field a flag decides, by that flag), then each of ``settings`` by
     flag."""
     then = ckpt.cfg
-    stored, wanted = ModelSpec.from_dict(ckpt.model_config).to_dict(), model_spec(cfg, market).to_dict()
+    stored, wanted = (
+        ModelSpec.from_dict(ckpt.model_config, source=str(ckpt.path)).to_dict(),
+        model_spec(cfg, market).to_dict(),
+    )
     out = []
     for key, value in wanted.items():
         if stored.get(key) == value:

@@ -19,7 +19,6 @@ from torch import Tensor
 
 from clstm_ppo.agent.model import ActorCritic, RecurrentState
 from clstm_ppo.agent.windows import WindowStore
-from clstm_ppo.training.augment import TickerPermutation
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.exploration import HeldNoise
 from clstm_ppo.training.reward_norm import RewardNormalizer
@@ -151,8 +150,7 @@ class RolloutCollector:
     :param policy: the raw ActorCritic (no DDP wrapper: acting needs no gradient all-reduce).
     :param gamma: discount, for folding a truncated episode's bootstrap value into its last reward.
     :param generator: action-noise generator on the policy's device.
-    :param seed: seed of the envs' first reset (and of the ticker orders).
-    :param permute_tickers: show every episode's tickers in a fresh random order (`TickerPermutation`).
+    :param seed: seed of the envs' first reset.
     :param noise_hold: hold each env's action noise for this many days (`HeldNoise`; 1: a fresh draw every day).
     :param norm_reward: rewards go through a `RewardNormalizer` (``self.reward_norm``; the trainer merges its
         statistics over all workers after each update).
@@ -168,33 +166,18 @@ class RolloutCollector:
         generator: torch.Generator,
         seed: int,
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-        permute_tickers: bool = False,
         norm_reward: bool = False,
         noise_hold: int = 1,
     ) -> None:
         self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
         self.generator, self.autocast = generator, autocast
         B = env.num_envs
-        self.permutation = (
-            TickerPermutation(B, env.num_tickers, env.num_features, device, seed * 3571 + 17)
-            if permute_tickers
-            else None
-        )
         self.reward_norm = RewardNormalizer(B, gamma, device, enabled=norm_reward)
         self.held_noise = HeldNoise(B, env.action_dim, noise_hold, generator) if noise_hold > 1 else None
         obs, _ = env.reset(seed=seed)
         self.next_start = torch.ones(B, dtype=torch.bool, device=device)  # [B] it starts an episode
-        self.next_obs = self._observe(obs.to(device), self.next_start)  # [B, T, F] what the next step acts on
+        self.next_obs = obs.to(device)  # [B, T, F] what the next step acts on
         self.state = policy.initial_state(B, device)  # recurrent state before the next step
-
-    def _observe(self, obs: Tensor, starting: Tensor | None = None) -> Tensor:
-        """The env's observations as the policy sees them: in each env's ticker order under ``permute_tickers``,
-        new orders drawn first for the envs where ``starting [B]``."""
-        if self.permutation is None:
-            return obs
-        if starting is not None:
-            self.permutation.redraw(starting)
-        return self.permutation.observe(obs)
 
     def collect(self, buf: RolloutBuffer) -> Tensor:
         """Fill ``buf`` with ``buf.n_steps`` days of every env.
@@ -217,10 +200,6 @@ class RolloutCollector:
                     self.next_obs, self.state, self.next_start, generator=self.generator, noise=noise
                 )
                 env_action = policy.env_action(action)
-                if self.permutation is not None:
-                    env_action, action_in_env = self.permutation.to_env(env_action), self.permutation.to_env(action)
-                else:
-                    action_in_env = action
                 obs, reward, terminated, truncated, info = self.env.step(env_action.to(self.env.device))
                 obs, reward = obs.to(device), reward.to(device)
                 terminated, truncated = terminated.to(device), truncated.to(device)
@@ -229,13 +208,12 @@ class RolloutCollector:
                 # The env decides episode ends on the host and sets "_episode" only on steps where some
                 # env finished, so other steps need no device sync here.
                 reset_before = "_episode" in info
-                if reset_before:  # the final observation is in the finished episode's ticker order
-                    final_obs = self._observe(info["final_obs"].to(device))
-                    reward = self._bootstrap_truncated(reward, truncated, final_obs)
+                if reset_before:
+                    reward = self._bootstrap_truncated(reward, truncated, info["final_obs"].to(device))
                     ep = info["episode"]
                     ep_masks.append(info["_episode"].to(device))
                     ep_fields.append(torch.stack([ep[k].to(device, torch.float64) for k in EPISODE_KEYS], dim=1))
-                a = action_in_env.double()  # per-stock statistics in the env's ticker order
+                a = action.double()
                 stats.action_sum += a.sum(0)
                 stats.action_square_sum += a.square().sum(0)
                 stats.clipped += (a.abs() > 1).sum()
@@ -252,7 +230,7 @@ class RolloutCollector:
                 buf.values[step] = value
                 buf.rewards[step] = reward
                 buf.dones[step] = done
-                self.next_obs, self.next_start = self._observe(obs, done if reset_before else None), done
+                self.next_obs, self.next_start = obs, done
         stats.wanted_buy_value, stats.refused_buy_value, stats.exposure_sum = env_sums.to(device).unbind()
         self.stats = stats
         if not ep_masks:
@@ -284,8 +262,6 @@ class RolloutCollector:
             "recurrent": [s.cpu() for s in self.state],
             "reward_norm": self.reward_norm.state_dict(),
         }
-        if self.permutation is not None:
-            state["permutation"] = self.permutation.state_dict()
         if self.held_noise is not None:
             state["held_noise"] = self.held_noise.state_dict()
         state["env"] = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in self.env.state_dict().items()}
@@ -303,7 +279,5 @@ class RolloutCollector:
             self.reward_norm.load_state_dict(state["reward_norm"])
         elif "discounted" in state:  # written before RewardNormalizer: the moments were in the counters
             self.reward_norm.discounted = state["discounted"].to(self.device)
-        if self.permutation is not None and "permutation" in state:
-            self.permutation.load_state_dict(state["permutation"])
         if self.held_noise is not None and "held_noise" in state:
             self.held_noise.load_state_dict(state["held_noise"])

@@ -1,4 +1,5 @@
-"""Experiment tracking, as CleanRL's ``--track``: ``--track wandb`` sends a run to Weights & Biases.
+"""Experiment tracking, as CleanRL's ``--track``: ``--track wandb`` sends a run to Weights & Biases (project
+clstm-ppo of your default entity; ``wandb:PROJECT`` or ``wandb:ENTITY/PROJECT`` name another).
 
 Rank 0 alone (it alone holds a `clstm_ppo.training.run_log.RunLog`) opens one W&B run named after the run
 folder, logs the resolved settings once as its config, and then every scalar TensorBoard gets, at the same
@@ -22,20 +23,17 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.config import TrainConfig, tracking_target
 from envs.alpaca import redact_url
 from envs.errors import UserError, first_line
 
-TRACKERS = ("none", "wandb")
 RUN_ID_FILE = "wandb_run_id.txt"  # in the run folder: a resumed run logs to the same W&B run
 STEP_METRICS = {"episode": "episode/*", "global_step": "train/*"}  # x-axis -> the scalars drawn against it
 
 
 def check_tracking(track: str) -> None:
     """Refuse an unknown ``--track`` or a tracker whose package is missing, in one line (before workers start)."""
-    if track not in TRACKERS:
-        raise UserError(f"--track must be one of {', '.join(TRACKERS)}, got {track!r}")
-    if track == "wandb":
+    if tracking_target(track)[0] == "wandb":
         try:
             import wandb  # noqa: F401  (0.7 s, paid only by runs that track)
         except ImportError:
@@ -63,10 +61,11 @@ class WandbTracker:
         if not run_id:
             run_id = secrets.token_hex(4)  # W&B's own id length; random, so two machines' "exp1" never merge
             id_file.write_text(run_id + "\n", encoding="utf-8")
+        _, project, entity = tracking_target(cfg.run.track)
         try:
             self.run = wandb.init(
-                project=cfg.run.wandb_project,
-                entity=cfg.run.wandb_entity or None,
+                project=project,
+                entity=entity or None,
                 name=run_dir.name,
                 id=run_id,
                 resume="allow",
@@ -93,4 +92,4 @@ class WandbTracker:
 def open_tracker(cfg: TrainConfig, run_dir: Path) -> WandbTracker | None:
     """The tracker ``--track`` asks for (None for ``none``); call on rank 0 only, after the run folder exists."""
     check_tracking(cfg.run.track)
-    return WandbTracker(cfg, run_dir) if cfg.run.track == "wandb" else None
+    return WandbTracker(cfg, run_dir) if tracking_target(cfg.run.track)[0] == "wandb" else None

@@ -1,13 +1,14 @@
-"""One worker's training loop: rollout -> GAE -> PPO update (through DDP) -> metrics -> checkpoint.
+"""One worker's training loop: rollout -> GAE -> PPO update (through DDP), then the callbacks.
 
-Read top to bottom, `Trainer.update` is one iteration of the algorithm: anneal the learning rates, collect
-``n_steps`` days from ``num_envs`` envs, bootstrap and compute advantages, run the PPO epochs, merge the
-normalisers' statistics and gather the finished episodes to every rank. `Trainer.train` repeats it until the
-episode budget is spent, and lets rank 0 log and save. Every worker issues the same collectives in the same
-order: the stop decision comes from the all-gathered episode count and the all-reduced stop flag, so ranks that
-finished different numbers of episodes stop together. The stages live elsewhere: `clstm_ppo.training.rollout`
-(acting, storage, GAE), `clstm_ppo.training.ppo` (the update and the optimizer), `clstm_ppo.training.checkpoint`
-and `run_folder` (the files), `clstm_ppo.training.run_log` (rank 0's logs), `clstm_ppo.training.signals` (stops).
+Read top to bottom, `Trainer.update` is one iteration of the algorithm and nothing else: anneal the learning rates,
+collect ``n_steps`` days from ``num_envs`` envs, bootstrap and compute advantages, run the PPO epochs.
+`Trainer.train` repeats it until the episode budget is spent: after each update it gathers every worker's finished
+episodes to every rank (`Trainer.gather`, which advances the counters), agrees on a stop, and calls the callbacks
+(`clstm_ppo.training.callbacks`: the normalisers' sync, rank 0's log, validation and checkpoints). Every worker
+issues the same collectives in the same order: the stop decision comes from the all-gathered episode count and the
+all-reduced stop flag, so ranks that finished different numbers of episodes stop together. The stages live
+elsewhere: `clstm_ppo.training.rollout` (acting, storage, GAE), `clstm_ppo.training.ppo` (the update and the
+optimizer), `clstm_ppo.training.checkpoint` and `run_folder` (the files), `clstm_ppo.training.signals` (stops).
 """
 
 from __future__ import annotations
@@ -18,27 +19,22 @@ import signal
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from clstm_ppo.agent.evaluate import evaluate_policy
-from clstm_ppo.agent.model import ActorCritic, ModelSpec, build_model
-from clstm_ppo.agent.moments import moment_sums
+from clstm_ppo.agent.build import build_model
 from clstm_ppo.config import PPOConfig, TrainConfig
-from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint, save_checkpoint
+from clstm_ppo.training.callbacks import Callback, Logger, default_callbacks, find
+from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import Comm, WorldLayout
-from clstm_ppo.training.faults import FaultSpec
 from clstm_ppo.training.ppo import PhaseTimer, UpdateStats, autocast_factory, build_optimizer, no_timer, ppo_update
 from clstm_ppo.training.resume import load_weights
 from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, compute_gae
-from clstm_ppo.training.run_folder import BEST, LATEST, episode_checkpoint_name, resolve_resume, write_config
-from clstm_ppo.training.run_log import RunLog
+from clstm_ppo.training.run_folder import LATEST, resolve_resume
 from clstm_ppo.training.signals import StoppedBySignal, StopRequest
-from clstm_ppo.training.tracking import open_tracker
-from clstm_ppo.training.weight_average import WeightAverage
 from envs.errors import UserError
 from envs.execution import describe_execution
 from envs.features import PreparedMarket
@@ -66,9 +62,18 @@ class Counters:
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
 
 
+class Update(NamedTuple):
+    """What one `Trainer.update` did on this rank."""
+
+    rows: Tensor  # [k, len(EPISODE_KEYS)] float64: this worker's finished episodes
+    stats: UpdateStats  # losses, KL, clip fraction, gradient norm (all workers)
+    rollout_seconds: float  # this rank's rollout and GAE
+    update_seconds: float  # this rank's PPO epochs
+
+
 @dataclass
 class UpdateResult:
-    """What one `Trainer.update` did, the same on every rank."""
+    """What one update did over all workers (`Trainer.gather`), the same on every rank."""
 
     episodes: Tensor  # [k, len(EPISODE_KEYS) + 1] float64: every worker's finished episodes, then each one's rank
     stats: UpdateStats  # losses, KL, clip fraction, gradient norm (all workers)
@@ -83,9 +88,20 @@ class UpdateResult:
 
 
 class Trainer:
-    """Training state of one worker (rank). Rank 0 alone prints and writes files."""
+    """Training state of one worker (rank). Rank 0 alone prints and writes files (through its callbacks).
 
-    def __init__(self, cfg: TrainConfig, market: PreparedMarket, comm: Comm, run_dir: Path) -> None:
+    :param callbacks: hooks on the loop (`clstm_ppo.training.callbacks`); default `default_callbacks`. Tests add
+        theirs (e.g. a fault injector) after the product's.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        market: PreparedMarket,
+        comm: Comm,
+        run_dir: Path,
+        callbacks: list[Callback] | None = None,
+    ) -> None:
         self.cfg, self.market, self.comm, self.run_dir = cfg, market, comm, run_dir
         ppo, system, seed = cfg.ppo, cfg.system, cfg.run.seed
         device = self.device = comm.device
@@ -116,7 +132,6 @@ class Trainer:
             autocast=self.autocast,
             seed=env_seed,
             generator=torch.Generator(device=device).manual_seed(seed * 7919 + 104729 * comm.rank + 1),
-            permute_tickers=ppo.permute_tickers,
             norm_reward=ppo.norm_reward,
             noise_hold=ppo.noise_hold,
         )
@@ -124,25 +139,17 @@ class Trainer:
             ppo.n_steps, ppo.num_envs, (market.window, market.num_features), self.model.spec.action_dim, device
         )
         self.counters = Counters()
-        self.average = WeightAverage(self.model, ppo.ema_decay) if ppo.ema_decay > 0 else None
         if cfg.run.resume:
             self._resume(resolve_resume(cfg.run.resume, run_dir))
         elif cfg.run.init_weights:
             self.model.load_state_dict(load_weights(cfg.run.init_weights, cfg, market))
-            if self.average is not None:
-                self.average.load_state_dict(self.model.state_dict())
         trained = torch.compile(self.model) if system.compile else self.model
         if comm.distributed:
             trained = DDP(trained, device_ids=[device.index] if device.type == "cuda" else None)
         self.trained = trained  # the loss forward goes through this (DDP when distributed)
-        self.log: RunLog | None = None
+        self.callbacks = default_callbacks() if callbacks is None else callbacks
         self.stop = StopRequest()
-        self.fault = FaultSpec.from_environment()
-
-    @property
-    def deployed(self) -> ActorCritic:
-        """The network validation scores and checkpoints deploy: the weights' moving average under --ema_decay."""
-        return self.average.model if self.average is not None else self.model
+        self.stopping = False  # every rank agreed to stop after the current update (the all-reduced stop flag)
 
     # ------------------------------------------------------------------ the algorithm
     @property
@@ -150,31 +157,34 @@ class Trainer:
         """Env steps of one update over all workers."""
         return self.cfg.ppo.rollout_steps * self.comm.world_size
 
-    def update(self, *, timer: PhaseTimer | None = None, ppo: PPOConfig | None = None) -> UpdateResult:
+    def update(self, *, timer: PhaseTimer | None = None, ppo: PPOConfig | None = None) -> Update:
         """One iteration of the algorithm on this rank (every rank calls it, with the same collectives): anneal the
-        learning rates, collect ``n_steps`` days of ``num_envs`` envs, bootstrap and compute advantages, run the PPO
-        epochs, merge the normalisers' statistics, gather every worker's finished episodes, advance the counters.
+        learning rates, collect ``n_steps`` days of ``num_envs`` envs (the callbacks' ``on_rollout_end`` sees the
+        rollout), bootstrap and compute advantages, run the PPO epochs.
 
         :param timer: a `PhaseTimer` summing "rollout" (collect and GAE), "update" (the PPO epochs) and the update's
             own phases (benchmarks).
         :param ppo: other PPO settings for this update only (a benchmark's short warm-up); default the run's.
         """
-        cfg, comm, c = self.cfg, self.comm, self.counters
-        ppo = ppo or cfg.ppo
+        ppo = ppo or self.cfg.ppo
         phase = timer if timer is not None else no_timer
         if ppo.anneal_lr:
             est_updates = max(1, math.ceil(ppo.num_episodes * self.episode_days() / self.steps_per_update))
-            frac = max(0.0, 1.0 - c.update / est_updates)
+            frac = max(0.0, 1.0 - self.counters.update / est_updates)
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * frac
         t0 = time.perf_counter()
         with phase("rollout"):
             rows = self.rollout.collect(self.buf)
-            if self.fault is not None:
-                self.fault.apply(comm.rank, c.update + 1, self.buf.rewards)
-            last_value = self.rollout.bootstrap_value()
+            for callback in self.callbacks:
+                callback.on_rollout_end(self)
             advantages, returns = compute_gae(
-                self.buf.rewards, self.buf.values, self.buf.dones, last_value, ppo.gamma, ppo.gae_lambda
+                self.buf.rewards,
+                self.buf.values,
+                self.buf.dones,
+                self.rollout.bootstrap_value(),
+                ppo.gamma,
+                ppo.gae_lambda,
             )
         t1 = time.perf_counter()
         with phase("update"):
@@ -185,22 +195,23 @@ class Trainer:
                 advantages,
                 returns,
                 ppo,
-                comm,
+                self.comm,
                 generator=self.shuffle_gen,
                 autocast=self.autocast,
                 scaler=self.scaler,
                 timer=timer,
             )
-        t2 = time.perf_counter()
-        if cfg.model.norm_obs:  # this rollout's states, added up over all workers
-            self.model.update_obs_stats(comm.all_reduce_sum(moment_sums(self.buf.obs.newest.flatten(0, 1))))
-        self.rollout.reward_norm.sync(comm)
-        if self.average is not None:
-            self.average.update(self.model)
+        return Update(rows, stats, t1 - t0, time.perf_counter() - t1)
+
+    def gather(self, update: Update) -> UpdateResult:
+        """Every worker's finished episodes and rollout statistics gathered to every rank, the counters advanced:
+        the same `UpdateResult` and counters on every rank."""
+        comm, c = self.comm, self.counters
         behaviour = self.rollout.stats.all_reduced(comm).as_dict()
-        ranks = torch.full((rows.shape[0], 1), float(comm.rank), dtype=torch.float64)
-        episodes = comm.all_gather_rows(torch.cat([rows, ranks], dim=1))  # every rank sees every episode
-        result = UpdateResult(episodes, stats, behaviour, t1 - t0, t2 - t1)
+        ranks = torch.full((update.rows.shape[0], 1), float(comm.rank), dtype=torch.float64)
+        episodes = comm.all_gather_rows(torch.cat([update.rows, ranks], dim=1))  # every rank sees every episode
+        result = UpdateResult(episodes, update.stats, behaviour, update.rollout_seconds, update.update_seconds)
+        stats = update.stats
         c.update += 1
         c.global_step += self.steps_per_update
         c.episodes += episodes.shape[0]
@@ -210,34 +221,23 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def train(self) -> Counters:
-        """Run updates until ``num_episodes`` episodes have finished over all workers; return the counters.
+        """Run updates until ``num_episodes`` episodes have finished over all workers, calling the callbacks after
+        each; return the counters.
 
         :raises StoppedBySignal: after SIGINT/SIGTERM, once every rank finished the update and rank 0 saved.
         """
         cfg, comm, c = self.cfg, self.comm, self.counters
-        if comm.master:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_config(self.run_dir, cfg)
-            self.log = RunLog(
-                self.run_dir,
-                num_episodes=cfg.ppo.num_episodes,
-                log_every=cfg.run.log_every,
-                episodes_done=c.episodes,
-                tensorboard=cfg.run.tensorboard,
-                progress=cfg.run.progress,
-                tracker=open_tracker(cfg, self.run_dir),
-            )
-            self.log.line(f"[Rank 0] {self.layout_line}")
+        for callback in self.callbacks:
+            callback.on_training_start(self)
         self.stop.install()
         start = time.perf_counter() - c.elapsed
         try:
             while c.episodes < cfg.ppo.num_episodes:
-                result = self.update()
-                stopping = comm.all_reduce_sum(torch.tensor([float(self.stop.signum is not None)])).item() > 0
+                result = self.gather(self.update())
+                self.stopping = comm.all_reduce_sum(torch.tensor([float(self.stop.signum is not None)])).item() > 0
                 c.elapsed = time.perf_counter() - start
-                if self.log is not None:
-                    self._log_update(result)
-                self._maybe_checkpoint(episodes_before=c.episodes - result.episodes.shape[0], stopping=stopping)
+                for callback in self.callbacks:
+                    callback.on_update_end(self, result)
                 if c.bad_updates >= cfg.run.max_bad_updates:
                     latest = self.run_dir / LATEST
                     kept = (
@@ -250,39 +250,20 @@ class Trainer:
                         f"gradients (their optimizer steps were skipped); {kept}; try a lower "
                         f"learning rate or --max_grad_norm"
                     )
-                if stopping:
-                    if self.log is not None:
-                        self.log.line("[Rank 0] stop requested: checkpoint saved, exiting")
+                if self.stopping:
+                    self.line("[Rank 0] stop requested: checkpoint saved, exiting")
                     raise StoppedBySignal(self.stop.signum or signal.SIGTERM)
             self.verify_replicas()
         finally:
-            if self.log is not None:
-                self.log.close()
+            for callback in self.callbacks:
+                callback.on_training_end(self)
         return c
 
-    def _log_update(self, result: UpdateResult) -> None:
-        """Rank 0: the update's episodes and statistics to metrics.jsonl, TensorBoard and the console."""
-        c, episodes = self.counters, result.episodes
-        seconds = result.rollout_seconds + result.update_seconds
-        self.log.record_update(
-            episodes,
-            first_episode=c.episodes - episodes.shape[0],
-            global_step=c.global_step,
-            update={
-                "update": c.update,
-                "global_step": c.global_step,
-                **result.stats.as_dict(),
-                **result.behaviour,
-                "policy_std": self.model.log_std.detach().exp().mean().item(),
-                **({"reward_scale": self.rollout.reward_norm.scale} if self.cfg.ppo.norm_reward else {}),
-                "lr_clstm": self.optimizer.param_groups[0]["lr"],
-                "lr_actor_critic": self.optimizer.param_groups[1]["lr"],
-                "rollout_seconds": result.rollout_seconds,
-                "update_seconds": result.update_seconds,
-            },
-            sps=self.steps_per_update / max(seconds, 1e-9),
-            time=c.elapsed,
-        )
+    def line(self, text: str) -> None:
+        """A console line from rank 0, through the run's `Logger` (above the progress bar)."""
+        logger = find(self.callbacks, Logger)
+        if logger is not None:
+            logger.line(text)
 
     def verify_replicas(self) -> None:
         """Check that every rank holds the same weights (what DDP promises); raise if not."""
@@ -296,8 +277,7 @@ class Trainer:
         probes = self.comm.all_gather_rows(probe.cpu().unsqueeze(0))  # [world, 3]
         if not bool((probes == probes[0]).all()):
             raise RuntimeError("replicas diverged: ranks hold different weights after training")
-        if self.log is not None:
-            self.log.line(f"[Rank 0] replicas in sync: {self.comm.world_size} ranks hold identical weights")
+        self.line(f"[Rank 0] replicas in sync: {self.comm.world_size} ranks hold identical weights")
 
     def episode_days(self) -> float:
         """Trading days of one training episode (the training split's length when episodes are 'full')."""
@@ -309,78 +289,25 @@ class Trainer:
         devices = str(self.device) if self.comm.world_size == 1 else f"{self.device.type} x {self.comm.world_size}"
         return (
             f"world size {self.comm.world_size} | backend {self.comm.backend} | devices {devices} | "
-            f"{self.cfg.ppo.num_envs} envs per worker | policy {describe_actor(self.model.spec)} | "
+            f"{self.cfg.ppo.num_envs} envs per worker | policy {self.model.spec.policy} | "
             f"{self.market.num_tickers} tickers, F={self.market.num_features}, T={self.market.window} | "
             f"{describe_execution(self.cfg.env.execution, self.market.data)}"
         )
 
     # ------------------------------------------------------------------ checkpoints
-    def _worker_state(self) -> dict[str, Any]:
-        """Everything that makes this rank's next update bitwise reproducible."""
+    def worker_state(self) -> dict[str, Any]:
+        """Everything that makes this rank's next update bitwise reproducible (what a checkpoint keeps per rank)."""
         return {
             "torch_rng": torch.get_rng_state(),
             "shuffle_gen": self.shuffle_gen.get_state(),
             **self.rollout.state_dict(),
         }
 
-    def _maybe_checkpoint(self, *, episodes_before: int, stopping: bool) -> None:
-        """Save latest (and best/periodic) on rank 0; every rank takes part in gathering worker states.
-
-        The decision uses only values identical on all ranks (global counters, the all-reduced stop flag),
-        so the gather below is issued by every rank or by none.
-        """
-        cfg, c = self.cfg, self.counters
-        if c.bad_updates > 0:
-            return  # keep the last good checkpoint
-        finished = c.episodes >= cfg.ppo.num_episodes
-        crossed_period = (
-            cfg.run.save_every > 0 and c.episodes // cfg.run.save_every > episodes_before // cfg.run.save_every
-        )
-        evaluate = c.update % cfg.run.eval_every == 0 or finished
-        due = c.update % cfg.run.checkpoint_every == 0 or finished or stopping or crossed_period
-        if not (due or evaluate):
-            return
-        score = self._score() if evaluate and self.comm.master else None
-        is_best = self.comm.broadcast_object(score is not None and score > c.best_score)
-        if not (due or is_best):
-            return
-        worker_states = self.comm.gather_objects(self._worker_state())
-        if not self.comm.master:
-            return
-        if is_best:
-            c.best_score = score
-        payload = checkpoint_payload(
-            cfg=cfg,
-            model=self.model,
-            market=self.market,
-            optimizer=self.optimizer,
-            scaler=self.scaler,
-            counters=c.as_dict(),
-            worker_states=worker_states,
-            world_size=self.comm.world_size,
-            average=self.average.model if self.average is not None else None,
-        )
-        save_checkpoint(self.run_dir / LATEST, payload)
-        if is_best:
-            save_checkpoint(self.run_dir / BEST, payload)
-        if crossed_period:
-            save_checkpoint(self.run_dir / episode_checkpoint_name(c.episodes), payload)
-
-    def _score(self) -> float | None:
-        """Validation Sharpe of the deterministic policy when a validation split exists, else the mean
-        return of the last 100 training episodes (None before any episode finished)."""
-        if self.market.splits.validation is not None:
-            run = evaluate_policy(self.deployed, self.market, "validation", self.cfg.env, device=self.device)
-            return run.sharpe
-        return self.log.mean_recent_return() if self.log is not None else None
-
     def _resume(self, path: Path) -> None:
         """Continue from ``path``; `resume.check_resume` already checked, before any worker started,
         that its tickers and model match this run."""
         ckpt = load_checkpoint(path, map_location="cpu")
         self.model.load_state_dict(ckpt.model_state)
-        if self.average is not None:  # a run that did not keep one starts its average from the weights
-            self.average.load_state_dict(ckpt.average_state or ckpt.model_state)
         if ckpt.optimizer_state is not None:
             self.optimizer.load_state_dict(ckpt.optimizer_state)
         if self.scaler is not None and ckpt.scaler_state:
@@ -405,14 +332,15 @@ class Trainer:
             )
 
 
-def train_worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldLayout]) -> None:
-    """One rank's whole job (what `clstm_ppo.training.launch.launch` runs on every worker)."""
-    cfg, market, run_dir, layout = payload
+def train_worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldLayout, list[Callback]]) -> None:
+    """One rank's whole job (what `clstm_ppo.training.launch.launch` runs on every worker); the payload's callbacks
+    run after the product's (`default_callbacks`)."""
+    cfg, market, run_dir, layout, extra = payload
     if comm.device.type == "cpu":
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if layout.torchrun else layout.world_size
         torch.set_num_threads(cfg.system.threads or max(1, (os.cpu_count() or 1) // max(1, local_world)))
     run_dir = comm.broadcast_object(run_dir)  # under torchrun every process named its own; rank 0's wins
-    trainer = Trainer(cfg, market, comm, run_dir)
+    trainer = Trainer(cfg, market, comm, run_dir, [*default_callbacks(), *extra])
     start = time.perf_counter()
     try:
         counters = trainer.train()
@@ -426,17 +354,18 @@ def train_worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, W
             )
         raise
     if comm.master:
-        print(
-            f"[Rank 0] done: {counters.episodes} episodes, {counters.global_step:,} env steps in "
-            f"{time.perf_counter() - start:,.1f} s | checkpoints: {run_dir}",
-            flush=True,
-        )
+        done = done_line(counters, cfg, comm.world_size, time.perf_counter() - start)
+        print(f"[Rank 0] {done} | checkpoints: {run_dir}", flush=True)
 
 
-def describe_actor(m: ModelSpec) -> str:
-    """The built network's policy and what its stocks' action means follow, e.g. ``clstm (stock means: a linear
-    forecast)``."""
-    if not m.forecast_skip:
-        return m.policy
-    forecast = "a linear forecast" if m.forecaster == "linear" else "the next-day head"
-    return f"{m.policy} (stock means: {forecast}{'' if m.forecast_only else ' + the network'})"
+def done_line(counters: Counters, cfg: TrainConfig, world_size: int, seconds: float) -> str:
+    """``done: 64 episodes, ...``, saying why there are more episodes than asked: training stops after the update
+    in which the budget is reached, and each update runs every env for ``n_steps`` days."""
+    asked = cfg.ppo.num_episodes
+    rounded = (
+        f" ({asked:,} asked; training stops at the end of the update that reaches them, and each update runs "
+        f"{cfg.ppo.num_envs * world_size:,} envs x {cfg.ppo.n_steps} days)"
+        if counters.episodes > asked
+        else ""
+    )
+    return f"done: {counters.episodes:,} episodes{rounded}, {counters.global_step:,} env steps in {seconds:,.1f} s"

@@ -1,0 +1,67 @@
+"""``--policy lstm`` (RecurrentPPO in the paper's tables): no window LSTM; the current day's state (the last window
+row ``[F]``) goes through two tanh layers to ``feature_dim`` features, then stage 2: separate actor and critic LSTMs
+(``stage2_hidden``, one layer) across days, a linear head for the action means and one for the value.
+
+`clstm_ppo.agent.clstm` is this network with the paper's stage 1 (an LSTM over the T-day window) in front.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from clstm_ppo.agent.layers import orthogonal
+from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState
+from clstm_ppo.agent.recurrence import cut_days, run_lstm
+from clstm_ppo.agent.windows import Windows
+
+
+def feature_layers(width: int, feature_dim: int) -> nn.Sequential:
+    """Stage 1's two tanh layers: ``[M, width] -> [M, feature_dim]``."""
+    return nn.Sequential(
+        orthogonal(nn.Linear(width, feature_dim)),
+        nn.Tanh(),
+        orthogonal(nn.Linear(feature_dim, feature_dim)),
+        nn.Tanh(),
+    )
+
+
+def today(windows: Windows) -> Tensor:
+    """Each window's last day, the current state: ``[L x E, F]`` (step-major)."""
+    return windows.last_rows().reshape(windows.steps * windows.envs, -1)
+
+
+class LSTMPolicy(ActorCritic):
+    """Stage 1 on the current day, stage 2's LSTMs across days (see the module docstring)."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        super().__init__(spec)
+        self._build_stage1()
+        self.features = feature_layers(self._stage1_width(), spec.feature_dim)
+        self.actor_lstm = orthogonal(nn.LSTM(spec.feature_dim, spec.stage2_hidden), 1.0)
+        self.critic_lstm = orthogonal(nn.LSTM(spec.feature_dim, spec.stage2_hidden), 1.0)
+        self.actor_mean = orthogonal(nn.Linear(spec.stage2_hidden, spec.action_dim), 0.01)
+        self.critic = orthogonal(nn.Linear(spec.stage2_hidden, 1), 1.0)
+        self._finish(spec.action_dim)
+
+    def _build_stage1(self) -> None:
+        """Layers in front of the tanh layers (none here; clstm's window LSTM)."""
+
+    def _stage1_width(self) -> int:
+        """Width of what the tanh layers read: the day's state ``F`` here."""
+        return self.spec.num_features
+
+    def encode(self, windows: Windows) -> Tensor:
+        """Stage 1: L x E windows -> features ``[L x E, feature_dim]`` (step-major)."""
+        return self.features(today(windows))
+
+    def stage1_parameters(self) -> list[nn.Parameter]:
+        return list(self.features.parameters())
+
+    def _means_and_values(
+        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)  # [L, B, D]
+        cuts = cut_days(starts if host_starts is None else host_starts)  # once for both LSTMs
+        actor_out, actor = run_lstm(self.actor_lstm, feats, state.actor, starts, cuts)
+        critic_out, critic = run_lstm(self.critic_lstm, feats, state.critic, starts, cuts)
+        return self.actor_mean(actor_out), self.critic(critic_out).squeeze(-1), RecurrentState(*actor, *critic)
