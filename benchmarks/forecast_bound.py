@@ -49,7 +49,7 @@ from envs.config import EnvConfig  # noqa: E402
 from envs.features import PreparedMarket  # noqa: E402
 from envs.sources import parse_synthetic_options  # noqa: E402
 from envs.state import StateLayout  # noqa: E402
-from envs.synthetic import SyntheticReturns, synthetic_returns  # noqa: E402
+from envs.synthetic_v1 import SyntheticReturns, synthetic_returns  # noqa: E402
 
 FORECASTS = ("leader", "best", "oracle")
 

@@ -19,7 +19,7 @@ import argparse
 import numpy as np
 
 from envs.features import price_features
-from envs.synthetic import generate_market
+from envs.synthetic_v1 import generate_market
 
 TRAIN_DAYS = 1690
 COST = 0.001  # of the traded value

@@ -9,7 +9,7 @@ import pytest
 from benchmarks.forecast_bound import forecast_z, information_coefficient, shock_estimates
 from envs.data import split_days
 from envs.features import PreparedMarket
-from envs.synthetic import generate_market, synthetic_returns
+from envs.synthetic_v1 import generate_market, synthetic_returns
 
 KWARGS = dict(num_tickers=5, num_days=1500, seed=41, signal_strength=0.9, signal="lead_lag")
 

@@ -1,6 +1,10 @@
-"""Synthetic market: determinism, bar sanity, correlation structure, regimes, and a learnable planted signal."""
+"""Synthetic market, generator version 1 (`envs.synthetic_v1`, kept for old checkpoints): byte-identical to the
+markets it drew before versions existed, determinism, bar sanity, correlation structure, regimes, and a learnable
+planted signal."""
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import pandas as pd
@@ -8,9 +12,38 @@ import pytest
 
 from envs.data import MarketData, split_days
 from envs.errors import UserError
-from envs.synthetic import generate_market, regime_path, synthetic_returns
+from envs.sources import load_market_data
+from envs.synthetic_v1 import generate_market, regime_path, synthetic_returns
 
 FIELDS = ("open", "high", "low", "close", "volume")
+
+PINNED = [
+    dict(),
+    dict(num_tickers=5, num_days=2520, seed=3, signal_strength=0.9, signal="lead_lag"),
+    dict(num_tickers=8, num_days=700, seed=11, signal_strength=0.5, signal="momentum"),
+    dict(num_tickers=5, num_days=900, seed=2, signal_strength=0.9, signal="lead_lag", lag=3, start="2020-01-01"),
+    dict(num_tickers=3, num_days=200, seed=5),
+]
+PINNED_SHA256 = "ec8e290f27d136cea6a9fd1f9befe7c4656a256d4f8e3aa65b9e6a1271a2cb2f"
+"""sha256 over `PINNED`'s markets and return parts, computed from `envs/synthetic.py` at 8bcb3cf, before generator
+versions existed: the markets old checkpoints were trained on."""
+
+
+def test_version_1_draws_the_markets_it_drew_before_versions_existed():
+    h = hashlib.sha256()
+    for kwargs in PINNED:
+        m = generate_market(**kwargs)
+        h.update(repr(m.tickers).encode())
+        h.update(m.dates.tobytes())
+        for f in FIELDS:
+            h.update(getattr(m, f).tobytes())
+        parts = synthetic_returns(**{k: v for k, v in kwargs.items() if k != "start"})
+        h.update(parts.returns.tobytes())
+        h.update(parts.planted.tobytes())
+    assert h.hexdigest() == PINNED_SHA256
+    # the source string reaches it with generator=1, and an old signal= option with it
+    old = load_market_data("synthetic:tickers=5,days=300,signal=0.9,signal_kind=lead_lag,generator=1", seed=3)
+    assert old.equals(generate_market(num_tickers=5, num_days=300, seed=3, signal_strength=0.9, signal="lead_lag"))
 
 
 @pytest.fixture(scope="module")
