@@ -167,7 +167,7 @@ class SignalSpec:
 
     ic: float = 0.0  # correlation of the predictor with the next open-to-open return; 0: no signal
     kind: str = "lead_lag"  # "momentum" | "lead_lag"
-    halflife: float = 10.0  # days for the predictor's autocorrelation to halve
+    halflife: float = 20.0  # days for the predictor's autocorrelation to halve
     overnight: float = 0.3  # share of the planted move in the next overnight gap (not earned by next-open fills)
     lag: int = 1  # the driving shock is from day t - lag + 1 (lag >= 2: older than the day's own prices)
 
@@ -360,7 +360,7 @@ def generate_market(
     seed: int = 0,
     signal_ic: float = 0.0,
     signal_kind: str = "lead_lag",
-    signal_halflife: float = 10.0,
+    signal_halflife: float = 20.0,
     signal_overnight: float = 0.3,
     lag: int = 1,
     model: MarketModel = DEFAULT_MODEL,
@@ -379,16 +379,33 @@ def generate_market(
     :param model: the market's parameters (`MarketModel`; default: calibrated to real daily US stocks).
     :returns: MarketData with [D, N] float64 prices (dollars) and volumes (whole shares).
     """
+    return market_and_parts(**locals())[0]
+
+
+def market_and_parts(
+    *,
+    num_tickers: int = 30,
+    num_days: int = 2520,
+    start: str = "2014-01-02",
+    seed: int = 0,
+    signal_ic: float = 0.0,
+    signal_kind: str = "lead_lag",
+    signal_halflife: float = 20.0,
+    signal_overnight: float = 0.3,
+    lag: int = 1,
+    model: MarketModel = DEFAULT_MODEL,
+) -> tuple[MarketData, SyntheticParts]:
+    """`generate_market`'s market and the parts it was built from (one draw), for the same arguments."""
     signal = SignalSpec(signal_ic, signal_kind, signal_halflife, signal_overnight, lag)
     parts = synthetic_parts(num_tickers=num_tickers, num_days=num_days, seed=seed, signal=signal, model=model)
     try:
         dates = pd.bdate_range(start=pd.Timestamp(start), periods=parts.returns.shape[0])
     except (ValueError, TypeError, OverflowError):
         raise UserError(f"synthetic start date {start!r} is not a date (use YYYY-MM-DD)") from None
-    return _bars(parts, dates.to_numpy(dtype="datetime64[ns]"))
+    return market_from_parts(parts, dates.to_numpy(dtype="datetime64[ns]")), parts
 
 
-def _bars(parts: SyntheticParts, dates: np.ndarray) -> MarketData:
+def market_from_parts(parts: SyntheticParts, dates: np.ndarray) -> MarketData:
     """The OHLCV bars of ``parts`` on ``dates`` [D] (module docstring)."""
     ret, vol = parts.returns, parts.conditional_vol
     close = parts.start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
