@@ -212,6 +212,9 @@ def _generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".csv", ".parquet"):  # before any fit, so a typo costs nothing
         raise UserError(f"cannot tell the format of {out} (use .csv or .parquet)")
+    kind = args.signal_kind or ("lead_lag" if args.generator != 1 else "momentum")
+    if args.generator != 1:  # checked before a fit, which takes seconds
+        synthetic.SignalSpec(args.signal_ic, kind, args.signal_halflife, args.signal_overnight)
     model, like = synthetic.DEFAULT_MODEL, None
     if args.like:
         if args.generator != GENERATOR_VERSION:
@@ -226,7 +229,6 @@ def _generate(args: argparse.Namespace) -> int:
             )
     tickers = args.tickers if args.tickers is not None else (like.num_tickers if like else 30)
     days = args.days if args.days is not None else (like.num_days if like else 2520)
-    kind = args.signal_kind or ("lead_lag" if args.generator != 1 else "momentum")
     if args.generator == 1:
         if args.signal_ic:
             raise UserError("--signal_ic is generator 2's; generator 1 takes --signal (a strength in [0, 1))")
