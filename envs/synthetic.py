@@ -131,8 +131,11 @@ class MarketModel:
             "leverage": -1 < self.leverage < 1,
             "tail_dof": self.tail_dof > 2,
             "jump_rate": 0 <= self.jump_rate < 1,
-            "market_share": 0 <= self.market_share and 0 <= self.sector_share,
-            "jump_size": self.jump_size >= 0 and self.market_vol_of_vol >= 0 and self.vol_of_vol >= 0,
+            "jump_size": self.jump_size >= 0,
+            "market_share": self.market_share >= 0,
+            "sector_share": self.sector_share >= 0,
+            "market_vol_of_vol": self.market_vol_of_vol >= 0,
+            "vol_of_vol": self.vol_of_vol >= 0,
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -151,7 +154,8 @@ class MarketModel:
 
     def to_dict(self) -> dict[str, object]:
         """JSON-able parameters (tuples as lists)."""
-        return {f.name: (list(v) if isinstance(v, tuple) else v) for f in fields(self) if (v := getattr(self, f.name))}
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if v is not None}
 
     def with_values(self, **values: object) -> MarketModel:
         """A copy with these parameters replaced."""

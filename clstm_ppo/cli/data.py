@@ -265,7 +265,7 @@ def _generate(args: argparse.Namespace) -> int:
         f"{data.date_str(0)} .. {data.date_str(-1)}, generator {args.generator}, seed {args.seed}, {signal}) to {out}"
     )
     if like is not None:
-        print(f"fitted to {args.like}: " + ", ".join(f"{k} {v:.3g}" for k, v in _scalars(model)))
+        print(f"fitted to {args.like}: {_fitted(model)}")
         print(facts_table([args.like, str(out)], [like, data]))
     return 0
 
@@ -275,8 +275,14 @@ def _per_ticker(model: synthetic.MarketModel) -> list[tuple[str, tuple[float, ..
     return [(k, v) for k in names if (v := getattr(model, k)) is not None]
 
 
-def _scalars(model: synthetic.MarketModel) -> list[tuple[str, float]]:
-    return [(k, v) for k, v in model.to_dict().items() if isinstance(v, float)]
+def _fitted(model: synthetic.MarketModel) -> str:
+    """The fitted parameters in one line (the per-ticker ones as their means)."""
+    shares = model.ticker_market_share or (model.market_share,)
+    return (
+        f"market share {np.mean(shares):.2f} (mean over tickers), overnight share {model.overnight_share:.2f}, "
+        f"vol of vol {model.vol_of_vol:.3f}, leverage {model.leverage:.2f} (market {model.market_leverage:.2f}), "
+        f"jumps {model.jump_size:.2f} sigmas at {model.jump_rate:g} a day"
+    )
 
 
 def facts_table(names: list[str], markets: list[MarketData]) -> str:
