@@ -51,7 +51,7 @@ def planted_signal(source: str, seed: int = 0) -> Planted:
     if not is_synthetic(source):
         raise UserError(f"the oracle needs a synthetic market with a planted signal, not {source!r}")
     options = source.strip().partition(":")[2]
-    if synthetic_version(options) != 2:
+    if synthetic_version(options) == 1:
         raise UserError(f"the oracle needs generator 2's planted signal (signal_ic=...); {source!r} is generator 1")
     kwargs = {"seed": seed, **parse_synthetic_options(options)}
     if not kwargs.get("signal_ic"):
