@@ -2,10 +2,13 @@
 
 Sources::
 
-    synthetic                         generate_market() with default options and ``seed``
-    synthetic:k=v,k=v                 options: tickers (count), days, start, signal (strength in [0, 1)),
-                                      signal_kind (momentum | lead_lag), lag (lead_lag: days from the leader's
-                                      move to the follower's, default 1), seed (overrides the seed argument)
+    synthetic                         envs.synthetic.generate_market() with default options and ``seed``
+    synthetic:k=v,k=v                 options: tickers (count), days, start, seed (overrides the seed argument),
+                                      signal_ic (in [0, 0.5); 0: no signal), signal_kind (momentum | lead_lag),
+                                      signal_halflife (days), signal_overnight (share in [0, 1)), lag (days),
+                                      generator (1 | 2; default `GENERATOR_VERSION`)
+    synthetic:generator=1,k=v         the version-1 generator (envs.synthetic_v1), kept for old checkpoints:
+                                      tickers, days, start, seed, signal (strength in [0, 1)), signal_kind, lag
     csv:PATH | parquet:PATH           a long-format file (see envs.data); a bare PATH ending in
                                       .csv / .parquet / .pq works too
     alpaca[:feed=,adjustment=,        envs.alpaca.fetch_bars(tickers, start, end, ...): the options as
@@ -25,41 +28,126 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from envs import synthetic, synthetic_v1
 from envs.data import MarketData, parse_date, read_frame, standardize_frame
 from envs.errors import UserError, shown_list
+from envs.fingerprint import data_fingerprint
 from envs.source_spec import alpaca_options
 from envs.state import MAX_PRICE_RATIO
-from envs.synthetic import generate_market
+from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
 
 SCHEMES: tuple[str, ...] = ("synthetic", "csv", "parquet", "alpaca")
-# option name -> (generate_market argument, parser)
-SYNTHETIC_OPTIONS: dict[str, tuple[str, type]] = {
-    "tickers": ("num_tickers", int),
-    "days": ("num_days", int),
-    "start": ("start", str),
-    "signal": ("signal_strength", float),
-    "signal_kind": ("signal", str),
-    "lag": ("lag", int),
-    "seed": ("seed", int),
+# option name -> (generate_market argument, parser), for each generator version
+SYNTHETIC_OPTIONS: dict[int, dict[str, tuple[str, type]]] = {
+    1: {
+        "tickers": ("num_tickers", int),
+        "days": ("num_days", int),
+        "start": ("start", str),
+        "signal": ("signal_strength", float),
+        "signal_kind": ("signal", str),
+        "lag": ("lag", int),
+        "seed": ("seed", int),
+    },
+    2: {
+        "tickers": ("num_tickers", int),
+        "days": ("num_days", int),
+        "start": ("start", str),
+        "signal_ic": ("signal_ic", float),
+        "signal_kind": ("signal_kind", str),
+        "signal_halflife": ("signal_halflife", float),
+        "signal_overnight": ("signal_overnight", float),
+        "lag": ("lag", int),
+        "seed": ("seed", int),
+    },
 }
+GENERATORS = {1: synthetic_v1.generate_market, 2: synthetic.generate_market}
+
+
+def _options(text: str) -> list[tuple[str, str]]:
+    """ "tickers=10, days=1000" -> [("tickers", "10"), ("days", "1000")]; UserError on an item without a value."""
+    items = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not value.strip():
+            raise UserError(f"synthetic option {item!r} must look like key=value")
+        items.append((key.strip().lower(), value.strip()))
+    return items
+
+
+def synthetic_version(text: str) -> int:
+    """The generator version the options ``text`` (after ``synthetic:``) name: ``generator=N``, else the current."""
+    named = [value for key, value in _options(text) if key == "generator"]
+    if not named:
+        return GENERATOR_VERSION
+    try:
+        version = int(named[-1])
+    except ValueError:
+        version = -1
+    if version not in GENERATOR_VERSIONS:
+        raise UserError(
+            f"synthetic generator={named[-1]!r} is unknown; versions: {', '.join(map(str, GENERATOR_VERSIONS))}"
+        )
+    return version
 
 
 def parse_synthetic_options(text: str) -> dict[str, Any]:
-    """ "tickers=10,days=1000,signal=0.5" -> generate_market keyword arguments; UserError on bad options."""
+    """ "tickers=10,days=1000,signal_ic=0.04" -> keyword arguments of the ``generate_market`` of the generator
+    version the options name (`synthetic_version`; ``generator`` itself is not among them); UserError on bad options."""
+    version = synthetic_version(text)
+    accepted = SYNTHETIC_OPTIONS[version]
     kwargs: dict[str, Any] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        key, value = key.strip().lower(), value.strip()
-        if not sep or not value:
-            raise UserError(f"synthetic option {item!r} must look like key=value")
-        if key not in SYNTHETIC_OPTIONS:
-            raise UserError(f"unknown synthetic option {key!r}; accepted: {', '.join(SYNTHETIC_OPTIONS)}")
-        name, kind = SYNTHETIC_OPTIONS[key]
+    for key, value in _options(text):
+        if key == "generator":
+            continue
+        if key == "signal" and version != 1:
+            raise UserError(
+                "synthetic option signal= is generator 1's strength; give signal_ic=IC, the predictor's correlation "
+                "with the next open-to-open return in [0, 0.5) (0.02-0.05 realistic, 0.3 a toy), or add generator=1"
+            )
+        if key not in accepted:
+            raise UserError(
+                f"unknown synthetic option {key!r} for generator {version}; accepted: {', '.join(accepted)}, generator"
+            )
+        name, kind = accepted[key]
         try:
             kwargs[name] = kind(value)
         except ValueError:
             raise UserError(f"synthetic option {key}={value!r} is not a valid {kind.__name__}") from None
     return kwargs
+
+
+def generate_synthetic(text: str, seed: int = 0) -> MarketData:
+    """The market of the synthetic options ``text`` (after ``synthetic:``), drawn from ``seed`` unless they name one."""
+    return GENERATORS[synthetic_version(text)](**{"seed": seed, **parse_synthetic_options(text)})
+
+
+def is_synthetic(source: str) -> bool:
+    """Does the data-source string name the synthetic generator?"""
+    return source.strip().partition(":")[0].strip().lower() == "synthetic"
+
+
+def pin_generator(source: str, version: int) -> str:
+    """``source`` with its synthetic generator version fixed to ``version`` (unchanged when it names one, or is not
+    synthetic): what an old checkpoint's source string meant when no version was recorded."""
+    if not is_synthetic(source):
+        return source
+    _, _, rest = source.strip().partition(":")
+    if any(key == "generator" for key, _ in _options(rest)):
+        return source
+    return f"synthetic:{rest + ',' if rest.strip() else ''}generator={version}"
+
+
+def data_record(source: str, data: MarketData) -> dict[str, Any]:
+    """What identifies the data a run was trained on, for its checkpoint: the data's `data_fingerprint`, its first and
+    last day, and for a synthetic source the generator version the source string meant."""
+    record: dict[str, Any] = {
+        "fingerprint": data_fingerprint(data),
+        "first": data.date_str(0),
+        "last": data.date_str(-1),
+    }
+    if is_synthetic(source):
+        record["generator"] = synthetic_version(source.strip().partition(":")[2])
+    return record
 
 
 def _filter_frame(
@@ -126,8 +214,7 @@ def load_market_data(
         raise UserError(f"options {', '.join(sorted(alpaca_kwargs))} only apply to the alpaca source, not {source!r}")
 
     if scheme == "synthetic":
-        kwargs = {"seed": seed, **parse_synthetic_options(rest)}
-        data = generate_market(**kwargs)
+        data = generate_synthetic(rest, seed)
         if start is not None or end is not None:
             data = data.select_dates(start, end)
         if tickers is not None:

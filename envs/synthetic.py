@@ -1,77 +1,82 @@
-"""Seeded synthetic markets: correlated assets, regime switching, an optional planted learnable signal.
+"""Seeded synthetic markets that behave like daily US stocks (generator version 2), with an optional planted signal
+of a given information coefficient.
 
-Model (all returns are daily log returns; one ``numpy.random.Generator(PCG64(seed))`` draws everything in
-a fixed order, so equal arguments give byte-identical arrays):
+Version 1 (`envs.synthetic_v1`, ``synthetic:...,generator=1``) stays byte-identical for old checkpoints; a source
+string without ``generator=`` means this one (`GENERATOR_VERSION`). All returns are daily log returns; one
+``numpy.random.Generator(PCG64(seed))`` draws everything in a fixed order that does not depend on the signal's
+settings, so equal arguments give byte-identical arrays and a market with a planted signal has the same noise as
+the market without one.
 
-Regimes -- a Markov chain over three market states, starting in bull, with daily stay probabilities giving
-mean durations of 1/(1-p) days:
+Factor model -- N tickers dealt round-robin into ``S = max(1, min(5, N // 4))`` sectors; ticker i's return on day t::
 
-    =========  ===========  ==============  =========================
-    regime     stay prob.   market drift    volatility multiplier
-    =========  ===========  ==============  =========================
-    bull       0.990        +15% a year     0.8
-    bear       0.980        -20% a year     1.2
-    high_vol   0.960        -5% a year      2.2
-    =========  ===========  ==============  =========================
+    r[t, i] = mu_i + sigma_i * (sqrt(m_i) c_M[t] + sqrt(s_i) c_S[t, s(i)] + sqrt(1 - m_i - s_i - j) c_i[t])
+              + sigma_i * J * B[t, i] * y[t, i] + P[t, i]
 
-    Leaving a regime, the chain moves to either other regime with equal probability.
+with sigma_i the daily volatility (annual ~ U(`MarketModel.annual_vol`)), mu_i = a_i / 252 - sigma_i^2 / 2 where
+a_i ~ U(`MarketModel.annual_drift`) is the expected simple return a year, the variance shares m_i =
+``market_share`` x U(0.6, 1.4) (market factor) and s_i = ``sector_share`` x U(0.5, 1.5) (sector), and the jump
+share j = p J^2 (p = ``jump_rate`` a day, J = ``jump_size`` daily sigmas, B ~ Bernoulli(p), y ~ N(0, 1): earnings-like
+idiosyncratic jumps, all in the overnight gap). ``P`` is the planted signal (below; zero without one).
 
-Factor model -- ticker i in sector s(i) (tickers dealt round-robin into ``max(1, min(5, N // 4))`` sectors)::
+Each component c (the market, each sector, each ticker's own) is ``c[t] = sqrt(h[t]) z[t]``, a unit-variance
+stochastic-volatility process:
 
-    base[t, i] = drift[t] + v[t] * (beta_i * 1.0% * zm[t] + gamma_i * 0.7% * zs[t, s(i)] + sigma_i * ze[t, i])
+* shocks ``z = n sqrt((nu - 2) / chi2_nu)``: Student-t with ``tail_dof`` degrees of freedom, scaled to variance 1;
+* log variance ``x[t] = phi x[t-1] + v (rho n[t-1] + sqrt(1 - rho^2) e[t])`` (phi = ``vol_persistence``, v the
+  component's vol of vol, e ~ N(0, 1)): volatility clusters, and a fall (n < 0) raises tomorrow's variance when
+  rho < 0 (the leverage effect; strongest for the market, ``market_leverage``, so correlations rise in sell-offs);
+  an idiosyncratic or sector log variance also loads ``common_vol`` on the market's (volatilities move together);
+* ``h = exp(x - var(x) / 2)``: x is a stationary Gaussian AR(1), so E[h] = 1 exactly and sigma_i is the ticker's
+  unconditional volatility. The recursion is a linear filter (`scipy.signal.lfilter`): no Python loop over days.
 
-with ``v[t]`` the regime's volatility multiplier, beta_i ~ U(0.7, 1.3), gamma_i ~ U(0.4, 1.0), idiosyncratic
-daily vol sigma_i ~ U(1.0%, 2.0%) and zm, zs, ze independent standard normals. Pairwise return correlation is
-therefore about 0.2-0.4 inside the market and higher inside a sector.
+Bars -- close[t] = close[t-1] exp(r[t]) from a start price ~ exp(U(log 20, log 200)) dollars. The open carries the
+overnight part of the day's move: each component's day is split like a Brownian bridge at ``overnight_share`` w of
+its variance, ``gap = w c + sqrt(w (1 - w) h) s u`` (s the day's t scale, u ~ N(0, 1)), so gap and intraday parts
+are uncorrelated, add up to the day exactly and the gap holds w of the diffusive variance, plus every jump: with the
+defaults about 40% of the daily variance is overnight, as on real stocks. ``open[t] = close[t-1] exp(gap[t])``;
+``high = max(open, close) exp(|N(0, (0.5 vol_t)^2)|)``, ``low = min(open, close) exp(-|...|)`` with vol_t the day's
+conditional volatility; volume (whole shares) is lognormal around a per-ticker median ~ exp(U(log 3e5, log 3e7)),
+times ``exp(0.25 |r| / vol_t)`` and ``exp(N(0, 0.3^2))`` noise. Dates are business days from ``start``; tickers are
+"SYN00", "SYN01", ...
 
-Planted signal of strength ``s`` in [0, 1) (``s = 0``: none). It adds a component ``x`` to ``base`` whose
-variance is ``share = 0.5 * s`` of the ticker's calm-regime (v = 1) return variance ``q_i``:
+The facts this gives (excess kurtosis, volatility clustering, correlations, the overnight share, over seeds 0-9) are
+docs/data.md's table; `envs.facts` measures them.
 
-* ``"momentum"``: ``x[t, i] = m[t-1, i]`` where ``m`` is a per-ticker AR(1) latent trend,
-  ``m[t] = 0.9 m[t-1] + sqrt(1 - 0.9^2) * sqrt(share * q_i) * eta[t]`` (half-life about 6.6 days).
-  Past 5-20 day returns reveal ``m``, so next-day returns are autocorrelated with past returns
-  (lag-k autocorrelation about ``share * 0.9^k``). The trend is persistent, so a strong momentum
-  signal also makes prices wander far (a ticker can end at 100x its start over 10 years).
-* ``"lead_lag"``: ticker i's idiosyncratic shock of day t-k moves ticker i+1 on day t (k = ``lag``, default 1):
-  ``x[t, i+1] = c_i * sigma_i * ze[t-k, i]`` with ``c_i`` scaled so the term's variance is ``share * q_{i+1}``
-  (ticker 0 has no leader, the last ticker leads none). A one-day effect on prices, so they stay in range.
-  With k = 1 the leader's move is today's return, in today's state; with 5 tickers at s = 0.9 the causal rule
-  "hold ticker i+1 after ticker i rose" earns a test-split Sharpe of 0.6 to 4.3 over seeds 1-4, 0.8 to 2.9
-  above equal-weight buy-and-hold on the same days. With k >= 2 (a *memory* market) the move that predicts
-  tomorrow happened k - 1 days before today: today's state does not show it (the 30-day indicators blur one
-  day's shock into noise), an observation window of more than k - 1 days does.
+Planted signal of information coefficient IC (``signal_ic``; 0: none) -- a predictor ``a[t, i]``, known at day t's
+close, is a unit-variance AR(1) with half-life ``signal_halflife`` days (phi_a = 0.5^(1/halflife)),
+``a[t] = phi_a a[t-1] + sqrt(1 - phi_a^2) d[t]``, driven by a shock a trader sees in that day's prices:
 
-Bars -- ``close[t] = close[t-1] * exp(r[t])`` from a start price ~ exp(U(log 20, log 200)) dollars. The open
-gaps from the previous close, ``open[t] = close[t-1] * exp(g[t])`` with ``g ~ N(0, (0.3 * daily vol)^2)``;
-``high = max(open, close) * exp(|N(0, (0.5 * daily vol)^2)|)`` and ``low = min(open, close) * exp(-|...|)``,
-so low > 0 and high >= max(open, close), low <= min(open, close). Volume (whole shares) is lognormal around a
-per-ticker median ~ exp(U(log 3e5, log 3e7)), times ``exp(0.25 * |r| / daily vol)`` (heavier on big moves)
-and ``exp(N(0, 0.3^2))`` noise. Dates are business days (``pandas.bdate_range``) from ``start``.
-Tickers are "SYN00", "SYN01", ... (zero-padded to at least two digits).
+* ``"momentum"``: d[t, i] = ticker i's own idiosyncratic normal shock n_i of day t - lag + 1;
+* ``"lead_lag"``: d[t, i] = the idiosyncratic shock of ticker i - 1 (ticker 0 follows the last one).
+
+It moves the next day: ``P[t + 1, i] = k_i a[t, i]``, a share ``signal_overnight`` of it in day t+1's overnight
+gap (priced before the next open, as news known at a close is on real markets) and the rest between that open and
+the close. k_i = kappa sigma_i, with kappa set so that the correlation of a[t] with the open-to-open log return
+log(open[t+2] / open[t+1]) -- what an order decided at day t's close and filled at the next open earns over the
+next day -- is IC (`signal_coefficient` solves it). Real predictors have ICs of 0.02-0.05; ``signal_ic=0.3`` is a
+toy market a small network learns quickly. `envs.oracle` gives the predictor and what a rule that knows it earns.
 """
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pandas as pd
+from scipy.signal import lfilter
 
 from envs.data import MarketData
 from envs.errors import UserError
 
+GENERATOR_VERSION = 2
+"""The generator a ``synthetic:...`` source without ``generator=`` means."""
+GENERATOR_VERSIONS: tuple[int, ...] = (1, 2)
 SIGNALS: tuple[str, ...] = ("momentum", "lead_lag")
-REGIMES: tuple[str, ...] = ("bull", "bear", "high_vol")
-REGIME_STAY = np.array([0.990, 0.980, 0.960])
-REGIME_DRIFT_ANNUAL = np.array([0.15, -0.20, -0.05])
-REGIME_VOL_MULT = np.array([0.8, 1.2, 2.2])
-MARKET_VOL = 0.010  # daily
-SECTOR_VOL = 0.007  # daily
-SIGNAL_SHARE_AT_FULL = 0.5  # share of return variance carried by the signal at strength 1 (0.1: subtle, 0.5: strong)
-MOMENTUM_PHI = 0.90
 TRADING_DAYS = 252
 TICKER_PREFIX = "SYN"  # names "SYN00", "SYN01", ...: letters then digits, unlike any listed US stock
+MAX_SIGNAL_IC = 0.5
 
 
 def is_synthetic_ticker(name: str) -> bool:
@@ -79,107 +84,276 @@ def is_synthetic_ticker(name: str) -> bool:
     return re.fullmatch(rf"{TICKER_PREFIX}\d{{2,}}", name) is not None
 
 
-def _regime_path(rng: np.random.Generator, num_days: int) -> np.ndarray:
-    """[D] int regime index per day; a Markov chain started in bull."""
-    u = rng.random(num_days)
-    side = rng.random(num_days) < 0.5
-    path = np.empty(num_days, dtype=np.int64)
-    state = 0
-    for t in range(num_days):
-        if t > 0 and u[t] >= REGIME_STAY[state]:
-            others = [k for k in range(3) if k != state]
-            state = others[0] if side[t] else others[1]
-        path[t] = state
-    return path
+def ticker_names(num_tickers: int) -> tuple[str, ...]:
+    """ "SYN00", "SYN01", ... (zero-padded to at least two digits)."""
+    width = max(2, len(str(num_tickers - 1)))
+    return tuple(f"{TICKER_PREFIX}{i:0{width}d}" for i in range(num_tickers))
+
+
+def whole_number(value: object, name: str, minimum: int) -> int:
+    """``value`` as an int >= ``minimum``; one `UserError` naming ``name`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) < minimum:
+        raise UserError(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
 
 
 @dataclass(frozen=True)
-class SyntheticReturns:
-    """The parts of a synthetic market's daily log returns (see the module docstring for the model).
+class MarketModel:
+    """The generator's parameters (module docstring); the defaults are calibrated to real daily US stocks.
 
-    A benchmark that asks what the best possible forecast of a planted signal earns reads them; the env never does.
-    Shapes: D days, N tickers, S sectors.
+    ``clstm-ppo data generate --like FILE`` (`envs.market_fit`) fits one to a user's data, with per-ticker values.
     """
 
-    regime: np.ndarray  # [D] int regime index (0 bull, 1 bear, 2 high_vol)
-    drift: np.ndarray  # [D] market drift, log return per day
-    vol_multiplier: np.ndarray  # [D] the regime's volatility multiplier v[t]
-    sector: np.ndarray  # [N] int sector of each ticker
-    market_loading: np.ndarray  # [N] beta_i * 1% (daily)
-    sector_loading: np.ndarray  # [N] gamma_i * 0.7% (daily)
-    idio_vol: np.ndarray  # [N] sigma_i (daily)
-    calm_var: np.ndarray  # [N] q_i, the calm-regime (v = 1) daily return variance without the signal
-    signal_share: float  # share = 0.5 s: the planted term's variance as a share of q_i
-    shocks: np.ndarray  # [D, N] ze, the idiosyncratic standard normal shocks
-    planted: np.ndarray  # [D, N] the planted signal's term x (log return per day; zeros without a signal)
-    returns: np.ndarray  # [D, N] close-to-close log returns: base + planted
+    annual_vol: tuple[float, float] = (0.22, 0.45)  # range of sigma_i * sqrt(252) (fraction a year)
+    annual_drift: tuple[float, float] = (0.08, 0.18)  # range of a_i, the expected simple return a year
+    market_share: float = 0.30  # mean share of a ticker's variance from the market factor
+    sector_share: float = 0.10  # mean share from its sector
+    overnight_share: float = 0.35  # w: share of each diffusive day's variance in the overnight gap
+    vol_persistence: float = 0.985  # phi: daily AR(1) coefficient of log variance (half-life ~46 days)
+    market_vol_of_vol: float = 0.22  # v of the market's log variance (per day)
+    vol_of_vol: float = 0.22  # v of the sectors' and tickers' own log variance (per day)
+    market_leverage: float = -0.7  # rho of the market: corr(today's shock, tomorrow's log-variance innovation)
+    leverage: float = -0.5  # rho of the sectors and tickers
+    common_vol: float = 0.4  # loading of a sector's / ticker's log variance on the market's
+    tail_dof: float = 8.0  # nu of the Student-t shocks (> 2)
+    jump_rate: float = 0.006  # p: idiosyncratic jumps a day (0.006: 1.5 a year)
+    jump_size: float = 4.2  # J: a jump's standard deviation in the ticker's daily sigmas
+    # Per-ticker values (a fitted market): each tuple has one number per ticker and replaces the drawn ones.
+    ticker_vol: tuple[float, ...] | None = None  # annual volatility
+    ticker_drift: tuple[float, ...] | None = None  # expected simple return a year
+    ticker_market_share: tuple[float, ...] | None = None  # share of variance from the market factor
+
+    def __post_init__(self) -> None:
+        checks = {
+            "overnight_share": 0 <= self.overnight_share < 1,
+            "vol_persistence": 0 <= self.vol_persistence < 1,
+            "market_leverage": -1 < self.market_leverage < 1,
+            "leverage": -1 < self.leverage < 1,
+            "tail_dof": self.tail_dof > 2,
+            "jump_rate": 0 <= self.jump_rate < 1,
+            "jump_size": self.jump_size >= 0,
+            "market_share": self.market_share >= 0,
+            "sector_share": self.sector_share >= 0,
+            "market_vol_of_vol": self.market_vol_of_vol >= 0,
+            "vol_of_vol": self.vol_of_vol >= 0,
+        }
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise UserError(f"synthetic market parameters out of range: {', '.join(bad)}")
+        lengths = {len(v) for v in (self.ticker_vol, self.ticker_drift, self.ticker_market_share) if v is not None}
+        if len(lengths) > 1:
+            raise UserError("a fitted synthetic market needs one value per ticker in each per-ticker parameter")
+
+    @property
+    def num_fitted_tickers(self) -> int | None:
+        """N of a fitted market (its per-ticker values), None when the tickers are drawn."""
+        for values in (self.ticker_vol, self.ticker_drift, self.ticker_market_share):
+            if values is not None:
+                return len(values)
+        return None
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-able parameters (tuples as lists)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if v is not None}
+
+    def with_values(self, **values: object) -> MarketModel:
+        """A copy with these parameters replaced."""
+        return replace(self, **values)
 
 
-def _draw_returns(rng: np.random.Generator, d: int, n: int, strength: float, signal: str, lag: int) -> SyntheticReturns:
-    """Draw the returns' parts from ``rng`` (advancing it by the same draws in the same order, always)."""
+DEFAULT_MODEL = MarketModel()
+
+
+@dataclass(frozen=True)
+class SignalSpec:
+    """A planted signal (module docstring): its IC, kind, half-life, overnight share and lag."""
+
+    ic: float = 0.0  # correlation of the predictor with the next open-to-open return; 0: no signal
+    kind: str = "lead_lag"  # "momentum" | "lead_lag"
+    halflife: float = 20.0  # days for the predictor's autocorrelation to halve
+    overnight: float = 0.3  # share of the planted move in the next overnight gap (not earned by next-open fills)
+    lag: int = 1  # the driving shock is from day t - lag + 1 (lag >= 2: older than the day's own prices)
+
+    def __post_init__(self) -> None:
+        try:
+            ic, halflife, overnight = float(self.ic), float(self.halflife), float(self.overnight)
+        except (TypeError, ValueError):
+            raise UserError(f"signal_ic, signal_halflife and signal_overnight must be numbers, got {self}") from None
+        if not (0.0 <= ic < MAX_SIGNAL_IC):
+            raise UserError(
+                f"signal_ic must be in [0, {MAX_SIGNAL_IC}) (a correlation: 0.02-0.05 is realistic, 0.3 a toy), "
+                f"got {self.ic!r}"
+            )
+        if self.kind not in SIGNALS:
+            raise UserError(f"unknown synthetic signal {self.kind!r}; choose one of {', '.join(SIGNALS)}")
+        if not halflife > 0:
+            raise UserError(f"signal_halflife must be a positive number of days, got {self.halflife!r}")
+        if not (0.0 <= overnight < 1.0):
+            raise UserError(f"signal_overnight must be in [0, 1), got {self.overnight!r}")
+        whole_number(self.lag, "lag", 1)
+        object.__setattr__(self, "ic", ic)
+        object.__setattr__(self, "halflife", halflife)
+        object.__setattr__(self, "overnight", overnight)
+
+    @property
+    def persistence(self) -> float:
+        """phi_a, the predictor's daily AR(1) coefficient."""
+        return 0.5 ** (1.0 / self.halflife)
+
+
+def signal_coefficient(ic: float, overnight: float, persistence: float) -> float:
+    """kappa: the planted move's daily standard deviation in units of the ticker's sigma that gives the requested IC.
+
+    With R = log(open[t+2] / open[t+1]) = (1 - o) k a[t] + o k a[t+1] + noise of variance sigma^2 (o =
+    ``overnight``, phi = ``persistence``): cov(a[t], R) = kappa sigma A and var(R) = sigma^2 (1 + kappa^2 B), with
+    A = (1 - o) + o phi and B = (1 - o)^2 + o^2 + 2 o (1 - o) phi, so IC = kappa A / sqrt(1 + kappa^2 B).
+    """
+    a = (1 - overnight) + overnight * persistence
+    b = (1 - overnight) ** 2 + overnight**2 + 2 * overnight * (1 - overnight) * persistence
+    if ic <= 0:
+        return 0.0
+    return math.sqrt(ic**2 / (a**2 - ic**2 * b))
+
+
+@dataclass(frozen=True)
+class SyntheticParts:
+    """The parts of a version-2 market's returns (module docstring). D days, N tickers; log returns a day.
+
+    `envs.oracle` reads the predictor; the env never does.
+    """
+
+    returns: np.ndarray  # [D, N] close-to-close log returns r (row 0: from the start price)
+    gap: np.ndarray  # [D, N] overnight log returns log(open[t] / close[t-1])
+    predictor: np.ndarray  # [D, N] a: the planted predictor known at day t's close (zeros without a signal)
+    planted: np.ndarray  # [D, N] P: the planted move (log return), P[t + 1] = k a[t]
+    daily_vol: np.ndarray  # [N] sigma_i, the unconditional daily volatility
+    conditional_vol: np.ndarray  # [D, N] the day's conditional volatility (without the planted move)
+    start_price: np.ndarray  # [N] dollars
+    median_volume: np.ndarray  # [N] shares
+    signal_scale: np.ndarray  # [N] k_i = kappa sigma_i (zeros without a signal)
+    wicks: np.ndarray  # [2, D, N] standard normals of the high's and the low's wicks
+    volume_noise: np.ndarray  # [D, N] standard normals of the volume
+
+
+def _sv_variance(n: np.ndarray, e: np.ndarray, phi: float, vol_of_vol: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """Log variance ``x [D, K]`` of K stationary AR(1) processes whose innovations are ``v (rho n[t-1] + sqrt(1 -
+    rho^2) e[t])``, started from their stationary law (x[0] ~ N(0, v^2 / (1 - phi^2)))."""
+    innov = np.sqrt(1 - rho**2) * e
+    innov[1:] += rho * n[:-1]
+    innov[0] = e[0] / math.sqrt(1 - phi**2)  # x[0] = v e[0] / sqrt(1 - phi^2): the stationary law
+    return lfilter([1.0], [1.0, -phi], vol_of_vol * innov, axis=0)
+
+
+def _draw(rng: np.random.Generator, d: int, n: int, model: MarketModel, signal: SignalSpec) -> SyntheticParts:
+    """Every draw of a market, from ``rng`` in a fixed order (the same whatever the signal)."""
     num_sectors = max(1, min(5, n // 4))
     sector = np.arange(n) % num_sectors
+    k = 1 + num_sectors + n  # components: market, sectors, tickers
+    # per-ticker parameters
+    vol = rng.uniform(*model.annual_vol, n) / math.sqrt(TRADING_DAYS)
+    drift = rng.uniform(*model.annual_drift, n) / TRADING_DAYS
+    m_share = model.market_share * rng.uniform(0.6, 1.4, n)
+    s_share = model.sector_share * rng.uniform(0.5, 1.5, n)
+    start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))
+    median_volume = np.exp(rng.uniform(np.log(3e5), np.log(3e7), n))
+    # shocks
+    normal = rng.standard_normal((d, k))
+    chi2 = rng.chisquare(model.tail_dof, (d, k))
+    vol_news = rng.standard_normal((d, k))
+    jump_day = rng.random((d, n)) < model.jump_rate
+    jump = rng.standard_normal((d, n))
+    bridge = rng.standard_normal((d, k))
+    wicks = rng.standard_normal((2, d, n))
+    volume_noise = rng.standard_normal((d, n))
 
-    regime = _regime_path(rng, d)
-    drift = (REGIME_DRIFT_ANNUAL / TRADING_DAYS)[regime]  # [D]
-    vmult = REGIME_VOL_MULT[regime]  # [D]
+    if model.ticker_vol is not None:
+        vol = np.asarray(model.ticker_vol, dtype=np.float64) / math.sqrt(TRADING_DAYS)
+    if model.ticker_drift is not None:
+        drift = np.asarray(model.ticker_drift, dtype=np.float64) / TRADING_DAYS
+    if model.ticker_market_share is not None:
+        m_share, s_share = np.asarray(model.ticker_market_share, dtype=np.float64), np.zeros(n)
+    jump_share = model.jump_rate * model.jump_size**2
+    own_share = np.clip(1.0 - m_share - s_share - jump_share, 0.02, None)  # a variance budget left for the ticker
 
-    beta = rng.uniform(0.7, 1.3, n)
-    gamma = rng.uniform(0.4, 1.0, n)
-    sigma = rng.uniform(0.010, 0.020, n)
-    zm = rng.standard_normal(d)
-    zs = rng.standard_normal((d, num_sectors))
-    ze = rng.standard_normal((d, n))
-    eta = rng.standard_normal((d, n))
-    calm_var = (beta * MARKET_VOL) ** 2 + (gamma * SECTOR_VOL) ** 2 + sigma**2  # [N] q_i
-
-    idio = sigma[None, :] * ze
-    base = drift[:, None] + vmult[:, None] * (
-        (beta * MARKET_VOL)[None, :] * zm[:, None] + (gamma * SECTOR_VOL)[None, :] * zs[:, sector] + idio
+    # stochastic volatility: column 0 the market, then the sectors, then the tickers
+    phi = model.vol_persistence
+    vov = np.r_[model.market_vol_of_vol, np.full(k - 1, model.vol_of_vol)]
+    rho = np.r_[model.market_leverage, np.full(k - 1, model.leverage)]
+    x = _sv_variance(normal, vol_news, phi, vov, rho)
+    x[:, 1:] += model.common_vol * x[:, :1]
+    var_x = vov**2 / (1 - phi**2)
+    var_x[1:] += model.common_vol**2 * var_x[0]  # independent Gaussian parts: variances add
+    h = np.exp(x - var_x / 2)  # [D, K], E[h] = 1
+    scale = np.sqrt((model.tail_dof - 2) / chi2)  # the t shock's scale, z = n * scale
+    sd = np.sqrt(h) * scale  # [D, K] the day's standard deviation of each component given its scale
+    comp = sd * normal  # [D, K] unit-variance components c
+    comp_gap = (
+        model.overnight_share * comp + math.sqrt(model.overnight_share * (1 - model.overnight_share)) * sd * bridge
     )
-    share = SIGNAL_SHARE_AT_FULL * strength
+
+    def tickers(c: np.ndarray) -> np.ndarray:
+        """[D, K] component values -> [D, N] their sum in each ticker's return (daily sigmas)."""
+        return (
+            np.sqrt(m_share) * c[:, :1]
+            + np.sqrt(s_share) * c[:, 1 + sector]
+            + np.sqrt(own_share) * c[:, 1 + num_sectors :]
+        )
+
+    mu = drift - vol**2 / 2  # daily log drift of a ticker whose expected simple return is ``drift``
+    jumps = vol * model.jump_size * np.where(jump_day, jump, 0.0)
+    base = mu + vol * tickers(comp) + jumps
+    gap = model.overnight_share * mu + vol * tickers(comp_gap) + jumps
+    var_today = m_share * h[:, :1] + s_share * h[:, 1 + sector] + own_share * h[:, 1 + num_sectors :] + jump_share
+    conditional_vol = vol * np.sqrt(var_today)
+
+    predictor = np.zeros((d, n))
     planted = np.zeros((d, n))
-    if share > 0 and signal == "momentum":
-        trend = np.empty((d, n))
-        innov = np.sqrt(1 - MOMENTUM_PHI**2) * np.sqrt(share * calm_var)[None, :] * eta
-        trend[0] = np.sqrt(share * calm_var) * eta[0]  # stationary start
-        for t in range(1, d):
-            trend[t] = MOMENTUM_PHI * trend[t - 1] + innov[t]
-        planted[1:] = trend[:-1]
-    elif share > 0 and signal == "lead_lag" and n > 1:
-        # ze has unit variance, so the coefficient sets the term's variance to share * q_{i+1}
-        coef = np.sqrt(share * calm_var[1:])
-        planted[lag:, 1:] = coef[None, :] * ze[:-lag, :-1]
-    return SyntheticReturns(
-        regime=regime,
-        drift=drift,
-        vol_multiplier=vmult,
-        sector=sector,
-        market_loading=beta * MARKET_VOL,
-        sector_loading=gamma * SECTOR_VOL,
-        idio_vol=sigma,
-        calm_var=calm_var,
-        signal_share=share,
-        shocks=ze,
-        planted=planted,
+    kappa = signal_coefficient(signal.ic, signal.overnight, signal.persistence)
+    if kappa > 0:
+        own = normal[:, 1 + num_sectors :]  # [D, N] each ticker's idiosyncratic normal shock
+        driver = own if signal.kind == "momentum" else np.roll(own, 1, axis=1)  # lead_lag: ticker i - 1's
+        driver = np.vstack([np.zeros((signal.lag - 1, n)), driver[: d - signal.lag + 1]])  # the shock of t - lag + 1
+        phi_a = signal.persistence
+        driver[0] /= math.sqrt(1 - phi_a**2)  # a[0] = driver[0]: the stationary law
+        predictor = lfilter([math.sqrt(1 - phi_a**2)], [1.0, -phi_a], driver, axis=0)
+        planted[1:] = kappa * vol * predictor[:-1]
+    return SyntheticParts(
         returns=base + planted,
+        gap=gap + signal.overnight * planted,
+        predictor=predictor,
+        planted=planted,
+        daily_vol=vol,
+        conditional_vol=conditional_vol,
+        start_price=start_price,
+        median_volume=median_volume,
+        signal_scale=kappa * vol,
+        wicks=wicks,
+        volume_noise=volume_noise,
     )
 
 
-def _checked(
-    num_tickers: object, num_days: object, seed: object, signal_strength: object, signal: str, lag: object
-) -> tuple[int, int, int, float, int]:
-    """The generator's arguments, validated: ``(n, d, seed, strength, lag)``; one `UserError` per bad value."""
-    n, d, seed = _whole(num_tickers, "num_tickers", 1), _whole(num_days, "num_days", 2), _whole(seed, "seed", 0)
-    lag = _whole(lag, "lag", 1)
-    if lag >= d:
-        raise UserError(f"synthetic lag {lag} must be shorter than the {d} days")
-    strength = float(signal_strength)  # type: ignore[arg-type]
-    if not (0.0 <= strength < 1.0):
-        raise UserError(f"signal strength must be in [0, 1), got {signal_strength!r}")
-    if signal not in SIGNALS:
-        raise UserError(f"unknown synthetic signal {signal!r}; choose one of {', '.join(SIGNALS)}")
-    return n, d, seed, strength, lag
+def _checked(num_tickers: object, num_days: object, seed: object, model: MarketModel) -> tuple[int, int, int]:
+    n, d = whole_number(num_tickers, "num_tickers", 1), whole_number(num_days, "num_days", 2)
+    fitted = model.num_fitted_tickers
+    if fitted is not None and fitted != n:
+        raise UserError(f"this fitted synthetic market has {fitted} tickers, not {n}")
+    return n, d, whole_number(seed, "seed", 0)
+
+
+def synthetic_parts(
+    *,
+    num_tickers: int = 30,
+    num_days: int = 2520,
+    seed: int = 0,
+    signal: SignalSpec = SignalSpec(),
+    model: MarketModel = DEFAULT_MODEL,
+) -> SyntheticParts:
+    """The parts of the market `generate_market` with these arguments draws (its closes compound ``returns``)."""
+    n, d, seed = _checked(num_tickers, num_days, seed, model)
+    if signal.lag >= d:
+        raise UserError(f"synthetic lag {signal.lag} must be shorter than the {d} days")
+    return _draw(np.random.Generator(np.random.PCG64(seed)), d, n, model, signal)
 
 
 def generate_market(
@@ -188,80 +362,68 @@ def generate_market(
     num_days: int = 2520,
     start: str = "2014-01-02",
     seed: int = 0,
-    signal_strength: float = 0.0,
-    signal: str = "momentum",
+    signal_ic: float = 0.0,
+    signal_kind: str = "lead_lag",
+    signal_halflife: float = 20.0,
+    signal_overnight: float = 0.3,
     lag: int = 1,
+    model: MarketModel = DEFAULT_MODEL,
 ) -> MarketData:
     """A synthetic OHLCV market, deterministic in its arguments (see the module docstring for the model).
 
-    :param num_tickers: N >= 1.
+    :param num_tickers: N >= 1 (a fitted ``model`` fixes it).
     :param num_days: D >= 2 business days.
     :param start: first business day on or after this date.
     :param seed: seed of the PCG64 generator.
-    :param signal_strength: s in [0, 1); 0 plants nothing.
-    :param signal: "momentum" | "lead_lag".
-    :param lag: k, the days by which a leader's shock precedes its follower's move ("lead_lag" only).
+    :param signal_ic: IC in [0, 0.5) of the planted predictor with the next open-to-open return; 0 plants nothing.
+    :param signal_kind: "momentum" | "lead_lag".
+    :param signal_halflife: the predictor's half-life in days.
+    :param signal_overnight: share in [0, 1) of the planted move in the next overnight gap.
+    :param lag: the driving shock's age plus one, in days (1: the day's own shock).
+    :param model: the market's parameters (`MarketModel`; default: calibrated to real daily US stocks).
     :returns: MarketData with [D, N] float64 prices (dollars) and volumes (whole shares).
     """
-    n, d, seed, strength, lag = _checked(num_tickers, num_days, seed, signal_strength, signal, lag)
+    return market_and_parts(**locals())[0]
+
+
+def market_and_parts(
+    *,
+    num_tickers: int = 30,
+    num_days: int = 2520,
+    start: str = "2014-01-02",
+    seed: int = 0,
+    signal_ic: float = 0.0,
+    signal_kind: str = "lead_lag",
+    signal_halflife: float = 20.0,
+    signal_overnight: float = 0.3,
+    lag: int = 1,
+    model: MarketModel = DEFAULT_MODEL,
+) -> tuple[MarketData, SyntheticParts]:
+    """`generate_market`'s market and the parts it was built from (one draw), for the same arguments."""
+    signal = SignalSpec(signal_ic, signal_kind, signal_halflife, signal_overnight, lag)
+    parts = synthetic_parts(num_tickers=num_tickers, num_days=num_days, seed=seed, signal=signal, model=model)
     try:
-        dates = pd.bdate_range(start=pd.Timestamp(start), periods=d)
+        dates = pd.bdate_range(start=pd.Timestamp(start), periods=parts.returns.shape[0])
     except (ValueError, TypeError, OverflowError):
         raise UserError(f"synthetic start date {start!r} is not a date (use YYYY-MM-DD)") from None
+    return market_from_parts(parts, dates.to_numpy(dtype="datetime64[ns]")), parts
 
-    rng = np.random.Generator(np.random.PCG64(seed))
-    parts = _draw_returns(rng, d, n, strength, signal, lag)
-    ret = parts.returns  # [D, N] close-to-close log returns
-    daily_vol = np.sqrt(parts.calm_var)[None, :] * parts.vol_multiplier[:, None]  # [D, N]
 
-    start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))
-    close = start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
-    prev_close = np.vstack([start_price[None, :], close[:-1]])
-    gap = 0.3 * daily_vol * rng.standard_normal((d, n))
-    open_ = prev_close * np.exp(gap)
-    wick_hi = np.abs(0.5 * daily_vol * rng.standard_normal((d, n)))
-    wick_lo = np.abs(0.5 * daily_vol * rng.standard_normal((d, n)))
-    high = np.maximum(open_, close) * np.exp(wick_hi)
-    low = np.minimum(open_, close) * np.exp(-wick_lo)
-
-    median_volume = np.exp(rng.uniform(np.log(3e5), np.log(3e7), n))
-    volume = np.round(
-        median_volume[None, :] * np.exp(0.25 * np.abs(ret) / daily_vol + 0.3 * rng.standard_normal((d, n)))
-    )
-    width = max(2, len(str(n - 1)))
-    tickers = tuple(f"{TICKER_PREFIX}{i:0{width}d}" for i in range(n))
+def market_from_parts(parts: SyntheticParts, dates: np.ndarray) -> MarketData:
+    """The OHLCV bars of ``parts`` on ``dates`` [D] (module docstring)."""
+    ret, vol = parts.returns, parts.conditional_vol
+    close = parts.start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
+    prev_close = np.vstack([parts.start_price[None, :], close[:-1]])
+    open_ = prev_close * np.exp(parts.gap)
+    high = np.maximum(open_, close) * np.exp(np.abs(0.5 * vol * parts.wicks[0]))
+    low = np.minimum(open_, close) * np.exp(-np.abs(0.5 * vol * parts.wicks[1]))
+    volume = np.round(parts.median_volume[None, :] * np.exp(0.25 * np.abs(ret) / vol + 0.3 * parts.volume_noise))
     return MarketData(
-        dates=dates.to_numpy(dtype="datetime64[ns]"),
-        tickers=tickers,
+        dates=dates,
+        tickers=ticker_names(ret.shape[1]),
         open=open_,
         high=high,
         low=low,
         close=close,
         volume=volume,
     )
-
-
-def synthetic_returns(
-    *,
-    num_tickers: int = 30,
-    num_days: int = 2520,
-    seed: int = 0,
-    signal_strength: float = 0.0,
-    signal: str = "momentum",
-    lag: int = 1,
-) -> SyntheticReturns:
-    """The parts of the returns ``generate_market`` with these arguments draws (its ``close`` compounds ``returns``)."""
-    n, d, seed, strength, lag = _checked(num_tickers, num_days, seed, signal_strength, signal, lag)
-    return _draw_returns(np.random.Generator(np.random.PCG64(seed)), d, n, strength, signal, lag)
-
-
-def regime_path(*, num_days: int = 2520, seed: int = 0) -> np.ndarray:
-    """[D] regime index per day (0 bull, 1 bear, 2 high_vol) that ``generate_market`` with this seed used."""
-    rng = np.random.Generator(np.random.PCG64(_whole(seed, "seed", 0)))
-    return _regime_path(rng, _whole(num_days, "num_days", 2))
-
-
-def _whole(value: object, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) < minimum:
-        raise UserError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    return int(value)

@@ -1,7 +1,9 @@
-"""Checkpoints written by earlier versions keep working: loading, backtesting to the same numbers, resuming.
+"""Checkpoints written by earlier versions keep working: loading, backtesting to the same numbers, resuming; and a
+checkpoint records the data it was trained on, so a synthetic market generated differently is refused.
 
 ``tests/fixtures/checkpoint_format1_pre_layout.pt`` was written before the package was arranged by stage
-(see tests/fixtures/README.md for the command and the numbers its backtest gave then).
+(see tests/fixtures/README.md for the command and the numbers its backtest gave then), and before generator versions
+were recorded: its ``synthetic:...`` source means generator 1.
 """
 
 from __future__ import annotations
@@ -12,13 +14,19 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
+from clstm_ppo.cli.main import main as cli_main
 from clstm_ppo.cli.train import parse_config
+from clstm_ppo.evaluation.regenerate import own_source
 from clstm_ppo.market import load_data
 from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint, restore_market, restore_policy
 from clstm_ppo.training.resume import check_resume
 from clstm_ppo.training.run_folder import resolve_run_dir
-from tests.conftest import ROOT, SCRIPT, TINY, clean_env, read_metrics
+from envs.fingerprint import data_fingerprint
+from envs.sources import load_market_data
+from envs.synthetic import GENERATOR_VERSION
+from tests.conftest import QUICK_DATA, ROOT, SCRIPT, TINY, clean_env, read_metrics
 
 FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
 # The flags it was trained with (tests/fixtures/README.md): TINY with 32 episodes.
@@ -42,6 +50,7 @@ def test_an_old_checkpoint_opens_and_rebuilds_its_policy_and_market():
     ckpt = open_checkpoint(FIXTURE)
     assert ckpt.policy == "clstm" and ckpt.window == 5 and len(ckpt.tickers) == 4
     assert ckpt.counters["episodes"] == 32
+    assert "data" not in ckpt.market_spec and own_source(ckpt) == "synthetic:tickers=4,days=400,generator=1"
     market = restore_market(ckpt, load_data(ckpt.cfg.data, seed=ckpt.cfg.run.seed))
     policy = restore_policy(ckpt, market)
     assert policy.spec.window == market.window == 5 and policy.spec.num_tickers == 4
@@ -164,3 +173,27 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeyp
     assert f"--checkpoint ck/{second.name}/best.pt" in out or f"{second.name}/latest.pt" in out
     assert run_folder.claim_run_dir(first) == first.with_name(first.name + "-3")  # the next free name, created
     assert first.with_name(first.name + "-3").is_dir()
+
+
+def test_a_checkpoint_records_its_data_and_refuses_a_market_generated_otherwise(quick_checkpoint, tmp_path, capfd):
+    ck = open_checkpoint(quick_checkpoint)
+    record = ck.market_spec["data"]
+    source = QUICK_DATA[1]
+    data = load_market_data(source, seed=ck.cfg.run.seed)
+    assert record == {
+        "fingerprint": data_fingerprint(data),
+        "first": data.date_str(0),
+        "last": data.date_str(-1),
+        "generator": GENERATOR_VERSION,
+    }
+    assert own_source(ck) == f"{source},generator={GENERATOR_VERSION}"
+
+    raw = torch.load(quick_checkpoint, weights_only=True)
+    raw["market_spec"]["data"]["fingerprint"] = "0" * 20  # as if the generator had changed since
+    changed = tmp_path / "changed.pt"
+    torch.save(raw, changed)
+    code = cli_main(["backtest", "--checkpoint", str(changed), "--out", str(tmp_path / "bt"), "--threads", "1"])
+    out, err = capfd.readouterr()
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err
+    assert f"{changed}: {source},generator={GENERATOR_VERSION} (seed {ck.cfg.run.seed}) no longer generates" in err
+    assert not (tmp_path / "bt").exists()

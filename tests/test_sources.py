@@ -10,8 +10,9 @@ import pytest
 
 from envs.data import _ROUND_TRIP, MarketData
 from envs.errors import UserError
-from envs.sources import load_market_data, parse_synthetic_options
+from envs.sources import load_market_data, parse_synthetic_options, pin_generator
 from envs.synthetic import generate_market
+from envs.synthetic_v1 import generate_market as generate_market_v1
 
 FIXTURE = Path(__file__).resolve().parents[1] / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
 # the reference read must parse floats exactly like the loader does (pandas 2 defaults to a faster parser)
@@ -30,22 +31,44 @@ def test_synthetic_default_uses_seed_argument():
 
 
 def test_synthetic_options_are_passed_to_the_generator():
-    data = load_market_data("synthetic:tickers=10,days=1000,signal=0.5,signal_kind=momentum,seed=3", seed=99)
-    assert data.equals(generate_market(num_tickers=10, num_days=1000, signal_strength=0.5, signal="momentum", seed=3))
-    assert parse_synthetic_options(" start=2020-01-01 , signal_kind=lead_lag ") == {
+    source = "synthetic:tickers=10,days=1000,signal_ic=0.04,signal_kind=momentum,signal_halflife=5,seed=3"
+    data = load_market_data(source, seed=99)
+    expected = generate_market(
+        num_tickers=10, num_days=1000, signal_ic=0.04, signal_kind="momentum", signal_halflife=5.0, seed=3
+    )
+    assert data.equals(expected)
+    assert parse_synthetic_options(" start=2020-01-01 , signal_kind=lead_lag, signal_overnight=0.2 ") == {
         "start": "2020-01-01",
-        "signal": "lead_lag",
+        "signal_kind": "lead_lag",
+        "signal_overnight": 0.2,
     }
+    # generator 1 takes its own options, the old signal strength among them
+    old = load_market_data("synthetic:generator=1,tickers=10,days=1000,signal=0.5,signal_kind=momentum,seed=3")
+    assert old.equals(generate_market_v1(num_tickers=10, num_days=1000, signal_strength=0.5, signal="momentum", seed=3))
+    assert parse_synthetic_options("signal_kind=lead_lag,generator=1") == {"signal": "lead_lag"}
+
+
+def test_pin_generator_fixes_the_version_a_source_string_meant():
+    assert pin_generator("synthetic", 1) == "synthetic:generator=1"
+    assert pin_generator("synthetic:tickers=3,days=200", 1) == "synthetic:tickers=3,days=200,generator=1"
+    assert pin_generator("synthetic:tickers=3,generator=2", 1) == "synthetic:tickers=3,generator=2"
+    assert pin_generator("csv:prices.csv", 1) == "csv:prices.csv"
 
 
 @pytest.mark.parametrize(
     "source,expected",
     [
-        ("synthetic:ticker=3", "unknown synthetic option 'ticker'; accepted: tickers, days, start, signal"),
+        ("synthetic:ticker=3", "unknown synthetic option 'ticker' for generator 2; accepted: tickers, days, start"),
         ("synthetic:tickers=three", "synthetic option tickers='three' is not a valid int"),
         ("synthetic:tickers", "must look like key=value"),
-        ("synthetic:signal=1.5", "signal strength must be in [0, 1)"),
+        ("synthetic:signal=0.5", "synthetic option signal= is generator 1's strength; give signal_ic=IC"),
+        ("synthetic:signal_ic=0.5", "signal_ic must be in [0, 0.5)"),
+        ("synthetic:signal_ic=-0.1", "signal_ic must be in [0, 0.5)"),
+        ("synthetic:signal_ic=nan", "signal_ic must be in [0, 0.5)"),
         ("synthetic:signal_kind=noise", "unknown synthetic signal 'noise'"),
+        ("synthetic:signal_ic=0.04,generator=1", "unknown synthetic option 'signal_ic' for generator 1"),
+        ("synthetic:generator=3", "synthetic generator='3' is unknown; versions: 1, 2"),
+        ("synthetic:generator=1,signal=1.5", "signal strength must be in [0, 1)"),
     ],
 )
 def test_bad_synthetic_options(source, expected):

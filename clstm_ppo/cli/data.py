@@ -1,7 +1,9 @@
 """`clstm-ppo data ...`: generate a synthetic market, inspect a data file, or download Alpaca bars.
 
-clstm-ppo data generate --out data/syn.csv --seed 1 --tickers 30 --days 2520 --signal 0.5
+clstm-ppo data generate --out data/syn.csv --seed 1 --tickers 30 --days 2520 --signal_ic 0.04
+clstm-ppo data generate --out data/like.csv --like examples/data/stocks_daily_6_ohlcv.csv
 clstm-ppo data inspect examples/data/stocks_daily_6_ohlcv.csv
+clstm-ppo data inspect --facts csv:examples/data/stocks_daily_6_ohlcv.csv synthetic:tickers=20
 clstm-ppo data download ...     (delegates to clstm_ppo.cli.data_download)
 """
 
@@ -15,10 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from envs import synthetic, synthetic_v1
 from envs.atomic import atomic_write
 from envs.data import GAP_POLICIES, MarketData, coverage_gaps, read_frame, standardize_frame
 from envs.errors import UserError
-from envs.synthetic import SIGNALS, generate_market
+from envs.facts import FACT_LABELS, market_facts
+from envs.sources import load_market_data
+from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS, SIGNALS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,25 +45,62 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser(
         "generate",
         help="write a seeded synthetic market to CSV or Parquet",
-        description="Write a seeded synthetic market (correlated tickers, bull/bear/high-vol "
-        "regimes, optional planted learnable signal) in the long format. Same flags, same bytes.",
+        description="Write a seeded synthetic market in the long format: daily stocks with fat tails, volatility "
+        "clustering, a leverage effect, correlations that rise in sell-offs and an overnight gap (docs/data.md), "
+        "optionally a planted signal of a given information coefficient; or, with --like FILE, a market fitted to "
+        "FILE's. Same flags, same bytes.",
     )
     gen.add_argument("--out", required=True, help="output file; .csv or .parquet (folders are created)")
     gen.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    gen.add_argument("--tickers", type=int, default=30, help="number of tickers SYN00, SYN01, ... (default 30)")
-    gen.add_argument("--days", type=int, default=2520, help="number of business days (default 2520, ten years)")
+    gen.add_argument(
+        "--tickers", type=int, default=None, help="number of tickers SYN00, SYN01, ... (default 30; --like: FILE's)"
+    )
+    gen.add_argument(
+        "--days", type=int, default=None, help="number of business days (default 2520, ten years; --like: FILE's)"
+    )
     gen.add_argument("--start", default="2014-01-02", help="first business day, YYYY-MM-DD (default 2014-01-02)")
+    gen.add_argument(
+        "--like",
+        default=None,
+        metavar="FILE",
+        help="fit the generator to FILE (CSV/Parquet, or any --data source): volatilities, drifts, correlations, "
+        "tails, clustering, leverage, the overnight share where it has opens; then generate with those",
+    )
+    gen.add_argument(
+        "--signal_ic",
+        type=float,
+        default=0.0,
+        help="plant a signal: the predictor's correlation with the next open-to-open return, in [0, 0.5) "
+        "(default 0: none; 0.02-0.05 is realistic, 0.3 a toy that a small network learns quickly)",
+    )
+    gen.add_argument(
+        "--signal_kind",
+        default=None,
+        choices=SIGNALS,
+        help="lead_lag (default): ticker i's moves predict ticker i+1's; momentum: a ticker's own moves predict it",
+    )
+    gen.add_argument(
+        "--signal_halflife", type=float, default=20.0, help="days for the predictor to lose half its memory (20)"
+    )
+    gen.add_argument(
+        "--signal_overnight",
+        type=float,
+        default=0.3,
+        help="share of a planted move in the next overnight gap, before a next-open fill (default 0.3)",
+    )
+    gen.add_argument(
+        "--generator",
+        type=int,
+        default=GENERATOR_VERSION,
+        choices=GENERATOR_VERSIONS,
+        help=f"generator version (default {GENERATOR_VERSION}); 1 is the old Gaussian market, kept for old "
+        "checkpoints, whose signal is --signal",
+    )
     gen.add_argument(
         "--signal",
         type=float,
         default=0.0,
-        help="strength in [0, 1) of the planted predictable signal (default 0: none; 0.5 is clearly exploitable)",
-    )
-    gen.add_argument(
-        "--signal_kind",
-        default="momentum",
-        choices=SIGNALS,
-        help="momentum: persistent per-ticker trends; lead_lag: ticker i leads ticker i+1 by a day",
+        help="--generator 1 only: strength in [0, 1) of its planted signal",
     )
 
     ins = sub.add_parser(
@@ -69,8 +111,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ins.add_argument(
         "file",
+        nargs="+",
         help="a .csv or .parquet file (columns date, tic, open, high, low, close, volume; "
-        "aliases such as symbol/ticker and timestamp are accepted)",
+        "aliases such as symbol/ticker and timestamp are accepted); with --facts one or two data sources "
+        "(FILE, csv:PATH, parquet:PATH or synthetic:k=v,...)",
+    )
+    ins.add_argument(
+        "--facts",
+        action="store_true",
+        help="print the stylized facts of daily returns instead (excess kurtosis, volatility clustering, leverage, "
+        "correlations, the overnight share, drift, volatility), side by side for one or two sources",
     )
     ins.add_argument(
         "--gap_policy",
@@ -160,21 +210,91 @@ def _download(args: argparse.Namespace) -> int:
 
 def _generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
-    data = generate_market(
-        num_tickers=args.tickers,
-        num_days=args.days,
-        start=args.start,
-        seed=args.seed,
-        signal_strength=args.signal,
-        signal=args.signal_kind,
-    )
+    if out.suffix.lower() not in (".csv", ".parquet"):  # before any fit, so a typo costs nothing
+        raise UserError(f"cannot tell the format of {out} (use .csv or .parquet)")
+    kind = args.signal_kind or ("lead_lag" if args.generator != 1 else "momentum")
+    if args.generator != 1:  # checked before a fit, which takes seconds
+        synthetic.SignalSpec(args.signal_ic, kind, args.signal_halflife, args.signal_overnight)
+    model, like = synthetic.DEFAULT_MODEL, None
+    if args.like:
+        if args.generator != GENERATOR_VERSION:
+            raise UserError(f"--like fits generator {GENERATOR_VERSION}; drop --generator {args.generator}")
+        from envs.market_fit import fit_market
+
+        like = load_market_data(args.like)
+        model, _ = fit_market(like, what=args.like)
+        if args.tickers is not None and args.tickers != like.num_tickers:  # the fitted tickers, taken in turn
+            model = model.with_values(
+                **{k: tuple(v[i % like.num_tickers] for i in range(args.tickers)) for k, v in _per_ticker(model)}
+            )
+    tickers = args.tickers if args.tickers is not None else (like.num_tickers if like else 30)
+    days = args.days if args.days is not None else (like.num_days if like else 2520)
+    if args.generator == 1:
+        if args.signal_ic:
+            raise UserError("--signal_ic is generator 2's; generator 1 takes --signal (a strength in [0, 1))")
+        data = synthetic_v1.generate_market(
+            num_tickers=tickers,
+            num_days=days,
+            start=args.start,
+            seed=args.seed,
+            signal_strength=args.signal,
+            signal=kind,
+        )
+        signal = f"signal {kind} {args.signal:g}"
+    else:
+        if args.signal:
+            raise UserError(
+                "--signal is generator 1's strength; give --signal_ic, the predictor's correlation with the next "
+                "open-to-open return in [0, 0.5) (0.02-0.05 realistic, 0.3 a toy), or add --generator 1"
+            )
+        data = synthetic.generate_market(
+            num_tickers=tickers,
+            num_days=days,
+            start=args.start,
+            seed=args.seed,
+            signal_ic=args.signal_ic,
+            signal_kind=kind,
+            signal_halflife=args.signal_halflife,
+            signal_overnight=args.signal_overnight,
+            model=model,
+        )
+        signal = f"signal {kind} IC {args.signal_ic:g}" if args.signal_ic else "no signal"
     data.to_path(out)
     print(
         f"wrote {data.num_days * data.num_tickers} rows ({data.num_tickers} tickers x {data.num_days} days, "
-        f"{data.date_str(0)} .. {data.date_str(-1)}, seed {args.seed}, signal {args.signal_kind} "
-        f"{args.signal:g}) to {out}"
+        f"{data.date_str(0)} .. {data.date_str(-1)}, generator {args.generator}, seed {args.seed}, {signal}) to {out}"
     )
+    if like is not None:
+        print(f"fitted to {args.like}: {_fitted(model)}")
+        print(facts_table([args.like, str(out)], [like, data]))
     return 0
+
+
+def _per_ticker(model: synthetic.MarketModel) -> list[tuple[str, tuple[float, ...]]]:
+    names = ("ticker_vol", "ticker_drift", "ticker_market_share")
+    return [(k, v) for k in names if (v := getattr(model, k)) is not None]
+
+
+def _fitted(model: synthetic.MarketModel) -> str:
+    """The fitted parameters in one line (the per-ticker ones as their means)."""
+    shares = model.ticker_market_share or (model.market_share,)
+    return (
+        f"market share {np.mean(shares):.2f} (mean over tickers), overnight share {model.overnight_share:.2f}, "
+        f"vol of vol {model.vol_of_vol:.3f}, leverage {model.leverage:.2f} (market {model.market_leverage:.2f}), "
+        f"jumps {model.jump_size:.2f} sigmas at {model.jump_rate:g} a day"
+    )
+
+
+def facts_table(names: list[str], markets: list[MarketData]) -> str:
+    """The stylized facts (`envs.facts`) of ``markets``, one column each, headed by ``names``."""
+    facts = [market_facts(m) for m in markets]
+    rows = [[label, *(_fact(getattr(f, key)) for f in facts)] for key, label in FACT_LABELS.items()]
+    rows.insert(0, ["tickers x days", *(f"{m.num_tickers} x {m.num_days}" for m in markets)])
+    return _table(rows, ["fact", *names])
+
+
+def _fact(value: float) -> str:
+    return "n/a (close only)" if value != value else f"{value:.3f}"
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -239,8 +359,18 @@ def summarize(frame: pd.DataFrame) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    frame = standardize_frame(read_frame(args.file), use_adjusted=args.use_adjusted)
-    print(f"file: {args.file}")
+    if args.facts:
+        if len(args.file) > 2:
+            raise UserError(f"--facts compares one or two data sources, got {len(args.file)}")
+        policy = "fail" if args.gap_policy == "report" else args.gap_policy
+        markets = [load_market_data(f, gap_policy=policy) for f in args.file]
+        print(facts_table(list(args.file), markets))
+        return 0
+    if len(args.file) > 1:
+        raise UserError(f"inspect reads one file ({len(args.file)} given); --facts compares two")
+    path = args.file[0]
+    frame = standardize_frame(read_frame(path), use_adjusted=args.use_adjusted)
+    print(f"file: {path}")
     print(summarize(frame))
     if args.gap_policy != "report":
         data = MarketData.from_frame(frame, gap_policy=args.gap_policy, max_ffill_days=args.max_ffill_days)

@@ -52,6 +52,7 @@ from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.holdout import guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
+from clstm_ppo.evaluation.regenerate import check_regenerated, own_source
 from clstm_ppo.evaluation.report import (
     METRIC_ROWS,
     BacktestResult,
@@ -112,7 +113,9 @@ def load_backtest_data(
     dates, so a ``start`` before the checkpoint's first date is fetched with room for the lookback.
     """
     cfg = ck.cfg
-    source = data or cfg.data.source
+    if not data:
+        check_regenerated(ck)  # its own synthetic market must still be the one it was trained on
+    source = data or own_source(ck)
     alpaca = is_alpaca(source)
     if new_universe and alpaca:
         raise UserError(

@@ -19,30 +19,16 @@ Size: a witness holds ``months x tickers`` floats (20 tickers over 7 years: 1,68
 
 from __future__ import annotations
 
-import hashlib
 import math
 from typing import Any
 
 import numpy as np
 
 from envs.data import MarketData
+from envs.fingerprint import data_fingerprint as data_fingerprint  # where it lives: envs (checkpoints record it)
 
 WITNESS_RTOL = 1e-9
 """Relative tolerance of a witness close: float noise of a text round trip passes, a changed price does not."""
-
-_FIELDS = ("open", "high", "low", "close", "volume")
-
-
-def data_fingerprint(data: MarketData) -> str:
-    """``sha256`` (hex, first 20 characters) of the tickers in sorted order, the dates (day resolution) and the
-    ``[D, N]`` OHLCV arrays with their columns in that ticker order (float64, little-endian bits)."""
-    order = np.argsort(np.asarray(data.tickers, dtype=str), kind="stable")
-    h = hashlib.sha256()
-    h.update(("\n".join(data.tickers[i] for i in order) + "\n").encode())
-    h.update(np.ascontiguousarray(np.asarray(data.dates).astype("datetime64[D]").astype("<i8")).tobytes())
-    for name in _FIELDS:
-        h.update(np.ascontiguousarray(np.asarray(getattr(data, name))[:, order].astype("<f8")).tobytes())
-    return h.hexdigest()[:20]
 
 
 def market_witness(data: MarketData) -> dict[str, Any]:

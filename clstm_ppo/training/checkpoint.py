@@ -27,6 +27,7 @@ from envs.atomic import atomic_write
 from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError, first_line
 from envs.features import TURBULENCE_LOOKBACK, PreparedMarket, split_ranges
+from envs.sources import data_record
 
 FORMAT_VERSION = 1
 ZIP_MAGIC = b"PK\x03\x04"  # torch.save's archive format since torch 1.6
@@ -40,7 +41,9 @@ class Checkpoint:
     path: Path
     config: dict[str, Any]  # TrainConfig.to_dict()
     model_config: dict[str, Any]  # ModelSpec.to_dict()
-    market_spec: dict[str, Any]  # PreparedMarket.to_spec(): tickers, normalisation, threshold, splits
+    # PreparedMarket.to_spec(): tickers, normalisation, threshold, splits; and "data" (envs.sources.data_record: the
+    # data's fingerprint, first and last day, a synthetic generator's version), absent from files written before it
+    market_spec: dict[str, Any]
     model_state: dict[str, torch.Tensor]  # raw ActorCritic state_dict (no module./_orig_mod. prefixes)
     optimizer_state: dict[str, Any] | None
     scaler_state: dict[str, Any] | None
@@ -175,7 +178,7 @@ def checkpoint_payload(
         "version": VERSION,
         "config": {**cfg.to_dict(), "resume": ""},
         "model_config": model.spec.to_dict(),
-        "market_spec": market.to_spec(),
+        "market_spec": {**market.to_spec(), "data": data_record(cfg.data.source, market.data)},
         "model_state": cpu_state(model),
         "optimizer_state": optimizer.state_dict(),
         "scaler_state": scaler.state_dict() if scaler is not None else None,

@@ -1,0 +1,46 @@
+"""A checkpoint's own data read again: which synthetic generator its source string meant, and whether the market
+generated again is the one it was trained on.
+
+A synthetic source string (``synthetic:tickers=5``) means the current generator (`envs.synthetic.GENERATOR_VERSION`).
+A checkpoint records the version it was trained on and the data's fingerprint (`envs.sources.data_record`, in its
+market spec's ``"data"``); one written before they were recorded was trained on generator 1.
+"""
+
+from __future__ import annotations
+
+from clstm_ppo.market import load_data
+from clstm_ppo.training.checkpoint import Checkpoint
+from envs.errors import UserError
+from envs.fingerprint import data_fingerprint
+from envs.sources import is_synthetic, pin_generator
+
+UNRECORDED_GENERATOR = 1
+"""The generator of a synthetic checkpoint that records none: the only one there was before versions were recorded."""
+
+
+def own_source(ck: Checkpoint) -> str:
+    """``ck``'s data source as its training read it: a synthetic source with its generator version pinned (the
+    recorded one, else `UNRECORDED_GENERATOR`); any other source as it is."""
+    record = ck.market_spec.get("data") or {}
+    return pin_generator(ck.cfg.data.source, int(record.get("generator", UNRECORDED_GENERATOR)))
+
+
+def check_regenerated(ck: Checkpoint) -> None:
+    """Refuse (one `UserError`) when ``ck``'s synthetic market, generated again over its recorded first and last day
+    and tickers, is not the data it was trained on (another fingerprint). Nothing to check where no fingerprint is
+    recorded (an older file) or the source is not synthetic: a file or Alpaca bars may change for good reasons (a later
+    download, prices adjusted again), and are not regenerated."""
+    record = ck.market_spec.get("data") or {}
+    if "fingerprint" not in record or not is_synthetic(ck.cfg.data.source):
+        return
+    source = own_source(ck)
+    data = load_data(
+        ck.cfg.data, seed=ck.cfg.run.seed, source=source, start=record["first"], end=record["last"], tickers=ck.tickers
+    )
+    found = data_fingerprint(data)
+    if found != record["fingerprint"]:
+        raise UserError(
+            f"{ck.path}: {source} (seed {ck.cfg.run.seed}) no longer generates the market it was trained on "
+            f"({record['first']} .. {record['last']}: fingerprint {found}, recorded {record['fingerprint']}); "
+            f"backtest it with the version of clstm-ppo that trained it"
+        )

@@ -1,0 +1,128 @@
+"""The stylized facts of daily stock returns, measured on a market: what `clstm-ppo data inspect --facts` prints, what
+the synthetic generator is calibrated to (docs/data.md) and what ``data generate --like`` fits.
+
+All on daily log returns r[t, i] = log(close[t] / close[t-1]); a fact of one ticker is averaged over the tickers:
+
+* ``kurtosis``: excess kurtosis (`scipy.stats.kurtosis`, the unbiased estimator; 0 for a normal distribution);
+* ``abs_acf1``: the lag-1 autocorrelation of |r| (volatility clustering);
+* ``leverage``: corr(r[t], |r[t+1]|) (negative: falls raise the next day's volatility);
+* ``pair_corr``: the mean correlation of r over pairs of tickers;
+* ``selloff_corr``: the same over the sell-off days only: days whose equal-weight market return over the 20 days
+  before is in its lowest fifth (correlations rise in sell-offs on real markets);
+* ``next_day_corr_median`` / ``next_day_corr_max``: |corr(r_i[t], r_j[t+1])| over ordered pairs i != j, median and
+  max (a lead-lag between stocks; on real daily data the median is about 0.02, the size of sampling noise);
+* ``overnight_share``: var(log(open[t] / close[t-1])) / var(r), the share of the daily variance in the overnight gap
+  (NaN on close-only data);
+* ``drift``: the annualised mean log return (252 x the daily mean); ``annual_vol``: sqrt(252) x the daily std.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from scipy import stats
+
+from envs.data import MarketData
+
+SELLOFF_LOOKBACK = 20  # days of market return before a day that decide whether it is in a sell-off
+SELLOFF_QUANTILE = 0.2  # the lowest fifth of those returns
+
+
+class Facts(NamedTuple):
+    """One market's stylized facts (module docstring); each a mean over tickers unless it is over pairs."""
+
+    kurtosis: float
+    abs_acf1: float
+    leverage: float
+    pair_corr: float
+    selloff_corr: float
+    next_day_corr_median: float
+    next_day_corr_max: float
+    overnight_share: float
+    drift: float
+    annual_vol: float
+
+
+FACT_LABELS: dict[str, str] = {
+    "kurtosis": "excess kurtosis",
+    "abs_acf1": "ACF(1) of |r|",
+    "leverage": "leverage corr(r, next |r|)",
+    "pair_corr": "mean pair corr",
+    "selloff_corr": "mean pair corr in sell-offs",
+    "next_day_corr_median": "next-day cross corr, median |.|",
+    "next_day_corr_max": "next-day cross corr, max |.|",
+    "overnight_share": "overnight share of daily variance",
+    "drift": "drift (mean log return a year)",
+    "annual_vol": "annual vol",
+}
+"""Each fact's row label in `clstm-ppo data inspect --facts`."""
+
+
+def log_returns(data: MarketData) -> np.ndarray:
+    """[D - 1, N] daily log returns of the closes."""
+    return np.diff(np.log(np.asarray(data.close, dtype=np.float64)), axis=0)
+
+
+def mean_pair_corr(r: np.ndarray) -> float:
+    """Mean correlation over the pairs of columns of ``r`` [T, N] (NaN for one column)."""
+    n = r.shape[1]
+    if n < 2:
+        return float("nan")
+    corr = np.corrcoef(r.T)
+    return float(corr[~np.eye(n, dtype=bool)].mean())
+
+
+def abs_acf1(r: np.ndarray) -> np.ndarray:
+    """[N] lag-1 autocorrelation of |r| of each column of ``r`` [T, N]."""
+    a = np.abs(r) - np.abs(r).mean(axis=0)
+    return (a[1:] * a[:-1]).sum(axis=0) / (a * a).sum(axis=0)
+
+
+def leverage(r: np.ndarray) -> np.ndarray:
+    """[N] corr(r[t], |r[t+1]|) of each column of ``r`` [T, N]."""
+    x = r[:-1] - r[:-1].mean(axis=0)
+    y = np.abs(r[1:]) - np.abs(r[1:]).mean(axis=0)
+    return (x * y).sum(axis=0) / np.sqrt((x * x).sum(axis=0) * (y * y).sum(axis=0))
+
+
+def selloff_days(r: np.ndarray) -> np.ndarray:
+    """[T] bool: the days whose equal-weight market return over the `SELLOFF_LOOKBACK` days before is in its lowest
+    `SELLOFF_QUANTILE` (the first `SELLOFF_LOOKBACK` days are never sell-off days: no lookback)."""
+    market = r.mean(axis=1)
+    out = np.zeros(len(r), dtype=bool)
+    if len(r) <= SELLOFF_LOOKBACK:
+        return out
+    trailing = np.convolve(market, np.ones(SELLOFF_LOOKBACK), "valid")[:-1]  # sum over t-L .. t-1, for t = L ..
+    out[SELLOFF_LOOKBACK:] = trailing <= np.quantile(trailing, SELLOFF_QUANTILE)
+    return out
+
+
+def next_day_corr(r: np.ndarray) -> np.ndarray:
+    """[N (N - 1)] |corr(r_i[t], r_j[t+1])| over the ordered pairs i != j of the columns of ``r`` [T, N]."""
+    n = r.shape[1]
+    cross = np.corrcoef(r[:-1].T, r[1:].T)[:n, n:]
+    return np.abs(cross[~np.eye(n, dtype=bool)])
+
+
+def market_facts(data: MarketData) -> Facts:
+    """The stylized facts (module docstring) of ``data``: needs at least 3 days."""
+    r = log_returns(data)
+    cross = next_day_corr(r) if r.shape[1] > 1 else np.array([np.nan])
+    if data.close_only:
+        overnight = float("nan")
+    else:
+        gap = np.log(np.asarray(data.open[1:], dtype=np.float64) / np.asarray(data.close[:-1], dtype=np.float64))
+        overnight = float((gap.var(axis=0) / r.var(axis=0)).mean())
+    return Facts(
+        kurtosis=float(stats.kurtosis(r, axis=0, fisher=True, bias=False).mean()),
+        abs_acf1=float(abs_acf1(r).mean()),
+        leverage=float(leverage(r).mean()),
+        pair_corr=mean_pair_corr(r),
+        selloff_corr=mean_pair_corr(r[selloff_days(r)]),
+        next_day_corr_median=float(np.median(cross)),
+        next_day_corr_max=float(np.max(cross)),
+        overnight_share=overnight,
+        drift=float(r.mean(axis=0).mean() * 252),
+        annual_vol=float((r.std(axis=0) * np.sqrt(252)).mean()),
+    )
