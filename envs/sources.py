@@ -126,15 +126,17 @@ def is_synthetic(source: str) -> bool:
     return source.strip().partition(":")[0].strip().lower() == "synthetic"
 
 
-def pin_generator(source: str, version: int) -> str:
-    """``source`` with its synthetic generator version fixed to ``version`` (unchanged when it names one, or is not
-    synthetic): what an old checkpoint's source string meant when no version was recorded."""
+def pin_synthetic(source: str, **options: int) -> str:
+    """``source`` with the synthetic ``options`` it does not name yet appended (unchanged when it is not synthetic):
+    ``pin_synthetic("synthetic:tickers=3", generator=1)`` is what an old checkpoint's string meant when no version was
+    recorded, and a study pins the market's ``seed`` (its cells train with other seeds) and ``generator``."""
     if not is_synthetic(source):
         return source
     _, _, rest = source.strip().partition(":")
-    if any(key == "generator" for key, _ in _options(rest)):
-        return source
-    return f"synthetic:{rest + ',' if rest.strip() else ''}generator={version}"
+    named = {key for key, _ in _options(rest)}
+    added = [f"{key}={value}" for key, value in options.items() if key not in named]
+    parts = ([rest.strip()] if rest.strip() else []) + added
+    return f"synthetic:{','.join(parts)}"
 
 
 def data_record(source: str, data: MarketData) -> dict[str, Any]:

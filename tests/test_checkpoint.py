@@ -23,6 +23,7 @@ from clstm_ppo.market import load_data
 from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint, restore_market, restore_policy
 from clstm_ppo.training.resume import check_resume
 from clstm_ppo.training.run_folder import resolve_run_dir
+from envs.errors import UserError
 from envs.fingerprint import data_fingerprint
 from envs.sources import load_market_data
 from envs.synthetic import GENERATOR_VERSION
@@ -93,12 +94,16 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     run.mkdir(parents=True)
     shutil.copy(FIXTURE, run / "latest.pt")
     then = then_flags(tmp_path)
-    cfg = parse_config(
-        [*TINY, *then, "--num_episodes", "32", "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "pre"]
-        + ["--resume", "latest"]
-    )
     from clstm_ppo.market import build_market
 
+    args = [*TINY, *then, "--num_episodes", "32", "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "pre"]
+    today = parse_config([*args, "--resume", "latest"])  # synthetic:... now means generator 2: another market
+    with pytest.raises(
+        UserError, match="trained on synthetic generator 1 .* give --data synthetic:tickers=4,days=400,generator=1"
+    ):
+        check_resume(today, build_market(today.data, seed=today.run.seed), resolve_run_dir(today.run, "clstm"))
+    then += ["--data", "synthetic:tickers=4,days=400,generator=1"]
+    cfg = parse_config([*args, *then[-2:], "--resume", "latest"])
     market = build_market(cfg.data, seed=cfg.run.seed)
     assert check_resume(cfg, market, resolve_run_dir(cfg.run, cfg.model.policy)) == run / "latest.pt"
     changed = subprocess.run(
@@ -106,6 +111,7 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
             sys.executable,
             SCRIPT,
             *TINY,
+            *then[-2:],
             "--num_episodes",
             "48",
             "--checkpoint_dir",
@@ -197,3 +203,25 @@ def test_a_checkpoint_records_its_data_and_refuses_a_market_generated_otherwise(
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err
     assert f"{changed}: {source},generator={GENERATOR_VERSION} (seed {ck.cfg.run.seed}) no longer generates" in err
     assert not (tmp_path / "bt").exists()
+
+
+def test_resume_refuses_other_data_than_the_checkpoint_was_trained_on(quick_checkpoint, tmp_path):
+    """The checkpoint records its data's fingerprint: a resume on data that is not that data (here: the record
+    changed, as if the generator or the file had) is refused in one line before any worker starts."""
+    import torch
+
+    from clstm_ppo.market import build_market
+    from tests.conftest import QUICK, QUICK_DATA
+
+    run = tmp_path / "ck" / "q"
+    run.mkdir(parents=True)
+    raw = torch.load(quick_checkpoint, weights_only=True)
+    cfg = parse_config([*QUICK_DATA, *QUICK, "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "q"])
+    cfg = cfg.with_settings(resume="latest")
+    market = build_market(cfg.data, seed=cfg.run.seed)
+    torch.save(raw, run / "latest.pt")
+    assert check_resume(cfg, market, run) == run / "latest.pt"  # the same data: fine
+    raw["market_spec"]["data"]["fingerprint"] = "0" * 20
+    torch.save(raw, run / "latest.pt")
+    with pytest.raises(UserError, match="this run's data .* is not the data it was trained on"):
+        check_resume(cfg, market, run)

@@ -10,7 +10,7 @@ import pytest
 
 from envs.data import _ROUND_TRIP, MarketData
 from envs.errors import UserError
-from envs.sources import load_market_data, parse_synthetic_options, pin_generator
+from envs.sources import load_market_data, parse_synthetic_options, pin_synthetic
 from envs.synthetic import generate_market
 from envs.synthetic_v1 import generate_market as generate_market_v1
 
@@ -48,11 +48,12 @@ def test_synthetic_options_are_passed_to_the_generator():
     assert parse_synthetic_options("signal_kind=lead_lag,generator=1") == {"signal": "lead_lag"}
 
 
-def test_pin_generator_fixes_the_version_a_source_string_meant():
-    assert pin_generator("synthetic", 1) == "synthetic:generator=1"
-    assert pin_generator("synthetic:tickers=3,days=200", 1) == "synthetic:tickers=3,days=200,generator=1"
-    assert pin_generator("synthetic:tickers=3,generator=2", 1) == "synthetic:tickers=3,generator=2"
-    assert pin_generator("csv:prices.csv", 1) == "csv:prices.csv"
+def test_pin_synthetic_fixes_what_a_source_string_meant_and_keeps_what_it_names():
+    assert pin_synthetic("synthetic", generator=1) == "synthetic:generator=1"
+    assert pin_synthetic("synthetic:tickers=3,days=200", generator=1) == "synthetic:tickers=3,days=200,generator=1"
+    assert pin_synthetic("synthetic:tickers=3,generator=2", generator=1) == "synthetic:tickers=3,generator=2"
+    assert pin_synthetic("synthetic:seed=4", seed=9, generator=2) == "synthetic:seed=4,generator=2"
+    assert pin_synthetic("csv:prices.csv", generator=1) == "csv:prices.csv"
 
 
 @pytest.mark.parametrize(

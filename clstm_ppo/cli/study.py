@@ -214,8 +214,14 @@ def main(argv: list[str]) -> int:
     base = study_config(args)
     if study_flags["index"] and not Path(study_flags["index"]).is_file():
         raise UserError(f"--index: file not found: {study_flags['index']}")
+    from envs.sources import pin_synthetic
+    from envs.synthetic import GENERATOR_VERSION
+
+    # The market is drawn once, with the study's seed and today's generator, and every cell trains on it with its
+    # own seed: the source names both, so each cell's checkpoint regenerates the market it was trained on.
+    source = pin_synthetic(base.data.source, seed=base.run.seed, generator=GENERATOR_VERSION)
     spec = StudySpec(
-        base={**base.to_dict(), "progress": False},
+        base={**base.to_dict(), "progress": False, "data": source},
         policies=policies,
         seeds=seeds,
         variants=[[list(kv) for kv in v] for v in variants],

@@ -12,7 +12,7 @@ from clstm_ppo.market import load_data
 from clstm_ppo.training.checkpoint import Checkpoint
 from envs.errors import UserError
 from envs.fingerprint import data_fingerprint
-from envs.sources import is_synthetic, pin_generator
+from envs.sources import is_synthetic, pin_synthetic
 
 UNRECORDED_GENERATOR = 1
 """The generator of a synthetic checkpoint that records none: the only one there was before versions were recorded."""
@@ -22,7 +22,7 @@ def own_source(ck: Checkpoint) -> str:
     """``ck``'s data source as its training read it: a synthetic source with its generator version pinned (the
     recorded one, else `UNRECORDED_GENERATOR`); any other source as it is."""
     record = ck.market_spec.get("data") or {}
-    return pin_generator(ck.cfg.data.source, int(record.get("generator", UNRECORDED_GENERATOR)))
+    return pin_synthetic(ck.cfg.data.source, generator=int(record.get("generator", UNRECORDED_GENERATOR)))
 
 
 def check_regenerated(ck: Checkpoint) -> None:

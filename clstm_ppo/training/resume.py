@@ -16,6 +16,8 @@ from clstm_ppo.training.run_folder import resolve_resume
 from envs.config import EnvConfig
 from envs.errors import UserError, shown_list
 from envs.features import PreparedMarket
+from envs.fingerprint import data_fingerprint
+from envs.sources import is_synthetic, pin_synthetic, synthetic_version
 
 FLAG_OF_SPEC_FIELD = {"obs_norm": "norm_obs"}
 """Network fields that a flag decides: a difference is named by the flag and its values."""
@@ -88,7 +90,32 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
         raise UserError(
             f"--resume {path}: it was trained with {', '.join(diff)}; give the same settings, or start a new run"
         )
+    other_data = other_market(ckpt, cfg, market)
+    if other_data:
+        raise UserError(f"--resume {path}: {other_data}")
     return path
+
+
+def other_market(ckpt: Checkpoint, cfg: TrainConfig, market: PreparedMarket) -> str | None:
+    """Why ``market``'s data is not the data ``ckpt`` was trained on (None when it is, as far as can be told): its
+    recorded fingerprint differs, or it records none (0.1.0 and before) and the source is synthetic, which then meant
+    generator 1."""
+    record = ckpt.market_spec.get("data") or {}
+    if "fingerprint" in record:
+        found = data_fingerprint(market.data)
+        if found != record["fingerprint"]:
+            return (
+                f"this run's data (fingerprint {found}) is not the data it was trained on ({record['fingerprint']}, "
+                f"{record['first']} .. {record['last']}); use the same --data, dates and tickers"
+            )
+        return None
+    source = cfg.data.source
+    if is_synthetic(source) and synthetic_version(source.partition(":")[2]) != 1:
+        return (
+            f"it was trained on synthetic generator 1 (clstm-ppo 0.1.0 and before); give --data "
+            f"{pin_synthetic(source, generator=1)} to continue on that market"
+        )
+    return None
 
 
 def load_weights(path: str | Path, cfg: TrainConfig, market: PreparedMarket) -> dict[str, torch.Tensor]:
