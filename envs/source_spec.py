@@ -19,6 +19,10 @@ ALPACA_OPTIONS: dict[str, tuple[str, ...] | None] = {
 ALPACA_DEFAULTS = {"feed": "iex", "adjustment": "all", "timeframe": "1Day"}
 """The free plan's feed, total-return bars, daily bars."""
 
+TOY_IC = 0.1
+"""A planted signal's IC from which its market is a toy: real daily stocks show next-day cross-stock correlations of
+about 0.02 (docs/data.md's facts), and a realistic planted signal is 0.03-0.05."""
+
 
 def split_source(source: str) -> tuple[str, dict[str, str]]:
     """``"alpaca:feed=sip,timeframe=1Hour"`` -> ``("alpaca", {"feed": "sip", "timeframe": "1Hour"})``: a source's
@@ -58,8 +62,11 @@ def describe_source(source: str) -> str:
     scheme, options = split_source(source)
     if scheme == "synthetic":
         kind = options.get("signal_kind", "momentum")
-        if "signal_ic" in options and float(options["signal_ic"]) > 0:
-            return f"synthetic market, planted {kind} signal of IC {float(options['signal_ic']):g}"
+        ic = float(options.get("signal_ic", 0))
+        if ic >= TOY_IC:
+            return f"toy synthetic market, planted {kind} signal of IC {ic:g} (real daily stocks: about 0.02)"
+        if ic > 0:
+            return f"synthetic market, planted {kind} signal of IC {ic:g}"
         if "signal" in options and float(options["signal"]) > 0:
             return f"synthetic market, planted {kind} signal of strength {float(options['signal']):g}"
         return "synthetic market, no planted signal"

@@ -774,3 +774,31 @@ def test_seed_summary_of_a_metric_some_seeds_leave_undefined():
     assert out["win_rate"]["n"] == 2 and out["win_rate"]["mean"] == pytest.approx(0.6)
     assert 0.5 <= out["win_rate"]["lo"] <= out["win_rate"]["hi"] <= 0.7
     assert out["never"]["n"] == 0 and math.isnan(out["never"]["mean"])
+
+
+@pytest.mark.slow
+def test_a_study_on_a_planted_market_reports_the_oracle_and_its_cells_backtest_on_their_own_market(tmp_path):
+    """On a planted market the report sets the rule that knows the signal beside the baselines (a ceiling, kept out
+    of the comparisons and Holm's family) with each configuration's share of it; the study pins its market's seed
+    and generator in the cells' source, so a cell (seed 2) trained on the market drawn with the study's seed (1)
+    backtests on that market, not on one drawn with its own seed."""
+    planted = "synthetic:tickers=3,days=700,signal_ic=0.3,signal_halflife=1"
+    args = ["--out", "p", "--data", planted, *TINY_STUDY, "--policies", "mlp", "--seeds", "2"]
+    proc = study(tmp_path, *args, "--trade_start", "2016-03-01", "--retrain", "none", "--ledger", str(tmp_path / "l"))
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    report = json.loads((tmp_path / "p" / "study.json").read_text())
+    oracle = report["baselines"]["oracle (knows the planted signal)"]
+    assert oracle["sharpe"] > report["baselines"]["buy-and-hold"]["sharpe"] + 1.0  # IC 0.3: a toy, a strong one
+    share = report["groups"]["mlp"]["share_of_oracle"]
+    assert share == pytest.approx(report["groups"]["mlp"]["summary"]["sharpe"]["mean"] / oracle["sharpe"])
+    assert "oracle (knows the planted signal)" not in report["groups"]["mlp"]["vs"]
+    assert f"earns Sharpe {oracle['sharpe']:.2f} after costs on the same days: mlp {share:.0%} of it" in proc.stdout
+    spec = json.loads((tmp_path / "p" / "spec.json").read_text())
+    assert spec["base"]["data"] == f"{planted},seed=1,generator=2"
+    ck = tmp_path / "p" / "cells" / "mlp-s2" / "periods" / "000" / "latest.pt"
+    bt = subprocess.run(
+        [sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "bt")],
+        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert bt.returncode == 0, bt.stderr
+    assert "on this planted market, the oracle (the rule that knows the signal) Sharpe" in bt.stdout

@@ -111,6 +111,8 @@ def main(argv: list[str]) -> int:
         print(distribution_table(done.stochastic["summary"]))
         print(f"\nepisode {done.stochastic['episode_shown']} (median cumulative return) vs buy-and-hold:")
     print(done.report.table)
+    if done.oracle is not None:
+        print(f"\non this planted market, {done.oracle}")
     print(
         f"\nreport: {done.report.out_dir}  (report.json, equity.csv, trades.csv, equity.png"
         f"{', equity_episodes.csv' if done.stochastic is not None else ''})"

@@ -52,6 +52,7 @@ from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.holdout import guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
+from clstm_ppo.evaluation.oracle import OracleRun, oracle_run, oracle_words, planted
 from clstm_ppo.evaluation.regenerate import check_regenerated, own_source
 from clstm_ppo.evaluation.report import (
     METRIC_ROWS,
@@ -450,6 +451,7 @@ class Backtest:
     stochastic: dict[str, Any] | None  # seed, episodes, per-episode metrics and their summary
     holdout: list[dict[str, Any]] = field(default_factory=list)  # sealed days traded with --unseal (holdout_summary)
     new_universe: dict[str, Any] | None = None  # with --new_universe: `new_universe_metadata`
+    oracle: str | None = None  # on a planted synthetic market: `oracle_words` (the oracle on the same days)
 
 
 MEMBERS_MUST_MATCH = tuple(f.name for f in dataclasses.fields(EnvConfig) if f.name != "episode_length")
@@ -589,6 +591,14 @@ def backtest(
         metadata["ensemble"] = [str(c.path) for c in cks]
     if holdout:
         metadata["holdout"] = holdout
+    oracle = None if (data or new_universe) else checkpoint_oracle(ck, market, period.days)
+    if oracle is not None:  # what the rule that knows the planted signal earns on the same days and terms
+        metadata["oracle"] = {
+            "sharpe": oracle.sharpe,
+            "cumulative_return": oracle.cumulative_return,
+            "annual_turnover": oracle.annual_turnover,
+            "exposure": oracle.exposure,
+        }
     dates = np.asarray(market.data.dates)[period.days.start : period.days.stop]
     index_values = read_index(index, dates) if index else None
     stem = ck.path.stem if len(cks) == 1 else f"ensemble{len(cks)}"
@@ -620,6 +630,7 @@ def backtest(
         stochastic=summary,
         holdout=holdout,
         new_universe=universe,
+        oracle=None if oracle is None else oracle_words(oracle, report.metrics["policy"]["sharpe"]),
     )
 
 
@@ -643,14 +654,25 @@ def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = 
     interval = sharpe_interval(returns, n_boot=n_boot) if len(returns) > 1 else None
     diff = paired_sharpe_difference(returns[None], bench, n_boot=n_boot) if len(returns) > 1 else None
     shown = "" if interval is None else f" [{interval['lo']:.2f}, {interval['hi']:.2f}]"
+    oracle = checkpoint_oracle(ck, market, test)
     return (
         f"held-out test {_iso(run.dates[0])} .. {_iso(run.dates[-1])} ({len(run.dates)} days) on "
         f"{describe_source(ck.cfg.data.source)}, {describe_execution(ck.cfg.env.execution, market.data)}: "
         f"{ck.path.name} Sharpe {policy['sharpe']:.2f}{shown} (95% over days), return "
         f"{policy['cumulative_return']:+.2%}, exposure {exposure:.0%}, turnover {policy['annual_turnover']:.1f}x a "
         f"year | buy-and-hold Sharpe {baseline['sharpe']:.2f}, return {baseline['cumulative_return']:+.2%} | "
-        f"{versus_buy_and_hold(diff)} | full report: clstm-ppo backtest --checkpoint {ck.path}"
+        f"{versus_buy_and_hold(diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, policy['sharpe'])} | "
+        f"full report: clstm-ppo backtest --checkpoint {ck.path}"
     )
+
+
+def checkpoint_oracle(ck: Checkpoint, market: PreparedMarket, days: DayRange) -> OracleRun | None:
+    """The oracle of ``ck``'s own synthetic market over ``days`` with its env settings (`oracle_run`), or None where
+    the market plants no signal (or the env trades shares, which the rule does not speak)."""
+    source = own_source(ck)
+    if not planted(source) or ck.cfg.env.action_mode != "weights":
+        return None
+    return oracle_run(market, days, ck.cfg.env, source=source, seed=ck.cfg.run.seed)
 
 
 def versus_buy_and_hold(diff: dict[str, Any] | None) -> str:

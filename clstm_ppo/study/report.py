@@ -24,21 +24,26 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.backtest import read_index
 from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, BaselineRun, rule_baselines
 from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
 from clstm_ppo.evaluation.ledger import Ledger, TrialCount, count_trials, same_data_trials
+from clstm_ppo.evaluation.oracle import ORACLE, OracleRule, planted
 from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
-from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble
+from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, stitch
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key, traded_window
 from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.study.trials import StudyData, record_cells, record_study
 from envs.data import MarketData
 from envs.execution import Terms
+from envs.features import PreparedMarket
+from envs.oracle import oracle_actions, planted_signal
 
 UNTRAINED = "untrained"
 
@@ -77,6 +82,9 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     dates = np.asarray(data.dates)[days.start : days.stop]
     baselines = _baselines(spec, data, days, dates, turbulent)
     bench = baselines[BUY_AND_HOLD]["values"]
+    if planted(base.data.source) and base.env.action_mode == "weights":  # the ceiling a planted signal sets
+        oracle = _oracle(base, markets)
+        baselines[ORACLE] = {"values": oracle.values, "metrics": record_metrics(oracle, base, bench)}
     cells, rows, by_group = _read_cells(study_dir, spec, bench, turbulent)
 
     # the ledger: this study and its cells, then every trial on these days of this data
@@ -86,7 +94,11 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     _deflate(cells, rows, counted, M.excess_returns(bench, rf))
     boot = max(500, n_boot // 5)  # draws of D-day series, heavier than the seed bootstrap's
     baseline_intervals = _baseline_intervals(baselines, rf, confidence=confidence, n_boot=boot)
-    groups = _groups(study_dir, base, by_group, baselines, confidence=confidence, n_boot=n_boot, boot=boot)
+    compared = {name: b for name, b in baselines.items() if name != ORACLE}  # the oracle is a ceiling, not a test
+    groups = _groups(study_dir, base, by_group, compared, confidence=confidence, n_boot=n_boot, boot=boot)
+    if ORACLE in baselines:
+        for g in groups.values():
+            g["share_of_oracle"] = g["summary"]["sharpe"]["mean"] / baselines[ORACLE]["metrics"]["sharpe"]
     between = _between_groups(by_group, confidence=confidence, n_boot=boot)
     family = _judge(groups, between, baseline_intervals, confidence)
     pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
@@ -134,6 +146,18 @@ def _baselines(
     for b in baselines.values():
         b["metrics"].update(A.active_profile(b["values"], bench))
     return baselines
+
+
+def _oracle(base: TrainConfig, markets: list[PreparedMarket]) -> PolicyRun:
+    """The rule that knows the planted signal (`clstm_ppo.evaluation.oracle`) on the study's traded days: each
+    window's days through that window's env, the portfolio carried over, as a cell's trades are."""
+    predictor = planted_signal(base.data.source, base.run.seed)
+    runs: list[PolicyRun] = []
+    for market in markets:
+        rule = OracleRule(oracle_actions(predictor.on(market.data)), market.splits.test.start)
+        start = None if not runs else (float(runs[-1].cash[-1]), runs[-1].holdings[-1].copy())
+        runs.append(evaluate_policy(rule, market, market.splits.test, base.env, start_portfolio=start))
+    return stitch(runs)
 
 
 def _rule_metrics(run: BaselineRun, bench: np.ndarray, turbulent: np.ndarray, rf: float) -> dict[str, float]:
@@ -408,8 +432,20 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     return (
         head
         + [g["verdict"] for g in report["groups"].values()]
+        + oracle_lines(report)
         + [between_verdict(pair, report["confidence"]) for pair in report.get("between", [])]
     )
+
+
+def oracle_lines(report: dict[str, Any]) -> list[str]:
+    """On a planted market, one line: the oracle's Sharpe on the study's days and each configuration's share of it."""
+    oracle = report["baselines"].get(ORACLE)
+    if oracle is None:
+        return []
+    shares = ", ".join(f"{name} {g['share_of_oracle']:.0%} of it" for name, g in report["groups"].items())
+    return [
+        f"on this planted market, the {ORACLE} earns Sharpe {oracle['sharpe']:.2f} after costs on the same days: {shares}"
+    ]
 
 
 def resampling_words(report: dict[str, Any]) -> list[str]:
@@ -535,7 +571,8 @@ def _md_resampling(report: dict[str, Any]) -> list[str]:
 
 def _md_verdicts(report: dict[str, Any]) -> list[str]:
     """The section "Verdicts": one line per configuration against buy-and-hold."""
-    return ["", "## Verdicts", "", *[f"- {g['verdict']}" for g in report["groups"].values()]]
+    lines = [g["verdict"] for g in report["groups"].values()] + oracle_lines(report)
+    return ["", "## Verdicts", "", *[f"- {line}" for line in lines]]
 
 
 def _md_sharpe_table(report: dict[str, Any]) -> list[str]:
