@@ -52,6 +52,10 @@ from clstm_ppo.agent.windows import Windows
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 OBS_BUFFERS = ("obs_count", "obs_mean", "obs_var")  # --norm_obs's running statistics (`ActorCritic._finish`)
+ROW_ALIGN = 16
+"""Each cell's row of a parameter buffer is padded to a multiple of this many numbers (64 bytes of float32), so every
+cell's weights sit at the same memory alignment: vectorised kernels then take the same path, and round alike, for a
+cell whatever its place in the batch."""
 
 
 def _rebind(model: nn.Module, name: str, value: Tensor, parameter: bool) -> None:
@@ -100,7 +104,8 @@ class CellPolicy:
         self.grad: list[Tensor] = []  # per group [K, N_g]: their gradients
         for group in self.group_names:
             rows = [torch.cat([m.get_parameter(n).detach().reshape(-1) for n in group]) for m in models]
-            flat = torch.stack(rows)
+            width = -(-rows[0].numel() // ROW_ALIGN) * ROW_ALIGN
+            flat = torch.stack([nn.functional.pad(row, (0, width - row.numel())) for row in rows])
             grad = torch.zeros_like(flat)
             offset = 0
             for name in group:

@@ -85,8 +85,8 @@ class StackedLSTM(torch.autograd.Function):
                     carried = torch.bmm(d, w_hh)
                     if t in cuts:
                         carried.mul_(keep[t])
-            gates = grad_gates.permute(1, 3, 0, 2).reshape(cells, four_h, days * m)
-            grad_w = torch.bmm(gates, hidden_in.transpose(0, 1).reshape(cells, days * m, hid))
+            gates = grad_gates.transpose(0, 1).reshape(cells, days * m, four_h)  # rows regrouped by network
+            grad_w = torch.bmm(gates.transpose(1, 2), hidden_in.transpose(0, 1).reshape(cells, days * m, hid))
         return grad_gates.transpose(0, 1), grad_w, None, None, None, None
 
 

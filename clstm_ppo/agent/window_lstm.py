@@ -145,11 +145,11 @@ class WindowLSTM(torch.autograd.Function):
                 grad_projected.index_add_(0, index[t], d)
                 if t > 0:  # h_0 is the constant zero state: no gradient to carry past day 0
                     dh = torch.bmm(d.view(cells, -1, four_h), w_hh).view(m, hid) if cells else d @ w_hh
-            if cells:  # per network: [4H, T M/C] x [T M/C, H]
+            if cells:  # per network: [4H, T M/C] x [T M/C, H] (rows regrouped by network, copied whole)
                 per = m // cells
-                gates = grad_gates.view(days, cells, per, four_h).permute(1, 3, 0, 2).reshape(cells, four_h, -1)
+                gates = grad_gates.view(days, cells, per, four_h).transpose(0, 1).reshape(cells, -1, four_h)
                 states = hidden[:days].view(days, cells, per, hid).transpose(0, 1).reshape(cells, -1, hid)
-                grad_w = torch.bmm(gates, states)
+                grad_w = torch.bmm(gates.transpose(1, 2), states)
             else:
                 grad_w = grad_gates.reshape(days * m, four_h).t() @ hidden[:days].reshape(days * m, hid)
         return grad_projected, None, grad_w

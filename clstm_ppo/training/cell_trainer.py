@@ -173,7 +173,7 @@ class CellView:
     def layout_line(self) -> str:
         t = self.trainer
         return (
-            f"cell {self.cell + 1} of {t.cells} trained as one batch | {self.cfg.ppo.num_envs} envs | "
+            f"{self.run_dir}: cell {self.cell + 1} of {t.cells} trained as one batch | {self.cfg.ppo.num_envs} envs | "
             f"policy {self.model.spec.policy} ({type(t.policy).__name__}) | {self.market.num_tickers} tickers, "
             f"F={self.market.num_features}, T={self.market.window}"
         )
