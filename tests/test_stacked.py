@@ -158,7 +158,7 @@ def test_stacked_lstm_backward_matches_autograd_float64():
     xproj = torch.randn(2, 4, 3, 8, dtype=torch.float64, generator=gen, requires_grad=True)
     w_hh = torch.randn(2, 8, 2, dtype=torch.float64, generator=gen, requires_grad=True)
     h0, c0 = (torch.randn(2, 3, 2, dtype=torch.float64, generator=gen) for _ in range(2))
-    keep = (torch.rand(4, 2, 3, 1, generator=gen) > 0.4).double()
+    keep = (torch.rand(2, 4, 3, 1, generator=gen) > 0.4).double()
     assert torch.autograd.gradcheck(lambda a, w: StackedLSTM.apply(a, w, h0, c0, keep, (0, 2))[0], (xproj, w_hh))
 
 

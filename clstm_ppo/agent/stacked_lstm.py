@@ -25,12 +25,15 @@ class StackedLSTM(torch.autograd.Function):
     """L days of C one-layer LSTMs (C networks, M sequences each) with state resets.
 
     forward(xproj ``[C, L, M, 4H]`` = W_ih x + b_ih + b_hh of each day, w_hh ``[C, 4H, H]``, h0 and c0
-    ``[C, M, H]`` the state before day 0, keep ``[L, C, M, 1]`` 0.0 where a sequence starts an episode on that day
+    ``[C, M, H]`` the state before day 0, keep ``[C, L, M, 1]`` 0.0 where a sequence starts an episode on that day
     else 1.0, cuts: the days whose entering state is masked by ``keep`` (day 0 and every day some sequence starts))
-    -> outputs ``[L, C, M, H]``, then h and c after day L-1 ``[C, M, H]`` (not differentiable).
+    -> outputs ``[C, L, M, H]``, then h and c after day L-1 ``[C, M, H]`` (not differentiable).
 
-    Gradients flow to ``xproj`` and ``w_hh`` only: the initial state is the rollout's record (data, as in
-    `run_lstm`'s callers). Runs with autocast off, in float32 (float64 stays float64, for gradcheck).
+    Every buffer is network-major (``[C, L, ...]``), as ``xproj`` and the heads that read the outputs are: a day is
+    a strided view, each network's rows stay contiguous, and ``dW_hh`` is one ``bmm`` over each network's L x M rows
+    with nothing transposed or copied. Gradients flow to ``xproj`` and ``w_hh`` only: the initial state is the
+    rollout's record (data, as in `run_lstm`'s callers). Runs with autocast off, in float32 (float64 stays float64,
+    for gradcheck).
     """
 
     @staticmethod
@@ -40,26 +43,27 @@ class StackedLSTM(torch.autograd.Function):
             xproj, w_hh, keep = xproj.to(dtype), w_hh.to(dtype), keep.to(dtype)
             cells, days, m, four_h = xproj.shape
             hid = four_h // 4
-            acts = xproj.new_empty(days, cells, m, four_h)  # i, f, g, o after their nonlinearities
-            cell_in = xproj.new_empty(days + 1, cells, m, hid)  # c entering each day (masked), then the last c
-            cell_in[0].copy_(c0)
-            tanh_cells = xproj.new_empty(days, cells, m, hid)
-            hidden_in = xproj.new_empty(days, cells, m, hid)  # h entering each day (masked)
-            out = xproj.new_empty(days, cells, m, hid)
+            acts = xproj.new_empty(cells, days, m, four_h)  # i, f, g, o after their nonlinearities
+            cell_in = xproj.new_empty(cells, days + 1, m, hid)  # c entering each day (masked), then the last c
+            cell_in[:, 0].copy_(c0)
+            tanh_cells = xproj.new_empty(cells, days, m, hid)
+            hidden_in = xproj.new_empty(cells, days, m, hid)  # h entering each day (masked)
+            out = xproj.new_empty(cells, days, m, hid)
             w_t = w_hh.transpose(1, 2)
             h = h0.to(dtype)
             for t in range(days):
                 if t in cuts:
-                    torch.mul(h, keep[t], out=hidden_in[t])
-                    cell_in[t].mul_(keep[t])
+                    torch.mul(h, keep[:, t], out=hidden_in[:, t])
+                    cell_in[:, t].mul_(keep[:, t])
                 else:
-                    hidden_in[t].copy_(h)
-                torch.baddbmm(xproj[:, t], hidden_in[t], w_t, out=acts[t])
-                lstm_gates(acts[t], cell_in[t], cell_in[t + 1], tanh_cells[t], out[t])
-                h = out[t]
+                    hidden_in[:, t].copy_(h)
+                a = acts[:, t]
+                torch.baddbmm(xproj[:, t], hidden_in[:, t], w_t, out=a)
+                lstm_gates(a, cell_in[:, t], cell_in[:, t + 1], tanh_cells[:, t], out[:, t])
+                h = out[:, t]
             ctx.save_for_backward(acts, cell_in, tanh_cells, hidden_in, w_hh, keep)
             ctx.cuts = cuts
-            h_last, c_last = out[days - 1].clone(), cell_in[days].clone()
+            h_last, c_last = out[:, days - 1].clone(), cell_in[:, days].clone()
             ctx.mark_non_differentiable(h_last, c_last)
             return out, h_last, c_last
 
@@ -68,26 +72,27 @@ class StackedLSTM(torch.autograd.Function):
         acts, cell_in, tanh_cells, hidden_in, w_hh, keep = ctx.saved_tensors
         cuts = ctx.cuts
         with torch.autocast(grad_out.device.type, enabled=False):
-            days, cells, m, four_h = acts.shape
+            cells, days, m, four_h = acts.shape
             hid = four_h // 4
             grad_out = grad_out.to(acts.dtype)
             grad_gates = torch.empty_like(acts)
-            carried = torch.zeros_like(hidden_in[0])  # dL/dh entering the next day
+            carried = torch.zeros_like(hidden_in[:, 0])  # dL/dh entering the next day
             dc = torch.zeros_like(carried)
             tmp = torch.empty_like(carried)
-            slope = torch.empty_like(acts[0])
+            slope = torch.empty_like(acts[:, 0])
             for t in reversed(range(days)):
-                d = grad_gates[t]
-                lstm_gate_gradients(acts[t], tanh_cells[t], cell_in[t], grad_out[t] + carried, dc, d, slope, tmp)
+                d = grad_gates[:, t]
+                dh = grad_out[:, t] + carried
+                lstm_gate_gradients(acts[:, t], tanh_cells[:, t], cell_in[:, t], dh, dc, d, slope, tmp)
                 if t in cuts:  # the state entering day t was the previous day's times keep
-                    dc.mul_(keep[t])
+                    dc.mul_(keep[:, t])
                 if t > 0:
                     carried = torch.bmm(d, w_hh)
                     if t in cuts:
-                        carried.mul_(keep[t])
-            gates = grad_gates.transpose(0, 1).reshape(cells, days * m, four_h)  # rows regrouped by network
-            grad_w = torch.bmm(gates.transpose(1, 2), hidden_in.transpose(0, 1).reshape(cells, days * m, hid))
-        return grad_gates.transpose(0, 1), grad_w, None, None, None, None
+                        carried.mul_(keep[:, t])
+            gates = grad_gates.view(cells, days * m, four_h)
+            grad_w = torch.bmm(gates.transpose(1, 2), hidden_in.view(cells, days * m, hid))
+        return grad_gates, grad_w, None, None, None, None
 
 
 def stacked_lstm(
@@ -105,6 +110,6 @@ def stacked_lstm(
     """
     cells, days, m, features = x.shape
     xproj = torch.baddbmm((b_ih + b_hh).unsqueeze(1), x.reshape(cells, days * m, features), w_ih.transpose(1, 2))
-    keep = (~starts).to(x.dtype).unsqueeze(-1)  # [L, C, M, 1]
+    keep = (~starts).to(x.dtype).transpose(0, 1).unsqueeze(-1)  # [C, L, M, 1]
     out, h, c = StackedLSTM.apply(xproj.view(cells, days, m, -1), w_hh, state[0], state[1], keep, (0, *cuts))
-    return out.transpose(0, 1), (h, c)
+    return out, (h, c)

@@ -240,6 +240,7 @@ def run_batch_guarded(
             finished=time.time(),
             seconds=time.time() - started,
             train_seconds=float(sum(result["train_seconds"])),
+            batch=[c.name for c in cells],
         )
     return 1 if any(isinstance(r, BaseException) for r in results.values()) else 0
 
