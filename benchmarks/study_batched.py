@@ -67,30 +67,42 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--trade_start", default="2021-01-04", help="first traded day of the demo market")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--work", default="", help="folder for the two studies (default: a temporary one)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="pairs of runs, alternating alone and batched (a shared box's load moves)",
+    )
+    parser.add_argument("--work", default="", help="folder for the studies (default: a temporary one)")
     opts = parser.parse_args(argv)
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(opts.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        alone = run_study(work, "alone", 1, opts)
-        batched = run_study(work, "batched", 0, opts)
-        sharpe = [pd.read_csv(work / n / "cells.csv").set_index("cell")["sharpe"] for n in ("alone", "batched")]
-        gap = float((sharpe[0] - sharpe[1][sharpe[0].index]).abs().max())
+        for r in range(opts.repeats):
+            alone = run_study(work, f"alone{r}", 1, opts)
+            batched = run_study(work, f"batched{r}", 0, opts)
+            sharpe = [
+                pd.read_csv(work / f"{n}{r}" / "cells.csv").set_index("cell")["sharpe"] for n in ("alone", "batched")
+            ]
+            gap = float((sharpe[0] - sharpe[1][sharpe[0].index]).abs().max())
+            rows.append((alone, batched, gap))
     print(f"Machine: {machine_name('cpu')}; {opts.workers} worker(s) x {opts.threads} thread(s)")
     print(
         f"Study: {opts.cells} seeds of `--preset demo --policies {opts.policy}`, {opts.num_episodes} episodes each, "
         f"`--retrain none --trade_start {opts.trade_start}`"
     )
     print()
-    print("| run | processes | wall s | training s (the cells', per process) | x faster | largest Sharpe gap |")
-    print("|---|---:|---:|---:|---:|---:|")
-    print(
-        f"| `--batch_cells 1` (each cell alone) | {alone['processes']} | {alone['wall']:.1f} | {alone['train']:.1f} | 1.00 | |"
-    )
-    print(
-        f"| `--batch_cells 0` (batches) | {batched['processes']} | {batched['wall']:.1f} | {batched['train']:.1f} | "
-        f"{alone['wall'] / batched['wall']:.2f} | {gap:.2e} |"
-    )
+    print("| pair | run | processes | wall s | training s (per process, summed) | x faster | largest Sharpe gap |")
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    for r, (alone, batched, gap) in enumerate(rows, 1):
+        print(
+            f"| {r} | `--batch_cells 1` (each cell alone) | {alone['processes']} | {alone['wall']:.1f} | {alone['train']:.1f} | 1.00 | |"
+        )
+        print(
+            f"| {r} | `--batch_cells 0` (batches) | {batched['processes']} | {batched['wall']:.1f} | "
+            f"{batched['train']:.1f} | {alone['wall'] / batched['wall']:.2f} | {gap:.2e} |"
+        )
     return 0
 
 
