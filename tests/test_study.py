@@ -491,10 +491,14 @@ def _descendants(pid: int) -> list[int]:
 
 @pytest.mark.slow
 def test_a_batched_study_killed_outright_keeps_its_finished_work_and_ends_as_an_uninterrupted_one(full_study, tmp_path):
-    """SIGKILL of the study and of every process it started (a machine going down) while its batches train their
-    walk-forward windows; the same command again keeps what was finished and ends with the full study's numbers."""
+    """SIGKILL of the study and of every process it started (a machine going down) while a batch trains its second
+    walk-forward window; the same command again keeps what was finished and ends with the full study's numbers.
+
+    One worker, so the mlp batch runs alone (the same two batches as the full study's two workers form) and the kill
+    lands inside an update (after the window's first update is logged, before its last): no batch's checkpoints are
+    being written, which a kill could leave written for one cell and not yet for the other."""
     out, _ = full_study
-    args = ["--out", "run", *FULL_STUDY, "--ledger", str(tmp_path / "ledger.jsonl")]
+    args = ["--out", "run", *FULL_GRID, "--workers", "1", "--threads", "1", "--ledger", str(tmp_path / "ledger.jsonl")]
     proc = subprocess.Popen(
         [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
         cwd=tmp_path,
@@ -502,10 +506,13 @@ def test_a_batched_study_killed_outright_keeps_its_finished_work_and_ends_as_an_
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    first_window = tmp_path / "run" / "cells" / "mlp-s1" / "periods" / "000" / "trade.npz"
+    cell = tmp_path / "run" / "cells" / "mlp-s1" / "periods"
+    first_window, second = cell / "000" / "trade.npz", cell / "001" / "metrics.jsonl"
     deadline = time.time() + 240
-    while time.time() < deadline and not first_window.is_file() and proc.poll() is None:
-        time.sleep(0.2)
+    while time.time() < deadline and proc.poll() is None:
+        if second.is_file() and b'"kind": "update"' in second.read_bytes():
+            break
+        time.sleep(0.05)
     victims = [proc.pid, *_descendants(proc.pid)]
     for pid in victims:
         with contextlib.suppress(ProcessLookupError):
@@ -902,3 +909,25 @@ def test_seed_summary_of_a_metric_some_seeds_leave_undefined():
     assert out["win_rate"]["n"] == 2 and out["win_rate"]["mean"] == pytest.approx(0.6)
     assert 0.5 <= out["win_rate"]["lo"] <= out["win_rate"]["hi"] <= 0.7
     assert out["never"]["n"] == 0 and math.isnan(out["never"]["mean"])
+
+
+def test_training_diagnostics_count_each_update_once_after_a_resume_and_skip_a_torn_line(tmp_path):
+    """A window killed and trained again logs its updates again (and a kill can cut a line short): the diagnostics
+    are those of the uninterrupted log."""
+    from clstm_ppo.study.cell import training_diagnostics
+
+    def update(n: int, kl: float) -> str:
+        return json.dumps({"kind": "update", "update": n, "approx_kl": kl, "clip_fraction": kl / 10})
+
+    def episode(n: int, costs: float) -> str:
+        return json.dumps({"kind": "episode", "episode": n, "costs": costs})
+
+    clean = [episode(1, 10.0), episode(2, 20.0), update(1, 0.01), episode(3, 30.0), update(2, 0.02)]
+    (tmp_path / "clean" / "000").mkdir(parents=True)
+    (tmp_path / "clean" / "000" / "metrics.jsonl").write_text("\n".join(clean) + "\n")
+    killed = [episode(1, 99.0), episode(2, 98.0), update(1, 0.9), '{"kind": "episo', *clean]
+    (tmp_path / "killed" / "000").mkdir(parents=True)
+    (tmp_path / "killed" / "000" / "metrics.jsonl").write_text("\n".join(killed) + "\n")
+    expected = training_diagnostics(tmp_path / "clean")
+    assert expected == {"final_kl": 0.02, "final_clip_fraction": 0.002, "train_episode_costs": 20.0}
+    assert training_diagnostics(tmp_path / "killed") == expected

@@ -21,7 +21,10 @@ actor's and critic's LSTMs of all K cells as 2K networks in one recurrence), and
 `clstm_ppo.agent.model`'s `bounded_std` / `log_prob` with each cell's log-std. ``clstm``, ``lstm`` and ``mlp`` run
 stacked; ``shared`` runs each cell's own network on its columns in turn (`LoopedCells`): its encoder is a batch of
 per-ticker LSTMs already, and batching it across cells too was not worth a third kernel. A cell's numbers equal
-those of the same network alone up to float rounding (``tests/test_stacked.py``).
+those of the same network alone up to float rounding (``tests/test_stacked.py``). They do not depend on what the
+other cells learn, but their last bits may depend on the cell's place in the batch (a vectorised kernel's body and tail
+round a transcendental function differently), which is why a study forms its batches over the whole grid: a re-run
+and every shard put each cell in the same place.
 """
 
 from __future__ import annotations
@@ -52,10 +55,6 @@ from clstm_ppo.agent.windows import Windows
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 OBS_BUFFERS = ("obs_count", "obs_mean", "obs_var")  # --norm_obs's running statistics (`ActorCritic._finish`)
-ROW_ALIGN = 16
-"""Each cell's row of a parameter buffer is padded to a multiple of this many numbers (64 bytes of float32), so every
-cell's weights sit at the same memory alignment: vectorised kernels then take the same path, and round alike, for a
-cell whatever its place in the batch."""
 
 
 def _rebind(model: nn.Module, name: str, value: Tensor, parameter: bool) -> None:
@@ -104,8 +103,7 @@ class CellPolicy:
         self.grad: list[Tensor] = []  # per group [K, N_g]: their gradients
         for group in self.group_names:
             rows = [torch.cat([m.get_parameter(n).detach().reshape(-1) for n in group]) for m in models]
-            width = -(-rows[0].numel() // ROW_ALIGN) * ROW_ALIGN
-            flat = torch.stack([nn.functional.pad(row, (0, width - row.numel())) for row in rows])
+            flat = torch.stack(rows)
             grad = torch.zeros_like(flat)
             offset = 0
             for name in group:

@@ -4,8 +4,9 @@
 Cells group when their settings differ only where a batch allows (`clstm_ppo.training.cell_trainer.PER_CELL`: the
 seed above all, and settings that change no shape, such as the learning rates or the entropy coefficient): then
 they share the data, the prepared markets and the walk-forward schedule (the study's), and the network's shape.
-Groups are formed from the whole grid (or shard) in its order, so a re-run forms the same groups and a cell that was
-interrupted continues beside the cells it trained with.
+Groups are formed from the whole grid in its order, whatever is done, and a shard takes whole groups
+(`clstm_ppo.study.runner`): a re-run and every shard put each cell beside the same batch mates in the same place, so
+an interrupted cell continues as it would have, and a sharded study gives the whole study's numbers bit for bit.
 
 `run_batch` does for each window what `clstm_ppo.study.cell.run_cell` does for one cell, with one `CellTrainer` for
 every cell of the group that still has to train that window (each resuming its own latest.pt or warm-starting from

@@ -297,12 +297,19 @@ def training_diagnostics(periods: Path) -> dict[str, float]:
     """How the cell's training ended, from its windows' metrics.jsonl (means over the windows): the last update's
     approx KL and clip fraction (what CleanRL/SB3 runs that learn well keep near 0.01-0.02 and 0.1-0.2), and the
     transaction costs of a training episode (dollars, the last `LAST_EPISODES`), which the policy's own exploration
-    noise pays. Empty when no window logged an update."""
+    noise pays. Empty when no window logged an update.
+
+    A window interrupted and resumed (or trained again) logs the updates after its last checkpoint again: each update
+    and episode counts once, as it was last logged, so the figures are those of an uninterrupted run."""
     kl, clip, costs = [], [], []
     for path in sorted(periods.glob("*/metrics.jsonl")):
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        updates = [r for r in rows if r.get("kind") == "update"]
-        episodes = [r for r in rows if r.get("kind") == "episode"]
+        last: dict[str, dict[int, dict[str, Any]]] = {"update": {}, "episode": {}}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = _record(line)
+            if row is not None and row.get("kind") in last:
+                last[row["kind"]][int(row[row["kind"]])] = row
+        updates = [last["update"][n] for n in sorted(last["update"])]
+        episodes = [last["episode"][n] for n in sorted(last["episode"])]
         if updates:
             kl.append(float(updates[-1]["approx_kl"]))
             clip.append(float(updates[-1]["clip_fraction"]))
@@ -314,6 +321,16 @@ def training_diagnostics(periods: Path) -> dict[str, float]:
     if costs:
         out["train_episode_costs"] = float(np.mean(costs))
     return out
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """One metrics.jsonl line as a record; None for a blank line or one a killed process cut short (its run, resumed,
+    logged that update again)."""
+    try:
+        row = json.loads(line) if line.strip() else None
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def finish_cell(

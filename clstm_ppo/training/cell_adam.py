@@ -50,12 +50,12 @@ class CellAdam:
         self.lr = torch.tensor(lrs, dtype=torch.float64, device=device)  # [K, G]
         self.eps, self.weight_decay = eps, weight_decay
         first = policy.cell(0)
-        self.matrices = []  # per group [N_g] bool: the entries of weight matrices (AdamW decays only those)
-        for names, flat in zip(policy.group_names, policy.flat, strict=True):
-            entries = [torch.full((first.get_parameter(n).numel(),), first.get_parameter(n).dim() >= 2) for n in names]
-            mask = torch.zeros(flat.shape[1], dtype=torch.bool, device=device)  # the row's padding: no weight
-            mask[: sum(e.numel() for e in entries)] = torch.cat(entries)
-            self.matrices.append(mask)
+        self.matrices = [  # per group [N_g] bool: the entries of weight matrices (AdamW decays only those)
+            torch.cat(
+                [torch.full((first.get_parameter(n).numel(),), first.get_parameter(n).dim() >= 2) for n in names]
+            ).to(device)
+            for names in policy.group_names
+        ]
 
     @torch.no_grad()
     def step(self, max_grad_norm: Tensor, active: Tensor) -> tuple[Tensor, Tensor]:
