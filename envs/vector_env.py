@@ -111,6 +111,11 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
     Arguments: market (PreparedMarket), split ("train" | "validation" | "test" or a DayRange),
     num_envs (B), config (EnvConfig), device, seed (of the start-day generator).
+
+    Cells: ``seed`` may be a list of C seeds; the B envs are then C equal blocks of consecutive envs ("cells", a
+    study's runs trained as one batch: `clstm_ppo.training.cell_trainer`), each drawing its start days from its
+    own generator in the order its envs need them, so block c behaves exactly as a ``B / C``-env ``VectorStockTradingEnv``
+    seeded ``seed[c]`` (`cell_state_dict` gives that env's ``state_dict``).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
@@ -123,11 +128,14 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         num_envs: int = 1,
         config: EnvConfig = EnvConfig(),  # noqa: B008 - frozen dataclass, safe as a default
         device: str | torch.device = "cpu",
-        seed: int = 0,
+        seed: int | list[int] = 0,
         _autoreset: bool = True,
     ) -> None:
         if num_envs < 1:
             raise UserError(f"num_envs must be >= 1, got {num_envs}")
+        seeds = [int(s) for s in seed] if isinstance(seed, (list, tuple)) else [int(seed)]
+        if num_envs % len(seeds):
+            raise ValueError(f"{num_envs} envs do not split into {len(seeds)} cells")
         self.market = market
         self.config = config
         self.split_name = split if isinstance(split, str) else "custom"
@@ -170,7 +178,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._mrows = torch.as_tensor(mrows, device=dev)  # [D, F] float32, portfolio columns zero
         self._offsets = torch.arange(-T + 1, 1, device=dev)  # [T] day offsets of a window
 
-        self._gen = torch.Generator().manual_seed(int(seed))  # CPU: same starts on every device
+        self._gens = [torch.Generator().manual_seed(s) for s in seeds]  # per cell; CPU: same starts on every device
+        self._cell_size = self.num_envs // len(seeds)
         self._buf = torch.zeros((self.num_envs, 2 * T, F), dtype=torch.float32, device=dev)
         self._q = T - 1
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)
@@ -178,14 +187,20 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._reset_all(None)
 
     # ---------------------------------------------------------------- episode starts
-    def _sample_starts(self, n: int) -> np.ndarray:
-        """[n] int64 start days: uniform over starts that leave a full episode, else the split's first day."""
+    def _sample_starts(self, envs: np.ndarray) -> np.ndarray:
+        """Start days [n] int64 of the envs ``envs`` ([n] ascending): uniform over starts that leave a full episode,
+        else the split's first day; each cell's envs drawn together from its own generator."""
         lo, stop = self.split.start, self.split.stop
         length = self.config.episode_days
         if length is None or stop - 1 - length <= lo:
-            return np.full(n, lo, dtype=np.int64)
+            return np.full(envs.size, lo, dtype=np.int64)
         hi = stop - 1 - length  # latest start whose episode_length steps all fit in the split
-        return torch.randint(lo, hi + 1, (n,), generator=self._gen).numpy().astype(np.int64)
+        cells = envs // self._cell_size
+        draws = [
+            torch.randint(lo, hi + 1, (int((cells == c).sum()),), generator=self._gens[c]).numpy()
+            for c in np.unique(cells)
+        ]
+        return np.concatenate(draws).astype(np.int64)
 
     def _write_portfolio(self, rows: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, value: Tensor) -> None:
         """`write_portfolio_columns` with this env's settings."""
@@ -235,7 +250,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
     def _reset_all(self, starts: np.ndarray | None, portfolio: tuple[Tensor, Tensor] | None = None) -> Tensor:
         B = self.num_envs
-        starts = self._sample_starts(B) if starts is None else starts
+        starts = self._sample_starts(np.arange(B)) if starts is None else starts
         self._start_np = starts.copy()
         self._day_np = starts.copy()
         self._day = torch.as_tensor(starts, device=self.device)
@@ -273,14 +288,16 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
     # ---------------------------------------------------------------- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Tensor, dict]:
-        """Start B new episodes. seed: reseeds the start-day generator; options: {"start_day": int | [B],
+        """Start B new episodes. seed: reseeds the start-day generator (a list: each cell's); options:
+        {"start_day": int | [B],
         "cash": dollars (scalar or [B]), "shares": [N] or [B, N] whole shares} -- a starting portfolio other than
         ``initial_amount`` in cash (the study carries one period's portfolio into the next this way).
 
         :return: (obs [B, T, F] float32 on device, info {"portfolio_value", "cash", "day"})
         """
         if seed is not None:
-            self._gen.manual_seed(int(seed))
+            for gen, value in zip(self._gens, seed if isinstance(seed, (list, tuple)) else [seed], strict=True):
+                gen.manual_seed(int(value))
         starts = None
         if options and options.get("start_day") is not None:
             starts = self._check_starts(options["start_day"])
@@ -432,7 +449,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         """Reset the finished envs in place; return the observation with their new first windows."""
         idx_np = np.flatnonzero(done_np)
         n = idx_np.size
-        starts_np = self._sample_starts(n)
+        starts_np = self._sample_starts(idx_np)
         self._start_np[idx_np] = starts_np
         self._day_np[idx_np] = starts_np
         idx = torch.from_numpy(idx_np).to(self.device)
@@ -459,7 +476,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "start_np": torch.from_numpy(self._start_np.copy()),
             "day_np": torch.from_numpy(self._day_np.copy()),
             "needs_reset": torch.from_numpy(self._needs_reset.copy()),
-            "gen": self._gen.get_state(),
+            "gen": self._gens[0].get_state() if len(self._gens) == 1 else [g.get_state() for g in self._gens],
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -477,7 +494,39 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._start_np = state["start_np"].numpy().copy()
         self._day_np = state["day_np"].numpy().copy()
         self._needs_reset = state["needs_reset"].numpy().copy()
-        self._gen.set_state(state["gen"])
+        gens = state["gen"] if isinstance(state["gen"], list) else [state["gen"]]
+        for gen, saved in zip(self._gens, gens, strict=True):
+            gen.set_state(saved)
+        self._started = True
+
+    # ---------------------------------------------------------------- cells
+    def cell_state_dict(self, cell: int) -> dict[str, Any]:
+        """What ``state_dict`` of cell ``cell``'s env alone holds (see the class docstring's Cells)."""
+        envs = slice(cell * self._cell_size, (cell + 1) * self._cell_size)
+        state = self.state_dict()
+        out = {k: (v[envs].clone() if k not in ("q", "gen") else v) for k, v in state.items()}
+        out["gen"] = self._gens[cell].get_state()
+        return out
+
+    def load_cell_state_dict(self, cell: int, state: dict[str, Any]) -> None:
+        """Cell ``cell``'s envs from a ``state_dict`` of its env alone (its ring buffer's window is placed at this
+        env's ring position, which may differ)."""
+        envs = slice(cell * self._cell_size, (cell + 1) * self._cell_size)
+        if tuple(state["buf"].shape) != (self._cell_size, *self._buf.shape[1:]):
+            raise UserError(f"env state has shape {tuple(state['buf'].shape)}, a cell's {self._cell_size} envs differ")
+        dev, T = self.device, self.window
+        fresh = self._fresh_state(self._cell_size)
+        for k, v in self._s.items():
+            v[envs] = state[f"s_{k}"].to(dev) if f"s_{k}" in state else fresh[k]
+        q = int(state["q"])
+        window = state["buf"][:, q + 1 : q + 1 + T].to(dev)  # its envs' current windows, oldest day first
+        self._place_windows(torch.arange(envs.start, envs.stop, device=dev), window)
+        self._day[envs] = state["day"].to(dev)
+        self._start[envs] = state["start"].to(dev)
+        self._start_np[envs] = state["start_np"].numpy()
+        self._day_np[envs] = state["day_np"].numpy()
+        self._needs_reset[envs] = state["needs_reset"].numpy()
+        self._gens[cell].set_state(state["gen"])
         self._started = True
 
     def close_extras(self, **kwargs: Any) -> None:

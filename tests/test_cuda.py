@@ -81,3 +81,39 @@ def test_sampled_actions_match_across_devices_with_a_cpu_generator():
         out = m.act(obs.to(device), state, starts.to(device), generator=torch.Generator().manual_seed(7))
         actions.append(out.action.cpu())
     torch.testing.assert_close(actions[0], actions[1], rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("policy", ["clstm", "mlp"])
+def test_batched_cells_train_on_the_gpu_as_each_cell_alone(tmp_path, policy):
+    """Three cells (seeds) trained as one batch on the GPU against each trained alone on the GPU: the same weights up
+    to float rounding (TF32 matmuls on both sides), checkpoints that load on the CPU."""
+    from clstm_ppo.config import TrainConfig
+    from clstm_ppo.market import build_market
+    from clstm_ppo.training.cell_trainer import CellTrainer
+    from clstm_ppo.training.checkpoint import restore_policy
+    from clstm_ppo.training.distributed import Comm
+    from clstm_ppo.training.trainer import Trainer
+
+    settings = dict(
+        data="synthetic:tickers=3,days=400", window=5, stage1_hidden=12, feature_dim=10, stage2_hidden=16,
+        num_envs=8, n_steps=16, batch_size=64, epochs=2, episode_length=20, num_episodes=16, progress=False,
+        log_every=1000, policy=policy, checkpoint_dir=str(tmp_path),
+    )  # fmt: skip
+    cfgs = {
+        f"{who}{s}": TrainConfig.from_dict({**settings, "seed": s, "run_name": f"{who}{s}"})
+        for who in ("a", "b")
+        for s in (1, 2, 3)
+    }
+    market = build_market(cfgs["a1"].data, seed=1)
+    for s in (1, 2, 3):
+        Trainer(cfgs[f"a{s}"], market, Comm(device=torch.device("cuda")), tmp_path / f"a{s}").train()
+    batch = [cfgs[f"b{s}"] for s in (1, 2, 3)]
+    trainer = CellTrainer(batch, market, [tmp_path / f"b{s}" for s in (1, 2, 3)], "cuda")
+    trainer.train()
+    assert trainer.errors == [None, None, None]
+    for s in (1, 2, 3):
+        alone, batched = (load_checkpoint(tmp_path / f"{who}{s}" / "latest.pt") for who in ("a", "b"))
+        scale = max(float(v.abs().max()) for v in alone.model_state.values() if v.is_floating_point() and v.numel())
+        for name, weight in alone.model_state.items():
+            assert float((weight - batched.model_state[name]).abs().max()) < 1e-3 * scale, (s, name)
+        assert restore_policy(batched, market).spec.policy == policy

@@ -3,6 +3,7 @@ shards and merge; failed cells; warm starts."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -194,10 +195,9 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
 # ---------------------------------------------------------------------------------------------- end to end
 
 
-FULL_STUDY = [
-    *("--data", DATA, "--policies", "mlp,lstm", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY),
-    *("--workers", "2", "--threads", "1"),  # one thread a cell: the same arithmetic as the other studies here
-]
+FULL_GRID = ["--data", DATA, "--policies", "mlp,lstm", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY]
+# one thread a process: the same arithmetic as the other studies here; by default 2 batches (mlp, lstm) of 2 cells
+FULL_STUDY = [*FULL_GRID, "--workers", "2", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +354,8 @@ def test_no_day_of_a_traded_window_reaches_the_model_that_trades_it(full_study, 
     frame.loc[later, "high"] = frame.loc[later, ["open", "high", "low", "close"]].max(axis=1)
     frame.loc[later, "low"] = frame.loc[later, ["open", "high", "low", "close"]].min(axis=1)
     frame.to_csv(tmp_path / "changed.csv", index=False)
-    changed = ["--data", f"csv:{tmp_path / 'changed.csv'}", "--policies", "mlp", "--seeds", "1", *WINDOW_FLAGS]
+    # the full study's mlp batch (seeds 1 and 2 trained as one, on one worker): the same batch, bit for bit
+    changed = ["--data", f"csv:{tmp_path / 'changed.csv'}", "--policies", "mlp", "--seeds", "1-2", *WINDOW_FLAGS]
     proc = study(tmp_path, "--out", "changed", *changed, *TINY_STUDY, "--workers", "1", "--threads", "1")
     assert proc.returncode == 0, proc.stderr + proc.stdout
 
@@ -441,22 +442,127 @@ def test_deploy_last_trades_each_windows_last_weights_where_best_trades_its_vali
 
 
 @pytest.mark.slow
-def test_shards_merge_into_the_same_study(full_study, tmp_path):
+def test_shards_of_a_batched_study_merge_into_the_same_study(full_study, tmp_path):
+    """The full study in two shards on one worker each, side by side: each shard takes whole batches (the full
+    study's two, of two cells each), so every cell trains with the same batch mate in the same place, and the merged
+    study is the unsharded one, number for number."""
     out, _ = full_study
-    # the mlp cells of the full study's grid, in two shards of one cell each, side by side
-    grid = ["--data", DATA, "--policies", "mlp", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY, "--workers", "1"]
-    grid += ["--threads", "1"]
+    grid = [*FULL_GRID, "--workers", "1", "--threads", "1"]
     for proc in studies_at_once(tmp_path, *[["--out", f"part{i}", *grid, "--shard", f"{i}/2"] for i in (1, 2)]):
         assert proc.returncode == 0, proc.stderr + proc.stdout
-        assert "1 cell(s) (shard" in proc.stdout
+        assert "2 cell(s) (shard" in proc.stdout and "up to 2 cells trained as one batch" in proc.stdout
     merged = study(tmp_path, "merge", "--out", "merged", "part1", "part2", "--bootstrap", "500")
     assert merged.returncode == 0, merged.stderr + merged.stdout
     a = pd.read_csv(out / "cells.csv").set_index("cell")
     b = pd.read_csv(tmp_path / "merged" / "cells.csv").set_index("cell")
-    assert sorted(b.index) == ["mlp-s1", "mlp-s2"] and set(b["status"]) == {"done"}
-    pd.testing.assert_series_equal(a["sharpe"][b.index], b["sharpe"])  # the same cells give the same numbers
+    assert sorted(b.index) == sorted(a.index) and set(b["status"]) == {"done"}
+    pd.testing.assert_frame_equal(outcomes(a), outcomes(b))
+    for cell in a.index:
+        with (
+            np.load(out / "cells" / cell / "result.npz") as x,
+            np.load(tmp_path / "merged" / "cells" / cell / "result.npz") as y,
+        ):
+            assert np.array_equal(x["values"], y["values"]), cell
     other = study(tmp_path, "merge", "--out", "merged", "part1", str(out / "cells"))
     assert other.returncode == 2 and "error:" in other.stderr
+
+
+def outcomes(cells: pd.DataFrame) -> pd.DataFrame:
+    """A cells.csv's results: all but the timings and the DSRs (which count the trials in each study's ledger)."""
+    return cells.drop(columns=["seconds", "train_seconds", "dsr", "dsr_active"]).sort_index()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process started (directly or not) by ``pid``."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+@pytest.mark.slow
+def test_a_batched_study_killed_outright_keeps_its_finished_work_and_ends_as_an_uninterrupted_one(full_study, tmp_path):
+    """SIGKILL of the study and of every process it started (a machine going down) while a batch trains its second
+    walk-forward window; the same command again keeps what was finished and ends with the full study's numbers.
+
+    One worker, so the mlp batch runs alone (the same two batches as the full study's two workers form) and the kill
+    lands inside an update (after the window's first update is logged, before its last): no batch's checkpoints are
+    being written, which a kill could leave written for one cell and not yet for the other."""
+    out, _ = full_study
+    args = ["--out", "run", *FULL_GRID, "--workers", "1", "--threads", "1", "--ledger", str(tmp_path / "ledger.jsonl")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    cell = tmp_path / "run" / "cells" / "mlp-s1" / "periods"
+    first_window, second = cell / "000" / "trade.npz", cell / "001" / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if second.is_file() and b'"kind": "update"' in second.read_bytes():
+            break
+        time.sleep(0.05)
+    victims = [proc.pid, *_descendants(proc.pid)]
+    for pid in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    statuses = {
+        c.name: read_status(tmp_path / "run" / "cells" / c.name)["status"]
+        for c in (tmp_path / "run" / "cells").iterdir()
+    }
+    assert "running" in statuses.values(), statuses  # killed mid-study: some cells had not finished
+    kept = first_window.read_bytes()
+    again = study(tmp_path, *args)
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert first_window.read_bytes() == kept  # the finished window was not trained again
+    a = pd.read_csv(out / "cells.csv").set_index("cell")
+    b = pd.read_csv(tmp_path / "run" / "cells.csv").set_index("cell")
+    pd.testing.assert_frame_equal(outcomes(a), outcomes(b))
+    for cell in a.index:
+        with (
+            np.load(out / "cells" / cell / "result.npz") as x,
+            np.load(tmp_path / "run" / "cells" / cell / "result.npz") as y,
+        ):
+            assert np.array_equal(x["values"], y["values"]), cell
+
+
+@pytest.mark.slow
+def test_a_diverging_cell_of_a_batch_is_recorded_failed_and_its_batch_mate_finishes(full_study, tmp_path):
+    """One batch of the full study run again in this process, its second cell's rewards NaN from its first update
+    (a fault hook on that cell alone) and ``max_bad_updates`` 1: that cell fails with the divergence error, the other
+    finishes with the full study's numbers."""
+    from clstm_ppo.study.batch import run_batch_guarded
+    from clstm_ppo.study.spec import StudySpec
+    from tests.faults import FaultHook
+
+    out, _ = full_study
+    shutil.copytree(out, tmp_path / "study", ignore=shutil.ignore_patterns("cells", "ensembles"))
+    spec = StudySpec.load(tmp_path / "study")
+    spec.base["max_bad_updates"] = 1
+    spec.save(tmp_path / "study")
+    mlp = [c for c in spec.cells() if c.policy == "mlp"]
+    with torch_threads(1):  # the study's arithmetic
+        code = run_batch_guarded(tmp_path / "study", mlp, callbacks={"mlp-s2": [FaultHook(kind="nan")]})
+    assert code == 1
+    failed, done = (read_status(tmp_path / "study" / "cells" / name) for name in ("mlp-s2", "mlp-s1"))
+    assert failed["status"] == "failed" and "updates in a row had NaN/inf" in failed["error"]
+    assert done["status"] == "done"
+    mine = json.loads((tmp_path / "study" / "cells" / "mlp-s1" / "result.json").read_text())
+    theirs = json.loads((out / "cells" / "mlp-s1" / "result.json").read_text())
+    assert mine["policy"] == theirs["policy"] and mine["untrained"] == theirs["untrained"]
 
 
 @pytest.mark.slow
@@ -484,6 +590,7 @@ def test_a_failed_cell_is_recorded_and_a_killed_study_continues_where_it_stopped
         "--ledger",
         str(tmp_path / "ledger.jsonl"),
     ]
+    args += ["--batch_cells", "1"]  # each cell in its own process, as the failure hook and the timing expect
     env = clean_env() | {"CLSTM_PPO_STUDY_FAIL_CELL": "mlp-s2"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
@@ -694,12 +801,40 @@ def test_study_help_explains_every_flag():
         "--retrain_from",
         "--validation_days",
         "--workers",
+        "--batch_cells",
         "--shard",
         "--max_cells",
         "--index",
         "--num_episodes",
     ):
         assert flag in proc.stdout
+
+
+def test_the_study_adds_one_flag_of_its_own_for_batches():
+    """The study's own flags: 22 before issue 49, which adds --batch_cells and nothing else."""
+    from clstm_ppo.cli.study import build_parser
+
+    (group,) = [g for g in build_parser()._action_groups if g.title == "study"]
+    flags = [a.option_strings[0] for a in group._group_actions]
+    assert len(flags) <= 23 and "--batch_cells" in flags
+
+
+def test_batches_group_compatible_cells_and_split_them_evenly():
+    from clstm_ppo.study.batch import batches
+
+    base = TrainConfig()
+    seeds = build_grid(["clstm"], list(range(1, 9)), [()])
+    assert [len(g) for g in batches(seeds, base, 0, 2)] == [4, 4]  # automatic: one batch per worker
+    assert [len(g) for g in batches(seeds, base, 3, 2)] == [2, 3, 3]  # at most 3, as even as can be
+    assert [len(g) for g in batches(seeds, base, 1, 2)] == [1] * 8  # every cell alone
+    assert [[c.name for c in g] for g in batches(seeds, base, 0, 1)] == [[c.name for c in seeds]]
+    # a shape (another policy, another window) never shares a batch; a learning rate or an entropy weight may
+    grid = build_grid(["clstm", "mlp"], [1, 2], parse_variants(["window=5,30", "ent_coef=0,0.01"]))
+    groups = batches(grid, base, 0, 1)
+    assert sorted(len(g) for g in groups) == [4, 4, 4, 4]
+    for group in groups:
+        assert len({(c.policy, dict(c.variant)["window"]) for c in group}) == 1
+    assert len(batches(build_grid(["clstm"], list(range(1, 101)), [()]), base, 0, 1)) == 2  # at most 64 a batch
 
 
 def test_a_damaged_study_spec_is_refused_in_one_line(tmp_path):
@@ -802,3 +937,25 @@ def test_a_study_on_a_planted_market_reports_the_oracle_and_its_cells_backtest_o
     )  # fmt: skip
     assert bt.returncode == 0, bt.stderr
     assert "on this planted market, the oracle (the rule that knows the signal) Sharpe" in bt.stdout
+
+
+def test_training_diagnostics_count_each_update_once_after_a_resume_and_skip_a_torn_line(tmp_path):
+    """A window killed and trained again logs its updates again (and a kill can cut a line short): the diagnostics
+    are those of the uninterrupted log."""
+    from clstm_ppo.study.cell import training_diagnostics
+
+    def update(n: int, kl: float) -> str:
+        return json.dumps({"kind": "update", "update": n, "approx_kl": kl, "clip_fraction": kl / 10})
+
+    def episode(n: int, costs: float) -> str:
+        return json.dumps({"kind": "episode", "episode": n, "costs": costs})
+
+    clean = [episode(1, 10.0), episode(2, 20.0), update(1, 0.01), episode(3, 30.0), update(2, 0.02)]
+    (tmp_path / "clean" / "000").mkdir(parents=True)
+    (tmp_path / "clean" / "000" / "metrics.jsonl").write_text("\n".join(clean) + "\n")
+    killed = [episode(1, 99.0), episode(2, 98.0), update(1, 0.9), '{"kind": "episo', *clean]
+    (tmp_path / "killed" / "000").mkdir(parents=True)
+    (tmp_path / "killed" / "000" / "metrics.jsonl").write_text("\n".join(killed) + "\n")
+    expected = training_diagnostics(tmp_path / "clean")
+    assert expected == {"final_kl": 0.02, "final_clip_fraction": 0.002, "train_episode_costs": 20.0}
+    assert training_diagnostics(tmp_path / "killed") == expected

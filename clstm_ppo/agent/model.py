@@ -54,6 +54,32 @@ def gaussian(mean: Tensor, std: Tensor) -> Normal:
     return Normal(mean, std, validate_args=False)
 
 
+def bounded_std(log_std: Tensor, log_std_max: float | None) -> Tensor:
+    """The Gaussian's standard deviation from its learned log-std (any shape, e.g. ``[A]``, or ``[K, A]`` for K
+    stacked cells) as float32, the log-std clamped to [`LOG_STD_MIN`, ``log_std_max``] when a bound is set."""
+    log_std = log_std.float()
+    if log_std_max is not None:
+        log_std = log_std.clamp(LOG_STD_MIN, log_std_max)
+    return log_std.exp()
+
+
+def log_prob(dist: Normal, u: Tensor, action_dist: str) -> Tensor:
+    """log pi of pre-squash samples ``u [..., A]`` under ``dist``, summed over the action numbers. For ``tanh``, the
+    change of variables a = tanh(u) subtracts sum log(1 - tanh(u)^2) = sum 2 (log 2 - u - softplus(-2u)) (stable
+    form); it is the same for the old and the new policy, so PPO's ratio is the Gaussian's."""
+    out = dist.log_prob(u).sum(-1)
+    if action_dist == "tanh":
+        out = out - (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)
+    return out
+
+
+def normalized_rows(rows: Tensor, mean: Tensor, var: Tensor) -> Tensor:
+    """State rows ``[..., F]`` standardised by running statistics (float64 ``mean`` and ``var`` broadcastable to
+    the rows: ``[F]``, or ``[K, 1, F]`` for K stacked cells) and clipped to +-`OBS_CLIP`."""
+    scale = (var + OBS_EPS).rsqrt().to(rows.dtype)
+    return ((rows - mean.to(rows.dtype)) * scale).clamp(-OBS_CLIP, OBS_CLIP)
+
+
 # ------------------------------------------------------------------------------------------ the spec
 REMOVED_SPEC_FIELDS: dict[str, tuple[str, Any]] = {
     "stage1": ("stage1", "lstm"),
@@ -310,19 +336,11 @@ class ActorCritic(nn.Module):
     def policy_std(self) -> Tensor:
         """The Gaussian's standard deviation per action number (``[A]``, one shared number for ``shared``) float32,
         bounded when ``log_std_max`` is set."""
-        log_std = self.log_std.float()
-        if self.spec.log_std_max is not None:
-            log_std = log_std.clamp(LOG_STD_MIN, self.spec.log_std_max)
-        return log_std.exp()
+        return bounded_std(self.log_std, self.spec.log_std_max)
 
     def _log_prob(self, dist: Normal, u: Tensor) -> Tensor:
-        """log pi of pre-squash samples ``u [..., A]``, summed over the action numbers. For tanh, the change of
-        variables a = tanh(u) subtracts sum log(1 - tanh(u)^2) = sum 2 (log 2 - u - softplus(-2u)) (stable form); it
-        is the same for the old and the new policy, so PPO's ratio is the Gaussian's."""
-        log_prob = dist.log_prob(u).sum(-1)
-        if self.spec.action_dist == "tanh":
-            log_prob = log_prob - (2.0 * (math.log(2.0) - u - nn.functional.softplus(-2.0 * u))).sum(-1)
-        return log_prob
+        """`log_prob` under this policy's distribution."""
+        return log_prob(dist, u, self.spec.action_dist)
 
     # ------------------------------------------------------------------ observation statistics
     @torch.no_grad()
@@ -342,10 +360,7 @@ class ActorCritic(nn.Module):
         (``obs_norm``; before any statistics: mean 0, variance 1)."""
         if not self.spec.obs_norm:
             return windows
-        rows = windows.rows
-        mean = self.obs_mean.to(rows.dtype)
-        scale = (self.obs_var + OBS_EPS).rsqrt().to(rows.dtype)
-        return Windows(((rows - mean) * scale).clamp(-OBS_CLIP, OBS_CLIP), windows.index)
+        return Windows(normalized_rows(windows.rows, self.obs_mean, self.obs_var), windows.index)
 
 
 def unwrap(model: nn.Module) -> ActorCritic:

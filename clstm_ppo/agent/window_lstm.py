@@ -36,6 +36,51 @@ def _tanh_(x: Tensor) -> Tensor:
     return x.mul_(2.0).sigmoid_().mul_(2.0).sub_(1.0)
 
 
+def lstm_gates(a: Tensor, c_prev: Tensor, c_next: Tensor, tanh_c: Tensor, h_next: Tensor) -> None:
+    """One LSTM day, in place, on any leading shape (``[M, .]``, or ``[C, M, .]`` for C stacked cells).
+
+    :param a: ``[..., 4H]`` gate pre-activations (i, f, g, o, PyTorch's order), overwritten by the activations.
+    :param c_prev: ``[..., H]`` the cell state entering the day (already zeroed where an episode starts).
+    :param c_next: / :param tanh_c: / :param h_next: ``[..., H]`` written: the new cell state, its tanh and the new
+        hidden state ``o tanh(c)``.
+    """
+    hid = a.shape[-1] // 4
+    g = a[..., 2 * hid : 3 * hid]
+    g.mul_(2.0)  # g: tanh(z) = 2 sigmoid(2z) - 1, with i, f, o's sigmoid
+    a.sigmoid_()
+    g.mul_(2.0).sub_(1.0)
+    torch.mul(a[..., hid : 2 * hid], c_prev, out=c_next)
+    c_next.addcmul_(a[..., :hid], g)
+    _tanh_(tanh_c.copy_(c_next))
+    torch.mul(a[..., 3 * hid :], tanh_c, out=h_next)
+
+
+def lstm_gate_gradients(
+    a: Tensor, tanh_c: Tensor, c_prev: Tensor, dh: Tensor, dc: Tensor, d: Tensor, slope: Tensor, tmp: Tensor
+) -> None:
+    """The backward of `lstm_gates` for one day, in place, on any leading shape.
+
+    :param a: ``[..., 4H]`` the day's gate activations; :param tanh_c: ``[..., H]`` tanh of its new cell state;
+        :param c_prev: ``[..., H]`` the cell state that entered it.
+    :param dh: ``[..., H]`` dL/dh of the day's output; :param dc: ``[..., H]`` dL/dc carried from the next day,
+        left as dL/dc_prev (before any reset's mask).
+    :param d: ``[..., 4H]`` written: dL/d(gate pre-activations). ``slope`` ``[..., 4H]`` and ``tmp`` ``[..., H]``
+        are scratch.
+    """
+    hid = a.shape[-1] // 4
+    i, f, g, o = a[..., :hid], a[..., hid : 2 * hid], a[..., 2 * hid : 3 * hid], a[..., 3 * hid :]
+    slope.copy_(a).neg_().add_(1.0).mul_(a)  # sigmoid' = a (1 - a)
+    torch.mul(g, g, out=slope[..., 2 * hid : 3 * hid]).neg_().add_(1.0)  # tanh' = 1 - g^2
+    torch.mul(tanh_c, tanh_c, out=tmp).neg_().add_(1.0).mul_(o).mul_(dh)
+    dc.add_(tmp)  # dL/dc_t = carried + dh_t o (1 - tanh(c_t)^2)
+    torch.mul(dh, tanh_c, out=d[..., 3 * hid :])  # do
+    torch.mul(dc, g, out=d[..., :hid])  # di
+    torch.mul(dc, c_prev, out=d[..., hid : 2 * hid])  # df
+    torch.mul(dc, i, out=d[..., 2 * hid : 3 * hid])  # dg
+    d.mul_(slope)
+    dc.mul_(f)
+
+
 class WindowLSTM(torch.autograd.Function):
     """Last output ``h_T`` of a one-layer LSTM from zero state over windows of precomputed input gates.
 
@@ -47,6 +92,10 @@ class WindowLSTM(torch.autograd.Function):
     [4H, H]`` matmul per day, one ``[4H, T M] x [T M, H]`` matmul for ``dW_hh``, and adds each day's
     gate gradients into the rows they came from. Runs with autocast off, in float32 (float64 stays
     float64, for gradcheck).
+
+    Stacked cells (`clstm_ppo.agent.stacked`): with ``w_hh`` ``[C, 4H, H]`` (C networks' weights), the M windows
+    are C groups of M / C, group c run with ``w_hh[c]`` (``bmm`` in place of ``mm``; the gate arithmetic is the
+    same `lstm_gates`), and the gradient of ``w_hh`` is ``[C, 4H, H]``.
     """
 
     @staticmethod
@@ -57,34 +106,33 @@ class WindowLSTM(torch.autograd.Function):
             days, m = index.shape
             four_h = projected.shape[1]
             hid = four_h // 4
+            cells = w_hh.shape[0] if w_hh.dim() == 3 else 0  # C stacked networks (0: one, unstacked)
             acts = projected.new_empty(days, m, four_h)  # i, f, g, o after their nonlinearities
-            cells = projected.new_empty(days + 1, m, hid)  # c_0 = 0, c_1 .. c_T
-            cells[0].zero_()
+            cell_states = projected.new_empty(days + 1, m, hid)  # c_0 = 0, c_1 .. c_T
+            cell_states[0].zero_()
             tanh_cells = projected.new_empty(days, m, hid)
             hidden = projected.new_empty(days + 1, m, hid)  # h_0 = 0, h_1 .. h_T
             hidden[0].zero_()
-            w_t = w_hh.t()
+            w_t = w_hh.transpose(-1, -2)
             for t in range(days):
                 a = acts[t]
                 torch.index_select(projected, 0, index[t], out=a)
-                a.addmm_(hidden[t], w_t)
-                a[:, 2 * hid : 3 * hid].mul_(2.0)  # g: tanh(z) = 2 sigmoid(2z) - 1, with i, f, o's sigmoid
-                a.sigmoid_()
-                a[:, 2 * hid : 3 * hid].mul_(2.0).sub_(1.0)
-                torch.mul(a[:, hid : 2 * hid], cells[t], out=cells[t + 1])
-                cells[t + 1].addcmul_(a[:, :hid], a[:, 2 * hid : 3 * hid])
-                _tanh_(tanh_cells[t].copy_(cells[t + 1]))
-                torch.mul(a[:, 3 * hid :], tanh_cells[t], out=hidden[t + 1])
-            ctx.save_for_backward(acts, cells, tanh_cells, hidden, w_hh, index)
+                if cells:
+                    a.view(cells, -1, four_h).baddbmm_(hidden[t].view(cells, -1, hid), w_t)
+                else:
+                    a.addmm_(hidden[t], w_t)
+                lstm_gates(a, cell_states[t], cell_states[t + 1], tanh_cells[t], hidden[t + 1])
+            ctx.save_for_backward(acts, cell_states, tanh_cells, hidden, w_hh, index)
             ctx.num_rows = projected.shape[0]
             return hidden[days].clone()
 
     @staticmethod
     def backward(ctx, grad_h: Tensor) -> tuple[Tensor, None, Tensor]:  # type: ignore[override]
-        acts, cells, tanh_cells, hidden, w_hh, index = ctx.saved_tensors
+        acts, cell_states, tanh_cells, hidden, w_hh, index = ctx.saved_tensors
         with torch.autocast(grad_h.device.type, enabled=False):
             days, m, four_h = acts.shape
             hid = four_h // 4
+            cells = w_hh.shape[0] if w_hh.dim() == 3 else 0
             grad_gates = torch.empty_like(acts)
             grad_projected = acts.new_zeros(ctx.num_rows, four_h)
             dh = grad_h.to(acts.dtype).contiguous()
@@ -92,22 +140,18 @@ class WindowLSTM(torch.autograd.Function):
             tmp = torch.empty_like(dh)
             slope = acts.new_empty(m, four_h)  # derivative of each gate's nonlinearity
             for t in reversed(range(days)):
-                a, tc, d = acts[t], tanh_cells[t], grad_gates[t]
-                i, f, g, o = a[:, :hid], a[:, hid : 2 * hid], a[:, 2 * hid : 3 * hid], a[:, 3 * hid :]
-                slope.copy_(a).neg_().add_(1.0).mul_(a)  # sigmoid' = a (1 - a)
-                torch.mul(g, g, out=slope[:, 2 * hid : 3 * hid]).neg_().add_(1.0)  # tanh' = 1 - g^2
-                torch.mul(tc, tc, out=tmp).neg_().add_(1.0).mul_(o).mul_(dh)
-                dc.add_(tmp)  # dL/dc_t = carried + dh_t o (1 - tanh(c_t)^2)
-                torch.mul(dh, tc, out=d[:, 3 * hid :])  # do
-                torch.mul(dc, g, out=d[:, :hid])  # di
-                torch.mul(dc, cells[t], out=d[:, hid : 2 * hid])  # df
-                torch.mul(dc, i, out=d[:, 2 * hid : 3 * hid])  # dg
-                d.mul_(slope)
-                dc.mul_(f)
+                d = grad_gates[t]
+                lstm_gate_gradients(acts[t], tanh_cells[t], cell_states[t], dh, dc, d, slope, tmp)
                 grad_projected.index_add_(0, index[t], d)
                 if t > 0:  # h_0 is the constant zero state: no gradient to carry past day 0
-                    dh = d @ w_hh
-            grad_w = grad_gates.reshape(days * m, four_h).t() @ hidden[:days].reshape(days * m, hid)
+                    dh = torch.bmm(d.view(cells, -1, four_h), w_hh).view(m, hid) if cells else d @ w_hh
+            if cells:  # per network: [4H, T M/C] x [T M/C, H] (rows regrouped by network, copied whole)
+                per = m // cells
+                gates = grad_gates.view(days, cells, per, four_h).transpose(0, 1).reshape(cells, -1, four_h)
+                states = hidden[:days].view(days, cells, per, hid).transpose(0, 1).reshape(cells, -1, hid)
+                grad_w = torch.bmm(gates.transpose(1, 2), states)
+            else:
+                grad_w = grad_gates.reshape(days * m, four_h).t() @ hidden[:days].reshape(days * m, hid)
         return grad_projected, None, grad_w
 
 
@@ -136,3 +180,23 @@ def window_last_output(lstm: nn.LSTM, windows: Windows, kernel: str = "auto") ->
     projected = nn.functional.linear(flat_rows, lstm.weight_ih_l0, lstm.bias_ih_l0 + lstm.bias_hh_l0)  # [E R, 4H]
     index = windows.flat_index().permute(2, 0, 1).reshape(windows.window, -1)  # [T, L E]
     return WindowLSTM.apply(projected, index, lstm.weight_hh_l0)
+
+
+def stacked_window_last_output(
+    w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor, windows: Windows, cells: int
+) -> Tensor:
+    """`window_last_output` of C stacked networks (the ``shared`` kernel; ``projected`` by one ``baddbmm``): the
+    windows' E columns are C groups of E / C, group c read by network c.
+
+    :param w_ih: ``[C, 4H, F]``; :param w_hh: ``[C, 4H, H]``; :param b_ih: / :param b_hh: ``[C, 4H]``.
+    :param windows: L x E windows over rows ``[E, R, F]`` (E = C x M, cell-major).
+    :return: ``[C, L x M, H]``: each network's windows, step-major.
+    """
+    envs, rows_per_env, features = windows.rows.shape
+    per = envs // cells
+    rows = windows.rows.reshape(cells, per * rows_per_env, features)  # [C, M R, F]
+    projected = torch.baddbmm((b_ih + b_hh).unsqueeze(1), rows, w_ih.transpose(1, 2))  # [C, M R, 4H]
+    steps, window = windows.steps, windows.window
+    index = windows.flat_index().view(steps, cells, per, window).permute(3, 1, 0, 2).reshape(window, -1)  # [T, C L M]
+    out = WindowLSTM.apply(projected.reshape(-1, projected.shape[-1]), index, w_hh)  # [C L M, H]
+    return out.view(cells, steps * per, -1)

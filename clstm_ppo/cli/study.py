@@ -119,7 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--cells_per_gpu", type=int, default=1, help="cells sharing one GPU at a time (small models fit many)"
     )
-    g.add_argument("--threads", type=int, default=0, help="torch threads per CPU cell (0: cores / workers)")
+    g.add_argument("--threads", type=int, default=0, help="torch threads per CPU process (0: cores / workers)")
+    g.add_argument(
+        "--batch_cells",
+        type=int,
+        default=0,
+        help="train up to this many cells as one batch in one process: cells that differ only in their seed or in "
+        "settings that change no shape (docs/study.md); 0: automatic (enough batches to keep every worker busy, at "
+        "most 64 cells each); 1: every cell in its own process",
+    )
     g.add_argument(
         "--cpu", action="store_true", default=False, help="run every cell on the CPU even when GPUs are visible"
     )
@@ -194,7 +202,13 @@ def main(argv: list[str]) -> int:
     if not 0 < args["confidence"] < 1 or args["bootstrap"] < 100:
         raise UserError("--confidence must be in (0, 1) and --bootstrap at least 100")
     out = Path(args.pop("out"))
-    layout = plan_layout(args.pop("workers"), args.pop("cells_per_gpu"), args.pop("threads"), not args.pop("cpu"))
+    layout = plan_layout(
+        args.pop("workers"),
+        args.pop("cells_per_gpu"),
+        args.pop("threads"),
+        not args.pop("cpu"),
+        args.pop("batch_cells"),
+    )
     study_flags = {
         k: args.pop(k)
         for k in (
@@ -330,26 +344,32 @@ def _seal(argv: list[str]) -> int:
 
 
 def _cell(argv: list[str]) -> int:
-    """Internal: one cell in its own process (what the study's runner starts)."""
+    """Internal: one cell, or a batch of cells (comma-separated), in its own process (what the study's runner
+    starts)."""
     parser = Parser(prog="clstm-ppo study _cell")
     parser.add_argument("folder")
-    parser.add_argument("cell")
+    parser.add_argument("cells", help="a cell's name, or several comma-separated: trained as one batch")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     import torch
 
+    from clstm_ppo.study.batch import run_batch_guarded
     from clstm_ppo.study.cell import run_cell_guarded
     from clstm_ppo.study.spec import StudySpec
 
     torch.set_num_threads(max(1, args.threads))
     folder = Path(args.folder)
     cells = {c.name: c for c in StudySpec.load(folder).cells()}
-    if args.cell not in cells:
-        raise UserError(f"{folder} has no cell {args.cell!r}")
+    names = [n for n in args.cells.split(",") if n]
+    unknown = [n for n in names if n not in cells]
+    if unknown or not names:
+        raise UserError(f"{folder} has no cell {(unknown or [args.cells])[0]!r}")
     device = os.environ.get(DEVICE_ENV, "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("the study gave this cell a GPU, but torch sees none")
-    return run_cell_guarded(folder, cells[args.cell], device)
+    if len(names) == 1:
+        return run_cell_guarded(folder, cells[names[0]], device)
+    return run_batch_guarded(folder, [cells[n] for n in names], device)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ def read_status(folder: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"status": "new"}
 
 
-def _save_run(path: Path, policy: PolicyRun, untrained: PolicyRun, train_seconds: float) -> None:
+def save_run(path: Path, policy: PolicyRun, untrained: PolicyRun, train_seconds: float) -> None:
+    """A window's (or an ensemble's) record as ``path`` (.npz, written whole)."""
     arrays = {
         f"{who}_{f}": _stored(getattr(run, f))
         for who, run in (("policy", policy), ("untrained", untrained))
@@ -87,7 +88,8 @@ def _stored(array: np.ndarray) -> np.ndarray:
     return array.astype("datetime64[ns]").astype(np.int64) if np.issubdtype(array.dtype, np.datetime64) else array
 
 
-def _load_run(path: Path, tickers: tuple[str, ...]) -> tuple[PolicyRun, PolicyRun, float]:
+def load_run(path: Path, tickers: tuple[str, ...]) -> tuple[PolicyRun, PolicyRun, float]:
+    """What `save_run` wrote: the policy's record, the untrained network's and the training seconds."""
     with np.load(path, allow_pickle=False) as z:
         dates = z["dates"].astype("datetime64[ns]")
         runs = []
@@ -111,19 +113,72 @@ def _portfolio(run: PolicyRun) -> tuple[float, np.ndarray]:
     return float(run.cash[-1]), run.holdings[-1].copy()
 
 
+def period_config(cfg: TrainConfig, spec: StudySpec, pdir: Path, k: int, previous: Path | None) -> TrainConfig:
+    """Window ``k``'s training settings of a cell whose settings are ``cfg``: its run folder ``pdir``, quiet, its
+    episodes, the warm start from the previous window's selected checkpoint, and resuming an interrupted training
+    from its latest.pt."""
+    warm = k > 0 and spec.retrain_from == "warm" and previous is not None
+    return cfg.with_settings(
+        run_name=pdir.name,
+        checkpoint_dir=str(pdir.parent),
+        progress=False,
+        tensorboard=False,
+        track="none",
+        log_every=1 << 30,
+        num_episodes=cfg.ppo.num_episodes if k == 0 else spec.retrain_episodes or cfg.ppo.num_episodes,
+        init_weights=str(previous) if warm else "",
+        resume="latest" if (pdir / LATEST).is_file() else "",
+    )
+
+
+def trained(cfg: TrainConfig, folder: Path) -> bool:
+    """Whether the window in ``folder`` trained to the end (before an interruption hit its trading step)."""
+    latest = folder / LATEST
+    return latest.is_file() and load_checkpoint(latest).counters.get("episodes", 0) >= cfg.ppo.num_episodes
+
+
 def _train(cfg: TrainConfig, market: PreparedMarket, folder: Path, device: torch.device) -> float:
     """Train (or finish training) one window's model in ``folder``; return the seconds spent training."""
-    latest = folder / LATEST
-    if latest.is_file() and load_checkpoint(latest).counters.get("episodes", 0) >= cfg.ppo.num_episodes:
-        return 0.0  # trained to the end before an interruption hit the trading step
+    if trained(cfg, folder):
+        return 0.0
     start = time.perf_counter()
-    Trainer(cfg.with_settings(resume="latest" if latest.is_file() else ""), market, Comm(device=device), folder).train()
+    Trainer(cfg, market, Comm(device=device), folder).train()
     return time.perf_counter() - start
 
 
-def _selected(folder: Path, market: PreparedMarket, cfg: TrainConfig) -> Path:
+def selected(folder: Path, market: PreparedMarket, cfg: TrainConfig) -> Path:
     """The window's checkpoint under ``--deploy`` (`clstm_ppo.training.run_folder.deployed_checkpoint`)."""
     return deployed_checkpoint(folder, market.splits.validation is not None, cfg.run.deploy)
+
+
+def trade_window(
+    cfg: TrainConfig,
+    market: PreparedMarket,
+    pdir: Path,
+    device: torch.device,
+    before: tuple[PolicyRun, PolicyRun] | None,
+) -> tuple[PolicyRun, PolicyRun]:
+    """Window ``pdir``'s traded days: its selected checkpoint, and the untrained network (the seed's initial
+    weights), each from the portfolio its previous window (``before``: policy's, untrained's) left."""
+    model = restore_policy(load_checkpoint(selected(pdir, market, cfg)), market, device)
+    policy = evaluate_policy(
+        model,
+        market,
+        market.splits.test,
+        cfg.env,
+        device=device,
+        start_portfolio=_portfolio(before[0]) if before else None,
+    )
+    torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
+    untrained = evaluate_policy(
+        build_model(cfg, market).to(device),
+        market,
+        market.splits.test,
+        cfg.env,
+        device=device,
+        start_portfolio=_portfolio(before[1]) if before else None,
+    )
+    return policy, untrained
 
 
 def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") -> dict[str, Any]:
@@ -139,7 +194,6 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
     markets = load_markets(study_dir / "prepared", market_key(cfg))
     folder = study_dir / "cells" / cell.name
     tickers = markets[0].data.tickers
-    trade_cfg = cfg.env
     policy_runs: list[PolicyRun] = []
     untrained_runs: list[PolicyRun] = []
     train_seconds: list[float] = []
@@ -148,41 +202,14 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
         pdir = folder / "periods" / f"{k:03d}"
         done = pdir / "trade.npz"
         if done.is_file():
-            policy, untrained, seconds = _load_run(done, tickers)
+            policy, untrained, seconds = load_run(done, tickers)
         else:
             pdir.mkdir(parents=True, exist_ok=True)
-            warm = k > 0 and spec.retrain_from == "warm" and previous is not None
-            period_cfg = cfg.with_settings(
-                run_name=pdir.name,
-                checkpoint_dir=str(pdir.parent),
-                progress=False,
-                tensorboard=False,
-                track="none",
-                log_every=1 << 30,
-                num_episodes=cfg.ppo.num_episodes if k == 0 else spec.retrain_episodes or cfg.ppo.num_episodes,
-                init_weights=str(previous) if warm else "",
-            )
-            seconds = _train(period_cfg, market, pdir, device)
-            model = restore_policy(load_checkpoint(_selected(pdir, market, cfg)), market, device)
-            policy = evaluate_policy(
-                model,
-                market,
-                market.splits.test,
-                trade_cfg,
-                device=device,
-                start_portfolio=_portfolio(policy_runs[-1]) if policy_runs else None,
-            )
-            torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
-            untrained = evaluate_policy(
-                build_model(cfg, market).to(device),
-                market,
-                market.splits.test,
-                trade_cfg,
-                device=device,
-                start_portfolio=_portfolio(untrained_runs[-1]) if untrained_runs else None,
-            )
-            _save_run(done, policy, untrained, seconds)
-        previous = _selected(pdir, market, cfg)
+            seconds = _train(period_config(cfg, spec, pdir, k, previous), market, pdir, device)
+            before = (policy_runs[-1], untrained_runs[-1]) if policy_runs else None
+            policy, untrained = trade_window(cfg, market, pdir, device, before)
+            save_run(done, policy, untrained, seconds)
+        previous = selected(pdir, market, cfg)
         policy_runs.append(policy)
         untrained_runs.append(untrained)
         train_seconds.append(seconds)
@@ -209,7 +236,7 @@ def trade_deployed(
         members = []
         for cell in cells:
             pdir = study_dir / "cells" / cell.name / "periods" / f"{k:03d}"
-            members.append(restore_policy(load_checkpoint(_selected(pdir, market, cfg)), market, device))
+            members.append(restore_policy(load_checkpoint(selected(pdir, market, cfg)), market, device))
         runs.append(
             evaluate_policy(
                 members[0] if len(members) == 1 else Ensemble(members, cfg.env.action_mode),
@@ -242,11 +269,11 @@ def run_ensemble(
     members_key = hashlib.sha256(("+".join(c.name for c in cells) + suffix).encode()).hexdigest()[:16]
     path = study_dir / "ensembles" / f"{members_key}.npz"
     if path.is_file():
-        return _load_run(path, markets[0].data.tickers)[0]
+        return load_run(path, markets[0].data.tickers)[0]
     with torch_threads(1):  # in the study's own process, beside its cells or other jobs (`torch_threads`)
         run = trade_deployed(study_dir, cells, cfg, markets, device)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _save_run(path, run, run, 0.0)
+    save_run(path, run, run, 0.0)
     return run
 
 
@@ -270,12 +297,19 @@ def training_diagnostics(periods: Path) -> dict[str, float]:
     """How the cell's training ended, from its windows' metrics.jsonl (means over the windows): the last update's
     approx KL and clip fraction (what CleanRL/SB3 runs that learn well keep near 0.01-0.02 and 0.1-0.2), and the
     transaction costs of a training episode (dollars, the last `LAST_EPISODES`), which the policy's own exploration
-    noise pays. Empty when no window logged an update."""
+    noise pays. Empty when no window logged an update.
+
+    A window interrupted and resumed (or trained again) logs the updates after its last checkpoint again: each update
+    and episode counts once, as it was last logged, so the figures are those of an uninterrupted run."""
     kl, clip, costs = [], [], []
     for path in sorted(periods.glob("*/metrics.jsonl")):
-        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        updates = [r for r in rows if r.get("kind") == "update"]
-        episodes = [r for r in rows if r.get("kind") == "episode"]
+        last: dict[str, dict[int, dict[str, Any]]] = {"update": {}, "episode": {}}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            row = _record(line)
+            if row is not None and row.get("kind") in last:
+                last[row["kind"]][int(row[row["kind"]])] = row
+        updates = [last["update"][n] for n in sorted(last["update"])]
+        episodes = [last["episode"][n] for n in sorted(last["episode"])]
         if updates:
             kl.append(float(updates[-1]["approx_kl"]))
             clip.append(float(updates[-1]["clip_fraction"]))
@@ -287,6 +321,16 @@ def training_diagnostics(periods: Path) -> dict[str, float]:
     if costs:
         out["train_episode_costs"] = float(np.mean(costs))
     return out
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    """One metrics.jsonl line as a record; None for a blank line or one a killed process cut short (its run, resumed,
+    logged that update again)."""
+    try:
+        row = json.loads(line) if line.strip() else None
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def finish_cell(

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from clstm_ppo.config import SETTINGS, TrainConfig
 from envs.errors import UserError
+
+T = TypeVar("T")
 
 # Settings that change the prepared market (so cells differing in them need their own market per window).
 MARKET_KEYS = ("window", "price_features", "use_turbulence", "indicators")
@@ -127,7 +129,7 @@ def parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
-def shard(cells: list[Cell], index: int, count: int) -> list[Cell]:
-    """The cells of shard ``index`` of ``count`` (1-based): every count-th cell from the index-th, so each shard
-    gets a mix of policies and seeds."""
-    return cells[index - 1 :: count]
+def shard(jobs: list[T], index: int, count: int) -> list[T]:
+    """The jobs (cells, or batches of cells: `clstm_ppo.study.batch.batches`) of shard ``index`` of ``count``
+    (1-based): every count-th from the index-th, so each shard gets a mix of policies and seeds."""
+    return jobs[index - 1 :: count]

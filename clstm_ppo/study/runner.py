@@ -1,10 +1,13 @@
 """Running a study: prepare the data once, run its cells in parallel processes, survive crashes and kills, report.
 
-Each cell runs in its own process (``clstm-ppo study _cell DIR CELL``: a crash, an out-of-memory kill or a hang
-of one cell touches no other), several at a time: ``workers`` processes on CPU cores (``threads`` torch threads
-each), or ``cells_per_gpu`` per visible GPU (each process sees one GPU through CUDA_VISIBLE_DEVICES). Finished
-cells are skipped on a re-run; an interrupted cell continues from its own files (see `clstm_ppo.study.cell`).
-SIGINT/SIGTERM is passed on to the running cells, which save and stop; re-running the command continues.
+Cells that may train as one batch (`clstm_ppo.study.batch`: the seeds of a configuration, and settings that change
+no shape) run together in one process, up to ``batch_cells`` of them (0: an automatic size); ``batch_cells`` 1 runs
+each cell alone. Each job, a batch or one cell, runs in its own process (``clstm-ppo study _cell DIR CELL[,CELL...]``:
+a crash, an out-of-memory kill or a hang touches no other job), several at a time: ``workers`` processes on CPU
+cores (``threads`` torch threads each), or ``cells_per_gpu`` per visible GPU (each process sees one GPU through
+CUDA_VISIBLE_DEVICES). Finished cells are skipped on a re-run; an interrupted cell continues from its own files (see
+`clstm_ppo.study.cell`), in the batch it trained in (the batches are formed from the whole grid, whatever is done).
+SIGINT/SIGTERM is passed on to the running jobs, which save and stop; re-running the command continues.
 
 The trials ledger (`clstm_ppo.evaluation.ledger`) gets the study's record before the first cell runs and each
 cell's trial as soon as the runner sees it done, so a killed study leaves its finished cells counted. Days sealed
@@ -32,6 +35,7 @@ from clstm_ppo.evaluation.fingerprint import data_fingerprint
 from clstm_ppo.evaluation.holdout import describe, guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.market import load_data
+from clstm_ppo.study.batch import batches
 from clstm_ppo.study.cell import read_status, write_status
 from clstm_ppo.study.grid import Cell, shard
 from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, same_market, save_markets
@@ -50,21 +54,22 @@ STOP_GRACE_S = 60.0
 class Layout:
     """How the cells are spread on this machine."""
 
-    workers: int  # cells at once
+    workers: int  # jobs (a batch of cells, or one cell) at once
     gpus: int  # visible GPUs used (0: CPU)
-    threads: int  # torch threads per CPU cell
+    threads: int  # torch threads per CPU job
+    batch_cells: int = 1  # the most cells trained as one batch (0: automatic, `clstm_ppo.study.batch.batches`)
 
 
-def plan_layout(workers: int, cells_per_gpu: int, threads: int, use_gpus: bool) -> Layout:
+def plan_layout(workers: int, cells_per_gpu: int, threads: int, use_gpus: bool, batch_cells: int = 0) -> Layout:
     """``workers`` (0: all it is given): GPUs x cells_per_gpu, or CPU cores / threads."""
     gpus = torch.cuda.device_count() if use_gpus and torch.cuda.is_available() else 0
-    if cells_per_gpu < 1 or threads < 0 or workers < 0:
-        raise UserError("--workers, --threads must be >= 0 and --cells_per_gpu >= 1")
+    if cells_per_gpu < 1 or threads < 0 or workers < 0 or batch_cells < 0:
+        raise UserError("--workers, --threads and --batch_cells must be >= 0 and --cells_per_gpu >= 1")
     cores = os.cpu_count() or 1
     threads = threads or (1 if gpus else max(1, cores // max(1, workers or cores)))
     if not workers:
         workers = gpus * cells_per_gpu if gpus else max(1, cores // threads)
-    return Layout(workers=workers, gpus=gpus, threads=threads)
+    return Layout(workers=workers, gpus=gpus, threads=threads, batch_cells=batch_cells)
 
 
 def plan(spec: StudySpec, cells: list[Cell]) -> tuple[MarketData, list[WalkPeriod]]:
@@ -118,7 +123,7 @@ def _episodes_done(cell_dir: Path) -> int:
     return done
 
 
-def _cell_command(study_dir: Path, cell: Cell, threads: int) -> list[str]:
+def _cell_command(study_dir: Path, cells: list[Cell], threads: int) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -126,7 +131,7 @@ def _cell_command(study_dir: Path, cell: Cell, threads: int) -> list[str]:
         "study",
         "_cell",
         str(study_dir),
-        cell.name,
+        ",".join(c.name for c in cells),
         "--threads",
         str(threads),
     ]
@@ -134,23 +139,27 @@ def _cell_command(study_dir: Path, cell: Cell, threads: int) -> list[str]:
 
 def run_cells(
     study_dir: Path,
-    cells: list[Cell],
+    groups: list[list[Cell]],
     layout: Layout,
     *,
     log: Any = print,
     on_done: Callable[[Cell], None] | None = None,
     cell_episodes: int = 0,
 ) -> dict[str, int]:
-    """Run ``cells`` (those not done yet) ``layout.workers`` at a time; print progress with an ETA.
+    """Run the cells of ``groups`` (`batches`; each group's cells not done yet, in one process) ``layout.workers``
+    groups at a time; print progress with an ETA.
 
     :param on_done: called with each cell that finishes done (the study records it in the trials ledger).
     :param cell_episodes: training episodes per cell (`episodes_per_cell`): with it, the estimated wall time is
-        printed as soon as the first cell has trained a tenth of them; without, when the first cell finishes.
+        printed as soon as the first cell has trained a tenth of them; without, when the first job finishes.
     :return: counts {"done", "failed", "interrupted"} of the cells run now; raises KeyboardInterrupt-free: a
         signal stops the running cells gracefully and returns with "interrupted" counted.
     """
-    todo = _cells_to_run(study_dir, cells, log)
-    pool = _CellPool(study_dir, layout, todo, total=len(cells), log=log, on_done=on_done, cell_episodes=cell_episodes)
+    todo = _cells_to_run(study_dir, [c for g in groups for c in g], log)
+    jobs = [[c for c in group if c in todo] for group in groups]
+    jobs = [job for job in jobs if job]
+    total = sum(len(g) for g in groups)
+    pool = _CellPool(study_dir, layout, jobs, total=total, log=log, on_done=on_done, cell_episodes=cell_episodes)
     with _signals_handled_by(pool.on_signal):
         pool.run()
     return pool.counts_with_signal()
@@ -178,27 +187,33 @@ def _signals_handled_by(handler: Callable[[int, Any], None]) -> Iterator[None]:
 
 @dataclass
 class _Job:
-    """A cell's process while it runs."""
+    """A process running one cell, or a batch of cells, while it runs."""
 
     proc: subprocess.Popen
-    cell: Cell
+    cells: list[Cell]
     slot: int  # the worker slot it holds (which GPU it sees)
     began: float  # time.perf_counter() when it started
 
 
-def _start_cell(study_dir: Path, cell: Cell, slot: int, layout: Layout) -> subprocess.Popen:
-    """Start ``cell``'s process in worker ``slot``, its output appended to the cell's log.txt."""
+def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) -> subprocess.Popen:
+    """Start the process of ``cells`` in worker ``slot``, its output appended to the first cell's log.txt (the
+    others' log.txt say where it is)."""
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         "CLSTM_PPO_STUDY_DEVICE": "cuda" if layout.gpus else "cpu",
     }
-    if layout.gpus:  # the cell sees one GPU; slots go round the GPUs
+    if layout.gpus:  # the job sees one GPU; slots go round the GPUs
         env["CUDA_VISIBLE_DEVICES"] = str(slot % layout.gpus)
-    (study_dir / "cells" / cell.name).mkdir(parents=True, exist_ok=True)
-    with open(study_dir / "cells" / cell.name / "log.txt", "ab") as out:
+    for cell in cells:
+        (study_dir / "cells" / cell.name).mkdir(parents=True, exist_ok=True)
+    log = study_dir / "cells" / cells[0].name / "log.txt"
+    for cell in cells[1:]:
+        with open(study_dir / "cells" / cell.name / "log.txt", "a", encoding="utf-8") as note:
+            note.write(f"trained in one batch with {', '.join(c.name for c in cells)}: its output is in {log}\n")
+    with open(log, "ab") as out:
         return subprocess.Popen(
-            _cell_command(study_dir, cell, layout.threads),
+            _cell_command(study_dir, cells, layout.threads),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -221,25 +236,27 @@ def _settled_status(cell_dir: Path, code: int) -> tuple[str, dict[str, Any]]:
 
 
 class _CellPool:
-    """The cells of one `run_cells` call: those waiting, those running, what they came to, the time they take."""
+    """The jobs of one `run_cells` call: those waiting, those running, what their cells came to, the time they
+    take."""
 
     def __init__(
         self,
         study_dir: Path,
         layout: Layout,
-        todo: list[Cell],
+        jobs: list[list[Cell]],
         *,
         total: int,
         log: Any,
         on_done: Callable[[Cell], None] | None,
         cell_episodes: int,
     ) -> None:
-        """Nothing started yet: ``todo`` waits for ``layout.workers`` free slots."""
+        """Nothing started yet: ``jobs`` (each a batch of cells, or one) wait for ``layout.workers`` free slots."""
         self.study_dir = study_dir
         self.layout = layout
-        self.todo = todo
+        self.jobs = jobs
+        self.todo = [c for job in jobs for c in job]
         self.total = total  # cells in the study (or shard), the done ones included
-        self.skipped = total - len(todo)
+        self.skipped = total - len(self.todo)
         self.log = log
         self.on_done = on_done
         self.cell_episodes = cell_episodes
@@ -247,7 +264,8 @@ class _CellPool:
         self.running: dict[int, _Job] = {}  # by pid
         self.free_slots = list(range(layout.workers))
         self.stop: list[tuple[int, float]] = []  # (signal, when)
-        self.cell_seconds: list[float] = []
+        self.job_seconds: list[float] = []  # each finished job's wall seconds (one with a done cell)
+        self.jobs_done = 0
         self.estimated = False
         self.next_look = 0.0
 
@@ -259,8 +277,8 @@ class _CellPool:
                 job.proc.send_signal(signal.SIGTERM)  # the cell's trainer finishes its update, saves, exits
 
     def run(self) -> None:
-        """Start cells as workers free up until all have run (or a stop lets the running ones end)."""
-        queue = list(self.todo)
+        """Start jobs as workers free up until all have run (or a stop lets the running ones end)."""
+        queue = list(self.jobs)
         while queue or self.running:
             self.start_cells(queue)
             if not self.running:
@@ -269,12 +287,12 @@ class _CellPool:
             self.estimate_from_first_episodes()
             self.collect_finished()
 
-    def start_cells(self, queue: list[Cell]) -> None:
-        """Start the next cells of ``queue`` on the free worker slots (none once stopping)."""
+    def start_cells(self, queue: list[list[Cell]]) -> None:
+        """Start the next jobs of ``queue`` on the free worker slots (none once stopping)."""
         while queue and self.free_slots and not self.stop:
-            cell, slot = queue.pop(0), self.free_slots.pop(0)
-            proc = _start_cell(self.study_dir, cell, slot, self.layout)
-            self.running[proc.pid] = _Job(proc, cell, slot, time.perf_counter())
+            cells, slot = queue.pop(0), self.free_slots.pop(0)
+            proc = _start_job(self.study_dir, cells, slot, self.layout)
+            self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter())
 
     def estimate_from_first_episodes(self) -> None:
         """Print the wall-time estimate once the first running cell has trained a tenth of its episodes."""
@@ -282,18 +300,23 @@ class _CellPool:
             return
         self.next_look = time.perf_counter() + 2.0
         first = next(iter(self.running.values()))
-        episodes = _episodes_done(self.study_dir / "cells" / first.cell.name)
+        episodes = _episodes_done(self.study_dir / "cells" / first.cells[0].name)
         if episodes >= max(1, self.cell_episodes // 10):
             took = time.perf_counter() - first.began
             self.estimated = True
-            self.log_estimate(took / episodes * self.cell_episodes, f"first cell: {episodes} episodes in {took:,.0f} s")
+            what = "first cell" if len(first.cells) == 1 else f"first batch of {len(first.cells)} cells"
+            self.log_estimate(
+                took / episodes * self.cell_episodes, len(first.cells), f"{what}: {episodes} episodes in {took:,.0f} s"
+            )
 
-    def log_estimate(self, seconds_per_cell: float, what: str) -> None:
-        """Print the estimated time per cell and for all the cells to run."""
-        waves = math.ceil(len(self.todo) / self.layout.workers)
+    def log_estimate(self, seconds_per_job: float, cells: int, what: str) -> None:
+        """Print the estimated time per cell (a job of ``cells`` cells takes ``seconds_per_job``) and for all the
+        cells to run."""
+        waves = math.ceil(len(self.jobs) / self.layout.workers)
+        batched = f" (in batches of up to {max(len(j) for j in self.jobs)})" if cells > 1 else ""
         self.log(
-            f"[study] {what}: about {_duration(seconds_per_cell)} per cell, {_duration(waves * seconds_per_cell)} "
-            f"for the {len(self.todo)} cell(s) on {self.layout.workers} worker(s)"
+            f"[study] {what}: about {_duration(seconds_per_job / cells)} per cell{batched}, "
+            f"{_duration(waves * seconds_per_job)} for the {len(self.todo)} cell(s) on {self.layout.workers} worker(s)"
         )
 
     def collect_finished(self) -> None:
@@ -305,49 +328,57 @@ class _CellPool:
                 continue
             del self.running[pid]
             self.free_slots.append(job.slot)
-            self.finish(job, code)
+            self.jobs_done += 1
+            states = [self.finish(job, cell, code) for cell in job.cells]
+            if "done" in states:
+                self.job_seconds.append(time.perf_counter() - job.began)
 
     def kill_if_stop_overdue(self, job: _Job) -> None:
         """Kill a running cell on a second signal, or when a stop has taken longer than `STOP_GRACE_S`."""
         if self.stop and (len(self.stop) > 1 or time.perf_counter() - self.stop[0][1] > STOP_GRACE_S):
             job.proc.kill()  # a second signal, or a stop taking too long
 
-    def finish(self, job: _Job, code: int) -> None:
-        """Count a cell whose process exited with ``code``, record it when done, print the progress."""
-        state, status = _settled_status(self.study_dir / "cells" / job.cell.name, code)
+    def finish(self, job: _Job, cell: Cell, code: int) -> str:
+        """Count a cell of a job whose process exited with ``code``, record it when done, print the progress; return
+        how it ended."""
+        state, status = _settled_status(self.study_dir / "cells" / cell.name, code)
         if self.stop and state != "done":
             state = "interrupted"
         self.counts[state] += 1
         if state == "done":
-            self.record_done(job)
-        self.log_progress(job, state, status)
+            self.record_done(job, cell)
+        self.log_progress(job, cell, state, status)
+        return state
 
-    def record_done(self, job: _Job) -> None:
-        """Keep a done cell's time, hand it to ``on_done``, estimate the wall time from it if nothing has yet."""
-        self.cell_seconds.append(time.perf_counter() - job.began)
+    def record_done(self, job: _Job, cell: Cell) -> None:
+        """Hand a done cell to ``on_done``; estimate the wall time from its job if nothing has yet."""
+        seconds = time.perf_counter() - job.began
         if self.on_done is not None:
-            self.on_done(job.cell)
+            self.on_done(cell)
         if not self.estimated:
             self.estimated = True
-            self.log_estimate(self.cell_seconds[0], f"first cell done in {self.cell_seconds[0]:,.0f} s")
+            what = "first cell" if len(job.cells) == 1 else f"first batch of {len(job.cells)} cells"
+            self.log_estimate(seconds, len(job.cells), f"{what} done in {seconds:,.0f} s")
 
-    def log_progress(self, job: _Job, state: str, status: dict[str, Any]) -> None:
+    def log_progress(self, job: _Job, cell: Cell, state: str, status: dict[str, Any]) -> None:
         """Print how a cell ended, the counts so far and the ETA of the cells left."""
         counts = self.counts
         finished = counts["done"] + counts["failed"]
         left = len(self.todo) - finished - counts["interrupted"]
-        # cells run layout.workers at a time: the left ones take their mean time per wave of workers
-        per_cell = sum(self.cell_seconds) / len(self.cell_seconds) if self.cell_seconds else float("nan")
-        eta = per_cell * left / min(self.layout.workers, max(left, 1))
+        # jobs run layout.workers at a time: the left ones take their mean time per wave of workers
+        seconds = [*self.job_seconds, time.perf_counter() - job.began] if state == "done" else self.job_seconds
+        per_job = sum(seconds) / len(seconds) if seconds else float("nan")
+        jobs_left = max(len(self.jobs) - self.jobs_done, 0)
+        eta = per_job * math.ceil(jobs_left / self.layout.workers)
         what = {
             "done": f"done in {time.perf_counter() - job.began:,.0f} s",
             "failed": f"FAILED: {status.get('error', '')}",
             "interrupted": "interrupted",
         }[state]
         self.log(
-            f"[study] {job.cell.name} {what} | {self.skipped + counts['done']}/{self.total} done, "
+            f"[study] {cell.name} {what} | {self.skipped + counts['done']}/{self.total} done, "
             f"{counts['failed']} failed, {max(left, 0)} left"
-            + (f" | ETA {_duration(eta)}" if left > 0 and self.cell_seconds else "")
+            + (f" | ETA {_duration(eta)}" if left > 0 and jobs_left > 0 and seconds else "")
         )
 
     def counts_with_signal(self) -> dict[str, int]:
@@ -386,7 +417,12 @@ def run_study(
     """
     cells = spec.cells()
     _check_before_writing(study_dir, spec, cells, ledger, max_cells)
-    mine = shard(cells, *shard_of) if shard_of else cells
+    # Batches are formed over the whole grid and shards take whole batches: a cell trains with the same batch mates,
+    # in the same place, in a shard as in the whole study (the same numbers, bit for bit, given the same batches).
+    shards = shard_of[1] if shard_of else 1
+    groups = batches(cells, spec.base_config, layout.batch_cells, layout.workers * shards)
+    groups = shard(groups, *shard_of) if shard_of else groups
+    mine = [c for group in groups for c in group]
     t0 = time.perf_counter()
     data, periods = plan(spec, mine)
     _guard_holdout(study_dir, spec, ledger, data, periods, unseal=unseal, log=log)
@@ -394,10 +430,10 @@ def run_study(
     spec.save(study_dir)
     entry = record_study(ledger, study_dir, spec)
     prepare_s = time.perf_counter() - t0
-    _log_plan(spec, layout, mine, cells, periods, shard_of, prepare_s, log)
+    _log_plan(spec, layout, mine, cells, periods, shard_of, prepare_s, log, max(len(g) for g in groups))
     counts = run_cells(
         study_dir,
-        mine,
+        groups,
         layout,
         log=log,
         on_done=lambda cell: record_cells(ledger, study_dir, spec, entry, [cell]),
@@ -458,6 +494,7 @@ def _log_plan(
     shard_of: tuple[int, int] | None,
     prepare_s: float,
     log: Any,
+    batch: int = 1,
 ) -> None:
     """Print what is about to run: the cells, windows and episodes, and on what."""
     where = (
@@ -465,6 +502,8 @@ def _log_plan(
         if layout.gpus
         else f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
     )
+    if batch > 1:
+        where += f", up to {batch} cells trained as one batch per process"
     log(
         f"[study] {len(mine)} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {len(cells)})' if shard_of else ''}, "
         f"{len(periods)} walk-forward window(s), {episodes_per_cell(spec, len(periods)):,} training episodes per "

@@ -83,8 +83,10 @@ def strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``model``'s state dict as a checkpoint stores it: detached, on the CPU, without wrapper prefixes."""
-    return strip_prefixes({k: v.detach().cpu() for k, v in model.state_dict().items()})
+    """``model``'s state dict as a checkpoint stores it: detached copies on the CPU, without wrapper prefixes. Copies,
+    because a tensor is saved with its whole storage: a stacked cell's weights are views of every cell's
+    (`clstm_ppo.agent.stacked`)."""
+    return strip_prefixes({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:

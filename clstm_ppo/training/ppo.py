@@ -20,6 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import Tensor, nn
@@ -190,6 +191,17 @@ def advantage_statistics(
     return adv_mean, adv_std, math.sqrt(max(var_ret, 0.0)), explained
 
 
+class LossCoefficients(Protocol):
+    """What `ppo_loss` reads of its settings: `PPOConfig`, or per-cell tensors for K cells trained as one
+    (`clstm_ppo.training.cell_ppo`), each broadcasting against the terms (``clip_coef``) or their means (the rest;
+    ``clip_value`` is one number)."""
+
+    clip_coef: float | Tensor
+    clip_value: float
+    ent_coef: float | Tensor
+    vf_coef: float | Tensor
+
+
 def ppo_loss(
     new_log_prob: Tensor,
     entropy: Tensor,
@@ -198,24 +210,26 @@ def ppo_loss(
     old_value: Tensor,
     advantages: Tensor,
     returns: Tensor,
-    ppo: PPOConfig,
+    ppo: LossCoefficients,
+    mean: Callable[[Tensor], Tensor] = torch.mean,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped-surrogate PPO loss over any matching shapes (here ``[S, E]``); returns the loss and its parts
-    (detached, named as `UpdateStats`)."""
+    (detached, named as `UpdateStats`). ``mean`` averages each term: over everything (one run), or per cell
+    (``[S, K, M] -> [K]``: K cells' losses side by side, `clstm_ppo.training.cell_ppo`)."""
     log_ratio = new_log_prob - old_log_prob
     ratio = log_ratio.exp()
     clip = ppo.clip_coef
-    pg_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
+    pg_loss = mean(torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)))
     if ppo.clip_value > 0:
         clipped = old_value + (new_value - old_value).clamp(-ppo.clip_value, ppo.clip_value)
-        v_loss = 0.5 * torch.max((new_value - returns).square(), (clipped - returns).square()).mean()
+        v_loss = 0.5 * mean(torch.max((new_value - returns).square(), (clipped - returns).square()))
     else:
-        v_loss = 0.5 * (new_value - returns).square().mean()
-    ent = entropy.mean()
+        v_loss = 0.5 * mean((new_value - returns).square())
+    ent = mean(entropy)
     loss = pg_loss - ppo.ent_coef * ent + ppo.vf_coef * v_loss
     with torch.no_grad():
-        approx_kl = ((ratio - 1) - log_ratio).mean()  # the low-variance k3 estimator
-        clip_frac = ((ratio - 1).abs() > clip).float().mean()
+        approx_kl = mean((ratio - 1) - log_ratio)  # the low-variance k3 estimator
+        clip_frac = mean(((ratio - 1).abs() > clip).float())
     return loss, dict(
         policy_loss=pg_loss.detach(),
         value_loss=v_loss.detach(),

@@ -211,12 +211,7 @@ class Trainer:
         ranks = torch.full((update.rows.shape[0], 1), float(comm.rank), dtype=torch.float64)
         episodes = comm.all_gather_rows(torch.cat([update.rows, ranks], dim=1))  # every rank sees every episode
         result = UpdateResult(episodes, update.stats, behaviour, update.rollout_seconds, update.update_seconds)
-        stats = update.stats
-        c.update += 1
-        c.global_step += self.steps_per_update
-        c.episodes += episodes.shape[0]
-        c.skipped_steps += stats.skipped_steps
-        c.bad_updates = c.bad_updates + 1 if result.bad else 0
+        advance(c, result, self.steps_per_update)
         return result
 
     # ------------------------------------------------------------------ loop
@@ -239,17 +234,7 @@ class Trainer:
                 for callback in self.callbacks:
                     callback.on_update_end(self, result)
                 if c.bad_updates >= cfg.run.max_bad_updates:
-                    latest = self.run_dir / LATEST
-                    kept = (
-                        f"the last good checkpoint is kept: {latest}"
-                        if latest.is_file()
-                        else "no checkpoint had been written yet"
-                    )
-                    raise UserError(
-                        f"stopped: {c.bad_updates} updates in a row had NaN/inf loss or "
-                        f"gradients (their optimizer steps were skipped); {kept}; try a lower "
-                        f"learning rate or --max_grad_norm"
-                    )
+                    raise diverged(c, self.run_dir)
                 if self.stopping:
                     self.line("[Rank 0] stop requested: checkpoint saved, exiting")
                     raise StoppedBySignal(self.stop.signum or signal.SIGTERM)
@@ -297,11 +282,7 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     def worker_state(self) -> dict[str, Any]:
         """Everything that makes this rank's next update bitwise reproducible (what a checkpoint keeps per rank)."""
-        return {
-            "torch_rng": torch.get_rng_state(),
-            "shuffle_gen": self.shuffle_gen.get_state(),
-            **self.rollout.state_dict(),
-        }
+        return worker_state(self.shuffle_gen, self.rollout.state_dict())
 
     def _resume(self, path: Path) -> None:
         """Continue from ``path``; `resume.check_resume` already checked, before any worker started,
@@ -330,6 +311,37 @@ class Trainer:
                 f"weights, optimizer and counters restored; environments start fresh",
                 flush=True,
             )
+
+
+def advance(counters: Counters, result: UpdateResult, steps: int) -> None:
+    """Move ``counters`` past one gathered update of ``steps`` env steps (all workers)."""
+    counters.update += 1
+    counters.global_step += steps
+    counters.episodes += result.episodes.shape[0]
+    counters.skipped_steps += result.stats.skipped_steps
+    counters.bad_updates = counters.bad_updates + 1 if result.bad else 0
+
+
+def diverged(counters: Counters, run_dir: Path) -> UserError:
+    """The error that ends a run after ``max_bad_updates`` bad updates in a row (naming the checkpoint kept)."""
+    latest = run_dir / LATEST
+    kept = f"the last good checkpoint is kept: {latest}" if latest.is_file() else "no checkpoint had been written yet"
+    return UserError(
+        f"stopped: {counters.bad_updates} updates in a row had NaN/inf loss or gradients (their optimizer steps "
+        f"were skipped); {kept}; try a lower learning rate or --max_grad_norm"
+    )
+
+
+def worker_state(
+    shuffle_gen: torch.Generator, rollout: dict[str, Any], torch_rng: Tensor | None = None
+) -> dict[str, Any]:
+    """What a checkpoint keeps per rank to make its next update bitwise reproducible: the global RNG, the minibatch
+    shuffle's generator and the rollout's state (`RolloutCollector.state_dict`)."""
+    return {
+        "torch_rng": torch.get_rng_state() if torch_rng is None else torch_rng,
+        "shuffle_gen": shuffle_gen.get_state(),
+        **rollout,
+    }
 
 
 def train_worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldLayout, list[Callback]]) -> None:

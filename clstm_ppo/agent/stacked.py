@@ -1,0 +1,394 @@
+"""K networks of one policy family and shape as one model: seeds (and settings that change no shape) as a batch
+dimension, PureJaxRL's idea for a study's cells.
+
+Columns. What the rollout and the update exchange keeps `ActorCritic`'s shapes, with the E env columns grouped by
+cell: E = K x M and columns ``k M .. (k + 1) M - 1`` are cell k's (cell-major). So the rollout buffer, GAE and the
+minibatch selection are the single path's, and only the network itself knows there are K of it.
+
+Weights. Each parameter group (stage 1, and the rest: the two learning rates, `ActorCritic.stage1_parameters`) is
+one buffer ``[K, N_g]`` (`CellPolicy.flat`); each parameter is a view ``[K, *shape]`` of it, and its gradient a
+view of a gradient buffer of the same layout (autograd adds into an existing gradient in place), so the optimizer
+(`clstm_ppo.training.cell_adam`) steps two ``[K, N]`` tensors whatever the number of parameters. Cell k's own
+`ActorCritic` (`CellPolicy.cell`) has its parameters and buffers rebound to views of the k-th rows: checkpoints,
+validation, ``--norm_obs``'s statistics and logs read it as they read a single run's network, and it always holds
+the current weights (a checkpoint copies them: `clstm_ppo.training.checkpoint.cpu_state`).
+
+The forward. ``vmap`` has no batching rule for ``nn.LSTM`` (torch 2.13), so the families with one are written over
+stacked weights: every ``nn.Linear`` becomes one ``baddbmm`` over the K cells (`CellPolicy.layers` walks the single
+network's own modules, so the stacked network is the single one's layer for layer), the window LSTM is
+`clstm_ppo.agent.window_lstm.WindowLSTM` over stacked ``W_hh``, stage 2 is `clstm_ppo.agent.stacked_lstm` (the
+actor's and critic's LSTMs of all K cells as 2K networks in one recurrence), and the distribution is
+`clstm_ppo.agent.model`'s `bounded_std` / `log_prob` with each cell's log-std. ``clstm``, ``lstm`` and ``mlp`` run
+stacked; ``shared`` runs each cell's own network on its columns in turn (`LoopedCells`): its encoder is a batch of
+per-ticker LSTMs already, and batching it across cells too was not worth a third kernel. A cell's numbers equal
+those of the same network alone up to float rounding (``tests/test_stacked.py``). They do not depend on what the
+other cells learn, but their last bits may depend on the cell's place in the batch (a vectorised kernel's body and tail
+round a transcendental function differently), which is why a study forms its batches over the whole grid: a re-run
+and every shard put each cell in the same place.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import Tensor, nn
+
+from clstm_ppo.agent.lstm import today
+from clstm_ppo.agent.model import (
+    ActorCritic,
+    ActOutput,
+    PolicyOutput,
+    RecurrentState,
+    bounded_std,
+    gaussian,
+    log_prob,
+    normalized_rows,
+)
+from clstm_ppo.agent.recurrence import cut_days
+from clstm_ppo.agent.stacked_lstm import stacked_lstm
+from clstm_ppo.agent.window_lstm import stacked_window_last_output
+from clstm_ppo.agent.windows import Windows
+
+# A cell's gradients are views of its row of the [K, N] gradient buffer, by design (the optimizer steps the buffer):
+# autograd notes that such a view is not laid out as a lone tensor would be, which costs nothing here.
+warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
+
+OBS_BUFFERS = ("obs_count", "obs_mean", "obs_var")  # --norm_obs's running statistics (`ActorCritic._finish`)
+
+
+def _rebind(model: nn.Module, name: str, value: Tensor, parameter: bool) -> None:
+    """Put ``value`` where ``model``'s parameter (or buffer) ``name`` (dotted) was."""
+    owner, _, leaf = name.rpartition(".")
+    module = model.get_submodule(owner) if owner else model
+    if parameter:
+        setattr(module, leaf, value)  # nn.LSTM's __setattr__ also updates its _flat_weights
+    else:
+        module.register_buffer(leaf, value)
+
+
+def to_cells(t: Tensor, cells: int) -> Tensor:
+    """``[L, K x M, ...]`` (cell-major columns) -> ``[K, L x M, ...]`` (each cell's rows step-major)."""
+    steps, cols = t.shape[:2]
+    return t.reshape(steps, cells, cols // cells, *t.shape[2:]).transpose(0, 1).reshape(cells, -1, *t.shape[2:])
+
+
+def from_cells(t: Tensor, steps: int) -> Tensor:
+    """The inverse of `to_cells`: ``[K, L x M, ...]`` -> ``[L, K x M, ...]``."""
+    cells, rows = t.shape[:2]
+    return t.reshape(cells, steps, rows // steps, *t.shape[2:]).transpose(0, 1).reshape(steps, -1, *t.shape[2:])
+
+
+class CellPolicy:
+    """K networks of one family and shape trained together (see the module docstring for the layout).
+
+    :param models: the cells' networks, each initialised as its run alone would be; their parameters and buffers
+        are rebound to views of the stacked storage (so keep using them: `cell`).
+    """
+
+    def __init__(self, models: list[ActorCritic]) -> None:
+        first = models[0]
+        shape = {n: p.shape for n, p in first.state_dict().items()}
+        for model in models[1:]:
+            same = {n: p.shape for n, p in model.state_dict().items()} == shape
+            if type(model) is not type(first) or not same or model.spec.action_dist != first.spec.action_dist:
+                raise ValueError("stacked cells need networks of one family, shape and distribution")
+        self.models, self.cells = models, len(models)
+        self.spec = first.spec  # shapes and distribution (a cell's own spec: `cell(k).spec`)
+        names = {id(p): n for n, p in first.named_parameters()}
+        self.group_names = [[names[id(p)] for p in group] for group in (first.stage1_parameters(),)]
+        self.group_names.append([names[id(p)] for p in first.stage2_parameters()])
+        self.params: dict[str, Tensor] = {}
+        self.flat: list[Tensor] = []  # per group [K, N_g]: every cell's parameters
+        self.grad: list[Tensor] = []  # per group [K, N_g]: their gradients
+        for group in self.group_names:
+            rows = [torch.cat([m.get_parameter(n).detach().reshape(-1) for n in group]) for m in models]
+            flat = torch.stack(rows)
+            grad = torch.zeros_like(flat)
+            offset = 0
+            for name in group:
+                size, dims = first.get_parameter(name).numel(), first.get_parameter(name).shape
+                stacked = nn.Parameter(flat[:, offset : offset + size].view(self.cells, *dims))
+                stacked.grad = grad[:, offset : offset + size].view(self.cells, *dims)
+                self.params[name] = stacked
+                for k, model in enumerate(models):
+                    own = nn.Parameter(stacked.detach()[k])
+                    own.grad = stacked.grad[k]
+                    _rebind(model, name, own, parameter=True)
+                offset += size
+            self.flat.append(flat)
+            self.grad.append(grad)
+        self.buffers: dict[str, Tensor] = {}
+        for name in OBS_BUFFERS if first.spec.obs_norm else ():
+            stacked = torch.stack([m.get_buffer(name) for m in models])
+            self.buffers[name] = stacked
+            for k, model in enumerate(models):
+                _rebind(model, name, stacked[k], parameter=False)
+
+    # ------------------------------------------------------------------ the cells
+    def cell(self, k: int) -> ActorCritic:
+        """Cell k's own network: its parameters and buffers are views of the stacked ones."""
+        return self.models[k]
+
+    @property
+    def device(self) -> torch.device:
+        return self.flat[0].device
+
+    def zero_grad(self) -> None:
+        for grad in self.grad:
+            grad.zero_()
+
+    def columns(self, envs: int) -> int:
+        """M: a cell's columns among ``envs``."""
+        if envs % self.cells:
+            raise ValueError(f"{envs} env columns do not split into {self.cells} cells")
+        return envs // self.cells
+
+    # ------------------------------------------------------------------ the interface (ActorCritic's, K cells)
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
+        """Zero recurrent state for ``batch_size`` columns (all cells)."""
+        return RecurrentState.zeros(batch_size, self.spec.recurrent_width, device)
+
+    def evaluate(
+        self,
+        obs: Tensor | Windows,
+        state: RecurrentState,
+        starts: Tensor,
+        actions: Tensor | None = None,
+        host_starts: Tensor | None = None,
+    ) -> PolicyOutput:
+        """`ActorCritic.evaluate` of every cell on its columns (same shapes, E = K x M columns, cell-major)."""
+        windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
+        mean, value, state = self._means_and_values(windows, state, starts, host_starts)
+        steps, envs, width = mean.shape
+        cells = self.cells
+        mean = mean.float()
+        by_cell = mean.view(steps, cells, envs // cells, width)  # [L, K, M, A]
+        std = self.std().view(1, cells, 1, -1).expand_as(by_cell)
+        scored = by_cell if actions is None else actions.float().view_as(by_cell)
+        dist = gaussian(by_cell, std)
+        lp = log_prob(dist, scored, self.spec.action_dist)
+        entropy = -lp if self.spec.action_dist == "tanh" else dist.entropy().sum(-1)
+        return PolicyOutput(lp.view(steps, envs), entropy.view(steps, envs), value.float(), mean, state)
+
+    def forward(self, *args, **kwargs) -> PolicyOutput:
+        """`evaluate` (the loss forward, as `ActorCritic`'s)."""
+        return self.evaluate(*args, **kwargs)
+
+    __call__ = forward
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: Tensor,
+        state: RecurrentState,
+        starts: Tensor,
+        *,
+        generators: list[torch.Generator],
+        noise: Tensor | None = None,
+    ) -> ActOutput:
+        """One rollout step of every cell (`ActorCritic.act`): cell k's noise is drawn from ``generators[k]``, the
+        draw its run alone takes (or ``noise`` ``[E, A]``, held exploration noise)."""
+        out = self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0))
+        mean, value = out.mean[0], out.value[0]
+        envs, width = mean.shape
+        per = envs // self.cells
+        if noise is None:
+            noise = torch.cat(
+                [torch.randn((per, width), device=g.device, generator=g, dtype=mean.dtype) for g in generators]
+            )
+        by_cell = mean.view(self.cells, per, width)
+        std = self.std().unsqueeze(1)  # [K, 1, A]
+        action = by_cell + std * noise.to(mean.device, mean.dtype).view_as(by_cell)
+        lp = log_prob(gaussian(by_cell, std.expand_as(by_cell)), action, self.spec.action_dist)
+        return ActOutput(action.view(envs, width), lp.view(envs), value, out.state)
+
+    @torch.no_grad()
+    def value(self, obs: Tensor, state: RecurrentState, starts: Tensor) -> Tensor:
+        """Value ``[E]`` of observations ``[E, T, F]`` (`ActorCritic.value`)."""
+        return self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0)).value[0]
+
+    def env_action(self, u: Tensor) -> Tensor:
+        """`ActorCritic.env_action` (every cell has the same distribution)."""
+        return self.models[0].env_action(u)
+
+    def std(self) -> Tensor:
+        """Each cell's standard deviation per action number ``[K, A]`` (`bounded_std`)."""
+        return bounded_std(self.params["log_std"], self.spec.log_std_max)
+
+    def normalize(self, windows: Windows) -> Windows:
+        """`ActorCritic.normalize` with each cell's statistics on its columns."""
+        if not self.spec.obs_norm:
+            return windows
+        rows = windows.rows
+        envs, per_env, features = rows.shape
+        by_cell = rows.reshape(self.cells, -1, features)
+        mean, var = self.buffers["obs_mean"].unsqueeze(1), self.buffers["obs_var"].unsqueeze(1)
+        return Windows(normalized_rows(by_cell, mean, var).view(envs, per_env, features), windows.index)
+
+    # ------------------------------------------------------------------ stacked layers
+    def linear(self, name: str, x: Tensor) -> Tensor:
+        """The K cells' ``nn.Linear`` ``name``: ``[K, R, in] -> [K, R, out]``, one ``baddbmm``."""
+        weight, bias = self.params[f"{name}.weight"], self.params[f"{name}.bias"]
+        return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    def layers(self, name: str, x: Tensor) -> Tensor:
+        """The K cells' module ``name`` (a Linear, or a Sequential of Linear and Tanh layers, as the single network
+        has it) on ``x [K, R, in]``."""
+        module = self.models[0].get_submodule(name)
+        children = list(module.named_children()) if isinstance(module, nn.Sequential) else [("", module)]
+        for child, layer in children:
+            if isinstance(layer, nn.Linear):
+                x = self.linear(f"{name}.{child}" if child else name, x)
+            elif isinstance(layer, nn.Tanh):
+                x = torch.tanh(x)
+            else:
+                raise TypeError(f"no stacked form of {type(layer).__name__} ({name}.{child})")
+        return x
+
+    def _means_and_values(
+        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        """L days of E columns -> action means ``[L, E, A]``, values ``[L, E]`` and the state (the family's)."""
+        raise NotImplementedError
+
+
+class StackedMLP(CellPolicy):
+    """`clstm_ppo.agent.mlp.MLPPolicy`, stacked."""
+
+    def _means_and_values(
+        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        steps = windows.steps
+        feats = self.layers("features", to_cells(today(windows).view(steps, windows.envs, -1), self.cells))
+        mean = self.layers("actor_mean", self.layers("actor_body", feats))
+        value = self.layers("critic", self.layers("critic_body", feats)).squeeze(-1)
+        return from_cells(mean, steps), from_cells(value, steps), state
+
+
+class StackedLSTMPolicy(CellPolicy):
+    """`clstm_ppo.agent.lstm.LSTMPolicy`, stacked: the actor's and critic's LSTMs of the K cells run as 2K
+    networks in one `stacked_lstm`."""
+
+    def encode(self, windows: Windows) -> Tensor:
+        """Stage 1: L x E windows -> features ``[K, L x M, D]``."""
+        return self.layers("features", to_cells(today(windows).view(windows.steps, windows.envs, -1), self.cells))
+
+    def _means_and_values(
+        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        cells, steps, envs = self.cells, windows.steps, windows.envs
+        per = envs // cells
+        feats = self.encode(windows).view(cells, steps, per, -1)
+        both = torch.cat([feats, feats])  # [2K, L, M, D]: actors, then critics
+
+        def weight(name: str) -> Tensor:
+            return torch.cat([self.params[f"actor_lstm.{name}"], self.params[f"critic_lstm.{name}"]])
+
+        def pair(actor: Tensor, critic: Tensor) -> Tensor:
+            return torch.cat([actor.view(cells, per, -1), critic.view(cells, per, -1)])
+
+        by_cell = starts.view(steps, cells, per)
+        out, (h, c) = stacked_lstm(
+            both,
+            weight("weight_ih_l0"),
+            weight("weight_hh_l0"),
+            weight("bias_ih_l0"),
+            weight("bias_hh_l0"),
+            (pair(state.actor_h, state.critic_h), pair(state.actor_c, state.critic_c)),
+            torch.cat([by_cell, by_cell], dim=1),
+            cut_days(starts if host_starts is None else host_starts),
+        )  # out [2K, L, M, H]
+        mean = self.linear("actor_mean", out[:cells].reshape(cells, steps * per, -1))
+        value = self.linear("critic", out[cells:].reshape(cells, steps * per, -1)).squeeze(-1)
+        hidden = out.shape[-1]
+        new = RecurrentState(*(t.reshape(1, envs, hidden) for t in (h[:cells], c[:cells], h[cells:], c[cells:])))
+        return from_cells(mean, steps), from_cells(value, steps), new
+
+
+class StackedCLSTM(StackedLSTMPolicy):
+    """`clstm_ppo.agent.clstm.CLSTMPolicy`, stacked: the window LSTM through `stacked_window_last_output`."""
+
+    def encode(self, windows: Windows) -> Tensor:
+        p = self.params
+        summary = stacked_window_last_output(
+            p["window_lstm.weight_ih_l0"],
+            p["window_lstm.weight_hh_l0"],
+            p["window_lstm.bias_ih_l0"],
+            p["window_lstm.bias_hh_l0"],
+            windows,
+            self.cells,
+        )  # [K, L x M, stage1_hidden]
+        return self.layers("features", summary)
+
+
+class LoopedCells(CellPolicy):
+    """Any family, each cell's own network on its columns in turn (the weights still stacked for the optimizer):
+    exactly what each network computes alone."""
+
+    def evaluate(
+        self,
+        obs: Tensor | Windows,
+        state: RecurrentState,
+        starts: Tensor,
+        actions: Tensor | None = None,
+        host_starts: Tensor | None = None,
+    ) -> PolicyOutput:
+        windows = obs if isinstance(obs, Windows) else Windows.from_dense(obs)
+        per = self.columns(windows.envs)
+        outs = []
+        for k, model in enumerate(self.models):
+            cols = slice(k * per, (k + 1) * per)
+            index = torch.arange(k * per, (k + 1) * per, device=windows.rows.device)
+            outs.append(
+                model.evaluate(
+                    windows.select(index),
+                    state.envs(cols),
+                    starts[:, cols],
+                    None if actions is None else actions[:, cols],
+                    None if host_starts is None else host_starts[:, cols],
+                )
+            )
+        return PolicyOutput(
+            *(torch.cat([getattr(o, f) for o in outs], dim=1) for f in ("log_prob", "entropy", "value", "mean")),
+            RecurrentState(*(torch.cat([o.state[i] for o in outs], dim=1) for i in range(4))),
+        )
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: Tensor,
+        state: RecurrentState,
+        starts: Tensor,
+        *,
+        generators: list[torch.Generator],
+        noise: Tensor | None = None,
+    ) -> ActOutput:
+        per = self.columns(obs.shape[0])
+        outs = []
+        for k, model in enumerate(self.models):
+            cols = slice(k * per, (k + 1) * per)
+            outs.append(
+                model.act(
+                    obs[cols],
+                    state.envs(cols),
+                    starts[cols],
+                    generator=generators[k],
+                    noise=None if noise is None else noise[cols],
+                )
+            )
+        return ActOutput(
+            *(torch.cat([getattr(o, f) for o in outs]) for f in ("action", "log_prob", "value")),
+            RecurrentState(*(torch.cat([o.state[i] for o in outs], dim=1) for i in range(4))),
+        )
+
+
+STACKED: dict[str, type[CellPolicy]] = {"clstm": StackedCLSTM, "lstm": StackedLSTMPolicy, "mlp": StackedMLP}
+"""The families with a stacked forward; the others run as `LoopedCells`."""
+
+
+def stack_policies(models: list[ActorCritic], *, looped: bool = False) -> CellPolicy:
+    """The cells' networks as one `CellPolicy`: stacked where the family has a stacked forward (unless ``looped``),
+    else each network in turn."""
+    kind = STACKED.get(models[0].spec.policy) if not looped else None
+    return (kind or LoopedCells)(models)

@@ -1,0 +1,253 @@
+"""Several cells of a study in one process, trained as one batch (`clstm_ppo.training.cell_trainer`): the groups
+`batches` forms, and `run_batch`, which walks them forward together.
+
+Cells group when their settings differ only where a batch allows (`clstm_ppo.training.cell_trainer.PER_CELL`: the
+seed above all, and settings that change no shape, such as the learning rates or the entropy coefficient): then
+they share the data, the prepared markets and the walk-forward schedule (the study's), and the network's shape.
+Groups are formed from the whole grid in its order, whatever is done, and a shard takes whole groups
+(`clstm_ppo.study.runner`): a re-run and every shard put each cell beside the same batch mates in the same place, so
+an interrupted cell continues as it would have, and a sharded study gives the whole study's numbers bit for bit.
+
+`run_batch` does for each window what `clstm_ppo.study.cell.run_cell` does for one cell, with one `CellTrainer` for
+every cell of the group that still has to train that window (each resuming its own latest.pt or warm-starting from
+its previous window, as alone), then trades each cell's window as `run_cell` does (`trade_window`, one cell at a
+time: each cell's traded record comes from its own checkpoint through the single-network code, as `clstm-ppo
+backtest` reads it). A cell's folder is exactly a cell's folder. A cell that fails (an error in its training, NaN
+for ``max_bad_updates`` updates) is recorded failed and the others go on; an error outside any one cell fails the
+group's unfinished cells.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from clstm_ppo.agent.evaluate import PolicyRun
+from clstm_ppo.config import TrainConfig
+from clstm_ppo.study.cell import (
+    finish_cell,
+    load_run,
+    period_config,
+    read_status,
+    save_run,
+    selected,
+    stitch,
+    trade_window,
+    traded_terms,
+    trained,
+    write_status,
+)
+from clstm_ppo.study.grid import Cell
+from clstm_ppo.study.markets import load_markets, market_key
+from clstm_ppo.study.spec import StudySpec
+from clstm_ppo.training.callbacks import Callback
+from clstm_ppo.training.cell_trainer import CellTrainer, batch_key
+from clstm_ppo.training.signals import StoppedBySignal
+from envs.errors import describe_exception
+
+AUTO_MAX = 64
+"""The largest batch `batches` forms by itself (``--batch_cells 0``): enough to fill a GPU with small cells, and a
+crash or a kill costs at most this many cells' progress since their last checkpoints."""
+
+
+def batches(cells: list[Cell], base: TrainConfig, size: int, workers: int) -> list[list[Cell]]:
+    """``cells`` in groups that train as one batch each, in grid order: cells that may share a batch
+    (`batch_key`), split evenly into groups of at most ``size``; 1: every cell alone; 0: automatic, about one
+    group per worker (each set of compatible cells gets its share of the ``workers``), at most `AUTO_MAX` cells
+    each."""
+    compatible: dict[Any, list[Cell]] = {}
+    for cell in cells:
+        compatible.setdefault(batch_key(cell.config(base)), []).append(cell)
+    groups: list[list[Cell]] = []
+    for members in compatible.values():
+        if size:
+            count = math.ceil(len(members) / size)
+        else:
+            share = max(1, round(max(1, workers) * len(members) / len(cells)))
+            count = max(min(share, len(members)), math.ceil(len(members) / AUTO_MAX))
+        groups += [members[_bounds(len(members), count, i)] for i in range(count)]
+    return groups
+
+
+def _bounds(total: int, parts: int, i: int) -> slice:
+    """The i-th of ``parts`` consecutive slices of ``total`` items whose sizes differ by at most one."""
+    return slice(i * total // parts, (i + 1) * total // parts)
+
+
+class _Member:
+    """One cell of the group as `run_batch` walks it forward: its settings, windows so far, failure."""
+
+    def __init__(self, study_dir: Path, cell: Cell, cfg: TrainConfig) -> None:
+        self.cell, self.cfg = cell, cfg
+        self.folder = study_dir / "cells" / cell.name
+        self.policy_runs: list[PolicyRun] = []
+        self.untrained_runs: list[PolicyRun] = []
+        self.train_seconds: list[float] = []
+        self.previous: Path | None = None
+        self.error: BaseException | None = None
+        self.trace = ""
+
+    def window(self, k: int) -> Path:
+        return self.folder / "periods" / f"{k:03d}"
+
+    def before(self) -> tuple[PolicyRun, PolicyRun] | None:
+        return (self.policy_runs[-1], self.untrained_runs[-1]) if self.policy_runs else None
+
+
+def run_batch(
+    study_dir: Path,
+    cells: list[Cell],
+    device: torch.device | str = "cpu",
+    *,
+    callbacks: dict[str, list[Callback]] | None = None,
+) -> dict[str, dict[str, Any] | BaseException]:
+    """Walk ``cells`` (one group of `batches`) forward together; each cell's result.json content, or the error it
+    failed with.
+
+    :param callbacks: per cell name, hooks on its training (tests: a fault injector on one cell).
+    :raises StoppedBySignal: on SIGINT/SIGTERM, after every training cell saved (`run_batch_guarded` records it).
+    """
+    device = torch.device(device)
+    spec = StudySpec.load(study_dir)
+    members = [_Member(study_dir, cell, cell.config(spec.base_config)) for cell in cells]
+    markets = load_markets(study_dir / "prepared", market_key(members[0].cfg))
+    tickers = markets[0].data.tickers
+    for k, market in enumerate(markets):
+        live = [m for m in members if m.error is None]
+        to_trade = [m for m in live if not (m.window(k) / "trade.npz").is_file()]
+        for m in live:
+            if m not in to_trade:
+                policy, untrained, seconds = load_run(m.window(k) / "trade.npz", tickers)
+                m.policy_runs.append(policy)
+                m.untrained_runs.append(untrained)
+                m.train_seconds.append(seconds)
+        configs = {m.cell.name: period_config(m.cfg, spec, m.window(k), k, m.previous) for m in to_trade}
+        to_train = [m for m in to_trade if not trained(configs[m.cell.name], m.window(k))]
+        seconds = _train_together(to_train, configs, market, k, device, callbacks or {})
+        for m in to_trade:
+            if m.error is None:
+                with _alone(m):
+                    policy, untrained = trade_window(m.cfg, market, m.window(k), device, m.before())
+                    save_run(m.window(k) / "trade.npz", policy, untrained, seconds if m in to_train else 0.0)
+                    m.policy_runs.append(policy)
+                    m.untrained_runs.append(untrained)
+                    m.train_seconds.append(seconds if m in to_train else 0.0)
+        for m in members:
+            if m.error is None:
+                m.previous = selected(m.window(k), market, m.cfg)
+    terms = traded_terms(markets, members[0].cfg)
+    out: dict[str, dict[str, Any] | BaseException] = {}
+    for m in members:
+        if m.error is None:
+            with _alone(m):
+                runs = stitch(m.policy_runs), stitch(m.untrained_runs)
+                out[m.cell.name] = finish_cell(study_dir, m.cell, m.cfg, *runs, m.train_seconds, terms)
+        if m.error is not None:
+            out[m.cell.name] = m.error
+    return out
+
+
+@contextmanager
+def _alone(member: _Member) -> Iterator[None]:
+    """An error in the block fails ``member`` (recorded), not the group."""
+    try:
+        yield
+    except StoppedBySignal:
+        raise
+    except Exception as err:  # a cell fails alone
+        _fail(member, err, traceback.format_exc()[-4000:])
+
+
+def _fail(member: _Member, err: BaseException, trace: str) -> None:
+    """Record ``member``'s failure in memory and in its status.json."""
+    member.error, member.trace = err, trace
+    write_status(member.folder, "failed", finished=time.time(), error=describe_exception(err, 500), traceback=trace)
+
+
+def _train_together(
+    members: list[_Member],
+    configs: dict[str, TrainConfig],
+    market: Any,
+    k: int,
+    device: torch.device,
+    callbacks: dict[str, list[Callback]],
+) -> float:
+    """Train window ``k`` of ``members`` as one batch; record each cell's failure on it; the batch's seconds."""
+    if not members:
+        return 0.0
+    for m in members:
+        m.window(k).mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    trainer = CellTrainer(
+        [configs[m.cell.name] for m in members],
+        market,
+        [m.window(k) for m in members],
+        device,
+        [callbacks.get(m.cell.name, []) for m in members],
+    )
+    trainer.train()
+    for m, error in zip(members, trainer.errors, strict=True):
+        if error is not None:
+            _fail(m, error, "".join(traceback.format_exception(error))[-4000:])
+    return time.perf_counter() - start
+
+
+def run_batch_guarded(
+    study_dir: Path,
+    cells: list[Cell],
+    device: torch.device | str = "cpu",
+    *,
+    callbacks: dict[str, list[Callback]] | None = None,
+) -> int:
+    """`run_batch` with each cell's status kept in its status.json, as `clstm_ppo.study.cell.run_cell_guarded`
+    keeps one cell's: done, failed (with the error), or interrupted.
+
+    :return: exit status for the group's process: 0 all done, 1 some failed, 128 + signal when stopped.
+    """
+    started = time.time()
+    folders = {c.name: study_dir / "cells" / c.name for c in cells}
+    for cell in cells:
+        write_status(folders[cell.name], "running", started=started, pid=os.getpid(), batch=[c.name for c in cells])
+    try:
+        results = run_batch(study_dir, cells, device, callbacks=callbacks)
+    except StoppedBySignal as stop:
+        _settle_unfinished(folders, "interrupted", started=started, stopped=time.time())
+        return 128 + stop.signum
+    except Exception as err:  # outside any one cell: the group's unfinished cells fail
+        _settle_unfinished(
+            folders,
+            "failed",
+            started=started,
+            finished=time.time(),
+            error=describe_exception(err, 500),
+            traceback=traceback.format_exc()[-4000:],
+        )
+        return 1
+    for name, result in results.items():
+        if isinstance(result, BaseException):
+            continue  # its failed status was written when it failed
+        write_status(
+            folders[name],
+            "done",
+            started=started,
+            finished=time.time(),
+            seconds=time.time() - started,
+            train_seconds=float(sum(result["train_seconds"])),
+            batch=[c.name for c in cells],
+        )
+    return 1 if any(isinstance(r, BaseException) for r in results.values()) else 0
+
+
+def _settle_unfinished(folders: dict[str, Path], status: str, **extra: Any) -> None:
+    """Write ``status`` for each cell whose status.json does not already say done or failed."""
+    for folder in folders.values():
+        if read_status(folder)["status"] not in ("done", "failed"):
+            write_status(folder, status, **extra)

@@ -1,0 +1,27 @@
+"""The prepared benchmark scripts parse: the GPU session's one script (run only on a lent GPU, so a syntax error would
+cost that session) and the batched-study benchmark's command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT, clean_env
+
+
+def test_the_gpu_check_script_parses_and_names_its_five_steps():
+    script = ROOT / "benchmarks" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert text.count('\nstep "') == 5 and "tests/test_cuda.py" in text and "--batch_cells 12" in text
+
+
+def test_the_batched_study_benchmark_explains_itself():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "study_batched.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "--batch_cells 1" in proc.stdout

@@ -1,0 +1,208 @@
+"""Cells trained as one batch (`CellTrainer`) give what each gives alone (`Trainer`): weights after 3 updates, every
+logged metric, the same on resume, checkpoints in the same format that backtest alike; and a cell fails alone."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from clstm_ppo.agent.build import build_model
+from clstm_ppo.config import TrainConfig
+from clstm_ppo.market import build_market
+from clstm_ppo.training.cell_trainer import CellTrainer, check_batchable
+from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint
+from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.trainer import Trainer
+from envs.errors import UserError
+from tests.conftest import read_metrics
+from tests.faults import FaultHook
+
+pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey the gradient layout contract")
+
+# 8 envs x 16 days per update, 20-day episodes: 3 updates finish 16 episodes (episode ends, truncations and resets
+# inside the rollouts); 2 epochs of 2 minibatches; a validation split scored every 2 updates (best.pt).
+TINY_CELL = dict(
+    data="synthetic:tickers=3,days=400",
+    window=5,
+    stage1_hidden=12,
+    feature_dim=10,
+    stage2_hidden=16,
+    num_envs=8,
+    n_steps=16,
+    batch_size=64,
+    epochs=2,
+    episode_length=20,
+    num_episodes=16,
+    progress=False,
+    log_every=1000,
+    eval_every=2,
+    checkpoint_every=1,
+)
+# Cells differ in their seed and in settings that change no shape: the entropy and value weights, the clip, the
+# gradient clip, a KL target that stops its epochs early, stage 1's learning rate.
+CELL_SETTINGS = [
+    dict(seed=1),
+    dict(seed=2, ent_coef=0.01, vf_coef=0.25),
+    dict(seed=3, target_kl=1e-7, max_grad_norm=0.3),
+    dict(seed=4, learning_rate_clstm=1e-3, clip_coef=0.1),
+]
+TIMINGS = ("time", "steps_per_second", "rollout_seconds", "update_seconds")
+
+
+def configs(tmp_path: Path, name: str, policy: str, cells: int, **settings) -> list[TrainConfig]:
+    return [
+        TrainConfig.from_dict(
+            {**TINY_CELL, **CELL_SETTINGS[k], "policy": policy, "norm_obs": policy != "shared", **settings}
+            | {"checkpoint_dir": str(tmp_path), "run_name": f"{name}{k}"}
+        ).validate()
+        for k in range(cells)
+    ]
+
+
+def run_dirs(cfgs: list[TrainConfig]) -> list[Path]:
+    return [Path(c.run.checkpoint_dir) / c.run.run_name for c in cfgs]
+
+
+def train_alone(cfgs: list[TrainConfig], market) -> None:
+    for cfg, folder in zip(cfgs, run_dirs(cfgs), strict=True):
+        Trainer(cfg, market, Comm(), folder).train()
+
+
+def same_number(a: float, b: float) -> bool:
+    """Equal to 4 significant figures; near-zero means of +-1 terms (the policy loss) to their float32 rounding."""
+    return math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
+
+
+def assert_same_run(alone: Path, batched: Path) -> None:
+    """``batched`` (a cell of a batch) holds what ``alone`` (its run alone) holds: float32 weights within 1e-5
+    relative (the largest difference over the network's largest weight; and each entry within 1e-4 relative or 1e-6:
+    the biases start at 0 and move by Adam's normalised steps, where float rounding of a near-zero gradient shows
+    most), every metric line to 4 figures, the counters, and checkpoints of one format."""
+    a, b = open_checkpoint(alone / "latest.pt"), open_checkpoint(batched / "latest.pt")
+    assert a.model_state.keys() == b.model_state.keys()
+    weights = {k: v for k, v in a.model_state.items() if v.dtype == torch.float32}
+    scale = max(float(w.abs().max()) for w in weights.values())
+    for name, weight in a.model_state.items():
+        other = b.model_state[name]
+        assert other.dtype == weight.dtype and other.shape == weight.shape, name
+        if name in weights and weight.numel():
+            assert float((weight - other).abs().max()) < 1e-5 * scale, name
+            torch.testing.assert_close(other, weight, rtol=1e-4, atol=1e-6, msg=name)
+    skip = {"elapsed", "best_score"}
+    assert {k: v for k, v in a.counters.items() if k not in skip} == {
+        k: v for k, v in b.counters.items() if k not in skip
+    }
+    assert same_number(a.counters["best_score"], b.counters["best_score"])
+    assert a.model_config == b.model_config and a.market_spec == b.market_spec
+    assert {k: v for k, v in a.config.items() if k != "run_name"} == {
+        k: v for k, v in b.config.items() if k != "run_name"
+    }
+    assert a.optimizer_state["param_groups"] == b.optimizer_state["param_groups"]
+    for index, entry in a.optimizer_state["state"].items():
+        assert {k: (v.dtype, v.shape) for k, v in entry.items()} == {
+            k: (v.dtype, v.shape) for k, v in b.optimizer_state["state"][index].items()
+        }
+    (wa,), (wb,) = a.worker_states, b.worker_states
+    assert wa.keys() == wb.keys() and wa["env"].keys() == wb["env"].keys()
+    assert torch.equal(wa["shuffle_gen"], wb["shuffle_gen"]) and torch.equal(wa["action_gen"], wb["action_gen"])
+    assert torch.equal(wa["torch_rng"], wb["torch_rng"]) and torch.equal(wa["env"]["gen"], wb["env"]["gen"])
+    assert (alone / "best.pt").is_file() == (batched / "best.pt").is_file()
+    lines_a = [json.loads(x) for x in (alone / "metrics.jsonl").read_text().splitlines()]
+    lines_b = [json.loads(x) for x in (batched / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines_a) == len(lines_b)
+    for row_a, row_b in zip(lines_a, lines_b, strict=True):
+        assert row_a.keys() == row_b.keys()
+        for key in row_a.keys() - set(TIMINGS):
+            va, vb = row_a[key], row_b[key]
+            pairs = zip(va, vb, strict=True) if isinstance(va, list) else [(va, vb)]
+            assert all(same_number(x, y) if isinstance(x, float) else x == y for x, y in pairs), (row_a["kind"], key)
+
+
+@pytest.mark.parametrize("policy, cells", [("clstm", 4), ("mlp", 3), ("lstm", 2), ("shared", 2)])
+def test_each_batched_cell_trains_as_it_does_alone_and_resumes_alike(policy, cells, tmp_path):
+    alone = configs(tmp_path, "alone", policy, cells)
+    market = build_market(alone[0].data, seed=1)  # one market for all, as a study prepares it
+    train_alone(alone, market)
+    straight = configs(tmp_path, "batch", policy, cells)
+    CellTrainer(straight, market, run_dirs(straight)).train()
+    # the same batch stopped after 2 updates and resumed from each cell's latest.pt for the third
+    halfway = configs(tmp_path, "resumed", policy, cells, num_episodes=8)
+    CellTrainer(halfway, market, run_dirs(halfway)).train()
+    assert load_checkpoint(run_dirs(halfway)[0] / "latest.pt").counters["update"] == 2
+    resumed = configs(tmp_path, "resumed", policy, cells, resume="latest")
+    CellTrainer(resumed, market, run_dirs(resumed)).train()
+    for a, b, c in zip(run_dirs(alone), run_dirs(straight), run_dirs(resumed), strict=True):
+        assert_same_run(a, b)
+        assert_same_run(a, c)
+    if cells > 2:  # the KL target stopped some update's epochs early: the mask kept that cell where it stopped
+        _, updates = read_metrics(run_dirs(alone)[2])
+        assert any(u["epochs_run"] < 2 for u in updates)
+
+
+def test_a_cell_resumes_a_checkpoint_its_run_alone_wrote(tmp_path):
+    """A single run's latest.pt continues as a batched cell, and ends where that run alone ends."""
+    alone = configs(tmp_path, "alone", "clstm", 2)
+    market = build_market(alone[0].data, seed=1)
+    train_alone(alone, market)
+    half = configs(tmp_path, "mixed", "clstm", 2, num_episodes=8)
+    train_alone(half, market)
+    resumed = configs(tmp_path, "mixed", "clstm", 2, resume="latest")
+    CellTrainer(resumed, market, run_dirs(resumed)).train()
+    for a, b in zip(run_dirs(alone), run_dirs(resumed), strict=True):
+        assert_same_run(a, b)
+
+
+def test_a_diverging_cell_fails_alone_and_the_others_train_on(tmp_path):
+    cfgs = configs(tmp_path, "batch", "mlp", 3, max_bad_updates=2)
+    market = build_market(cfgs[0].data, seed=1)
+    hooks = [[], [FaultHook(update=2, kind="nan")], [FaultHook(update=1, kind="raise")]]
+    trainer = CellTrainer(cfgs, market, run_dirs(cfgs), callbacks=hooks)
+    trainer.train()
+    assert trainer.errors[0] is None
+    assert isinstance(trainer.errors[1], UserError) and "2 updates in a row had NaN/inf" in str(trainer.errors[1])
+    assert isinstance(trainer.errors[2], RuntimeError) and "injected fault" in str(trainer.errors[2])
+    # cell 1 kept its last good checkpoint (update 1); cell 2 failed before its first step: its weights never moved
+    assert load_checkpoint(run_dirs(cfgs)[1] / "latest.pt").counters["update"] == 1
+    torch.manual_seed(cfgs[2].run.seed)
+    initial = build_model(cfgs[2], market)
+    for name, weight in initial.state_dict().items():
+        assert torch.equal(weight, trainer.policy.cell(2).state_dict()[name]), name
+    alone = configs(tmp_path, "alone", "mlp", 1, max_bad_updates=2)
+    train_alone(alone, market)
+    assert_same_run(run_dirs(alone)[0], run_dirs(cfgs)[0])
+
+
+def test_cells_that_differ_in_a_shape_or_the_data_are_not_batched(tmp_path):
+    cfgs = configs(tmp_path, "x", "mlp", 2)
+    check_batchable(cfgs)
+    with pytest.raises(ValueError, match="--stage2_hidden"):
+        check_batchable([cfgs[0], cfgs[1].with_settings(stage2_hidden=8)])
+    with pytest.raises(ValueError, match="--num_envs"):
+        check_batchable([cfgs[0], cfgs[1].with_settings(num_envs=4, batch_size=32)])
+
+
+def test_a_batched_cells_checkpoint_backtests_as_its_run_alone(tmp_path):
+    """`clstm-ppo backtest` of a batched cell's latest.pt: the report its run alone gets."""
+    from clstm_ppo.cli.backtest import main as backtest
+
+    alone = configs(tmp_path, "alone", "clstm", 1)
+    batch = configs(tmp_path, "batch", "clstm", 2)
+    market = build_market(alone[0].data, seed=1)
+    train_alone(alone, market)
+    CellTrainer(batch, market, run_dirs(batch)).train()
+    reports = []
+    for folder in (run_dirs(alone)[0], run_dirs(batch)[0]):
+        out = tmp_path / f"report-{folder.name}"
+        assert backtest(["--checkpoint", str(folder / "latest.pt"), "--out", str(out), "--threads", "1"]) == 0
+        reports.append(json.loads((out / "report.json").read_text()))
+    a, b = (r["metrics"]["policy"] for r in reports)
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        if isinstance(value, float):
+            assert same_number(value, b[key]), key
+        else:
+            assert value == b[key], key
