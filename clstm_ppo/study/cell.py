@@ -53,7 +53,6 @@ from envs.errors import describe_exception
 from envs.execution import Terms
 from envs.features import PreparedMarket
 
-FAIL_CELL_ENV = "CLSTM_PPO_STUDY_FAIL_CELL"  # testing hook: this cell raises (proves failures are recorded)
 RECORD_FIELDS = ("values", "cash", "holdings", "prices", "costs", "fill_prices", "fill_dates")
 
 
@@ -186,8 +185,6 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
 
     Raises whatever training raises (`StoppedBySignal` on SIGINT/SIGTERM); `run_cell_guarded` records it.
     """
-    if os.environ.get(FAIL_CELL_ENV) == cell.name:
-        raise RuntimeError(f"injected failure ({FAIL_CELL_ENV}) in cell {cell.name}")
     device = torch.device(device)
     spec = StudySpec.load(study_dir)
     cfg = cell.config(spec.base_config)
