@@ -268,11 +268,6 @@ class PPOConfig:
     norm_reward: bool = setting(
         False, "divide rewards by the running std of the discounted return (as SB3's VecNormalize)"
     )
-    noise_hold: int = setting(
-        1,
-        "hold each env's exploration noise for this many days (redrawn at episode starts): a fresh draw every day "
-        "re-trades the whole book daily; held noise explores the same Gaussian with far fewer trades",
-    )
 
     @property
     def rollout_steps(self) -> int:
@@ -291,7 +286,7 @@ class PPOConfig:
     def validate(self) -> None:
         if self.num_episodes <= 0:
             raise UserError(f"--num_episodes must be positive, got {self.num_episodes}")
-        _positive(self, "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps", "noise_hold")
+        _positive(self, "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps")
         _positive(self, "learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef")
         if self.batch_size % self.n_steps or self.rollout_steps % self.batch_size:
             raise UserError(
@@ -449,6 +444,8 @@ REMOVED: dict[str, tuple[Any, Callable[[dict[str, Any], Any], bool]]] = {
     "permute_tickers": (False, lambda v, x: bool(x)),
     "turbulence_exit_days": (1, lambda v, x: int(x) != 1),
     "trade_gate": (False, lambda v, x: bool(x)),
+    "trade_rate": (1.0, lambda v, x: float(x) != 1.0),
+    "noise_hold": (1, lambda v, x: int(x) != 1),
 }
 """Settings removed in 0.2.0 (research variants whose only evidence was synthetic draws; docs/training.md lists
 each with the commit that last had it): flag -> (the value the product now always uses, whether a file's value
@@ -586,6 +583,7 @@ PAPER_BEHAVIOUR: dict[str, Any] = dict(
     action_dist="gaussian",  # sb3's Gaussian, clipped by the env, with an unbounded log-std
     log_std_max=math.inf,
     execution="close",  # orders fill at the close the policy has just seen
+    turnover_penalty=0.0,  # the reward is what the portfolio earns, nothing more
 )
 """Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's
 (docs/training.md has the table, with the evidence for each difference)."""

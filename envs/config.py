@@ -86,15 +86,11 @@ class EnvConfig:
         "with --action_mode weights: trade a stock only when its order is worth more than this fraction of the "
         "portfolio value",
     )
-    trade_rate: float = setting(
-        1.0,
-        "with --action_mode weights: each day's orders move this fraction of the way from the holdings to the target "
-        "(partial adjustment toward the aim portfolio, Garleanu and Pedersen 2013; 1: all the way)",
-    )
     turnover_penalty: float = setting(
-        0.0,
+        0.005,
         "training's reward only: each dollar traded costs this much more in the reward than the portfolio pays "
-        "(0.002: the policy learns as if costs were 0.3 percent a side instead of 0.1); backtests and trading never pay it",
+        "(0.005: the policy learns as if costs were 0.6 percent a side instead of 0.1; 0: none, the paper's); "
+        "backtests and trading never pay it",
     )
     execution: str = setting(
         "auto",
@@ -129,8 +125,6 @@ class EnvConfig:
             raise UserError(f"--turnover_penalty must be in [0, 1), got {self.turnover_penalty}")
         if not 0 <= self.rebalance_band < 1:
             raise UserError(f"--rebalance_band must be in [0, 1), got {self.rebalance_band}")
-        if not 0 < self.trade_rate <= 1:
-            raise UserError(f"--trade_rate must be in (0, 1], got {self.trade_rate}")
         for f in fields(self):  # settings given in code (not by a flag) are checked against their choices too
             choices = f.metadata.get("choices")
             if choices and getattr(self, f.name) not in choices:

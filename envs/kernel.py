@@ -13,9 +13,8 @@ Orders are sized at day t's close p, the last price the policy saw, and fill at 
    action names a target portfolio, weights ``softmax([5 clip(a_1), ..., 5 clip(a_N), 0])`` over the N stocks
    and cash (a = 0 everywhere: equal weights, 1/(N+1) in cash; the scale 5 lets one stock take 94% or cash 97%
    of the value); each stock's target is ``floor(w_i V / (p_i (1 + buy_cost_pct)))`` shares with V the value at
-   p; each day's order is ``trunc(trade_rate x (target - held))`` shares (partial adjustment: 1 goes all the
-   way), and a stock is traded only when that order is worth more than ``rebalance_band x V`` (no daily churn
-   around the target); hmax does not apply.
+   p; each day's order is ``target - held`` shares, and a stock is traded only when that order is worth more
+   than ``rebalance_band x V`` (no daily churn around the target); hmax does not apply.
 2. Sells first: ``sell = min(-orders, held)`` where orders < 0 (never more than held: no shorting).
    Cash receives ``sell * p * (1 - sell_cost_pct)``.
 3. Buys: ``want = orders`` where orders > 0, costing ``want * p * (1 + buy_cost_pct)``. If one env's
@@ -82,8 +81,6 @@ def orders_from_actions(actions: Tensor, cash: Tensor, shares: Tensor, prices: T
     weights = target_weights(actions)[:, :-1]
     value = portfolio_value(cash, shares, prices).unsqueeze(1)
     orders = torch.floor(weights * value / (prices * (1.0 + cfg.buy_cost_pct))) - shares
-    if cfg.trade_rate < 1.0:
-        orders = torch.trunc(orders * cfg.trade_rate)
     return torch.where((orders * prices).abs() > cfg.rebalance_band * value, orders, 0.0)
 
 

@@ -127,6 +127,7 @@ def test_the_command_line_has_at_most_65_flags_and_the_rare_knobs_live_in_config
             {"policy": "shared"},
         ),
         ({"ema_decay": 0.0, "permute_tickers": False, "turbulence_exit_days": 1, "stage1": "lstm"}, {}),
+        ({"trade_rate": 1.0, "trade_gate": False}, {}),
         ({"forecast_days": 5, "aux_coef": 0.0, "forecast_skip": False}, {}),  # the days fed nothing: no effect
         ({"cross_section": "attention", "policy": "clstm"}, {"policy": "clstm"}),  # shared's only
     ],
@@ -146,6 +147,7 @@ def test_removed_settings_at_the_value_now_always_used_load_as_before(old, now):
         ({"permute_tickers": True}, "permute_tickers"),
         ({"price_features": "vol_return"}, "price_features"),
         ({"stage1": "conv"}, "stage1"),
+        ({"trade_rate": 0.25}, "trade_rate"),
     ],
 )
 def test_removed_settings_that_would_change_the_result_are_refused_in_one_line(old, flag):

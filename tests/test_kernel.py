@@ -215,29 +215,3 @@ def test_weights_mode_targets_the_softmax_portfolio_with_a_no_trade_band():
     nudged = new_shares + _t([[1.0, 0.0, 0.0]])
     assert orders_from_actions(torch.zeros(1, 3), new_cash - 10.0, nudged, prices, banded).tolist() == [[0.0, 0.0, 0.0]]
     assert orders_from_actions(torch.zeros(1, 3), new_cash - 10.0, nudged, prices, cfg).tolist() == [[-1.0, 0.0, 0.0]]
-
-
-def test_trade_rate_moves_part_of_the_way_to_the_target_before_the_band():
-    """--trade_rate 0.5: half of each order (whole shares toward zero), then the band judges the smaller order."""
-    from envs.kernel import orders_from_actions
-
-    full = EnvConfig(action_mode="weights", buy_cost_pct=0.0, sell_cost_pct=0.0, rebalance_band=0.0)
-    half = EnvConfig(action_mode="weights", buy_cost_pct=0.0, sell_cost_pct=0.0, rebalance_band=0.0, trade_rate=0.5)
-    prices = _t([[10.0, 20.0, 50.0]])
-    cash, shares = _t([100.0]), _t([[25.0, 30.0, 1.0]])  # 1,000 dollars: stock 2 over its 250, stock 3 under
-    target = orders_from_actions(torch.zeros(1, 3), cash, shares, prices, full)
-    assert target.tolist() == [[0.0, -18.0, 4.0]]  # to 25, 12 and 5 shares
-    assert orders_from_actions(torch.zeros(1, 3), cash, shares, prices, half).tolist() == [[0.0, -9.0, 2.0]]
-    # the band applies to the partial order: 2 shares of 50 dollars is 10% of 1,000, 9 of 20 is 18%
-    banded = EnvConfig(action_mode="weights", buy_cost_pct=0.0, sell_cost_pct=0.0, rebalance_band=0.15, trade_rate=0.5)
-    assert orders_from_actions(torch.zeros(1, 3), cash, shares, prices, banded).tolist() == [[0.0, -9.0, 0.0]]
-    # whole-share orders toward zero: 3 shares at rate 0.5 -> 1, not 2
-    third = EnvConfig(action_mode="weights", buy_cost_pct=0.0, sell_cost_pct=0.0, rebalance_band=0.0, trade_rate=0.5)
-    held = _t([[25.0, 12.0, 2.0]])  # with 410 in cash: 1,000 dollars, 3 shares short of stock 3's target
-    assert orders_from_actions(torch.zeros(1, 3), _t([410.0]), held, prices, third)[0, 2].item() == 1.0
-
-
-@pytest.mark.parametrize("rate", [0.0, 1.5])
-def test_a_trade_rate_outside_0_1_is_refused(rate):
-    with pytest.raises(UserError, match=r"--trade_rate must be in \(0, 1\]"):
-        EnvConfig(trade_rate=rate)

@@ -1,4 +1,4 @@
-"""Observation and reward normalisation, weight decay and held exploration noise."""
+"""Observation and reward normalisation and weight decay."""
 
 from __future__ import annotations
 
@@ -135,31 +135,3 @@ def test_weight_decay_shrinks_weight_matrices_only_and_not_on_skipped_steps():
     assert skipped.item() == 1
     for p, a in zip(params, after, strict=True):
         assert torch.equal(p.detach(), a)
-
-
-# ---------------------------------------------------------------------------------------- held exploration noise
-
-
-def test_held_noise_keeps_each_envs_draw_for_k_days_and_redraws_at_episode_starts(window_market):
-    """--noise_hold 4 in a real rollout with episode ends inside it: the standard-normal draw behind each action,
-    (action - mean) / std, stays the same for 4 days and changes at each redraw and each episode start; the update
-    scores the stored actions with the same log-probabilities the rollout recorded."""
-    m = window_market
-    model = mlp_for(m)
-    collector = collector_for(m, model, envs=3, episode_length=6, noise_hold=4)
-    steps = 20
-    buf = RolloutBuffer.allocate(steps, 3, (m.window, m.num_features), m.num_tickers, "cpu")
-    collector.collect(buf)
-    out = model(buf.obs.windows(), buf.initial_state, buf.starts, buf.actions)
-    torch.testing.assert_close(out.log_prob, buf.log_probs, rtol=1e-5, atol=1e-5)
-    eps = (buf.actions - out.mean) / model.policy_std()
-    for b in range(3):
-        age = 0
-        for s in range(steps):
-            redraw = s == 0 or bool(buf.starts[s, b]) or age >= 4
-            if not redraw:
-                torch.testing.assert_close(eps[s, b], eps[s - 1, b], rtol=1e-4, atol=1e-4)
-            elif s > 0:
-                assert not torch.allclose(eps[s, b], eps[s - 1, b], atol=1e-3), (s, b)
-            age = 1 if redraw else age + 1
-    assert buf.starts[1:].any()  # episodes really ended inside the rollout

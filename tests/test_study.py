@@ -394,7 +394,7 @@ def test_deploy_last_trades_each_windows_last_weights_where_best_trades_its_vali
     from clstm_ppo.study.spec import StudySpec
 
     flags = ["--data", DATA, "--policies", "mlp", "--seeds", "1", *WINDOW_FLAGS, *TINY_STUDY, "--num_episodes", "16"]
-    flags += ["--eval_every", "1", "--workers", "1", "--threads", "1"]
+    flags += ["--eval_every", "1", "--workers", "1", "--threads", "1", "--rebalance_band", "0"]  # every move trades
     procs = studies_at_once(tmp_path, ["--out", "best", *flags, "--deploy", "best"], ["--out", "last", *flags])
     assert all(p.returncode == 0 for p in procs), [p.stderr + p.stdout for p in procs]
     best_study, last_study = tmp_path / "best", tmp_path / "last"
@@ -423,22 +423,24 @@ def test_deploy_last_trades_each_windows_last_weights_where_best_trades_its_vali
                     assert np.array_equal(z["policy_values"], traded[name]), (name, k)
             chosen = load_checkpoint(best_dir / "best.pt").model_state
             if not all(torch.equal(v, trained[n]) for n, v in chosen.items()):
-                differing += 1
-                assert not np.array_equal(traded["best"], traded["last"]), k
+                # weights that differ may still trade alike (the rebalance band and whole shares absorb small
+                # moves), so the rules must part in at least one such window, not in each
+                differing += not np.array_equal(traded["best"], traded["last"])
             if k == 0:
                 first_window = len(traded["last"])
-        # The seeds' ensemble under the other rule (benchmarks/deploy_rule.py): the best study's ensemble of its
-        # latest.pt files trades the first window (trained alike) exactly as the last study's own ensemble, and
-        # differs from the best study's own (not served from its cache).
+                first_parts = not np.array_equal(traded["best"], traded["last"])
+        # The seeds' ensemble under the other rule: the best study's ensemble of its latest.pt files trades the
+        # first window (trained alike) exactly as the last study's own ensemble, and parts from the best study's own
+        # there exactly when the two checkpoints trade differently (not served from its cache).
         cell = Cell("mlp", 1)
         own_best, own_last = run_ensemble(best_study, [cell]).values, run_ensemble(last_study, [cell]).values
         other = run_ensemble(best_study, [cell], deploy="last").values
         assert np.array_equal(run_ensemble(best_study, [cell], deploy="best").values, own_best)
         assert np.array_equal(other[:first_window], own_last[:first_window])
-        assert not np.array_equal(other, own_best)
+        assert np.array_equal(other[:first_window], own_best[:first_window]) != first_parts
     finally:
         torch.set_num_threads(threads)
-    assert differing, "no window's best.pt differs from its latest.pt: the test shows nothing"
+    assert differing, "no window's best.pt trades differently from its latest.pt: the test shows nothing"
 
 
 @pytest.mark.slow

@@ -68,9 +68,9 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     "extra",
     [
         (),
-        ("--norm_obs", "--norm_reward", "--episode_length", "12", "--noise_hold", "3"),
+        ("--norm_obs", "--norm_reward", "--episode_length", "12"),
     ],  # episodes end inside rollouts
-    ids=["defaults", "normalisers-and-held-noise"],
+    ids=["defaults", "normalisers"],
 )
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
     straight = train(tmp_path, "--num_episodes", "16", "--run_name", "straight", *extra)

@@ -67,7 +67,6 @@ class Ensemble:
         *,
         deterministic: bool = True,
         generator: torch.Generator | None = None,
-        noise: Tensor | None = None,
     ) -> ActOutput:
         """The ensemble's action for B envs ``[B, A]``, already as the env takes it (`env_action` is the identity),
         with the members' mean value and their new states (``log_prob`` is 0: the ensemble is not sampled)."""

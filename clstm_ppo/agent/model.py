@@ -297,7 +297,6 @@ class ActorCritic(nn.Module):
         *,
         deterministic: bool = False,
         generator: torch.Generator | None = None,
-        noise: Tensor | None = None,
     ) -> ActOutput:
         """One rollout step for B envs.
 
@@ -306,8 +305,7 @@ class ActorCritic(nn.Module):
             scores; `env_action` turns it into the env's action), its log-probability, the value and the new state.
             ``deterministic`` returns the mean. Sampling noise comes from ``generator`` on its own device
             (training passes one on the model's device, the backtest a CPU one so sampled backtests match
-            across devices). ``noise`` ``[B, A]``: the standard-normal draws to use instead (held exploration noise,
-            `clstm_ppo.training.exploration`).
+            across devices).
         """
         out = self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0))
         mean, value = out.mean[0], out.value[0]
@@ -315,9 +313,8 @@ class ActorCritic(nn.Module):
             return ActOutput(mean, out.log_prob[0], value, out.state)
         std = self.policy_std()
         # Drawn on the generator's device: a CPU generator gives the same noise whatever device the model is on.
-        if noise is None:
-            noise_device = generator.device if generator is not None else mean.device
-            noise = torch.randn(mean.shape, device=noise_device, generator=generator, dtype=mean.dtype)
+        noise_device = generator.device if generator is not None else mean.device
+        noise = torch.randn(mean.shape, device=noise_device, generator=generator, dtype=mean.dtype)
         action = mean + std * noise.to(mean.device, mean.dtype)
         log_prob = self._log_prob(gaussian(mean, std.expand_as(mean)), action)
         return ActOutput(action, log_prob, value, out.state)

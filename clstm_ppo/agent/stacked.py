@@ -185,18 +185,16 @@ class CellPolicy:
         starts: Tensor,
         *,
         generators: list[torch.Generator],
-        noise: Tensor | None = None,
     ) -> ActOutput:
         """One rollout step of every cell (`ActorCritic.act`): cell k's noise is drawn from ``generators[k]``, the
-        draw its run alone takes (or ``noise`` ``[E, A]``, held exploration noise)."""
+        draw its run alone takes."""
         out = self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0))
         mean, value = out.mean[0], out.value[0]
         envs, width = mean.shape
         per = envs // self.cells
-        if noise is None:
-            noise = torch.cat(
-                [torch.randn((per, width), device=g.device, generator=g, dtype=mean.dtype) for g in generators]
-            )
+        noise = torch.cat(
+            [torch.randn((per, width), device=g.device, generator=g, dtype=mean.dtype) for g in generators]
+        )
         by_cell = mean.view(self.cells, per, width)
         std = self.std().unsqueeze(1)  # [K, 1, A]
         action = by_cell + std * noise.to(mean.device, mean.dtype).view_as(by_cell)
@@ -362,7 +360,6 @@ class LoopedCells(CellPolicy):
         starts: Tensor,
         *,
         generators: list[torch.Generator],
-        noise: Tensor | None = None,
     ) -> ActOutput:
         per = self.columns(obs.shape[0])
         outs = []
@@ -374,7 +371,6 @@ class LoopedCells(CellPolicy):
                     state.envs(cols),
                     starts[cols],
                     generator=generators[k],
-                    noise=None if noise is None else noise[cols],
                 )
             )
         return ActOutput(

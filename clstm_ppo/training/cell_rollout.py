@@ -3,7 +3,7 @@ for its run alone.
 
 The K x B envs are one `VectorStockTradingEnv` whose blocks of B draw their start days from each cell's own
 generator (its ``seed`` list), acted on by a `clstm_ppo.agent.stacked.CellPolicy` with each cell's own action-noise
-generator. Each cell keeps its own `RewardNormalizer` and `HeldNoise` over its block, its own `RolloutStats` and its
+generator. Each cell keeps its own `RewardNormalizer` over its block, its own `RolloutStats` and its
 own finished episodes; the buffer's columns are cell-major (cell k's envs are ``k B .. (k + 1) B - 1``), so GAE
 runs over all K x B columns at once (`compute_gae` treats every column alike).
 """
@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.agent.stacked import CellPolicy
-from clstm_ppo.training.exploration import HeldNoise
 from clstm_ppo.training.reward_norm import RewardNormalizer
 from clstm_ppo.training.rollout import RolloutBuffer, RolloutStats
 from envs.vector_env import EPISODE_KEYS, VectorStockTradingEnv
@@ -30,7 +29,7 @@ class CellRolloutCollector:
     :param env: K x B envs, built with one seed per cell (cell-major blocks).
     :param policy: the cells' networks; :param generators: each cell's action-noise generator.
     :param seeds: each cell's seed of its envs' first reset.
-    :param gamma: / :param norm_reward: / :param noise_hold: as `RolloutCollector`'s (the same for every cell).
+    :param gamma: / :param norm_reward: as `RolloutCollector`'s (the same for every cell).
     """
 
     def __init__(
@@ -44,7 +43,6 @@ class CellRolloutCollector:
         seeds: list[int],
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
         norm_reward: bool = False,
-        noise_hold: int = 1,
     ) -> None:
         self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
         self.generators, self.autocast = generators, autocast
@@ -52,9 +50,6 @@ class CellRolloutCollector:
         self.per_cell = policy.columns(env.num_envs)
         per = self.per_cell
         self.reward_norms = [RewardNormalizer(per, gamma, device, enabled=norm_reward) for _ in generators]
-        self.held_noise = (
-            [HeldNoise(per, env.action_dim, noise_hold, g) for g in generators] if noise_hold > 1 else None
-        )
         obs, _ = env.reset(seed=seeds)
         self.next_start = torch.ones(env.num_envs, dtype=torch.bool, device=device)  # [K B]
         self.next_obs = obs.to(device)  # [K B, T, F]
@@ -83,11 +78,8 @@ class CellRolloutCollector:
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
-                noise = None
-                if self.held_noise is not None:
-                    noise = torch.cat([h.draw(self.next_start[self.envs_of(k)]) for k, h in enumerate(self.held_noise)])
                 action, log_prob, value, self.state = policy.act(
-                    self.next_obs, self.state, self.next_start, generators=self.generators, noise=noise
+                    self.next_obs, self.state, self.next_start, generators=self.generators
                 )
                 obs, reward, terminated, truncated, info = self.env.step(policy.env_action(action).to(self.env.device))
                 obs, reward = obs.to(device), reward.to(device)
@@ -155,8 +147,6 @@ class CellRolloutCollector:
             "recurrent": [s[:, envs].cpu().clone() for s in self.state],
             "reward_norm": self.reward_norms[cell].state_dict(),
         }
-        if self.held_noise is not None:
-            state["held_noise"] = self.held_noise[cell].state_dict()
         state["env"] = self.env.cell_state_dict(cell)
         return state
 
@@ -173,8 +163,6 @@ class CellRolloutCollector:
             self.env.load_cell_state_dict(cell, state["env"])
         if "reward_norm" in state:
             self.reward_norms[cell].load_state_dict(state["reward_norm"])
-        if self.held_noise is not None and "held_noise" in state:
-            self.held_noise[cell].load_state_dict(state["held_noise"])
 
 
 def _zero_stats(width: int) -> list[tuple[str, Tensor]]:

@@ -238,7 +238,6 @@ class CellTrainer:
             generators=[torch.Generator(device=device).manual_seed(s * 7919 + 1) for s in seeds],
             seeds=seeds,
             norm_reward=ppo.norm_reward,
-            noise_hold=ppo.noise_hold,
         )
         self.buf = RolloutBuffer.allocate(
             ppo.n_steps, env.num_envs, (market.window, market.num_features), self.policy.spec.action_dim, device

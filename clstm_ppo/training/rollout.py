@@ -20,7 +20,6 @@ from torch import Tensor
 from clstm_ppo.agent.model import ActorCritic, RecurrentState
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.exploration import HeldNoise
 from clstm_ppo.training.reward_norm import RewardNormalizer
 from envs.vector_env import EPISODE_KEYS, VectorStockTradingEnv
 
@@ -151,7 +150,6 @@ class RolloutCollector:
     :param gamma: discount, for folding a truncated episode's bootstrap value into its last reward.
     :param generator: action-noise generator on the policy's device.
     :param seed: seed of the envs' first reset.
-    :param noise_hold: hold each env's action noise for this many days (`HeldNoise`; 1: a fresh draw every day).
     :param norm_reward: rewards go through a `RewardNormalizer` (``self.reward_norm``; the trainer merges its
         statistics over all workers after each update).
     """
@@ -167,13 +165,11 @@ class RolloutCollector:
         seed: int,
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
         norm_reward: bool = False,
-        noise_hold: int = 1,
     ) -> None:
         self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
         self.generator, self.autocast = generator, autocast
         B = env.num_envs
         self.reward_norm = RewardNormalizer(B, gamma, device, enabled=norm_reward)
-        self.held_noise = HeldNoise(B, env.action_dim, noise_hold, generator) if noise_hold > 1 else None
         obs, _ = env.reset(seed=seed)
         self.next_start = torch.ones(B, dtype=torch.bool, device=device)  # [B] it starts an episode
         self.next_obs = obs.to(device)  # [B, T, F] what the next step acts on
@@ -195,9 +191,8 @@ class RolloutCollector:
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
-                noise = None if self.held_noise is None else self.held_noise.draw(self.next_start)
                 action, log_prob, value, self.state = policy.act(
-                    self.next_obs, self.state, self.next_start, generator=self.generator, noise=noise
+                    self.next_obs, self.state, self.next_start, generator=self.generator
                 )
                 env_action = policy.env_action(action)
                 obs, reward, terminated, truncated, info = self.env.step(env_action.to(self.env.device))
@@ -262,8 +257,6 @@ class RolloutCollector:
             "recurrent": [s.cpu() for s in self.state],
             "reward_norm": self.reward_norm.state_dict(),
         }
-        if self.held_noise is not None:
-            state["held_noise"] = self.held_noise.state_dict()
         state["env"] = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in self.env.state_dict().items()}
         return state
 
@@ -279,5 +272,3 @@ class RolloutCollector:
             self.reward_norm.load_state_dict(state["reward_norm"])
         elif "discounted" in state:  # written before RewardNormalizer: the moments were in the counters
             self.reward_norm.discounted = state["discounted"].to(self.device)
-        if self.held_noise is not None and "held_noise" in state:
-            self.held_noise.load_state_dict(state["held_noise"])

@@ -133,7 +133,6 @@ class Trainer:
             seed=env_seed,
             generator=torch.Generator(device=device).manual_seed(seed * 7919 + 104729 * comm.rank + 1),
             norm_reward=ppo.norm_reward,
-            noise_hold=ppo.noise_hold,
         )
         self.buf = RolloutBuffer.allocate(
             ppo.n_steps, ppo.num_envs, (market.window, market.num_features), self.model.spec.action_dim, device
