@@ -500,7 +500,8 @@ def test_submit_sends_sells_then_buys_waits_and_journals_fills_partials_rejectio
     assert statuses["NVDA"]["status"] == "rejected" and statuses["NVDA"]["filled_qty"] == 0
     assert {k: v["status"] for k, v in final.items()} == {k: v["status"] for k, v in statuses.items()}
     assert [e["outcome"] for e in run.of("order")] == ["sent", "sent", "sent"]
-    assert "MSFT sell 10: sent (filled), filled 10 of 10" in run.out
+    msft = int(plan[0]["shares"])
+    assert f"MSFT sell {msft}: sent (filled), filled {msft} of {msft}" in run.out
     assert "NVDA buy" in run.out and "(rejected)" in run.out
     assert "sent 3 of 3 orders" in run.out
 
