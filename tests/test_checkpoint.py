@@ -33,6 +33,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
 # The flags it was trained with (tests/fixtures/README.md): TINY with 32 episodes.
 # The settings the fixture was trained with, whose defaults have changed since (a resume must repeat them).
 THEN = ["--action_mode", "shares", "--reward", "value", "--ent_coef", "0.01", "--execution", "close"]
+THEN += ["--turnover_penalty", "0"]
 THEN_CONFIG = {"action_dist": "gaussian", "log_std_max": float("inf")}
 """The config-only knobs among those settings: a ``--config`` file sets them."""
 

@@ -27,7 +27,7 @@ N = 4
 WINDOW = 10
 
 SHARES = dict(
-    action_mode="shares", reward="value", execution="close"
+    action_mode="shares", reward="value", execution="close", turnover_penalty=0.0
 )  # the paper's rules, which these cases work by hand
 
 
@@ -496,7 +496,7 @@ def test_the_shipped_csv_builds_an_env_without_any_warning() -> None:
 
 def test_log_return_reward_is_100_times_the_days_log_return(market: PreparedMarket) -> None:
     env = VectorStockTradingEnv(
-        market, num_envs=3, config=EnvConfig(reward="log_return", episode_length="full"), seed=0
+        market, num_envs=3, config=EnvConfig(reward="log_return", episode_length="full", turnover_penalty=0.0), seed=0
     )
     _, info = env.reset(seed=0)
     before = info["portfolio_value"].clone()
