@@ -541,6 +541,52 @@ def test_a_batched_study_killed_outright_keeps_its_finished_work_and_ends_as_an_
             assert np.array_equal(x["values"], y["values"]), cell
 
 
+def test_cells_of_a_study_killed_outright_stop_themselves_and_save(tmp_path):
+    """SIGKILL of the study's runner alone (its cells run in their own sessions, so nothing forwards it): each cell
+    process sees its parent gone, stops as on SIGTERM (finishes its update, saves latest.pt) and is recorded
+    interrupted, rather than training on unseen and racing a re-run for its folder."""
+    args = ["--out", "run", "--data", DATA, "--policies", "mlp", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY]
+    args += ["--num_episodes", "100000", "--workers", "2", "--threads", "1", "--batch_cells", "1"]
+    args += ["--ledger", str(tmp_path / "ledger.jsonl")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    cells = [tmp_path / "run" / "cells" / f"mlp-s{s}" for s in (1, 2)]
+    metrics = [c / "periods" / "000" / "metrics.jsonl" for c in cells]
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        if all(m.is_file() and b'"kind": "update"' in m.read_bytes() for m in metrics):
+            break
+        time.sleep(0.05)
+    orphans = _descendants(proc.pid)
+    assert len(orphans) == 2, "both cells should be training when the study is killed"
+    proc.kill()
+    proc.wait(timeout=60)
+    deadline = time.time() + 90
+    while time.time() < deadline and [p for p in orphans if Path(f"/proc/{p}").exists() and not _zombie(p)]:
+        time.sleep(0.1)
+    alive = [p for p in orphans if Path(f"/proc/{p}").exists() and not _zombie(p)]
+    for pid in alive:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert not alive, "a cell kept running after its study was killed"
+    for cell in cells:
+        assert read_status(cell)["status"] == "interrupted", cell.name
+        assert (cell / "periods" / "000" / "latest.pt").is_file(), cell.name
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and waits only for its (dead) parent to be reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
 @pytest.mark.slow
 def test_a_diverging_cell_of_a_batch_is_recorded_failed_and_its_batch_mate_finishes(full_study, tmp_path):
     """One batch of the full study run again in this process, its second cell's rewards NaN from its first update

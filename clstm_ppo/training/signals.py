@@ -1,10 +1,14 @@
 """Stopping on SIGINT/SIGTERM: the trainer asks to stop, finishes its update with every rank, saves, then raises
-`StoppedBySignal`, which the launcher (`clstm_ppo.training.launch`) and a study's cell runner turn into their exit."""
+`StoppedBySignal`, which the launcher (`clstm_ppo.training.launch`) and a study's cell runner turn into their exit.
+A study's cell process also stops itself this way when the study that started it dies (`stop_when_orphaned`)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import threading
+import time
 from typing import Any
 
 
@@ -34,3 +38,25 @@ class StopRequest:
             with contextlib.suppress(ValueError):  # not the main thread (e.g. in tests)
                 if signal.getsignal(sig) is not signal.SIG_IGN:
                     signal.signal(sig, request_stop)
+
+
+def stop_when_orphaned(grace_s: float, poll_s: float = 0.5) -> threading.Thread:
+    """Watch this process's parent from a daemon thread: once it has gone (a study runner killed with SIGKILL, whose
+    cells run in their own sessions and would otherwise train on unseen, and race a re-run for their folders), send
+    this process SIGTERM (the trainer finishes its update, saves and stops: the cell is recorded interrupted), and
+    SIGKILL after ``grace_s`` seconds if it is still alive.
+
+    :return: the started thread.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(grace_s)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    thread = threading.Thread(target=watch, name="stop-when-orphaned", daemon=True)
+    thread.start()
+    return thread
