@@ -65,7 +65,6 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import pandas as pd
-from scipy.signal import lfilter
 
 from envs.data import MarketData
 from envs.errors import UserError
@@ -236,13 +235,22 @@ class SyntheticParts:
     volume_noise: np.ndarray  # [D, N] standard normals of the volume
 
 
+def _ar1_filter(numerator: list[float], phi: float, x: np.ndarray) -> np.ndarray:
+    """``y[t] = numerator[0] x[t] + phi y[t-1]`` along axis 0 (``y[-1] = 0``): `scipy.signal.lfilter`, imported
+    here, where a market is generated (scipy.signal costs about a second to import, which every command that merely
+    reads a market would pay)."""
+    from scipy.signal import lfilter
+
+    return lfilter(numerator, [1.0, -phi], x, axis=0)
+
+
 def _sv_variance(n: np.ndarray, e: np.ndarray, phi: float, vol_of_vol: np.ndarray, rho: np.ndarray) -> np.ndarray:
     """Log variance ``x [D, K]`` of K stationary AR(1) processes whose innovations are ``v (rho n[t-1] + sqrt(1 -
     rho^2) e[t])``, started from their stationary law (x[0] ~ N(0, v^2 / (1 - phi^2)))."""
     innov = np.sqrt(1 - rho**2) * e
     innov[1:] += rho * n[:-1]
     innov[0] = e[0] / math.sqrt(1 - phi**2)  # x[0] = v e[0] / sqrt(1 - phi^2): the stationary law
-    return lfilter([1.0], [1.0, -phi], vol_of_vol * innov, axis=0)
+    return _ar1_filter([1.0], phi, vol_of_vol * innov)
 
 
 def _draw(rng: np.random.Generator, d: int, n: int, model: MarketModel, signal: SignalSpec) -> SyntheticParts:
@@ -316,7 +324,7 @@ def _draw(rng: np.random.Generator, d: int, n: int, model: MarketModel, signal: 
         driver = np.vstack([np.zeros((signal.lag - 1, n)), driver[: d - signal.lag + 1]])  # the shock of t - lag + 1
         phi_a = signal.persistence
         driver[0] /= math.sqrt(1 - phi_a**2)  # a[0] = driver[0]: the stationary law
-        predictor = lfilter([math.sqrt(1 - phi_a**2)], [1.0, -phi_a], driver, axis=0)
+        predictor = _ar1_filter([math.sqrt(1 - phi_a**2)], phi_a, driver)
         planted[1:] = kappa * vol * predictor[:-1]
     return SyntheticParts(
         returns=base + planted,
