@@ -231,6 +231,16 @@ def test_signal_to_the_parent_saves_a_checkpoint_and_stops_every_process(tmp_pat
     assert_resume_continues(tmp_path, None if sig == signal.SIGINT else "sig", run_dir)  # newest run, or by name
 
 
+def test_workers_of_a_launcher_killed_outright_save_and_stop(tmp_path):
+    """SIGKILL of the launching process alone (nothing forwards it): each rank sees its parent gone, stops as on
+    SIGTERM (the update finished by every rank, latest.pt written) and exits, leaving no orphan training."""
+    job = Job(tmp_path, "--num_episodes", "100000", "--run_name", "orphaned")
+    job.wait_for("Episode 16/")
+    job.proc.kill()
+    assert job.finish(timeout=30) == -signal.SIGKILL  # the workers are checked gone within 10 s of it
+    assert load_checkpoint(tmp_path / "ck" / "orphaned" / "latest.pt").counters["episodes"] >= 16
+
+
 @pytest.mark.slow
 def test_a_second_signal_forces_the_exit(tmp_path):
     job = Job(tmp_path, "--num_episodes", "100000", "--run_name", "twice")

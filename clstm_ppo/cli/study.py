@@ -360,7 +360,7 @@ def _cell(argv: list[str]) -> int:
     from clstm_ppo.training.signals import stop_when_orphaned
 
     torch.set_num_threads(max(1, args.threads))
-    stop_when_orphaned(grace_s=STOP_GRACE_S)  # the study's own grace for its cells
+    stop_when_orphaned(os.getppid(), STOP_GRACE_S)  # the study's own grace for its cells
     folder = Path(args.folder)
     cells = {c.name: c for c in StudySpec.load(folder).cells()}
     names = [n for n in args.cells.split(",") if n]

@@ -11,7 +11,6 @@ import multiprocessing.connection as mp_connection
 import os
 import signal
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -21,7 +20,7 @@ from typing import Any
 import torch.multiprocessing as mp
 
 from clstm_ppo.training.distributed import Comm, WorldLayout, init_worker, shutdown_worker
-from clstm_ppo.training.signals import StoppedBySignal
+from clstm_ppo.training.signals import StoppedBySignal, stop_when_orphaned
 from envs.errors import UserError, debug_enabled, describe_exception
 
 WorkerFn = Callable[[Comm, Any], None]
@@ -86,28 +85,11 @@ def _print_report(item: WorkerReport, world_size: int) -> int:
     return EXIT_CRASH
 
 
-def _watch_parent(parent_pid: int) -> None:
-    """Stop this worker when the launching process disappears (killed with SIGKILL), so no orphan keeps running.
-
-    The worker first gets SIGTERM (a graceful stop with a checkpoint); if it is still alive after the
-    stop grace period it exits hard.
-    """
-
-    def watch() -> None:
-        while os.getppid() == parent_pid:
-            time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(_stop_grace())
-        os._exit(EXIT_CRASH)
-
-    threading.Thread(target=watch, name="clstm-ppo-parent-watch", daemon=True).start()
-
-
 def _spawned_entry(rank: int, layout: WorldLayout, fn: WorkerFn, payload: Any, reports: Any, parent_pid: int) -> None:
     # Ctrl-C reaches the whole terminal process group; the parent alone handles it and forwards one
     # SIGTERM, so a single Ctrl-C is never counted twice by a worker.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _watch_parent(parent_pid)
+    stop_when_orphaned(parent_pid, _stop_grace())  # the launcher killed outright: stop, save, exit
     try:
         code = _run_worker(layout, rank, rank, fn, payload, reports.put)
     except KeyboardInterrupt:  # a second SIGTERM: leave at once

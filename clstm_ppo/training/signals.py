@@ -1,6 +1,6 @@
 """Stopping on SIGINT/SIGTERM: the trainer asks to stop, finishes its update with every rank, saves, then raises
 `StoppedBySignal`, which the launcher (`clstm_ppo.training.launch`) and a study's cell runner turn into their exit.
-A study's cell process also stops itself this way when the study that started it dies (`stop_when_orphaned`)."""
+A spawned worker or a study's cell also stops this way when the process that started it dies (`stop_when_orphaned`)."""
 
 from __future__ import annotations
 
@@ -40,23 +40,22 @@ class StopRequest:
                     signal.signal(sig, request_stop)
 
 
-def stop_when_orphaned(grace_s: float, poll_s: float = 0.5) -> threading.Thread:
-    """Watch this process's parent from a daemon thread: once it has gone (a study runner killed with SIGKILL, whose
-    cells run in their own sessions and would otherwise train on unseen, and race a re-run for their folders), send
-    this process SIGTERM (the trainer finishes its update, saves and stops: the cell is recorded interrupted), and
-    SIGKILL after ``grace_s`` seconds if it is still alive.
+def stop_when_orphaned(parent_pid: int, grace_s: float, poll_s: float = 0.5) -> threading.Thread:
+    """Watch this process's parent ``parent_pid`` from a daemon thread: once it has gone (a launcher or a study
+    runner killed with SIGKILL: their workers and cells would otherwise train on unseen, and a study's cells race a
+    re-run for their folders), send this process SIGTERM (the trainer finishes its update, saves and stops), and
+    exit hard (status 1) if it is still alive ``grace_s`` seconds later.
 
     :return: the started thread.
     """
-    parent = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == parent_pid:
             time.sleep(poll_s)
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_s)
-        os.kill(os.getpid(), signal.SIGKILL)
+        os._exit(1)
 
-    thread = threading.Thread(target=watch, name="stop-when-orphaned", daemon=True)
+    thread = threading.Thread(target=watch, name="clstm-ppo-parent-watch", daemon=True)
     thread.start()
     return thread
