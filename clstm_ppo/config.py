@@ -34,7 +34,6 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
-from clstm_ppo import __version__ as VERSION
 from envs.config import EnvConfig, setting
 from envs.errors import UserError
 from envs.source_spec import ALPACA_DEFAULTS, alpaca_options, split_source
@@ -415,6 +414,7 @@ CONFIG_ONLY: tuple[str, ...] = tuple(s.flag for s in SETTINGS.values() if not s.
 
 
 # ------------------------------------------------------------------------------------- old files
+REMOVED_IN = "0.2.0"  # the version that removed the settings of `REMOVED` and `REMOVED_VALUES`
 LAST_WITH_REMOVED = "0.1.0 (commit 8bcb3cf, tag v0.1.0)"
 """The last release that had the settings `REMOVED` names."""
 
@@ -472,7 +472,7 @@ def upgrade(values: dict[str, Any], source: str) -> dict[str, Any]:
     for flag, (_always, in_effect) in REMOVED.items():
         if flag in values and in_effect(values, values[flag]):
             raise UserError(
-                f"{source}: --{flag} {values[flag]} was removed in clstm-ppo {VERSION} (the last version with it: "
+                f"{source}: --{flag} {values[flag]} was removed in clstm-ppo {REMOVED_IN} (the last version with it: "
                 f"{LAST_WITH_REMOVED}); it changes what this file computes, so retrain, or use that version"
             )
     for flag in REMOVED:
@@ -480,7 +480,7 @@ def upgrade(values: dict[str, Any], source: str) -> dict[str, Any]:
     for flag, gone in REMOVED_VALUES.items():
         if values.get(flag) in gone:
             raise UserError(
-                f"{source}: --{flag} {values[flag]} was removed in clstm-ppo {VERSION} (the last version with it: "
+                f"{source}: --{flag} {values[flag]} was removed in clstm-ppo {REMOVED_IN} (the last version with it: "
                 f"{LAST_WITH_REMOVED}); retrain, or use that version"
             )
     folded = {k: values.pop(k) for k in FOLDED if k in values}

@@ -38,7 +38,7 @@ from torch.distributions import Normal
 
 from clstm_ppo.agent.moments import merge_moments
 from clstm_ppo.agent.windows import Windows
-from clstm_ppo.config import ACTION_DISTS, LAST_WITH_REMOVED, LEGACY, POLICIES, VERSION
+from clstm_ppo.config import ACTION_DISTS, LAST_WITH_REMOVED, LEGACY, POLICIES, REMOVED_IN
 from envs.errors import UserError
 
 LOG_STD_MIN = -5.0  # lower bound of a bounded log-std
@@ -134,7 +134,7 @@ class ModelSpec:
         for name, (flag, always) in REMOVED_SPEC_FIELDS.items():
             if name in values and values.pop(name) != always:
                 raise UserError(
-                    f"{source}: its network was built with --{flag}, removed in clstm-ppo {VERSION} (the last "
+                    f"{source}: its network was built with --{flag}, removed in clstm-ppo {REMOVED_IN} (the last "
                     f"version with it: {LAST_WITH_REMOVED}); retrain, or use that version"
                 )
         legacy = {

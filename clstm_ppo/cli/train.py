@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from clstm_ppo.config import FOLDED, PRESETS, REMOVED, SECTIONS, SETTINGS, VERSION, TrainConfig, read_settings_file
+from clstm_ppo.config import FOLDED, PRESETS, REMOVED, REMOVED_IN, SECTIONS, SETTINGS, TrainConfig, read_settings_file
 from envs.errors import UserError, shown_list
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
@@ -32,7 +32,7 @@ class Parser(argparse.ArgumentParser):
                 flag = word.split("=", 1)[0].removeprefix("--").removeprefix("no-")
                 if flag in REMOVED or flag in FOLDED:
                     raise UserError(
-                        f"--{flag} was removed in clstm-ppo {VERSION} (docs/training.md lists the removed settings)"
+                        f"--{flag} was removed in clstm-ppo {REMOVED_IN} (docs/training.md lists the removed settings)"
                     )
                 if flag in SETTINGS and not SETTINGS[flag].cli:
                     raise UserError(f"--{flag} is set in a --config file, not on the command line (docs/training.md)")

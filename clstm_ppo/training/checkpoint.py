@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from clstm_ppo import __version__ as VERSION
 from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.model import ActorCritic, ModelSpec
-from clstm_ppo.config import LEGACY, VERSION, TrainConfig
+from clstm_ppo.config import LEGACY, TrainConfig
 from clstm_ppo.market import build_market, rebuild_market
 from envs.atomic import atomic_write
 from envs.data import DayRange, MarketData, Splits

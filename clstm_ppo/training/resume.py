@@ -22,6 +22,10 @@ from envs.sources import is_synthetic, pin_synthetic, synthetic_version
 FLAG_OF_SPEC_FIELD = {"obs_norm": "norm_obs"}
 """Network fields that a flag decides: a difference is named by the flag and its values."""
 
+INIT_ONLY = ("init_log_std",)
+"""Network fields that set only the initial weights, which a checkpoint's weights replace: a run that continues or
+starts from a checkpoint may differ there (0.2.1 changed the default; its checkpoints of 0.2.0 resume)."""
+
 RESUME_MUST_MATCH = (
     *(f.name for f in fields(EnvConfig) if f.name != "episode_length"),
     "price_features",
@@ -65,7 +69,7 @@ def differences(
     )
     out = []
     for key, value in wanted.items():
-        if stored.get(key) == value:
+        if stored.get(key) == value or key in INIT_ONLY:
             continue
         if key in FLAG_OF_SPEC_FIELD:
             out.append(_then_and_now(FLAG_OF_SPEC_FIELD[key], then, cfg))
