@@ -265,3 +265,31 @@ def record_env_rollout(market: PreparedMarket, steps: int, envs: int = 4) -> tup
         obs, _, _, _, info = env.step(torch.rand(envs, market.num_tickers, generator=gen) * 2 - 1)
         anchor = "_episode" in info
     return store, torch.stack(dense)
+
+
+def _ppid_map() -> dict[int, int]:
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()
+        if fields[0] != "Z":  # zombies are dead, just not reaped
+            out[int(stat.parent.name)] = int(fields[1])
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Live descendants of ``pid`` (from /proc)."""
+    parents = _ppid_map()
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    live = set(_ppid_map())
+    return pids & live

@@ -24,6 +24,7 @@ import torch
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.run_folder import remove_stale_temp_files
 from tests.conftest import TINY as CONFTEST_TINY
+from tests.conftest import alive, descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
@@ -57,34 +58,6 @@ def _env(**extra: str) -> dict[str, str]:
         )
     }
     return {**env, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT), **extra}
-
-
-def _ppid_map() -> dict[int, int]:
-    out = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":  # zombies are dead, just not reaped
-            out[int(stat.parent.name)] = int(fields[1])
-    return out
-
-
-def descendants(pid: int) -> set[int]:
-    """Live descendants of ``pid`` (from /proc)."""
-    parents = _ppid_map()
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pids: set[int]) -> set[int]:
-    live = set(_ppid_map())
-    return pids & live
 
 
 class Job:

@@ -34,7 +34,7 @@ from envs.data import MarketData
 from envs.errors import UserError
 from envs.execution import Terms
 from envs.synthetic import generate_market
-from tests.conftest import TINY_MODEL, clean_env
+from tests.conftest import TINY_MODEL, alive, clean_env, descendants
 
 # 3 tickers, 5-day windows, tiny networks, 8 episodes of 16 days per window: a few seconds per cell.
 TINY_STUDY = [*TINY_MODEL, "--num_episodes", "8", "--bootstrap", "500"]
@@ -60,6 +60,26 @@ def study(cwd: Path, *args: str, timeout: int = 300, env: dict | None = None) ->
         text=True,
         timeout=timeout,
     )
+
+
+def study_in_background(cwd: Path, *args: str) -> subprocess.Popen:
+    """``clstm-ppo study ARGS`` started in ``cwd``, its output discarded (a test that kills it)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
+        cwd=cwd,
+        env=clean_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_for_an_update(proc: subprocess.Popen, *metrics: Path, timeout: float = 240) -> None:
+    """Wait until each of ``metrics`` (a window's metrics.jsonl) has logged an update, or ``proc`` has exited."""
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        if all(m.is_file() and b'"kind": "update"' in m.read_bytes() for m in metrics):
+            return
+        time.sleep(0.05)
 
 
 def studies_at_once(cwd: Path, *arg_lists: list[str], timeout: int = 300) -> list[subprocess.CompletedProcess]:
@@ -474,23 +494,6 @@ def outcomes(cells: pd.DataFrame) -> pd.DataFrame:
     return cells.drop(columns=["seconds", "train_seconds", "dsr", "dsr_active"]).sort_index()
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every live process started (directly or not) by ``pid``."""
-    parents = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(stat.parent.name)] = int(fields[1])
-    found, frontier = [], [pid]
-    while frontier:
-        children = [p for p, parent in parents.items() if parent in frontier]
-        found += children
-        frontier = children
-    return found
-
-
 @pytest.mark.slow
 def test_a_batched_study_killed_outright_keeps_its_finished_work_and_ends_as_an_uninterrupted_one(full_study, tmp_path):
     """SIGKILL of the study and of every process it started (a machine going down) while a batch trains its second
@@ -501,21 +504,11 @@ def test_a_batched_study_killed_outright_keeps_its_finished_work_and_ends_as_an_
     being written, which a kill could leave written for one cell and not yet for the other."""
     out, _ = full_study
     args = ["--out", "run", *FULL_GRID, "--workers", "1", "--threads", "1", "--ledger", str(tmp_path / "ledger.jsonl")]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
-        cwd=tmp_path,
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = study_in_background(tmp_path, *args)
     cell = tmp_path / "run" / "cells" / "mlp-s1" / "periods"
-    first_window, second = cell / "000" / "trade.npz", cell / "001" / "metrics.jsonl"
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if second.is_file() and b'"kind": "update"' in second.read_bytes():
-            break
-        time.sleep(0.05)
-    victims = [proc.pid, *_descendants(proc.pid)]
+    first_window = cell / "000" / "trade.npz"
+    wait_for_an_update(proc, cell / "001" / "metrics.jsonl")
+    victims = [proc.pid, *descendants(proc.pid)]
     for pid in victims:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -548,43 +541,24 @@ def test_cells_of_a_study_killed_outright_stop_themselves_and_save(tmp_path):
     args = ["--out", "run", "--data", DATA, "--policies", "mlp", "--seeds", "1-2", *WINDOW_FLAGS, *TINY_STUDY]
     args += ["--num_episodes", "100000", "--workers", "2", "--threads", "1", "--batch_cells", "1"]
     args += ["--ledger", str(tmp_path / "ledger.jsonl")]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
-        cwd=tmp_path,
-        env=clean_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = study_in_background(tmp_path, *args)
     cells = [tmp_path / "run" / "cells" / f"mlp-s{s}" for s in (1, 2)]
-    metrics = [c / "periods" / "000" / "metrics.jsonl" for c in cells]
-    deadline = time.time() + 240
-    while time.time() < deadline and proc.poll() is None:
-        if all(m.is_file() and b'"kind": "update"' in m.read_bytes() for m in metrics):
-            break
-        time.sleep(0.05)
-    orphans = _descendants(proc.pid)
+    wait_for_an_update(proc, *(c / "periods" / "000" / "metrics.jsonl" for c in cells))
+    orphans = descendants(proc.pid)
     assert len(orphans) == 2, "both cells should be training when the study is killed"
     proc.kill()
     proc.wait(timeout=60)
     deadline = time.time() + 90
-    while time.time() < deadline and [p for p in orphans if Path(f"/proc/{p}").exists() and not _zombie(p)]:
+    while time.time() < deadline and alive(orphans):
         time.sleep(0.1)
-    alive = [p for p in orphans if Path(f"/proc/{p}").exists() and not _zombie(p)]
-    for pid in alive:
+    left = alive(orphans)
+    for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    assert not alive, "a cell kept running after its study was killed"
+    assert not left, "a cell kept running after its study was killed"
     for cell in cells:
         assert read_status(cell)["status"] == "interrupted", cell.name
         assert (cell / "periods" / "000" / "latest.pt").is_file(), cell.name
-
-
-def _zombie(pid: int) -> bool:
-    """Whether ``pid`` has exited and waits only for its (dead) parent to be reaped."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.slow
