@@ -523,6 +523,8 @@ def test_a_batched_study_killed_outright_keeps_its_finished_work_and_ends_as_an_
     again = study(tmp_path, *args)
     assert again.returncode == 0, again.stderr + again.stdout
     assert first_window.read_bytes() == kept  # the finished window was not trained again
+    # the estimate times only what this run trains (the killed run's logged episodes took no time in it)
+    assert "[study] first" in again.stdout and "about 0 min 00 s" not in again.stdout, again.stdout
     a = pd.read_csv(out / "cells.csv").set_index("cell")
     b = pd.read_csv(tmp_path / "run" / "cells.csv").set_index("cell")
     pd.testing.assert_frame_equal(outcomes(a), outcomes(b))

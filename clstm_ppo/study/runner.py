@@ -193,6 +193,7 @@ class _Job:
     cells: list[Cell]
     slot: int  # the worker slot it holds (which GPU it sees)
     began: float  # time.perf_counter() when it started
+    episodes_before: int  # training episodes its first cell had already logged (a resumed study): not timed
 
 
 def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) -> subprocess.Popen:
@@ -291,23 +292,23 @@ class _CellPool:
         """Start the next jobs of ``queue`` on the free worker slots (none once stopping)."""
         while queue and self.free_slots and not self.stop:
             cells, slot = queue.pop(0), self.free_slots.pop(0)
+            before = _episodes_done(self.study_dir / "cells" / cells[0].name)
             proc = _start_job(self.study_dir, cells, slot, self.layout)
-            self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter())
+            self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter(), before)
 
     def estimate_from_first_episodes(self) -> None:
-        """Print the wall-time estimate once the first running cell has trained a tenth of its episodes."""
+        """Print the wall-time estimate once the first running cell has trained a tenth of the episodes it had left."""
         if self.estimated or not self.cell_episodes or time.perf_counter() < self.next_look:
             return
         self.next_look = time.perf_counter() + 2.0
         first = next(iter(self.running.values()))
-        episodes = _episodes_done(self.study_dir / "cells" / first.cells[0].name)
-        if episodes >= max(1, self.cell_episodes // 10):
+        left = max(self.cell_episodes - first.episodes_before, 1)  # a resumed cell's episodes still to train
+        episodes = _episodes_done(self.study_dir / "cells" / first.cells[0].name) - first.episodes_before
+        if episodes >= max(1, left // 10):
             took = time.perf_counter() - first.began
             self.estimated = True
             what = "first cell" if len(first.cells) == 1 else f"first batch of {len(first.cells)} cells"
-            self.log_estimate(
-                took / episodes * self.cell_episodes, len(first.cells), f"{what}: {episodes} episodes in {took:,.0f} s"
-            )
+            self.log_estimate(took / episodes * left, len(first.cells), f"{what}: {episodes} episodes in {took:,.0f} s")
 
     def log_estimate(self, seconds_per_job: float, cells: int, what: str) -> None:
         """Print the estimated time per cell (a job of ``cells`` cells takes ``seconds_per_job``) and for all the
