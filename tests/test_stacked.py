@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from clstm_ppo.agent.build import make_policy
+from clstm_ppo.agent.evaluate import evaluate_cells, evaluate_policy
 from clstm_ppo.agent.model import RecurrentState
 from clstm_ppo.agent.recurrence import cut_days, run_lstm
 from clstm_ppo.agent.stacked import LoopedCells, stack_policies
@@ -268,3 +269,38 @@ def test_a_vector_env_of_cells_gives_each_cell_the_episodes_of_its_own_env(windo
     mine, theirs = restored.step(actions), alone[1].step(actions[3:])
     assert torch.equal(mine[0][3:], theirs[0]) and torch.equal(mine[1][3:], theirs[1])
     assert np.array_equal(restored.cell_state_dict(1)["start_np"].numpy(), alone[1].state_dict()["start_np"].numpy())
+
+
+@pytest.mark.parametrize("policy", ["clstm", "shared"])
+def test_a_batch_of_cells_trades_a_split_as_each_network_alone(policy, window_market):
+    """`evaluate_cells` (how a study trades a batch's windows) against `evaluate_policy` of each network (what
+    `clstm-ppo backtest` runs), each from its own starting portfolio: ``shared`` runs each network's own forward in
+    turn (`LoopedCells`), so its records are the same bit for bit; ``clstm``'s stacked forward rounds differently,
+    so its actions agree to float rounding and its records to the whole shares those actions buy."""
+    market, config = window_market, EnvConfig(hmax=50)
+    tickers = market.num_tickers
+    starts = [(400_000.0 + 50_000.0 * k, np.arange(tickers, dtype=np.float64) * (k + 1) * 7) for k in range(CELLS)]
+    nets, alone = [], []
+    for k in range(CELLS):
+        torch.manual_seed(10 + k)
+        net = make_policy(net_spec(policy, market.num_features, tickers, market.window, stage1_hidden=12,
+                                   feature_dim=10, stage2_hidden=14, obs_norm=policy == "clstm"))  # fmt: skip
+        twin = make_policy(net.spec)
+        twin.load_state_dict(net.state_dict())
+        nets.append(net)
+        alone.append(twin)
+    runs = evaluate_cells(nets, market, "test", config, start_portfolios=starts)
+    for run, twin, start in zip(runs, alone, starts, strict=True):
+        one = evaluate_policy(twin, market, "test", config, start_portfolio=start)
+        assert np.array_equal(run.dates, one.dates) and np.array_equal(run.fill_dates, one.fill_dates)
+        assert np.array_equal(run.prices, one.prices) and run.tickers == one.tickers
+        assert run.holdings[0].tolist() == start[1].tolist() and run.cash[0] == start[0]
+        assert np.abs(np.diff(run.holdings, axis=0)).sum() > 0  # the network traded
+        torch.testing.assert_close(run.last_state.actor_h, one.last_state.actor_h, rtol=1e-5, atol=1e-6)
+        exact = policy == "shared"
+        for field in ("values", "cash", "holdings", "costs", "fill_prices", "last_obs"):
+            a, b = getattr(run, field), getattr(one, field)
+            if exact:
+                assert np.array_equal(a, b), field
+            else:  # a share more or less where an action sits on a whole-share boundary
+                np.testing.assert_allclose(a, b, rtol=1e-3, atol=2.0, err_msg=field)

@@ -26,7 +26,7 @@ from clstm_ppo.evaluation.baselines import buy_and_hold
 from clstm_ppo.study.analysis import seed_summary
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
-from clstm_ppo.study.markets import load_markets, prepare_markets, same_market, save_markets
+from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, same_market, save_markets
 from clstm_ppo.study.schedule import walk_forward
 from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
@@ -583,8 +583,41 @@ def test_a_diverging_cell_of_a_batch_is_recorded_failed_and_its_batch_mate_finis
     assert code == 1
     failed, done = (read_status(tmp_path / "study" / "cells" / name) for name in ("mlp-s2", "mlp-s1"))
     assert failed["status"] == "failed" and "updates in a row had NaN/inf" in failed["error"]
-    assert done["status"] == "done"
+    assert done["status"] == "done", done
     mine = json.loads((tmp_path / "study" / "cells" / "mlp-s1" / "result.json").read_text())
+    theirs = json.loads((out / "cells" / "mlp-s1" / "result.json").read_text())
+    assert mine["policy"] == theirs["policy"] and mine["untrained"] == theirs["untrained"]
+
+
+def test_a_cell_whose_checkpoint_cannot_be_traded_fails_alone_and_its_batch_mate_trades_on(full_study, tmp_path):
+    """The full study's mlp batch again from its cells' folders, mlp-s2's window 0 not yet traded and the
+    checkpoint it trades missing a weight (it reads as trained, and no network restores from it): the batch's joint
+    trade fails, each cell then trades on its own, mlp-s2 fails with a line naming its checkpoint and mlp-s1
+    finishes with the full study's numbers."""
+    from clstm_ppo.study.batch import run_batch_guarded
+    from clstm_ppo.study.cell import selected
+    from clstm_ppo.study.spec import StudySpec
+
+    out, _ = full_study
+    shutil.copytree(out, tmp_path / "study", ignore=shutil.ignore_patterns("ensembles"))
+    study_dir = tmp_path / "study"
+    spec = StudySpec.load(study_dir)
+    mlp = [c for c in spec.cells() if c.policy == "mlp"]
+    cfg = mlp[1].config(spec.base_config)
+    market = load_markets(study_dir / "prepared", market_key(cfg))[0]
+    window = study_dir / "cells" / "mlp-s2" / "periods" / "000"
+    (window / "trade.npz").unlink()
+    damaged = selected(window, market, cfg)
+    payload = torch.load(damaged, weights_only=False)
+    payload["model_state"].pop(next(iter(payload["model_state"])))
+    torch.save(payload, damaged)
+    with torch_threads(1):  # the study's arithmetic
+        code = run_batch_guarded(study_dir, mlp)
+    assert code == 1
+    failed, done = (read_status(study_dir / "cells" / name) for name in ("mlp-s2", "mlp-s1"))
+    assert failed["status"] == "failed" and damaged.name in failed["error"], failed["error"]
+    assert done["status"] == "done", done
+    mine = json.loads((study_dir / "cells" / "mlp-s1" / "result.json").read_text())
     theirs = json.loads((out / "cells" / "mlp-s1" / "result.json").read_text())
     assert mine["policy"] == theirs["policy"] and mine["untrained"] == theirs["untrained"]
 

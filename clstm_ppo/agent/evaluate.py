@@ -1,24 +1,28 @@
 """Run a policy through one split with the training env code: the day-by-day record a backtest reports.
 
-Used by the trainer (validation score for ``best.pt``) and by the backtest. The env is the same
-`StockTradingEnv` over the same step kernel as training; the policy carries its recurrent state
-from the split's first day to its last.
+Used by the trainer (validation score for ``best.pt``), the backtest and a study's cells (`evaluate_cells`: a
+batch of cells' networks at once). The env is the training env (`envs.vector_env.VectorStockTradingEnv`, on the
+CPU, no auto-reset: `envs.trading_env.StockTradingEnv` wraps the same), one column per network; the policy carries
+its recurrent state from the split's first day to its last.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from clstm_ppo.agent.ensemble import Ensemble, EnsembleState
 from clstm_ppo.agent.model import ActorCritic, RecurrentState, unwrap
+from clstm_ppo.agent.stacked import CellPolicy, stack_policies
 from envs.config import EnvConfig
 from envs.data import DayRange
 from envs.features import PreparedMarket
 from envs.returns import sharpe_from_returns
-from envs.trading_env import StockTradingEnv
+from envs.vector_env import VectorStockTradingEnv
 
 
 @dataclass
@@ -76,36 +80,124 @@ def evaluate_policy(
         ``initial_amount`` in cash (a walk-forward study hands one period's last portfolio to the next).
     """
     policy: ActorCritic | Ensemble = unwrap(model) if isinstance(model, torch.nn.Module) else model
-    env = StockTradingEnv(market=market, split=split, config=config.whole_split())
-    options = None if start_portfolio is None else {"cash": start_portfolio[0], "shares": start_portfolio[1]}
-    obs, info = env.reset(seed=0, options=options)
-    state = policy.initial_state(1, device)
-    start = torch.ones(1, dtype=torch.bool, device=device)
-    record = [info]
+
+    def decide(obs: torch.Tensor, state: Any, start: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        action, _, _, state = policy.act(obs, state, start, deterministic=deterministic, generator=generator)
+        return policy.env_action(action), state
+
     was_training = policy.training
     policy.eval()
     try:
-        with torch.no_grad():
-            done = False
-            while not done:
-                obs_t = torch.as_tensor(obs, device=device).unsqueeze(0)
-                action, _, _, state = policy.act(obs_t, state, start, deterministic=deterministic, generator=generator)
-                start = torch.zeros_like(start)
-                obs, _, terminated, truncated, info = env.step(policy.env_action(action)[0].float().cpu().numpy())
-                record.append(info)
-                done = terminated or truncated
+        (run,), state = _trade(
+            decide, policy.initial_state(1, device), market, split, config, device, [start_portfolio]
+        )
     finally:
         policy.train(was_training)
-    return PolicyRun(
-        dates=np.array([r["date"] for r in record], dtype="datetime64[ns]"),
-        values=np.array([r["portfolio_value"] for r in record], dtype=np.float64),
-        cash=np.array([r["cash"] for r in record], dtype=np.float64),
-        holdings=np.stack([np.asarray(r["holdings"], dtype=np.float64) for r in record]),
-        prices=np.stack([np.asarray(r["prices"], dtype=np.float64) for r in record]),
-        costs=np.array([r.get("costs", 0.0) for r in record], dtype=np.float64),
-        tickers=tuple(market.data.tickers),
-        fill_prices=np.stack([np.asarray(r.get("fill_prices", r["prices"]), dtype=np.float64) for r in record]),
-        fill_dates=np.array([r.get("fill_date", r["date"]) for r in record], dtype="datetime64[ns]"),
-        last_obs=np.asarray(obs, dtype=np.float32).copy(),
-        last_state=state.map(lambda t: t.detach().clone()),
+    run.last_state = state.map(lambda t: t.detach().clone())
+    return run
+
+
+def evaluate_cells(
+    models: list[ActorCritic] | CellPolicy,
+    market: PreparedMarket,
+    split: str | DayRange,
+    config: EnvConfig,
+    *,
+    device: torch.device | str = "cpu",
+    start_portfolios: list[tuple[float, np.ndarray] | None] | None = None,
+) -> list[PolicyRun]:
+    """`evaluate_policy` (deterministic) of K networks of one family and shape at once, as a study trades a batch of
+    cells: one stacked forward (`clstm_ppo.agent.stacked.stack_policies`) and one env of K columns a day, network k
+    trading column k from ``start_portfolios[k]``. Run k is network k's `evaluate_policy` up to the float rounding
+    of the stacked forward (bit for bit with ``looped`` stacking, ``tests/test_evaluate.py``).
+
+    :param models: the networks, whose parameters become views of the stacked weights (pass networks used for
+        nothing else), or networks already stacked (a `CellPolicy`: the batch a `CellTrainer` trains).
+
+    A column whose network gives non-finite actions (a diverged cell of a training batch, which is never scored)
+    holds its portfolio.
+    """
+    cells = models if isinstance(models, CellPolicy) else stack_policies(models)
+
+    def decide(obs: torch.Tensor, state: RecurrentState, start: torch.Tensor) -> tuple[torch.Tensor, RecurrentState]:
+        out = cells.evaluate(obs.unsqueeze(0), state, start.unsqueeze(0))
+        actions = cells.env_action(out.mean[0])
+        return torch.where(actions.isfinite(), actions, torch.zeros_like(actions)), out.state
+
+    state = cells.initial_state(cells.cells, device)
+    with torch.no_grad():
+        runs, state = _trade(decide, state, market, split, config, device, start_portfolios or [None] * cells.cells)
+    for k, run in enumerate(runs):
+        run.last_state = state.map(lambda t, k=k: t[:, k : k + 1].clone())
+    return runs
+
+
+def _trade(
+    decide: Callable[[torch.Tensor, Any, torch.Tensor], tuple[torch.Tensor, Any]],
+    state: Any,
+    market: PreparedMarket,
+    split: str | DayRange,
+    config: EnvConfig,
+    device: torch.device | str,
+    start_portfolios: list[tuple[float, np.ndarray] | None],
+) -> tuple[list[PolicyRun], Any]:
+    """Trade B = ``len(start_portfolios)`` env columns over the whole ``split`` (the env `StockTradingEnv` wraps,
+    on the CPU), ``decide(obs [B, T, F], state, starts [B]) -> (env actions [B, A], state)`` choosing each day's
+    actions; each column's record (``last_state`` left unset) and the state after the last day acted on."""
+    columns = len(start_portfolios)
+    env = VectorStockTradingEnv(
+        market, split=split, num_envs=columns, config=config.whole_split(), device="cpu", seed=0, _autoreset=False
     )
+    obs, info = env.reset(seed=0, options=_portfolio_options(start_portfolios))
+    dates, close = np.asarray(market.data.dates), np.asarray(market.data.close, dtype=np.float64)
+    days, values, cash = [info["day"]], [info["portfolio_value"]], [info["cash"]]
+    holdings = [env._s["shares"].clone()]
+    costs: list[torch.Tensor] = [torch.zeros(columns, dtype=torch.float64)]
+    fills: list[torch.Tensor | None] = [None]  # the first row's fill is its own close
+    start = torch.ones(columns, dtype=torch.bool, device=device)
+    with torch.no_grad():
+        done = False
+        while not done:
+            actions, state = decide(obs.to(device), state, start)
+            start = torch.zeros_like(start)
+            obs, _, terminated, truncated, info = env.step(actions.float().cpu())
+            days.append(info["day"])
+            values.append(info["portfolio_value"])
+            cash.append(info["cash"])
+            holdings.append(env._s["shares"].clone())
+            costs.append(info["costs"])
+            fills.append(info["fill_prices"])
+            done = bool(terminated[0] or truncated[0])  # the columns trade the same days
+    day = np.array([int(d[0]) for d in days])
+    fill_day = np.concatenate([day[:1], day[1:] - 1 if env.execution == "close" else day[1:]])
+    runs = []
+    for k in range(columns):
+        shares = np.stack([h[k].numpy() for h in holdings]).astype(np.float64)
+        runs.append(
+            PolicyRun(
+                dates=dates[day].astype("datetime64[ns]"),
+                values=np.array([float(v[k]) for v in values], dtype=np.float64),
+                cash=np.array([float(c[k]) for c in cash], dtype=np.float64),
+                holdings=shares,
+                prices=close[day].copy(),
+                costs=np.array([float(c[k]) for c in costs], dtype=np.float64),
+                tickers=tuple(market.data.tickers),
+                fill_prices=np.stack([close[day[0]], *(f[k].numpy() for f in fills[1:])]).astype(np.float64),
+                fill_dates=dates[fill_day].astype("datetime64[ns]"),
+                last_obs=obs[k].numpy().astype(np.float32, copy=True),
+            )
+        )
+    return runs, state
+
+
+def _portfolio_options(start_portfolios: list[tuple[float, np.ndarray] | None]) -> dict[str, Any] | None:
+    """The env's reset options for the columns' starting portfolios: None (all start in cash) or every one's."""
+    given = [p is not None for p in start_portfolios]
+    if not any(given):
+        return None
+    if not all(given):
+        raise ValueError("give every column a starting portfolio, or none")
+    return {
+        "cash": np.array([p[0] for p in start_portfolios], dtype=np.float64),  # type: ignore[index]
+        "shares": np.stack([np.asarray(p[1], dtype=np.float64) for p in start_portfolios]),  # type: ignore[index]
+    }

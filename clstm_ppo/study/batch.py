@@ -10,9 +10,11 @@ an interrupted cell continues as it would have, and a sharded study gives the wh
 
 `run_batch` does for each window what `clstm_ppo.study.cell.run_cell` does for one cell, with one `CellTrainer` for
 every cell of the group that still has to train that window (each resuming its own latest.pt or warm-starting from
-its previous window, as alone), then trades each cell's window as `run_cell` does (`trade_window`, one cell at a
-time: each cell's traded record comes from its own checkpoint through the single-network code, as `clstm-ppo
-backtest` reads it). A cell's folder is exactly a cell's folder. A cell that fails (an error in its training, NaN
+its previous window, as alone), then trades the window of every live cell of the group at once (`trade_windows`:
+their checkpoints and untrained networks as one stacked network on one env of 2K columns), so each cell's traded
+record is what `clstm-ppo backtest` of its checkpoint gives up to the float rounding of the stacked forward (a cell
+alone trades through the single-network code, bit for bit the backtest's). A cell's folder is exactly a cell's
+folder. A cell that fails (an error in its training, NaN
 for ``max_bad_updates`` updates) is recorded failed and the others go on; an error outside any one cell fails the
 group's unfinished cells.
 """
@@ -41,6 +43,7 @@ from clstm_ppo.study.cell import (
     selected,
     stitch,
     trade_window,
+    trade_windows,
     traded_terms,
     trained,
     write_status,
@@ -132,10 +135,14 @@ def run_batch(
         configs = {m.cell.name: period_config(m.cfg, spec, m.window(k), k, m.previous) for m in to_trade}
         to_train = [m for m in to_trade if not trained(configs[m.cell.name], m.window(k))]
         seconds = _train_together(to_train, configs, market, k, device, callbacks or {})
-        for m in to_trade:
-            if m.error is None:
-                with _alone(m):
-                    policy, untrained = trade_window(m.cfg, market, m.window(k), device, m.before())
+        if any(m.error is None for m in to_trade):
+            # every live cell trades, those a killed run had traded too (their records stay as saved): the batch's
+            # composition fixes its last bits
+            traders = [m for m in live if m.error is None]
+            traded = _trade_together(traders, market, k, device)
+            for m in to_trade:
+                if m.error is None:
+                    policy, untrained = traded[m.cell.name]
                     save_run(m.window(k) / "trade.npz", policy, untrained, seconds if m in to_train else 0.0)
                     m.policy_runs.append(policy)
                     m.untrained_runs.append(untrained)
@@ -198,6 +205,27 @@ def _train_together(
         if error is not None:
             _fail(m, error, "".join(traceback.format_exception(error))[-4000:])
     return time.perf_counter() - start
+
+
+def _trade_together(
+    members: list[_Member], market: Any, k: int, device: torch.device
+) -> dict[str, tuple[PolicyRun, PolicyRun]]:
+    """Window ``k``'s traded days of ``members`` (`trade_windows`; each from the portfolios its window k - 1 left);
+    when that fails, each cell on its own (`trade_window`), where an error fails that cell alone."""
+    befores = [
+        (m.policy_runs[k - 1], m.untrained_runs[k - 1]) if k else None for m in members
+    ]  # a cell whose window k was traded already holds k + 1 records
+    try:
+        runs = trade_windows([m.cfg for m in members], market, [m.window(k) for m in members], device, befores)
+        return {m.cell.name: run for m, run in zip(members, runs, strict=True)}
+    except StoppedBySignal:
+        raise
+    except Exception:  # one cell's checkpoint, say: find it, and let the others trade
+        out = {}
+        for m, before in zip(members, befores, strict=True):
+            with _alone(m):
+                out[m.cell.name] = trade_window(m.cfg, market, m.window(k), device, before)
+        return out
 
 
 def run_batch_guarded(

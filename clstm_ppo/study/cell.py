@@ -35,7 +35,7 @@ import torch
 
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.ensemble import Ensemble
-from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.agent.evaluate import PolicyRun, evaluate_cells, evaluate_policy
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.metrics import trades_from_holdings
 from clstm_ppo.evaluation.report import BacktestResult, write_report
@@ -178,6 +178,32 @@ def trade_window(
         start_portfolio=_portfolio(before[1]) if before else None,
     )
     return policy, untrained
+
+
+def trade_windows(
+    cfgs: list[TrainConfig],
+    market: PreparedMarket,
+    pdirs: list[Path],
+    device: torch.device,
+    befores: list[tuple[PolicyRun, PolicyRun] | None],
+) -> list[tuple[PolicyRun, PolicyRun]]:
+    """`trade_window` of the cells of one batch (settings ``cfgs``, window folders ``pdirs``) at once: their
+    selected checkpoints and untrained networks as one stacked network on one env of 2K columns
+    (`clstm_ppo.agent.evaluate.evaluate_cells`). Each record is the cell's `trade_window` up to the float rounding of
+    the stacked forward; the batch's composition and order fix its last bits, so a batch trades alike on a re-run."""
+    trained_nets = [
+        restore_policy(load_checkpoint(selected(p, market, c)), market, device)
+        for c, p in zip(cfgs, pdirs, strict=True)
+    ]
+    untrained_nets = []
+    for cfg in cfgs:
+        torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
+        untrained_nets.append(build_model(cfg, market).to(device))
+    starts = [_portfolio(b[0]) if b else None for b in befores] + [_portfolio(b[1]) if b else None for b in befores]
+    runs = evaluate_cells(
+        trained_nets + untrained_nets, market, market.splits.test, cfgs[0].env, device=device, start_portfolios=starts
+    )
+    return list(zip(runs[: len(cfgs)], runs[len(cfgs) :], strict=True))
 
 
 def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") -> dict[str, Any]:

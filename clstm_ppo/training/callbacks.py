@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.agent.moments import moment_sums
 from clstm_ppo.training.checkpoint import checkpoint_payload, save_checkpoint
 from clstm_ppo.training.run_folder import BEST, LATEST, episode_checkpoint_name, write_config
@@ -179,8 +178,7 @@ class Checkpointer(Callback):
         """Validation Sharpe of the deterministic policy when a validation split exists, else the mean return of
         the last 100 training episodes (None before any episode finished)."""
         if trainer.market.splits.validation is not None:
-            run = evaluate_policy(trainer.model, trainer.market, "validation", trainer.cfg.env, device=trainer.device)
-            return run.sharpe
+            return trainer.validation_run().sharpe
         return self.logger.mean_recent_return()
 
 

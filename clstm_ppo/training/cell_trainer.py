@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.agent.build import build_model
+from clstm_ppo.agent.evaluate import PolicyRun, evaluate_cells
 from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.stacked import CellPolicy, stack_policies
 from clstm_ppo.config import OUTPUT_SETTINGS, TrainConfig
@@ -165,6 +166,10 @@ class CellView:
             initial_state=buf.initial_state.envs(cols),
         )
 
+    def validation_run(self) -> PolicyRun:
+        """`Trainer.validation_run` of this cell: its column of the batch's (`CellTrainer.validation_runs`)."""
+        return self.trainer.validation_runs()[self.cell]
+
     def worker_state(self) -> dict[str, Any]:
         t = self.trainer
         return worker_state(t.shuffle_gens[self.cell], t.rollout.cell_state_dict(self.cell), t.torch_rng[self.cell])
@@ -254,6 +259,8 @@ class CellTrainer:
         self.errors: list[BaseException | None] = [None] * self.cells  # why a cell failed
         self.stop = StopRequest()
         self.stopping = False
+        self.iteration = 0  # updates of the batch so far in this process: when the validation runs are current
+        self._validated: tuple[int, list[PolicyRun]] | None = None
 
     # ------------------------------------------------------------------ the algorithm
     def update(self, *, timer: PhaseTimer | None = None) -> list[Update | None]:
@@ -263,6 +270,7 @@ class CellTrainer:
         :return: each active cell's `Update` (None for the others); the seconds are the batch's.
         """
         phase = timer if timer is not None else no_timer
+        self.iteration += 1
         for k, cfg in enumerate(self.cfgs):
             if cfg.ppo.anneal_lr and self.active[k]:
                 est = max(1, math.ceil(cfg.ppo.num_episodes * self.episode_days() / cfg.ppo.rollout_steps))
@@ -330,14 +338,17 @@ class CellTrainer:
             while any(self.active):
                 updates = self.update()
                 self.stopping = self.stop.signum is not None
-                for k in self._active():
-                    if updates[k] is None:
-                        continue
+                results = {k: self.gather(k, updates[k]) for k in self._active() if updates[k] is not None}
+                for k in results:
+                    self.counters[k].elapsed = time.perf_counter() - starts[k]
+                # each cell's hooks in its order, hook by hook across the cells: every cell's statistics are synced
+                # before the first checkpointer scores all of them at once (`validation_runs`)
+                for position in range(max(len(self.callbacks[k]) for k in results) if results else 0):
+                    for k, result in results.items():
+                        if position < len(self.callbacks[k]):
+                            self._guarded(k, self.callbacks[k][position].on_update_end, self.views[k], result)
+                for k in results:
                     c, cfg = self.counters[k], self.cfgs[k]
-                    result = self.gather(k, updates[k])
-                    c.elapsed = time.perf_counter() - starts[k]
-                    for callback in self.callbacks[k]:
-                        self._guarded(k, callback.on_update_end, self.views[k], result)
                     if not self.active[k]:
                         continue
                     if c.bad_updates >= cfg.run.max_bad_updates:
@@ -380,6 +391,14 @@ class CellTrainer:
                 callback.on_training_end(self.views[cell])
             except Exception as err:  # closing its log failed: the cell's error unless it has one already
                 self.errors[cell] = self.errors[cell] or err
+
+    def validation_runs(self) -> list[PolicyRun]:
+        """Every cell's `Trainer.validation_run` at this iteration's weights, computed once for all the cells
+        (`clstm_ppo.agent.evaluate.evaluate_cells` on the stacked network: each cell's up to float rounding)."""
+        if self._validated is None or self._validated[0] != self.iteration:
+            runs = evaluate_cells(self.policy, self.market, "validation", self.cfgs[0].env, device=self.device)
+            self._validated = (self.iteration, runs)
+        return self._validated[1]
 
     def episode_days(self) -> float:
         """Trading days of one training episode (`Trainer.episode_days`; the env settings are every cell's)."""

@@ -26,6 +26,7 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.agent.build import build_model
+from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.config import PPOConfig, TrainConfig
 from clstm_ppo.training.callbacks import Callback, Logger, default_callbacks, find
 from clstm_ppo.training.checkpoint import load_checkpoint
@@ -155,6 +156,10 @@ class Trainer:
     def steps_per_update(self) -> int:
         """Env steps of one update over all workers."""
         return self.cfg.ppo.rollout_steps * self.comm.world_size
+
+    def validation_run(self) -> PolicyRun:
+        """The deterministic policy at the current weights on the validation split (what best.pt is chosen by)."""
+        return evaluate_policy(self.model, self.market, "validation", self.cfg.env, device=self.device)
 
     def update(self, *, timer: PhaseTimer | None = None, ppo: PPOConfig | None = None) -> Update:
         """One iteration of the algorithm on this rank (every rank calls it, with the same collectives): anneal the
