@@ -17,8 +17,8 @@ from clstm_ppo.agent.stacked_lstm import StackedLSTM, stacked_lstm
 from clstm_ppo.agent.window_lstm import WindowLSTM, stacked_window_last_output, window_last_output
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import TrainConfig
-from clstm_ppo.training.cell_adam import CellAdam
-from clstm_ppo.training.ppo import build_optimizer, optimizer_step
+from clstm_ppo.training.cell_adam import AdamLayout, CellAdam
+from clstm_ppo.training.ppo import adam_groups, adam_options, build_optimizer, optimizer_step
 from envs.config import EnvConfig
 from envs.vector_env import VectorStockTradingEnv
 from tests.conftest import fake_rollout, net_spec
@@ -220,9 +220,10 @@ def test_cell_adam_steps_each_cell_as_torch_fused_adam_with_optimizer_step(weigh
     for k, twin in enumerate(alone):
         for name, param in twin.named_parameters():
             assert relative(param, cells.cell(k).get_parameter(name)) < 2e-6, (k, name)
-        mine = adam.cell_state_dict(k, build_optimizer(ppos[k], cells.cell(k), 1))
+        mine = adam.cell_state_dict(k, AdamLayout(adam_groups(ppos[k], cells.cell(k), 1), adam_options(ppos[k])))
         theirs = optimizers[k].state_dict()
-        assert mine["param_groups"] == theirs["param_groups"]
+        assert mine["param_groups"] == theirs["param_groups"] and mine["state"].keys() == theirs["state"].keys()
+        assert all(mine["state"][i].keys() == entry.keys() for i, entry in theirs["state"].items())
         for index, entry in theirs["state"].items():
             assert (
                 entry["step"] == mine["state"][index]["step"]
@@ -230,6 +231,9 @@ def test_cell_adam_steps_each_cell_as_torch_fused_adam_with_optimizer_step(weigh
             )
             for key in ("exp_avg", "exp_avg_sq"):
                 assert relative(entry[key], mine["state"][index][key]) < 2e-6
+    unstepped = build_optimizer(ppos[0], alone[0], 1)  # the layout without building torch's Adam: the same dict
+    layout = AdamLayout(adam_groups(ppos[0], alone[0], 1), adam_options(ppos[0]))
+    assert layout.state_dict({}, layout.lrs) == unstepped.state_dict()
     fresh = CellAdam(stack_policies(cell_networks("clstm")[0]), [[0.0, 0.0]] * CELLS, eps=1e-8)
     fresh.load_cell_state_dict(1, optimizers[1].state_dict())  # a single run's optimizer, into a batch
     assert fresh.lr[1].tolist() == list(lrs[1]) and float(fresh.steps[1]) == float(adam.steps[1])

@@ -20,6 +20,7 @@ checks the steps against ``torch.optim.Adam(fused=True)`` with `optimizer_step`.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -29,6 +30,42 @@ from clstm_ppo.agent.stacked import CellPolicy
 
 BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which `build_optimizer` keeps
 CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_'s: clip coefficient max_norm / (norm + 1e-6)
+
+
+class AdamLayout:
+    """The ``state_dict()`` of the ``torch.optim.Adam(groups, **options)`` that `clstm_ppo.training.ppo.build_optimizer`
+    builds over one network, written without building one: constructing any torch optimizer imports torch._dynamo,
+    about 1.2 s of a batch's process on a CPU core, and a batch steps its cells with `CellAdam`. Each group records
+    its own keys over Adam's defaults (read from its signature) and ``options``, and its parameters' indices;
+    ``tests/test_stacked.py`` checks the whole against torch's.
+
+    :param groups: `clstm_ppo.training.ppo.adam_groups` of a cell's network; :param options: `adam_options`.
+    """
+
+    def __init__(self, groups: list[dict[str, Any]], options: dict[str, Any]) -> None:
+        signature = inspect.signature(torch.optim.Adam.__init__).parameters.items()
+        defaults = {name: p.default for name, p in signature if name not in ("self", "params")}
+        self.groups: list[dict[str, Any]] = []
+        self.shapes: list[torch.Size] = []  # each parameter's, in torch's index order
+        for group in groups:
+            params = list(group["params"])
+            first = len(self.shapes)
+            self.shapes += [p.shape for p in params]
+            record = {**defaults, **options, **{key: v for key, v in group.items() if key != "params"}}
+            self.groups.append({**record, "params": list(range(first, len(self.shapes)))})
+
+    @property
+    def lrs(self) -> list[float]:
+        """Each group's learning rate as built."""
+        return [group["lr"] for group in self.groups]
+
+    def param_groups(self, lrs: list[float]) -> list[dict[str, Any]]:
+        """The groups as an optimizer's ``param_groups`` read for logging, at learning rates ``lrs``."""
+        return [{**group, "lr": lr} for group, lr in zip(self.groups, lrs, strict=True)]
+
+    def state_dict(self, state: dict[int, dict[str, Tensor]], lrs: list[float]) -> dict[str, Any]:
+        """``{"state": state, "param_groups": ...}`` at learning rates ``lrs``, as ``torch.optim.Adam.state_dict``."""
+        return {"state": state, "param_groups": [{**g, "params": list(g["params"])} for g in self.param_groups(lrs)]}
 
 
 class CellAdam:
@@ -107,23 +144,19 @@ class CellAdam:
                 index += 1
         return out
 
-    def cell_state_dict(self, k: int, template: torch.optim.Adam) -> dict[str, Any]:
-        """Cell k's optimizer as its run alone would save it: ``template`` (a ``torch.optim.Adam`` over cell k's own
-        network, `build_optimizer`'s) given this state, its ``state_dict()`` copied, the template left empty."""
-        params = [p for group in template.param_groups for p in group["params"]]
-        for g, group in enumerate(template.param_groups):
-            group["lr"] = float(self.lr[k, g])
+    def cell_state_dict(self, k: int, layout: AdamLayout) -> dict[str, Any]:
+        """Cell k's optimizer as its run alone would save it: the ``state_dict()`` of the ``torch.optim.Adam`` over
+        its own network that ``layout`` describes, holding this state."""
+        state = {}
         if bool(self.started[k]):
             for g, index, start, end in self._slots(k):
-                shape = params[index].shape
-                template.state[params[index]] = {
+                shape = layout.shapes[index]
+                state[index] = {
                     "step": self.steps[k].clone(),
                     "exp_avg": self.exp_avg[g][k, start:end].view(shape).clone(),
                     "exp_avg_sq": self.exp_avg_sq[g][k, start:end].view(shape).clone(),
                 }
-        state = template.state_dict()
-        template.state.clear()
-        return state
+        return layout.state_dict(state, [float(lr) for lr in self.lr[k]])
 
     @torch.no_grad()
     def load_cell_state_dict(self, k: int, state: dict[str, Any]) -> None:

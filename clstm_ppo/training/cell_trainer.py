@@ -34,12 +34,12 @@ from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.stacked import CellPolicy, stack_policies
 from clstm_ppo.config import OUTPUT_SETTINGS, TrainConfig
 from clstm_ppo.training.callbacks import Callback, Logger, default_callbacks, find
-from clstm_ppo.training.cell_adam import CellAdam
+from clstm_ppo.training.cell_adam import AdamLayout, CellAdam
 from clstm_ppo.training.cell_ppo import cell_ppo_update
 from clstm_ppo.training.cell_rollout import CellRolloutCollector
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.ppo import PhaseTimer, autocast_factory, build_optimizer, no_timer
+from clstm_ppo.training.ppo import PhaseTimer, adam_groups, adam_options, autocast_factory, no_timer
 from clstm_ppo.training.resume import load_weights
 from clstm_ppo.training.reward_norm import RewardNormalizer
 from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
@@ -97,20 +97,19 @@ def check_batchable(cfgs: list[TrainConfig]) -> None:
 
 
 class CellOptimizer:
-    """Cell k's optimizer as callbacks and checkpoints see one: a ``torch.optim.Adam`` over its network
-    (`build_optimizer`'s, so its parameter groups and state dict are its run's), its state kept in `CellAdam`."""
+    """Cell k's optimizer as callbacks and checkpoints see one: the ``torch.optim.Adam`` over its network that
+    `build_optimizer` builds for its run (`AdamLayout`: its parameter groups and state dict), its state kept in
+    `CellAdam`."""
 
-    def __init__(self, adam: CellAdam, cell: int, template: torch.optim.Adam) -> None:
-        self.adam, self.cell, self.template = adam, cell, template
+    def __init__(self, adam: CellAdam, cell: int, layout: AdamLayout) -> None:
+        self.adam, self.cell, self.layout = adam, cell, layout
 
     @property
     def param_groups(self) -> list[dict[str, Any]]:
-        for g, group in enumerate(self.template.param_groups):
-            group["lr"] = float(self.adam.lr[self.cell, g])
-        return self.template.param_groups
+        return self.layout.param_groups([float(lr) for lr in self.adam.lr[self.cell]])
 
     def state_dict(self) -> dict[str, Any]:
-        return self.adam.cell_state_dict(self.cell, self.template)
+        return self.adam.cell_state_dict(self.cell, self.layout)
 
 
 @dataclass
@@ -131,7 +130,7 @@ class CellView:
         self.market, self.device, self.run_dir = trainer.market, trainer.device, trainer.run_dirs[cell]
         self.comm = Comm(device=trainer.device)
         self.model: ActorCritic = trainer.policy.cell(cell)
-        self.optimizer = CellOptimizer(trainer.optimizer, cell, trainer.templates[cell])
+        self.optimizer = CellOptimizer(trainer.optimizer, cell, trainer.layouts[cell])
         self.scaler = None
         self.rollout = CellRollout(trainer.rollout.reward_norms[cell])
 
@@ -221,8 +220,11 @@ class CellTrainer:
             models.append(build_model(cfg, market).to(device))
             self.torch_rng.append(torch.get_rng_state())  # what its run's checkpoints keep (nothing draws after)
         self.policy: CellPolicy = stack_policies(models, looped=looped)
-        self.templates = [build_optimizer(cfg.ppo, self.policy.cell(k), 1) for k, cfg in enumerate(cfgs)]
-        self.base_lrs = [[g["lr"] for g in t.param_groups] for t in self.templates]
+        self.layouts = [
+            AdamLayout(adam_groups(cfg.ppo, self.policy.cell(k), 1), adam_options(cfg.ppo))
+            for k, cfg in enumerate(cfgs)
+        ]
+        self.base_lrs = [layout.lrs for layout in self.layouts]
         self.optimizer = CellAdam(self.policy, self.base_lrs, eps=ppo.adam_eps, weight_decay=ppo.weight_decay)
         self.autocast = autocast_factory(system.mixed_precision, device)
         self.shuffle_gens = [torch.Generator().manual_seed(s * 6151 + 2) for s in seeds]  # `Trainer`'s, rank 0
