@@ -1,7 +1,8 @@
 """Several policies acting as one: an ensemble of seeds (or of any checkpoints trained on one market).
 
-Every member reads the same observation and keeps its own recurrent state; each gives its deterministic action,
-and the ensemble acts on their mean: the mean of the members' target portfolios with target-weight actions (mapped
+Every member reads the same observation and keeps its own recurrent state; each gives its deterministic action
+(members of one family and shape in one forward of the stacked network, `clstm_ppo.agent.stacked`: the same up to
+float rounding), and the ensemble acts on their mean: the mean of the members' target portfolios with target-weight actions (mapped
 back to the one action whose target it is, `envs.kernel.actions_for_weights`), the mean of their clipped actions
 with share actions. It has the acting interface of
 `clstm_ppo.agent.model.ActorCritic` (``initial_state``, ``act``, ``env_action``, ``eval``/``train``), so
@@ -16,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from clstm_ppo.agent.model import ActorCritic, ActOutput, ModelSpec
+from clstm_ppo.agent.model import ActorCritic, ActOutput, ModelSpec, RecurrentState
+from clstm_ppo.agent.stacked import CellPolicy, stack_policies
 from envs.kernel import actions_for_weights, target_weights
 
 
@@ -38,6 +40,7 @@ class Ensemble:
         if not members:
             raise ValueError("an ensemble needs at least one member")
         self.members, self.action_mode = members, action_mode
+        self.stacked = _stacked(members)
 
     @property
     def spec(self) -> ModelSpec:
@@ -72,16 +75,46 @@ class Ensemble:
         with the members' mean value and their new states (``log_prob`` is 0: the ensemble is not sampled)."""
         if not deterministic:
             raise ValueError("an ensemble acts on its members' deterministic actions only")
-        outs = [m.act(obs, s, starts, deterministic=True) for m, s in zip(self.members, state, strict=True)]
-        actions = [m.env_action(o.action).to(torch.float64) for m, o in zip(self.members, outs, strict=True)]
+        if self.stacked is not None:
+            means, values, states = self._stacked_act(obs, state, starts)
+        else:
+            outs = [m.act(obs, s, starts, deterministic=True) for m, s in zip(self.members, state, strict=True)]
+            means, values = [o.action for o in outs], [o.value for o in outs]
+            states = EnsembleState(o.state for o in outs)
+        actions = [m.env_action(u).to(torch.float64) for m, u in zip(self.members, means, strict=True)]
         if self.action_mode == "weights":
             action = actions_for_weights(torch.stack([target_weights(a) for a in actions]).mean(0))
         else:
             action = torch.stack([a.clamp(-1.0, 1.0) for a in actions]).mean(0)
-        value = torch.stack([o.value for o in outs]).mean(0)
-        states = EnsembleState(o.state for o in outs)
+        value = torch.stack(values).mean(0)
         return ActOutput(action.to(torch.float32), torch.zeros_like(value), value, states)  # type: ignore[arg-type]
+
+    def _stacked_act(
+        self, obs: Tensor, state: EnsembleState, starts: Tensor
+    ) -> tuple[list[Tensor], list[Tensor], EnsembleState]:
+        """Every member's action means ``[B, A]`` and values ``[B]`` from one forward of the stacked members (member
+        k on columns ``k B .. (k + 1) B - 1``), and their new states."""
+        cells, envs = len(self.members), obs.shape[0]
+        joint = RecurrentState(*(torch.cat([s[i] for s in state], dim=1) for i in range(4)))
+        out = self.stacked.evaluate(  # type: ignore[union-attr]
+            obs.repeat(cells, 1, 1).unsqueeze(0), joint, starts.repeat(cells).unsqueeze(0)
+        )
+        means, values = out.mean[0].split(envs), out.value[0].split(envs)
+        states = EnsembleState(out.state.map(lambda t, k=k: t[:, k * envs : (k + 1) * envs]) for k in range(cells))
+        return list(means), list(values), states
 
     def env_action(self, action: Tensor) -> Tensor:
         """The ensemble's actions are already the env's."""
         return action
+
+
+def _stacked(members: list[ActorCritic]) -> CellPolicy | None:
+    """The members as one stacked network (`clstm_ppo.agent.stacked`: one forward a day instead of one each), or
+    None when they differ in family, shape or distribution (each then acts in turn). The members' parameters become
+    views of the stacked weights."""
+    if len(members) < 2 or len({id(m) for m in members}) < len(members):
+        return None  # one member, or one network twice: acting in turn is as fast
+    try:
+        return stack_policies(members)
+    except ValueError:
+        return None
