@@ -27,7 +27,7 @@ stochastic-volatility process:
   rho < 0 (the leverage effect; strongest for the market, ``market_leverage``, so correlations rise in sell-offs);
   an idiosyncratic or sector log variance also loads ``common_vol`` on the market's (volatilities move together);
 * ``h = exp(x - var(x) / 2)``: x is a stationary Gaussian AR(1), so E[h] = 1 exactly and sigma_i is the ticker's
-  unconditional volatility. The recursion is a linear filter (`scipy.signal.lfilter`): no Python loop over days.
+  unconditional volatility. The recursion is `_ar1_filter`: one step per day over all the series at once.
 
 Bars -- close[t] = close[t-1] exp(r[t]) from a start price ~ exp(U(log 20, log 200)) dollars. The open carries the
 overnight part of the day's move: each component's day is split like a Brownian bridge at ``overnight_share`` w of
@@ -236,12 +236,16 @@ class SyntheticParts:
 
 
 def _ar1_filter(numerator: list[float], phi: float, x: np.ndarray) -> np.ndarray:
-    """``y[t] = numerator[0] x[t] + phi y[t-1]`` along axis 0 (``y[-1] = 0``): `scipy.signal.lfilter`, imported
-    here, where a market is generated (scipy.signal costs about a second to import, which every command that merely
-    reads a market would pay)."""
-    from scipy.signal import lfilter
-
-    return lfilter(numerator, [1.0, -phi], x, axis=0)
+    """``y[t] = numerator[0] x[t] + phi y[t-1]`` along axis 0 (``y[-1] = 0``), float64: bit for bit
+    ``scipy.signal.lfilter(numerator, [1, -phi], x, axis=0)`` (``tests/test_synthetic.py``), whose import costs about
+    a second of every run on a synthetic market; a step a day over all the columns takes milliseconds."""
+    gain = numerator[0]
+    y = np.empty(x.shape, dtype=np.float64)
+    previous = np.zeros(x.shape[1:], dtype=np.float64)
+    for t in range(x.shape[0]):
+        previous = gain * x[t] + phi * previous
+        y[t] = previous
+    return y
 
 
 def _sv_variance(n: np.ndarray, e: np.ndarray, phi: float, vol_of_vol: np.ndarray, rho: np.ndarray) -> np.ndarray:

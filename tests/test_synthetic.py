@@ -15,6 +15,7 @@ from envs.facts import Facts, market_facts
 from envs.oracle import information_coefficient, planted_signal
 from envs.synthetic import (
     MarketModel,
+    _ar1_filter,
     generate_market,
     market_and_parts,
     signal_coefficient,
@@ -93,6 +94,16 @@ def test_bars_are_valid_and_the_open_carries_the_overnight_part_of_the_move():
     expected_names = tuple(f"SYN{i:02d}" for i in range(10))
     assert m.tickers == expected_names
     np.testing.assert_array_equal(m.dates, pd.bdate_range("2014-01-02", periods=2520).to_numpy("datetime64[ns]"))
+
+
+@pytest.mark.parametrize("gain, phi", [(1.0, 0.98), (0.3, -0.7), (math.sqrt(1 - 0.9**2), 0.9)])
+def test_the_ar1_recursion_is_scipys_linear_filter_bit_for_bit(gain, phi):
+    """The volatility and signal recursions give what `scipy.signal.lfilter` gives, to the last bit, so markets drawn
+    before it replaced lfilter are drawn again byte for byte."""
+    from scipy.signal import lfilter
+
+    x = np.random.default_rng(7).standard_normal((1500, 9)) * 3.0
+    assert np.array_equal(_ar1_filter([gain], phi, x), lfilter([gain], [1.0, -phi], x, axis=0))
 
 
 def test_volatility_is_its_parameter_and_a_fall_raises_tomorrows_volatility():
