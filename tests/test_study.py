@@ -887,6 +887,18 @@ def test_the_study_adds_at_most_21_flags_of_its_own():
     assert len(own) <= 21 and "--batch_cells" in own, sorted(own)
 
 
+def test_the_eta_counts_what_running_jobs_have_done_and_queues_the_rest_on_free_workers():
+    """The ETA after a job ends, each job taking the mean job's time: a running job nearly done is nearly done (the
+    walk-forward yardstick's last batch, 947 s into a 947 s mean, printed "ETA 15 min 47 s"), queued jobs go to the
+    first free worker, and a job past the mean ends now at the earliest."""
+    from clstm_ppo.study.runner import _eta
+
+    assert _eta(947.0, [946.0], 0, 2) == 1.0
+    assert _eta(100.0, [], 3, 2) == 200.0  # two waves on two idle workers
+    assert _eta(100.0, [50.0, 10.0], 1, 2) == 150.0  # the queued job waits for the worker free in 50 s
+    assert _eta(100.0, [120.0], 0, 1) == 0.0
+
+
 def test_batches_group_compatible_cells_and_split_them_evenly():
     from clstm_ppo.study.batch import batches
 

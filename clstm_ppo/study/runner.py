@@ -16,6 +16,7 @@ in the ledger (`clstm_ppo.evaluation.holdout`) are refused before anything is wr
 
 from __future__ import annotations
 
+import heapq
 import math
 import os
 import shutil
@@ -366,11 +367,11 @@ class _CellPool:
         counts = self.counts
         finished = counts["done"] + counts["failed"]
         left = len(self.todo) - finished - counts["interrupted"]
-        # jobs run layout.workers at a time: the left ones take their mean time per wave of workers
         seconds = [*self.job_seconds, time.perf_counter() - job.began] if state == "done" else self.job_seconds
         per_job = sum(seconds) / len(seconds) if seconds else float("nan")
         jobs_left = max(len(self.jobs) - self.jobs_done, 0)
-        eta = per_job * math.ceil(jobs_left / self.layout.workers)
+        running_for = [time.perf_counter() - j.began for j in self.running.values()]
+        eta = _eta(per_job, running_for, max(jobs_left - len(running_for), 0), self.layout.workers)
         what = {
             "done": f"done in {time.perf_counter() - job.began:,.0f} s",
             "failed": f"FAILED: {status.get('error', '')}",
@@ -387,6 +388,17 @@ class _CellPool:
         if self.stop:
             self.counts["signal"] = self.stop[0][0]
         return self.counts
+
+
+def _eta(per_job: float, running_for: list[float], queued: int, workers: int) -> float:
+    """Seconds until the last job ends when each takes ``per_job``: the running ones (running for ``running_for``
+    seconds) end when they have run that long (now, at the earliest), and each of the ``queued`` jobs starts on the
+    first of the ``workers`` to come free."""
+    free = [max(per_job - t, 0.0) for t in running_for] + [0.0] * max(workers - len(running_for), 0)
+    heapq.heapify(free)
+    for _ in range(queued):
+        heapq.heappush(free, heapq.heappop(free) + per_job)
+    return max(free, default=0.0)
 
 
 def _duration(seconds: float) -> str:
