@@ -573,7 +573,6 @@ def test_a_diverging_cell_of_a_batch_is_recorded_failed_and_its_batch_mate_finis
     """One batch of the full study run again in this process, its second cell's rewards NaN from its first update
     (a fault hook on that cell alone) and ``max_bad_updates`` 1: that cell fails with the divergence error, the other
     finishes with the full study's numbers."""
-    from clstm_ppo.study.batch import run_batch_guarded
     from clstm_ppo.study.spec import StudySpec
     from tests.faults import FaultHook
 
@@ -582,16 +581,9 @@ def test_a_diverging_cell_of_a_batch_is_recorded_failed_and_its_batch_mate_finis
     spec = StudySpec.load(tmp_path / "study")
     spec.base["max_bad_updates"] = 1
     spec.save(tmp_path / "study")
-    mlp = [c for c in spec.cells() if c.policy == "mlp"]
-    with torch_threads(1):  # the study's arithmetic
-        code = run_batch_guarded(tmp_path / "study", mlp, callbacks={"mlp-s2": [FaultHook(kind="nan")]})
-    assert code == 1
-    failed, done = (read_status(tmp_path / "study" / "cells" / name) for name in ("mlp-s2", "mlp-s1"))
-    assert failed["status"] == "failed" and "updates in a row had NaN/inf" in failed["error"]
-    assert done["status"] == "done", done
-    mine = json.loads((tmp_path / "study" / "cells" / "mlp-s1" / "result.json").read_text())
-    theirs = json.loads((out / "cells" / "mlp-s1" / "result.json").read_text())
-    assert mine["policy"] == theirs["policy"] and mine["untrained"] == theirs["untrained"]
+    mlp_s2_fails_and_mlp_s1_finishes_as_in(
+        out, tmp_path / "study", "updates in a row had NaN/inf", callbacks={"mlp-s2": [FaultHook(kind="nan")]}
+    )
 
 
 def test_a_cell_whose_checkpoint_cannot_be_traded_fails_alone_and_its_batch_mate_trades_on(full_study, tmp_path):
@@ -599,7 +591,6 @@ def test_a_cell_whose_checkpoint_cannot_be_traded_fails_alone_and_its_batch_mate
     checkpoint it trades missing a weight (it reads as trained, and no network restores from it): the batch's joint
     trade fails, each cell then trades on its own, mlp-s2 fails with a line naming its checkpoint and mlp-s1
     finishes with the full study's numbers."""
-    from clstm_ppo.study.batch import run_batch_guarded
     from clstm_ppo.study.cell import selected
     from clstm_ppo.study.spec import StudySpec
 
@@ -613,14 +604,24 @@ def test_a_cell_whose_checkpoint_cannot_be_traded_fails_alone_and_its_batch_mate
     window = study_dir / "cells" / "mlp-s2" / "periods" / "000"
     (window / "trade.npz").unlink()
     damaged = selected(window, market, cfg)
-    payload = torch.load(damaged, weights_only=False)
+    payload = torch.load(damaged, weights_only=True)
     payload["model_state"].pop(next(iter(payload["model_state"])))
     torch.save(payload, damaged)
+    mlp_s2_fails_and_mlp_s1_finishes_as_in(out, study_dir, damaged.name)
+
+
+def mlp_s2_fails_and_mlp_s1_finishes_as_in(out: Path, study_dir: Path, error: str, **run_options) -> None:
+    """The full study's (``out``) mlp batch run again in this process on ``study_dir``: mlp-s2 is recorded failed
+    with ``error`` in its line, and mlp-s1 finishes with the full study's numbers."""
+    from clstm_ppo.study.batch import run_batch_guarded
+    from clstm_ppo.study.spec import StudySpec
+
+    mlp = [c for c in StudySpec.load(study_dir).cells() if c.policy == "mlp"]
     with torch_threads(1):  # the study's arithmetic
-        code = run_batch_guarded(study_dir, mlp)
+        code = run_batch_guarded(study_dir, mlp, **run_options)
     assert code == 1
     failed, done = (read_status(study_dir / "cells" / name) for name in ("mlp-s2", "mlp-s1"))
-    assert failed["status"] == "failed" and damaged.name in failed["error"], failed["error"]
+    assert failed["status"] == "failed" and error in failed["error"], failed["error"]
     assert done["status"] == "done", done
     mine = json.loads((study_dir / "cells" / "mlp-s1" / "result.json").read_text())
     theirs = json.loads((out / "cells" / "mlp-s1" / "result.json").read_text())
