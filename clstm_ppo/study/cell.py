@@ -36,6 +36,7 @@ import torch
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_cells, evaluate_policy
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.metrics import trades_from_holdings
 from clstm_ppo.evaluation.report import BacktestResult, write_report
@@ -150,6 +151,17 @@ def selected(folder: Path, market: PreparedMarket, cfg: TrainConfig) -> Path:
     return deployed_checkpoint(folder, market.splits.validation is not None, cfg.run.deploy)
 
 
+def deployed_network(cfg: TrainConfig, market: PreparedMarket, pdir: Path, device: torch.device | str) -> ActorCritic:
+    """The network window ``pdir`` trades: its checkpoint that ``--deploy`` selects (`selected`), restored."""
+    return restore_policy(load_checkpoint(selected(pdir, market, cfg)), market, device)
+
+
+def untrained_network(cfg: TrainConfig, market: PreparedMarket, device: torch.device | str) -> ActorCritic:
+    """The cell's untrained network: the initial weights its trainer draws (after ``torch.manual_seed(seed)``)."""
+    torch.manual_seed(cfg.run.seed)
+    return build_model(cfg, market).to(device)
+
+
 def trade_window(
     cfg: TrainConfig,
     market: PreparedMarket,
@@ -159,18 +171,16 @@ def trade_window(
 ) -> tuple[PolicyRun, PolicyRun]:
     """Window ``pdir``'s traded days: its selected checkpoint, and the untrained network (the seed's initial
     weights), each from the portfolio its previous window (``before``: policy's, untrained's) left."""
-    model = restore_policy(load_checkpoint(selected(pdir, market, cfg)), market, device)
     policy = evaluate_policy(
-        model,
+        deployed_network(cfg, market, pdir, device),
         market,
         market.splits.test,
         cfg.env,
         device=device,
         start_portfolio=_portfolio(before[0]) if before else None,
     )
-    torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
     untrained = evaluate_policy(
-        build_model(cfg, market).to(device),
+        untrained_network(cfg, market, device),
         market,
         market.splits.test,
         cfg.env,
@@ -191,14 +201,8 @@ def trade_windows(
     selected checkpoints and untrained networks as one stacked network on one env of 2K columns
     (`clstm_ppo.agent.evaluate.evaluate_cells`). Each record is the cell's `trade_window` up to the float rounding of
     the stacked forward; the batch's composition and order fix its last bits, so a batch trades alike on a re-run."""
-    trained_nets = [
-        restore_policy(load_checkpoint(selected(p, market, c)), market, device)
-        for c, p in zip(cfgs, pdirs, strict=True)
-    ]
-    untrained_nets = []
-    for cfg in cfgs:
-        torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
-        untrained_nets.append(build_model(cfg, market).to(device))
+    trained_nets = [deployed_network(c, market, p, device) for c, p in zip(cfgs, pdirs, strict=True)]
+    untrained_nets = [untrained_network(c, market, device) for c in cfgs]
     starts = [_portfolio(b[0]) if b else None for b in befores] + [_portfolio(b[1]) if b else None for b in befores]
     runs = evaluate_cells(
         trained_nets + untrained_nets, market, market.splits.test, cfgs[0].env, device=device, start_portfolios=starts
@@ -259,7 +263,7 @@ def trade_deployed(
         members = []
         for cell in cells:
             pdir = study_dir / "cells" / cell.name / "periods" / f"{k:03d}"
-            members.append(restore_policy(load_checkpoint(selected(pdir, market, cfg)), market, device))
+            members.append(deployed_network(cfg, market, pdir, device))
         runs.append(
             evaluate_policy(
                 members[0] if len(members) == 1 else Ensemble(members, cfg.env.action_mode),
