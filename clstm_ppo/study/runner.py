@@ -194,7 +194,7 @@ class _Job:
     cells: list[Cell]
     slot: int  # the worker slot it holds (which GPU it sees)
     began: float  # time.perf_counter() when it started
-    episodes_before: int  # training episodes its first cell had already logged (a resumed study): not timed
+    episodes_before: int  # episodes its first cell had logged when it started, before the first estimate: not timed
 
 
 def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) -> subprocess.Popen:
@@ -293,7 +293,8 @@ class _CellPool:
         """Start the next jobs of ``queue`` on the free worker slots (none once stopping)."""
         while queue and self.free_slots and not self.stop:
             cells, slot = queue.pop(0), self.free_slots.pop(0)
-            before = _episodes_done(self.study_dir / "cells" / cells[0].name)
+            # read only while the first estimate is to come (it reads these, and the files only grow)
+            before = 0 if self.estimated else _episodes_done(self.study_dir / "cells" / cells[0].name)
             proc = _start_job(self.study_dir, cells, slot, self.layout)
             self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter(), before)
 
