@@ -20,6 +20,7 @@ from clstm_ppo.config import TrainConfig
 from clstm_ppo.training.cell_adam import AdamLayout, CellAdam
 from clstm_ppo.training.ppo import adam_groups, adam_options, build_optimizer, optimizer_step
 from envs.config import EnvConfig
+from envs.features import PreparedMarket
 from envs.vector_env import VectorStockTradingEnv
 from tests.conftest import fake_rollout, net_spec
 
@@ -27,14 +28,18 @@ CELLS, ENVS, STEPS = 3, 4, 10
 pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey the gradient layout contract")
 
 
-def cell_networks(policy: str, obs_norm: bool = False) -> tuple[list, list]:
-    """K networks of one family (cell k initialised from seed k) twice: the ones to stack, and their twins alone."""
-    features = 16 if policy == "shared" else 13  # shared: 1 + (2 + 3 indicators) x 3 tickers
+def cell_networks(policy: str, obs_norm: bool = False, market: PreparedMarket | None = None) -> tuple[list, list]:
+    """K networks of one family (cell k initialised from seed k) twice: the ones to stack, and their twins alone;
+    for ``market``'s state and window when given (3 tickers)."""
+    if market is not None:
+        features, window = market.num_features, market.window
+    else:  # shared: 1 + (2 + 3 indicators) x 3 tickers
+        features, window = (16 if policy == "shared" else 13), 5
     stacked, alone = [], []
     for k in range(CELLS):
         torch.manual_seed(k)
         net = make_policy(
-            net_spec(policy, features, 3, 5, stage1_hidden=12, feature_dim=10, stage2_hidden=14, obs_norm=obs_norm)
+            net_spec(policy, features, 3, window, stage1_hidden=12, feature_dim=10, stage2_hidden=14, obs_norm=obs_norm)
         )
         twin = make_policy(net.spec)
         twin.load_state_dict(net.state_dict())
@@ -284,15 +289,7 @@ def test_a_batch_of_cells_trades_a_split_as_each_network_alone(policy, window_ma
     market, config = window_market, EnvConfig(hmax=50)
     tickers = market.num_tickers
     starts = [(400_000.0 + 50_000.0 * k, np.arange(tickers, dtype=np.float64) * (k + 1) * 7) for k in range(CELLS)]
-    nets, alone = [], []
-    for k in range(CELLS):
-        torch.manual_seed(10 + k)
-        net = make_policy(net_spec(policy, market.num_features, tickers, market.window, stage1_hidden=12,
-                                   feature_dim=10, stage2_hidden=14, obs_norm=policy == "clstm"))  # fmt: skip
-        twin = make_policy(net.spec)
-        twin.load_state_dict(net.state_dict())
-        nets.append(net)
-        alone.append(twin)
+    nets, alone = cell_networks(policy, obs_norm=policy == "clstm", market=market)
     runs = evaluate_cells(nets, market, "test", config, start_portfolios=starts)
     for run, twin, start in zip(runs, alone, starts, strict=True):
         one = evaluate_policy(twin, market, "test", config, start_portfolio=start)

@@ -2,9 +2,9 @@
 
 Every member reads the same observation and keeps its own recurrent state; each gives its deterministic action
 (members of one family and shape in one forward of the stacked network, `clstm_ppo.agent.stacked`: the same up to
-float rounding), and the ensemble acts on their mean: the mean of the members' target portfolios with target-weight actions (mapped
-back to the one action whose target it is, `envs.kernel.actions_for_weights`), the mean of their clipped actions
-with share actions. It has the acting interface of
+float rounding), and the ensemble acts on their mean: the mean of the members' target portfolios with target-weight
+actions (mapped back to the one action whose target it is, `envs.kernel.actions_for_weights`), the mean of their
+clipped actions with share actions. It has the acting interface of
 `clstm_ppo.agent.model.ActorCritic` (``initial_state``, ``act``, ``env_action``, ``eval``/``train``), so
 `clstm_ppo.agent.evaluate.evaluate_policy`, the backtest, the study and the trade plan take it wherever they take one
 policy.
