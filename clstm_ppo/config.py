@@ -268,7 +268,7 @@ class PPOConfig:
     ent_coef: float = setting(0.0, "entropy bonus weight (0: none, as CleanRL's continuous-action PPO)")
     vf_coef: float = setting(0.5, "value loss weight")
     target_kl: float = setting(
-        0.02, "stop the update's epochs early when the mean approx KL of an epoch exceeds this (0: off)"
+        0.01, "stop the update's epochs early when the mean approx KL of an epoch exceeds this (0: off)"
     )
     norm_reward: bool = setting(
         False, "divide rewards by the running std of the discounted return (as SB3's VecNormalize)"
