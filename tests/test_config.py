@@ -13,6 +13,7 @@ from clstm_ppo.cli.train import build_parser, parse_config
 from clstm_ppo.config import CONFIG_ONLY, LEGACY, PAPER_BEHAVIOUR, SECTIONS, SETTINGS, TrainConfig, preset
 from envs.config import EnvConfig
 from envs.errors import UserError
+from tests.conftest import ROOT
 
 
 def test_config_rejects_batch_that_does_not_divide_rollout():
@@ -96,6 +97,21 @@ def test_a_checkpoint_without_newer_settings_keeps_the_meaning_they_had():
         assert old.to_dict()[flag] == value, flag
     assert {k: old.to_dict()[k] for k in PAPER_BEHAVIOUR} == {k: preset("paper").to_dict()[k] for k in PAPER_BEHAVIOUR}
     assert TrainConfig.from_checkpoint({"action_mode": "weights"}).env.action_mode == "weights"  # stored wins
+
+
+def test_every_default_that_differs_from_the_paper_has_a_row_in_the_defaults_table():
+    """docs/training.md's table of defaults that differ from the paper names every setting where the plain defaults
+    and ``--preset paper`` disagree (a changed default without its evidence fails here)."""
+    text = (ROOT / "docs" / "training.md").read_text(encoding="utf-8")
+    table = text.split("### Defaults that differ from the paper", 1)[1].split("\n### ", 1)[0]
+    named = {
+        name
+        for cell in re.findall(r"^\| ([^|]+)\|", table, flags=re.MULTILINE)
+        for name in re.findall(r"`(\w+)`", cell)
+    }
+    paper, default = preset("paper").to_dict(), TrainConfig().to_dict()
+    differ = {k for k in paper if paper[k] != default[k]}
+    assert "target_kl" in differ and differ <= named, sorted(differ - named)
 
 
 def test_the_command_line_has_at_most_65_flags_and_the_rare_knobs_live_in_config_files(tmp_path):
