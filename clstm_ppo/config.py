@@ -614,12 +614,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # (docs/data.md: 5 tickers; ticker i's shocks move ticker i+1 over the next days, IC 0.3, half-life 5 days, far
     # stronger than anything in real daily data); no turnover penalty (chosen on real data, where there is no signal
     # to trade: on this market it teaches the policy to leave the signal alone, docs/learning.md), 0.2.0's exploration
-    # noise and no KL limit (as its learning test was measured); today's defaults otherwise.
+    # noise, no KL limit and a 1% band (as its learning test was measured); today's defaults otherwise.
     "demo": dict(
         data="synthetic:tickers=5,days=2520,signal_ic=0.3,signal_kind=lead_lag,signal_halflife=5", window=5,
         stage1_hidden=32, feature_dim=32, stage2_hidden=64, num_envs=32, n_steps=32, batch_size=256, epochs=4,
         episode_length=63, gamma=0.9, learning_rate_clstm=1e-3, learning_rate_actor_critic=1e-3, num_episodes=3000,
-        log_every=500, threads=1, turnover_penalty=0.0, target_kl=0.0,
+        log_every=500, threads=1, turnover_penalty=0.0, target_kl=0.0, rebalance_band=0.01,
         init_log_std=-0.5,  # the exploration noise its learning test was measured with (docs/learning.md)
     ),
 }  # fmt: skip

@@ -82,7 +82,7 @@ class EnvConfig:
         choices=ACTION_MODES,
     )
     rebalance_band: float = setting(
-        0.01,
+        0.02,
         "with --action_mode weights: trade a stock only when its order is worth more than this fraction of the "
         "portfolio value",
     )
