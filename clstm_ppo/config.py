@@ -595,9 +595,19 @@ PAPER_BEHAVIOUR: dict[str, Any] = dict(
 """Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's
 (docs/training.md has the table, with the evidence for each difference)."""
 
-LEGACY: dict[str, Any] = {**PAPER_BEHAVIOUR, "init_weights": "", "max_price_ratio": 0.0, "deploy": "best"}
-"""What a setting meant in checkpoints and study specs written before it existed (the settings whose default has
-changed since): the paper's behaviour, no warm start, no bad-tick check, and best.pt deployed."""
+LEGACY: dict[str, Any] = {
+    **PAPER_BEHAVIOUR,
+    "init_weights": "",
+    "max_price_ratio": 0.0,
+    "deploy": "best",
+    "init_log_std": -0.5,  # until 0.2.0
+    "rebalance_band": 0.01,  # until 0.2.3
+}
+"""What a setting meant in checkpoints and study specs written before it existed, for every setting whose default
+has changed since: the paper's behaviour, no warm start, no bad-tick check, best.pt deployed, 0.2.0's exploration
+noise and 0.2.3's band. Every changed default adds its old value here: the trials ledger leaves a setting out of a
+configuration's key at this value (`clstm_ppo.study.trials.config_key`), so a key does not depend on the release
+that computes it."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Zou et al. 2022, Table 1 and the sweeps' winners (window 30, stage-2 LSTM 512, one layer); epochs, minibatch

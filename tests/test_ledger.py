@@ -313,3 +313,18 @@ def test_a_configurations_key_ignores_what_does_not_change_numbers_and_settings_
         TrainConfig, "to_dict", lambda self: {k: v for k, v in to_dict(self).items() if k != "execution"}
     )
     assert key() == closes
+
+
+def test_a_configurations_key_does_not_move_when_a_default_changes():
+    """The key the ledger gave 0.2.0's default configuration (its yardstick study's spec.json, written by 0.2.0) is
+    the key today's code gives it, and 0.2.1's (the same spec but for its new default, ``init_log_std`` -2) has
+    another. Before `LEGACY` held the old defaults, a key left out every setting at today's default: 0.2.1's
+    study got 0.2.0's key and the ledger counted its trials as repeats (and 0.2.4's band those of 0.2.3)."""
+    from clstm_ppo.study.spec import StudySpec
+    from clstm_ppo.study.trials import config_key
+
+    fixtures = Path(__file__).parent / "fixtures" / "ledger_keys"
+    v020, v021 = StudySpec.load(fixtures / "v0.2.0"), StudySpec.load(fixtures / "v0.2.1")
+    recorded_by_020 = "be072491a62eddb2"  # the "config" of that study's record in the team's ledger
+    assert config_key(v020, v020.cells()[0]) == recorded_by_020
+    assert config_key(v021, v021.cells()[0]) != recorded_by_020
