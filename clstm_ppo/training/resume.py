@@ -35,6 +35,13 @@ RESUME_MUST_MATCH = (
 env setting but the episode length, the state's price column and the turbulence stop)."""
 
 
+def resume_must_match(then: TrainConfig, now: TrainConfig) -> tuple[str, ...]:
+    """`RESUME_MUST_MATCH` less the band when both runs trade shares, where it has no effect (0.2.4 changed its
+    default: a paper-preset run of 0.2.3 resumes)."""
+    shares = then.env.action_mode == now.env.action_mode == "shares"
+    return tuple(s for s in RESUME_MUST_MATCH if not (shares and s == "rebalance_band"))
+
+
 def _shown(value: object) -> object:
     """A setting as the user types it (an unbounded log-std is stored as None: shown as inf)."""
     return "inf" if value is None or value == float("inf") else value
@@ -89,7 +96,7 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     tickers = other_tickers(ckpt, market)
     if tickers:
         raise UserError(f"--resume {path}: {tickers}, or start a new run")
-    diff = differences(ckpt, cfg, market, settings=RESUME_MUST_MATCH)
+    diff = differences(ckpt, cfg, market, settings=resume_must_match(ckpt.cfg, cfg))
     if diff:
         raise UserError(
             f"--resume {path}: it was trained with {', '.join(diff)}; give the same settings, or start a new run"
