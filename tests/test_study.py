@@ -889,15 +889,18 @@ def test_the_study_adds_at_most_21_flags_of_its_own():
 
 
 def test_the_eta_counts_what_running_jobs_have_done_and_queues_the_rest_on_free_workers():
-    """The ETA after a job ends, each job taking the mean job's time: a running job nearly done is nearly done (the
-    walk-forward yardstick's last batch, 947 s into a 947 s mean, printed "ETA 15 min 47 s"), queued jobs go to the
-    first free worker, and a job past the mean ends now at the earliest."""
-    from clstm_ppo.study.runner import _eta
+    """The ETA after a job ends: a running job goes on at its own pace once it has trained episodes (a choice screen's
+    second batch, 545 s in when the first ended after 545 s, printed "ETA 0 min 00 s" and ran 98 s more), else it
+    takes the mean job's time (the walk-forward yardstick's last batch, 947 s into a 947 s mean, printed "ETA 15 min
+    47 s"); queued jobs go to the first free worker."""
+    from clstm_ppo.study.runner import _eta, _job_seconds_left
 
-    assert _eta(947.0, [946.0], 0, 2) == 1.0
+    assert _job_seconds_left(545.0, 340, 400, 545.0) == pytest.approx(96.2, abs=0.1)  # its own pace, not the mean's
+    assert _job_seconds_left(946.0, 0, 400, 947.0) == 1.0  # no episode logged yet: the mean job's time
+    assert _job_seconds_left(120.0, 0, 0, 100.0) == 0.0  # past the mean: now, at the earliest
     assert _eta(100.0, [], 3, 2) == 200.0  # two waves on two idle workers
-    assert _eta(100.0, [50.0, 10.0], 1, 2) == 150.0  # the queued job waits for the worker free in 50 s
-    assert _eta(100.0, [120.0], 0, 1) == 0.0
+    assert _eta(100.0, [50.0, 90.0], 1, 2) == 150.0  # the queued job waits for the worker free in 50 s
+    assert _eta(100.0, [96.2], 0, 2) == 96.2
 
 
 def test_batches_group_compatible_cells_and_split_them_evenly():

@@ -293,8 +293,7 @@ class _CellPool:
         """Start the next jobs of ``queue`` on the free worker slots (none once stopping)."""
         while queue and self.free_slots and not self.stop:
             cells, slot = queue.pop(0), self.free_slots.pop(0)
-            # read only while the first estimate is to come (it reads these, and the files only grow)
-            before = 0 if self.estimated else _episodes_done(self.study_dir / "cells" / cells[0].name)
+            before = _episodes_done(self.study_dir / "cells" / cells[0].name)  # a resumed cell's, not timed
             proc = _start_job(self.study_dir, cells, slot, self.layout)
             self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter(), before)
 
@@ -371,8 +370,8 @@ class _CellPool:
         seconds = [*self.job_seconds, time.perf_counter() - job.began] if state == "done" else self.job_seconds
         per_job = sum(seconds) / len(seconds) if seconds else float("nan")
         jobs_left = max(len(self.jobs) - self.jobs_done, 0)
-        running_for = [time.perf_counter() - j.began for j in self.running.values()]
-        eta = _eta(per_job, running_for, max(jobs_left - len(running_for), 0), self.layout.workers)
+        running_left = [self.seconds_left(j, per_job) for j in self.running.values()]
+        eta = _eta(per_job, running_left, max(jobs_left - len(running_left), 0), self.layout.workers)
         what = {
             "done": f"done in {time.perf_counter() - job.began:,.0f} s",
             "failed": f"FAILED: {status.get('error', '')}",
@@ -384,6 +383,12 @@ class _CellPool:
             + (f" | ETA {_duration(eta)}" if left > 0 and jobs_left > 0 and seconds else "")
         )
 
+    def seconds_left(self, job: _Job, per_job: float) -> float:
+        """A running job's seconds to go, from the share of its first cell's episodes trained so far."""
+        todo = max(self.cell_episodes - job.episodes_before, 1) if self.cell_episodes else 0
+        done = _episodes_done(self.study_dir / "cells" / job.cells[0].name) - job.episodes_before if todo else 0
+        return _job_seconds_left(time.perf_counter() - job.began, done, todo, per_job)
+
     def counts_with_signal(self) -> dict[str, int]:
         """The counts, with the first stop's signal number as "signal" when a signal stopped the cells."""
         if self.stop:
@@ -391,11 +396,19 @@ class _CellPool:
         return self.counts
 
 
-def _eta(per_job: float, running_for: list[float], queued: int, workers: int) -> float:
-    """Seconds until the last job ends when each takes ``per_job``: the running ones (running for ``running_for``
-    seconds) end when they have run that long (now, at the earliest), and each of the ``queued`` jobs starts on the
-    first of the ``workers`` to come free."""
-    free = [max(per_job - t, 0.0) for t in running_for] + [0.0] * max(workers - len(running_for), 0)
+def _job_seconds_left(ran: float, done: int, todo: int, per_job: float) -> float:
+    """Seconds a job that has run ``ran`` seconds has to go: at its own pace once it has trained ``done`` of its
+    ``todo`` episodes (jobs started together need not end together), else the mean job's ``per_job`` less what it
+    has run (now, at the earliest)."""
+    if done > 0 and todo > 0:
+        return ran / done * max(todo - done, 0)
+    return max(per_job - ran, 0.0)
+
+
+def _eta(per_job: float, running_left: list[float], queued: int, workers: int) -> float:
+    """Seconds until the last job ends: the running ones end in ``running_left`` seconds, and each of the ``queued``
+    jobs, taking ``per_job``, starts on the first of the ``workers`` to come free."""
+    free = list(running_left) + [0.0] * max(workers - len(running_left), 0)
     heapq.heapify(free)
     for _ in range(queued):
         heapq.heappush(free, heapq.heappop(free) + per_job)
