@@ -136,6 +136,31 @@ def test_a_cells_network_is_a_view_of_the_stacked_weights():
     assert torch.equal(loaded.critic.bias, cells.params["critic.bias"][2])
 
 
+@pytest.mark.parametrize("change", ["a step on the stacked weights", "a load into one cell"])
+def test_stacked_stage2_weights_kept_without_autograd_follow_every_change(change):
+    """The stage-2 weights a no-grad forward keeps (a backtest's day after day) are joined again once a weight moves
+    in place: the next forward is each network's alone, with its new weights."""
+    nets, alone = cell_networks("clstm")
+    bufs = [fake_rollout(twin, steps=STEPS, envs=ENVS, seed=k) for k, twin in enumerate(alone)]
+    cells = stack_policies(nets)
+    windows, state, starts, _ = side_by_side(bufs)
+    with torch.no_grad():
+        first = cells.evaluate(windows, state, starts).mean
+        assert cells.stage2_weights()[0] is cells.stage2_weights()[0]  # kept between forwards
+        if change == "a step on the stacked weights":
+            cells.flat[1].add_(0.05 * torch.randn_like(cells.flat[1]))
+        else:
+            moved = {n: t + 0.05 * torch.randn_like(t) for n, t in cells.cell(1).state_dict().items()}
+            cells.cell(1).load_state_dict(moved)
+        for k, twin in enumerate(alone):
+            twin.load_state_dict(cells.cell(k).state_dict())
+        out = cells.evaluate(windows, state, starts).mean
+    assert relative(first, out) > 1e-3  # it moved
+    for k, (twin, buf) in enumerate(zip(alone, bufs, strict=True)):
+        ref = twin.evaluate(buf.obs.windows(), buf.initial_state, buf.starts).mean
+        assert relative(ref, out[:, k * ENVS : (k + 1) * ENVS]) < 1e-5
+
+
 def test_stacked_lstm_runs_each_network_as_run_lstm_does():
     torch.manual_seed(0)
     networks, days, seqs, width, hidden = 3, 7, 4, 5, 6

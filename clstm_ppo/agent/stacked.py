@@ -55,6 +55,12 @@ from clstm_ppo.agent.windows import Windows
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 OBS_BUFFERS = ("obs_count", "obs_mean", "obs_var")  # --norm_obs's running statistics (`ActorCritic._finish`)
+LSTM_WEIGHTS = (
+    "weight_ih_l0",
+    "weight_hh_l0",
+    "bias_ih_l0",
+    "bias_hh_l0",
+)  # a one-layer nn.LSTM's, in stacked_lstm's order
 
 
 def _rebind(model: nn.Module, name: str, value: Tensor, parameter: bool) -> None:
@@ -268,6 +274,22 @@ class StackedLSTMPolicy(CellPolicy):
     """`clstm_ppo.agent.lstm.LSTMPolicy`, stacked: the actor's and critic's LSTMs of the K cells run as 2K
     networks in one `stacked_lstm`."""
 
+    _joined: tuple[tuple[int, ...], list[Tensor]] | None = None  # (the weights' versions, their join) without autograd
+
+    def stage2_weights(self) -> list[Tensor]:
+        """The 2K stage-2 LSTMs' weights, the K actors' then the K critics': ``W_ih [2K, 4H, D]``, ``W_hh [2K, 4H,
+        H]``, ``b_ih`` and ``b_hh [2K, 4H]``. Joined afresh under autograd (the gradients flow back to each cell's
+        parameters); without it, kept until a weight changes in place (an optimizer step, a load), so a backtest's or
+        a rollout's forward a day does not copy them every day (the paper network's seed ensemble: 13 of a report's
+        24 s, in the allocator)."""
+        parts = [(self.params[f"actor_lstm.{w}"], self.params[f"critic_lstm.{w}"]) for w in LSTM_WEIGHTS]
+        if torch.is_grad_enabled():
+            return [torch.cat(pair) for pair in parts]
+        versions = tuple(t._version for pair in parts for t in pair)
+        if self._joined is None or self._joined[0] != versions:
+            self._joined = (versions, [torch.cat(pair) for pair in parts])
+        return self._joined[1]
+
     def encode(self, windows: Windows) -> Tensor:
         """Stage 1: L x E windows -> features ``[K, L x M, D]``."""
         return self.layers("features", to_cells(today(windows).view(windows.steps, windows.envs, -1), self.cells))
@@ -280,19 +302,13 @@ class StackedLSTMPolicy(CellPolicy):
         feats = self.encode(windows).view(cells, steps, per, -1)
         both = torch.cat([feats, feats])  # [2K, L, M, D]: actors, then critics
 
-        def weight(name: str) -> Tensor:
-            return torch.cat([self.params[f"actor_lstm.{name}"], self.params[f"critic_lstm.{name}"]])
-
         def pair(actor: Tensor, critic: Tensor) -> Tensor:
             return torch.cat([actor.view(cells, per, -1), critic.view(cells, per, -1)])
 
         by_cell = starts.view(steps, cells, per)
         out, (h, c) = stacked_lstm(
             both,
-            weight("weight_ih_l0"),
-            weight("weight_hh_l0"),
-            weight("bias_ih_l0"),
-            weight("bias_hh_l0"),
+            *self.stage2_weights(),
             (pair(state.actor_h, state.critic_h), pair(state.actor_c, state.critic_c)),
             torch.cat([by_cell, by_cell], dim=1),
             cut_days(starts if host_starts is None else host_starts),
