@@ -100,6 +100,7 @@ def test_stacked_cells_score_act_and_differentiate_as_each_network_alone(policy,
         grads = {n: p.grad for n, p in twin.named_parameters()}
         for name, grad in grads.items():  # each cell's gradient lands in its own view, never in another's
             assert relative(grad, cells.cell(k).get_parameter(name).grad) < 1e-4, name
+            assert relative(grad, cells.params[name].grad[k]) < 1e-4, name  # in the buffer the optimizer steps
     # a rollout step: each cell's noise from its own generator, as alone
     obs, now = torch.cat([b.obs.windows().dense()[3] for b in bufs]), starts[3]
     acted = cells.act(obs, state, now, generators=[torch.Generator().manual_seed(10 + k) for k in range(CELLS)])
