@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+import torch
 
 from clstm_ppo import cli
 from clstm_ppo.cli.trade import build_parser, build_report_parser
@@ -38,6 +39,7 @@ from clstm_ppo.trading.orders import MAX_ID_LENGTH, client_order_id, run_tag
 from clstm_ppo.trading.report import trade_report
 from clstm_ppo.training.checkpoint import open_checkpoint
 from envs.errors import UserError
+from envs.kernel import target_weights
 
 try:  # tests/ is a package in this repo; plain rootdir-relative import if it ever is not
     from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
@@ -358,6 +360,7 @@ def check_plans_equal_backtest(
     *flags: str,
 ) -> None:
     trades = trained.trades
+    mode = open_checkpoint(trained.ckpt[0] if isinstance(trained.ckpt, list) else trained.ckpt).cfg.env.action_mode
     decided = {trained.fill_day(date.fromisoformat(d)): d for d in trained.equity["date"].iloc[:-1]}
     trades = trades.assign(decided=trades["date"].map(decided))  # the day each trade was decided on
     days = sorted(set(trades["decided"]))
@@ -382,6 +385,15 @@ def check_plans_equal_backtest(
         )
         assert decision["replay_start"] == trained.equity["date"].iloc[0]  # the backtest's first day
         assert not posted(server)  # a dry run
+        targets = target_weights(torch.tensor([decision["action"]]))[0].tolist()
+        for order in decision["plan"]:  # each reason in the terms of the checkpoint's action mode
+            reason = order["reason"]
+            if "turbulence" in reason:
+                continue
+            assert ("x hmax" in reason) == (mode == "shares"), order
+            if mode == "weights":  # the target the rule trades toward, as the kernel computes it
+                target = targets[decision["tickers"].index(order["ticker"])]
+                assert reason.startswith(f"target {target:.1%} of the portfolio, held "), order
 
 
 @pytest.mark.slow

@@ -19,9 +19,10 @@ The rule (and why it reproduces the backtest):
    shares (`envs.vector_env.write_portfolio_columns`, the env's own encoding); the policy's mean action
    follows from the replayed state.
 5. **Orders.** `envs.kernel.trade_step` with the account's cash and shares at the day's close: whole-share
-   orders ``trunc(clip(action) x hmax)``, sells first (never more than held), buys scaled pro rata to the
-   cash after the sells and costs (cash never negative), and on a turbulent day sell everything, buy
-   nothing. Its share changes are the orders.
+   orders toward the action's target weights beyond the rebalance band (``--action_mode weights``, the default)
+   or ``trunc(clip(action) x hmax)`` (``shares``, the paper's), sells first (never more than held), buys scaled
+   pro rata to the cash after the sells and costs (cash never negative), and on a turbulent day sell everything,
+   buy nothing. Its share changes are the orders, each with its reason in the same terms.
 
 So when the account holds what the backtest held on day t, the orders are the backtest's trades decided on day t
 (tests/test_trade.py proves it on recorded bars, under every ``--execution``). They are sent after the close and
@@ -48,11 +49,12 @@ from clstm_ppo.evaluation.backtest import Period, load_backtest_data, run_policy
 from clstm_ppo.market import is_alpaca
 from clstm_ppo.training.checkpoint import Checkpoint, restore_market
 from envs.alpaca import parse_timeframe, resolve_data_url
+from envs.config import EnvConfig
 from envs.data import DayRange, parse_date
 from envs.errors import UserError, shown_list
 from envs.execution import FILLS_AT, resolve_execution
 from envs.features import PreparedMarket
-from envs.kernel import orders_from_actions, portfolio_value, trade_step
+from envs.kernel import orders_from_actions, portfolio_value, target_weights, trade_step
 from envs.synthetic import is_synthetic_ticker
 from envs.vector_env import write_portfolio_columns
 
@@ -336,15 +338,24 @@ def decide(
         execution=execution,
         notes=notes,
     )
-    decision.orders = plan_orders(decision, stats.shares_traded[0].numpy(), env.hmax)
+    decision.orders = plan_orders(decision, stats.shares_traded[0].numpy(), env)
     return decision
 
 
-def plan_orders(d: Decision, traded: np.ndarray, hmax: int) -> list[PlannedOrder]:
-    """The rule's share changes ``traded`` ([N], + bought / - sold) as orders, sells first, with their reasons."""
+def plan_orders(d: Decision, traded: np.ndarray, env: EnvConfig) -> list[PlannedOrder]:
+    """The rule's share changes ``traded`` ([N], + bought / - sold) as orders, sells first, with their reasons in the
+    terms of ``env``'s action mode: the action times hmax (shares), or the target weight and the weight held
+    (weights)."""
+    if env.action_mode == "weights":
+        target = target_weights(torch.as_tensor(d.action).unsqueeze(0))[0, :-1].numpy()
+        holding = d.shares * d.prices
+        held = holding / max(d.cash + float(holding.sum()), 1e-12)
+        rule = [f"target {w:.1%} of the portfolio, held {h:.1%}" for w, h in zip(target, held, strict=True)]
+    else:
+        rule = [f"action {float(a):+.4f} x hmax {env.hmax}" for a in d.action]
     sells, buys = [], []
     for i, ticker in enumerate(d.tickers):
-        change, asked, held, act = float(traded[i]), float(d.requested[i]), float(d.shares[i]), float(d.action[i])
+        change, asked, held_shares = float(traded[i]), float(d.requested[i]), float(d.shares[i])
         if change < 0:
             if d.turbulent:
                 reason = (
@@ -353,16 +364,16 @@ def plan_orders(d: Decision, traded: np.ndarray, hmax: int) -> list[PlannedOrder
                     else f"turbulence stop still on ({d.turbulence:.2f} < {d.threshold:.2f}, not yet calm for long"
                     " enough): sell everything"
                 )
-            elif -asked > held:
-                reason = f"action {act:+.4f} asks to sell {-asked:g}; capped at the {held:g} held"
+            elif -asked > held_shares:
+                reason = f"{rule[i]} asks to sell {-asked:g}; capped at the {held_shares:g} held"
             else:
-                reason = f"action {act:+.4f} x hmax {hmax}"
+                reason = rule[i]
             sells.append(PlannedOrder(ticker, "sell", -change, float(d.prices[i]), reason))
         elif change > 0:
             if change < asked:
-                reason = f"action {act:+.4f} asks to buy {asked:g}; cut to {change:g} to fit the cash"
+                reason = f"{rule[i]} asks to buy {asked:g}; cut to {change:g} to fit the cash"
             else:
-                reason = f"action {act:+.4f} x hmax {hmax}"
+                reason = rule[i]
             buys.append(PlannedOrder(ticker, "buy", change, float(d.prices[i]), reason))
     return sells + buys
 
