@@ -50,6 +50,11 @@ def parse_episode_length(text: str | int) -> int | str:
     return days
 
 
+TRAINING_ONLY = frozenset({"episode_length", "reward", "reward_scaling", "turnover_penalty"})
+"""`EnvConfig` settings that shape only training's episodes and reward: a backtest, a study's trading and live
+trading never read them."""
+
+
 @dataclass(frozen=True)
 class EnvConfig:
     """How the trading environment trades and rewards (module `envs.kernel` has the rules). The observation window
@@ -134,6 +139,22 @@ class EnvConfig:
     def episode_days(self) -> int | None:
         """Trading days per episode; None: from the split's first day to its end (and no random start)."""
         return None if self.episode_length == "full" else int(self.episode_length)
+
+    def inert(self) -> frozenset[str]:
+        """The settings these ones leave without effect: the band with share actions, hmax with target weights, the
+        reward's scaling with the log-return reward."""
+        ignored = {"rebalance_band" if self.action_mode == "shares" else "hmax"}
+        return frozenset(ignored | ({"reward_scaling"} if self.reward == "log_return" else set()))
+
+    def differences(self, other: EnvConfig, *, skip: frozenset[str] = frozenset()) -> list[str]:
+        """The settings (in field order, less ``skip``) whose values differ from ``other``'s where either has an
+        effect: a difference in a setting that both leave inert (`inert`) changes nothing."""
+        idle = self.inert() & other.inert()
+        return [
+            f.name
+            for f in fields(self)
+            if f.name not in idle and f.name not in skip and getattr(self, f.name) != getattr(other, f.name)
+        ]
 
     def whole_split(self) -> EnvConfig:
         """These settings with every episode running from the split's first day to its end (evaluation)."""

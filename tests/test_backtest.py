@@ -23,9 +23,10 @@ import torch
 
 from clstm_ppo import cli
 from clstm_ppo.evaluation import metrics as M
-from clstm_ppo.evaluation.backtest import Period, load_backtest_data
+from clstm_ppo.evaluation.backtest import Period, load_backtest_data, open_members
 from clstm_ppo.threads import torch_threads
-from clstm_ppo.training.checkpoint import load_checkpoint, restore_market, restore_policy
+from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint, restore_market, restore_policy
+from envs.errors import UserError
 from envs.synthetic import generate_market
 from tests.conftest import TINY_RUN
 
@@ -509,6 +510,26 @@ def test_an_ensemble_backtest_reports_its_members_and_refuses_another_market(
         capsys, "backtest", "--checkpoint", str(ckpts["a"] / "best.pt"), str(ckpts["b"] / "best.pt")
     )
     assert code == 2 and err.count("\n") == 1 and "cannot join" in err and "its market's tickers" in err
+
+
+def test_ensemble_members_must_trade_alike_but_may_have_trained_on_other_rewards(
+    ckpts: dict[str, Path], tmp_path: Path
+):
+    """Members join when they differ only in what training alone reads (the turnover penalty) or in what their
+    action mode ignores (hmax with target weights); a cost that the trades pay is named, in one line."""
+
+    def edited(name: str, **settings: object) -> Path:
+        raw = torch.load(ckpts["a"] / "best.pt", map_location="cpu", weights_only=True)
+        raw["config"] = {**raw["config"], **settings}
+        torch.save(raw, tmp_path / name)
+        return tmp_path / name
+
+    first = ckpts["a"] / "best.pt"
+    assert open_checkpoint(first).cfg.env.action_mode == "weights"
+    joined = open_members([first, edited("penalty.pt", turnover_penalty=0.02), edited("hmax.pt", hmax=7)])
+    assert [ck.cfg.env.turnover_penalty for ck in joined][1:] == [0.02, open_checkpoint(first).cfg.env.turnover_penalty]
+    with pytest.raises(UserError, match=r"cannot join .* they differ in --buy_cost_pct$"):
+        open_members([first, edited("costs.pt", buy_cost_pct=0.002)])
 
 
 def test_compare_takes_an_ensemble_as_one_entry(

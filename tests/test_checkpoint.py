@@ -162,6 +162,22 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     assert load_checkpoint(run / "latest.pt").counters["episodes"] == 48
 
 
+def test_a_resume_must_keep_what_gives_actions_and_rewards_meaning_but_not_what_both_runs_leave_inert():
+    from clstm_ppo.training.resume import resume_must_match
+
+    def must(then: list[str], now: list[str]) -> set[str]:
+        return set(resume_must_match(parse_config(then), parse_config(now)))
+
+    weights, shares = ["--action_mode", "weights"], ["--action_mode", "shares"]
+    both_weights = must(weights, weights)
+    assert {"rebalance_band", "buy_cost_pct", "reward", "turnover_penalty", "price_features"} <= both_weights
+    assert not {"hmax", "reward_scaling", "episode_length"} & both_weights  # target weights, log-return reward
+    both_shares = must(shares, shares)
+    assert "hmax" in both_shares and "rebalance_band" not in both_shares  # 0.2.3's paper runs resume under 0.2.4
+    assert {"hmax", "rebalance_band", "action_mode"} <= must(shares, weights)  # modes differ: nothing is inert in both
+    assert "reward_scaling" in must(["--reward", "value"], ["--reward", "value"])
+
+
 def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeypatch, capsys):
     """A shell loop that starts several seeds at once: each run claims its generated folder (NAME, NAME-2, ...),
     so no run writes into another's; the held-out line names each run's own checkpoint."""

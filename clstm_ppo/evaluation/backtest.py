@@ -72,7 +72,7 @@ from clstm_ppo.training.checkpoint import (
     restore_market,
     restore_policy,
 )
-from envs.config import EnvConfig
+from envs.config import TRAINING_ONLY
 from envs.data import DayRange, MarketData
 from envs.errors import UserError, first_line, shown_list
 from envs.execution import Terms, describe_execution, resolve_execution
@@ -454,10 +454,6 @@ class Backtest:
     oracle: str | None = None  # on a planted synthetic market: `oracle_words` (the oracle on the same days)
 
 
-MEMBERS_MUST_MATCH = tuple(f.name for f in dataclasses.fields(EnvConfig) if f.name != "episode_length")
-"""The env settings (how actions trade, what they cost) every member of an ensemble must share."""
-
-
 def open_members(paths: list[str | Path]) -> list[Checkpoint]:
     """The checkpoints of an ensemble (one or more), checked to act on one market the same way: the same tickers,
     market spec (window, state, normalisation, threshold) and env settings; UserError naming what differs."""
@@ -466,7 +462,7 @@ def open_members(paths: list[str | Path]) -> list[Checkpoint]:
     for ck in cks[1:]:
         spec_diff = sorted(k for k in set(first.market_spec) | set(ck.market_spec)
                            if first.market_spec.get(k) != ck.market_spec.get(k))  # fmt: skip
-        env_diff = [k for k in MEMBERS_MUST_MATCH if getattr(ck.cfg.env, k) != getattr(first.cfg.env, k)]
+        env_diff = first.cfg.env.differences(ck.cfg.env, skip=TRAINING_ONLY)  # how actions trade, what they cost
         if spec_diff or env_diff:
             what = ", ".join([*(f"its market's {k}" for k in spec_diff), *(f"--{k}" for k in env_diff)])
             raise UserError(f"{ck.path} cannot join {first.path} in an ensemble: they differ in {what}")

@@ -26,20 +26,18 @@ INIT_ONLY = ("init_log_std",)
 """Network fields that set only the initial weights, which a checkpoint's weights replace: a run that continues or
 starts from a checkpoint may differ there (0.2.1 changed the default; its checkpoints of 0.2.0 resume)."""
 
-RESUME_MUST_MATCH = (
-    *(f.name for f in fields(EnvConfig) if f.name != "episode_length"),
-    "price_features",
-    "use_turbulence",
-)
-"""Settings that give an action, a state or a reward its meaning: a resumed run must keep the checkpoint's (every
-env setting but the episode length, the state's price column and the turbulence stop)."""
+RESUME_ALSO_MATCH = ("price_features", "use_turbulence")
+"""Settings beyond the env's that give a state its meaning: the state's price column and the turbulence stop."""
 
 
 def resume_must_match(then: TrainConfig, now: TrainConfig) -> tuple[str, ...]:
-    """`RESUME_MUST_MATCH` less the band when both runs trade shares, where it has no effect (0.2.4 changed its
-    default: a paper-preset run of 0.2.3 resumes)."""
-    shares = then.env.action_mode == now.env.action_mode == "shares"
-    return tuple(s for s in RESUME_MUST_MATCH if not (shares and s == "rebalance_band"))
+    """The settings a resumed run must keep from its checkpoint, as they give an action, a state or a reward its
+    meaning: every env setting but the episode length, less those both runs leave inert (`EnvConfig.inert`: the
+    band when both trade shares, so a paper-preset run of 0.2.3 resumes under 0.2.4's band), and
+    `RESUME_ALSO_MATCH`."""
+    idle = then.env.inert() & now.env.inert()
+    env = tuple(f.name for f in fields(EnvConfig) if f.name != "episode_length" and f.name not in idle)
+    return (*env, *RESUME_ALSO_MATCH)
 
 
 def _shown(value: object) -> object:
