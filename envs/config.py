@@ -146,15 +146,15 @@ class EnvConfig:
         ignored = {"rebalance_band" if self.action_mode == "shares" else "hmax"}
         return frozenset(ignored | ({"reward_scaling"} if self.reward == "log_return" else set()))
 
-    def differences(self, other: EnvConfig, *, skip: frozenset[str] = frozenset()) -> list[str]:
-        """The settings (in field order, less ``skip``) whose values differ from ``other``'s where either has an
-        effect: a difference in a setting that both leave inert (`inert`) changes nothing."""
+    def in_effect(self, other: EnvConfig, *, skip: frozenset[str] = frozenset()) -> list[str]:
+        """The settings (in field order, less ``skip``) that act in these settings or in ``other``'s: all but those
+        both leave inert (`inert`), where a difference changes nothing."""
         idle = self.inert() & other.inert()
-        return [
-            f.name
-            for f in fields(self)
-            if f.name not in idle and f.name not in skip and getattr(self, f.name) != getattr(other, f.name)
-        ]
+        return [f.name for f in fields(self) if f.name not in idle | skip]
+
+    def differences(self, other: EnvConfig, *, skip: frozenset[str] = frozenset()) -> list[str]:
+        """The settings `in_effect` whose values differ from ``other``'s."""
+        return [k for k in self.in_effect(other, skip=skip) if getattr(self, k) != getattr(other, k)]
 
     def whole_split(self) -> EnvConfig:
         """These settings with every episode running from the split's first day to its end (evaluation)."""

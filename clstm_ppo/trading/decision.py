@@ -348,8 +348,10 @@ def plan_orders(d: Decision, traded: np.ndarray, env: EnvConfig) -> list[Planned
     (weights)."""
     if env.action_mode == "weights":
         target = target_weights(torch.as_tensor(d.action).unsqueeze(0))[0, :-1].numpy()
-        holding = d.shares * d.prices
-        held = holding / max(d.cash + float(holding.sum()), 1e-12)
+        value = portfolio_value(
+            torch.tensor([d.cash]), torch.as_tensor(d.shares)[None], torch.as_tensor(d.prices)[None]
+        )
+        held = d.shares * d.prices / max(float(value[0]), 1e-12)
         rule = [f"target {w:.1%} of the portfolio, held {h:.1%}" for w, h in zip(target, held, strict=True)]
     else:
         rule = [f"action {float(a):+.4f} x hmax {env.hmax}" for a in d.action]

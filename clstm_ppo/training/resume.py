@@ -3,7 +3,6 @@ same tickers and the same network, and name every setting that differs by its fl
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -13,7 +12,6 @@ from clstm_ppo.agent.model import ModelSpec
 from clstm_ppo.config import SETTINGS, TrainConfig
 from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
 from clstm_ppo.training.run_folder import resolve_resume
-from envs.config import EnvConfig
 from envs.errors import UserError, shown_list
 from envs.features import PreparedMarket
 from envs.fingerprint import data_fingerprint
@@ -35,9 +33,7 @@ def resume_must_match(then: TrainConfig, now: TrainConfig) -> tuple[str, ...]:
     meaning: every env setting but the episode length, less those both runs leave inert (`EnvConfig.inert`: the
     band when both trade shares, so a paper-preset run of 0.2.3 resumes under 0.2.4's band), and
     `RESUME_ALSO_MATCH`."""
-    idle = then.env.inert() & now.env.inert()
-    env = tuple(f.name for f in fields(EnvConfig) if f.name != "episode_length" and f.name not in idle)
-    return (*env, *RESUME_ALSO_MATCH)
+    return (*then.env.in_effect(now.env, skip=frozenset({"episode_length"})), *RESUME_ALSO_MATCH)
 
 
 def _shown(value: object) -> object:
