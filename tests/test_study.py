@@ -896,6 +896,9 @@ def test_the_eta_counts_what_running_jobs_have_done_and_queues_the_rest_on_free_
     from clstm_ppo.study.runner import _eta, _job_seconds_left
 
     assert _job_seconds_left(545.0, 340, 400, 545.0) == pytest.approx(96.2, abs=0.1)  # its own pace, not the mean's
+    # trained out: what is left is its trading and reports, as long as those of the jobs done (an example-data
+    # study's second batch, trained out when the first ended, printed "ETA 0 min 00 s" and ran 28 s more)
+    assert _job_seconds_left(944.0, 700, 700, 944.0, tail=34.0) == 34.0
     assert _job_seconds_left(946.0, 0, 400, 947.0) == 1.0  # no episode logged yet: the mean job's time
     assert _job_seconds_left(120.0, 0, 0, 100.0) == 0.0  # past the mean: now, at the earliest
     assert _eta(100.0, [], 3, 2) == 200.0  # two waves on two idle workers

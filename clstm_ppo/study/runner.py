@@ -194,7 +194,8 @@ class _Job:
     cells: list[Cell]
     slot: int  # the worker slot it holds (which GPU it sees)
     began: float  # time.perf_counter() when it started
-    episodes_before: int  # episodes its first cell had logged when it started, before the first estimate: not timed
+    episodes_before: int  # episodes its first cell had logged when it started (a resumed cell's): not timed
+    tail: float | None = None  # seconds it ran besides training (start, trading, reports), once a cell of it is done
 
 
 def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) -> subprocess.Popen:
@@ -267,6 +268,7 @@ class _CellPool:
         self.free_slots = list(range(layout.workers))
         self.stop: list[tuple[int, float]] = []  # (signal, when)
         self.job_seconds: list[float] = []  # each finished job's wall seconds (one with a done cell)
+        self.tails: list[float] = []  # each finished job's seconds besides training (`_Job.tail`)
         self.jobs_done = 0
         self.estimated = False
         self.next_look = 0.0
@@ -348,13 +350,17 @@ class _CellPool:
             state = "interrupted"
         self.counts[state] += 1
         if state == "done":
-            self.record_done(job, cell)
+            self.record_done(job, cell, status)
         self.log_progress(job, cell, state, status)
         return state
 
-    def record_done(self, job: _Job, cell: Cell) -> None:
-        """Hand a done cell to ``on_done``; estimate the wall time from its job if nothing has yet."""
+    def record_done(self, job: _Job, cell: Cell, status: dict[str, Any]) -> None:
+        """Hand a done cell to ``on_done``; note its job's time besides training; estimate the wall time from its job
+        if nothing has yet."""
         seconds = time.perf_counter() - job.began
+        if job.tail is None and "train_seconds" in status:
+            job.tail = max(seconds - float(status["train_seconds"]), 0.0)
+            self.tails.append(job.tail)
         if self.on_done is not None:
             self.on_done(cell)
         if not self.estimated:
@@ -384,10 +390,12 @@ class _CellPool:
         )
 
     def seconds_left(self, job: _Job, per_job: float) -> float:
-        """A running job's seconds to go, from the share of its first cell's episodes trained so far."""
+        """A running job's seconds to go, from the share of its first cell's episodes trained so far and the time
+        finished jobs took besides training."""
         todo = max(self.cell_episodes - job.episodes_before, 1) if self.cell_episodes else 0
         done = _episodes_done(self.study_dir / "cells" / job.cells[0].name) - job.episodes_before if todo else 0
-        return _job_seconds_left(time.perf_counter() - job.began, done, todo, per_job)
+        tail = sum(self.tails) / len(self.tails) if self.tails else 0.0
+        return _job_seconds_left(time.perf_counter() - job.began, done, todo, per_job, tail)
 
     def counts_with_signal(self) -> dict[str, int]:
         """The counts, with the first stop's signal number as "signal" when a signal stopped the cells."""
@@ -396,12 +404,13 @@ class _CellPool:
         return self.counts
 
 
-def _job_seconds_left(ran: float, done: int, todo: int, per_job: float) -> float:
-    """Seconds a job that has run ``ran`` seconds has to go: at its own pace once it has trained ``done`` of its
-    ``todo`` episodes (jobs started together need not end together), else the mean job's ``per_job`` less what it
-    has run (now, at the earliest)."""
+def _job_seconds_left(ran: float, done: int, todo: int, per_job: float, tail: float = 0.0) -> float:
+    """Seconds a job that has run ``ran`` seconds has to go: once it has trained ``done`` of its ``todo`` episodes,
+    the rest at its own pace (jobs started together need not end together) and then ``tail`` seconds besides
+    training (trading, reports; what finished jobs took); before that, the mean job's ``per_job`` less what it has
+    run (now, at the earliest)."""
     if done > 0 and todo > 0:
-        return ran / done * max(todo - done, 0)
+        return ran / done * max(todo - done, 0) + tail
     return max(per_job - ran, 0.0)
 
 
