@@ -272,6 +272,7 @@ class _CellPool:
         self.jobs_done = 0
         self.estimated = False
         self.next_look = 0.0
+        self.trained: dict[int, int] = {}  # running jobs' episodes trained, read once per finished job (by pid)
 
     def on_signal(self, signum: int, _frame: Any) -> None:
         """Note the stop and ask each running cell to stop."""
@@ -333,6 +334,7 @@ class _CellPool:
             del self.running[pid]
             self.free_slots.append(job.slot)
             self.jobs_done += 1
+            self.trained.clear()  # each of its cells' progress lines reads the running jobs' files once, not K times
             states = [self.finish(job, cell, code) for cell in job.cells]
             if "done" in states:
                 self.job_seconds.append(time.perf_counter() - job.began)
@@ -393,7 +395,10 @@ class _CellPool:
         """A running job's seconds to go, from the share of its first cell's episodes trained so far and the time
         finished jobs took besides training."""
         todo = max(self.cell_episodes - job.episodes_before, 1) if self.cell_episodes else 0
-        done = _episodes_done(self.study_dir / "cells" / job.cells[0].name) - job.episodes_before if todo else 0
+        pid = job.proc.pid
+        if todo and pid not in self.trained:
+            self.trained[pid] = _episodes_done(self.study_dir / "cells" / job.cells[0].name)
+        done = self.trained[pid] - job.episodes_before if todo else 0
         tail = sum(self.tails) / len(self.tails) if self.tails else 0.0
         return _job_seconds_left(time.perf_counter() - job.began, done, todo, per_job, tail)
 
