@@ -76,20 +76,19 @@ class StackedLSTM(torch.autograd.Function):
             hid = four_h // 4
             grad_out = grad_out.to(acts.dtype)
             grad_gates = torch.empty_like(acts)
-            carried = torch.zeros_like(hidden_in[:, 0])  # dL/dh entering the next day
-            dc = torch.zeros_like(carried)
-            tmp = torch.empty_like(carried)
+            dh = grad_out[:, days - 1]  # dL/dh of day t's output: its own gradient and what day t + 1 carries back
+            dc = torch.zeros_like(hidden_in[:, 0])
+            tmp = torch.empty_like(dc)
             slope = torch.empty_like(acts[:, 0])
             for t in reversed(range(days)):
                 d = grad_gates[:, t]
-                dh = grad_out[:, t] + carried
                 lstm_gate_gradients(acts[:, t], tanh_cells[:, t], cell_in[:, t], dh, dc, d, slope, tmp)
                 if t in cuts:  # the state entering day t was the previous day's times keep
                     dc.mul_(keep[:, t])
-                if t > 0:
-                    carried = torch.bmm(d, w_hh)
-                    if t in cuts:
-                        carried.mul_(keep[:, t])
+                if t > 0 and t in cuts:
+                    dh = torch.bmm(d, w_hh).mul_(keep[:, t]).add_(grad_out[:, t - 1])
+                elif t > 0:
+                    dh = torch.baddbmm(grad_out[:, t - 1], d, w_hh)
             gates = grad_gates.view(cells, days * m, four_h)
             grad_w = torch.bmm(gates.transpose(1, 2), hidden_in.view(cells, days * m, hid))
         return grad_gates, grad_w, None, None, None, None
