@@ -4,12 +4,14 @@
 #   bash benchmarks/gpu_check.sh OUTDIR            # OUTDIR, else $OUT, else ./gpu_check
 #   DRY=1 bash benchmarks/gpu_check.sh OUTDIR      # every step tiny on the CPU: checks the script, measures nothing
 #
-# Steps, each under its own timeout (seconds in brackets; they sum to 470) so one slow step cannot eat the budget:
-#   1. the CUDA tests: tests/test_cuda.py and the env's CUDA test                                     [100]
-#   2. training throughput, paper preset, bf16, 1,024 and 4,096 envs (benchmarks/train_throughput.py)  [90]
-#   3. the 10,000-episode run: paper preset, 4,096 envs, bf16, one GPU, timed                          [90]
-#   4. one study cell alone: paper preset, example data, 100 episodes, --retrain none                  [70]
-#   5. twelve such cells (seeds 1-12) trained as one batch in one process (--batch_cells 12)           [120]
+# Steps, each under its own timeout (seconds in brackets; they sum to 480) so one slow step cannot eat the budget:
+#   1. the CUDA tests: tests/test_cuda.py and the env's CUDA test                                     [90]
+#   2. training throughput, paper preset, bf16, 1,024 and 4,096 envs (benchmarks/train_throughput.py)  [85]
+#   3. the same at 4,096 envs with stage 1 on the shared window kernel instead of cuDNN's LSTM         [35]
+#      (its input projection once per day-row; its bias gradient a row sum, not cuDNN's kernel)
+#   4. the 10,000-episode run: paper preset, 4,096 envs, bf16, one GPU, timed                          [85]
+#   5. one study cell alone: paper preset, example data, 100 episodes, --retrain none                  [70]
+#   6. twelve such cells (seeds 1-12) trained as one batch in one process (--batch_cells 12)           [115]
 # then a summary table (summary.md). Every log lands in OUTDIR, with the studies' small files (study.md, cells.csv,
 # each cell's status.json); checkpoints stay in a scratch folder ($TMPDIR or /tmp), out of OUTDIR. Assumes python3
 # has torch with CUDA and the package's dependencies; run it from the repository root.
@@ -24,7 +26,7 @@ data=csv:examples/data/stocks_daily_6_ohlcv.csv
 summary="$out/summary.md"
 
 if [ "$dry" = 1 ]; then
-    device=cpu; gpus=0; envs=2; big_envs=4; tenk_envs=8; tenk_batch=128; tenk_episodes=16; cell_episodes=8
+    device=cpu; gpus=0; envs=4; big_envs=8; tenk_envs=8; tenk_batch=128; tenk_episodes=16; cell_episodes=8
     net=(--window 5 --stage1_hidden 8 --feature_dim 8 --stage2_hidden 16 --n_steps 16 --batch_size 32 --epochs 1
          --episode_length 16 --num_envs 4)
     where=(--cpu --threads 1)
@@ -54,14 +56,19 @@ step() {  # step NAME TIMEOUT_S LOG COMMAND...: run one step under its timeout, 
     echo "[gpu_check] $name: $status in $((SECONDS - start)) s"
 }
 
-step "CUDA tests" 100 pytest_cuda.log \
+step "CUDA tests" 90 pytest_cuda.log \
     python3 -m pytest -q -p no:cacheprovider -n 0 -m cuda tests/test_cuda.py "tests/test_env.py::test_cuda_matches_cpu"
 
-step "throughput, paper, $precision, $envs and $big_envs envs" 90 throughput.log \
+step "throughput, paper, $precision, $envs and $big_envs envs" 85 throughput.log \
     python3 benchmarks/train_throughput.py --preset paper --device "$device" --num_envs "$envs,$big_envs" \
     --minibatches 4 --mixed_precision "$precision" --updates 2 --timeout 40 --threads 1 --json "$out/throughput.json"
 
-step "$tenk_episodes episodes, paper, $tenk_envs envs, $precision" 90 tenk.log \
+step "throughput, paper, $precision, $big_envs envs, shared window kernel" 35 throughput_shared.log \
+    python3 benchmarks/train_throughput.py --preset paper --device "$device" --num_envs "$big_envs" \
+    --minibatches 4 --mixed_precision "$precision" --updates 1 --timeout 30 --threads 1 --window_kernels shared \
+    --json "$out/throughput_shared.json"
+
+step "$tenk_episodes episodes, paper, $tenk_envs envs, $precision" 85 tenk.log \
     /usr/bin/time -f "wall %e s, max RSS %M KiB" python3 train_distributed_clstm_ppo.py --preset paper \
     --num_gpus "$gpus" --num_envs "$tenk_envs" --batch_size "$tenk_batch" --mixed_precision "$precision" \
     --num_episodes "$tenk_episodes" --eval_every 1000 --checkpoint_dir "$work/tenk" --run_name tenk --no-progress \
@@ -71,7 +78,7 @@ study=(python3 -m clstm_ppo.cli study --data "$data" --preset paper --policies c
        --retrain none --trade_start 2023-01-03 --workers 1 --bootstrap 100 --ledger "$out/ledger.jsonl"
        "${where[@]}" ${net[@]+"${net[@]}"})
 step "1 cell alone, $cell_episodes episodes" 70 study_1.log "${study[@]}" --out "$work/study_1" --seeds 1 --batch_cells 1
-step "12 cells as one batch, $cell_episodes episodes each" 120 study_12.log \
+step "12 cells as one batch, $cell_episodes episodes each" 115 study_12.log \
     "${study[@]}" --out "$work/study_12" --seeds 1-12 --batch_cells 12
 for n in 1 12; do  # the studies' small files
     (cd "$work" && find "study_$n" \( -name study.md -o -name cells.csv -o -name status.json \) -print0 \
@@ -89,6 +96,9 @@ done
     echo
     echo "Throughput (env steps/s):"
     grep -E '^\|' "$out/throughput.log" | head -8
+    echo
+    echo "Shared window kernel (stage 1) at $big_envs envs (its rollout runs it on dense windows too: compare forward and backward s):"
+    grep -E '^\|' "$out/throughput_shared.log" | head -4
     echo
     echo "10,000 episodes: $(grep -E 'done:|wall ' "$out/tenk.log" | tr '\n' ' ')"
     for n in 1 12; do
