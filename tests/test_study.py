@@ -701,6 +701,33 @@ def test_a_failed_cell_is_recorded_and_a_killed_study_continues_where_it_stopped
     assert not [p for p in Path("/proc").glob("[0-9]*") if _is_cell_of(p, tmp_path)]  # no cell left running
 
 
+def test_a_study_grows_by_seeds_and_refuses_any_other_change_in_one_line(tmp_path):
+    """More seeds on the same folder: the finished cells are kept and the report covers every seed; other settings,
+    or seeds taken away, are another study: refused in one line, nothing written."""
+    ledger = tmp_path / "ledger.jsonl"
+    args = ["--out", "run", "--data", DATA, "--policies", "mlp", *WINDOW_FLAGS, *TINY_STUDY, "--workers", "1"]
+    args += ["--retrain", "none", "--ledger", str(ledger)]
+    first = study(tmp_path, *args, "--seeds", "1")
+    assert first.returncode == 0, first.stderr + first.stdout
+    run = tmp_path / "run"
+    done_at = (run / "cells" / "mlp-s1" / "result.json").stat().st_mtime_ns
+    spec_before = (run / "spec.json").read_text()
+    for change, named in ((["--seeds", "1-2", "--gamma", "0.9"], "--gamma"), (["--seeds", "2"], "seeds")):
+        line = one_error_line(study(tmp_path, *args, *change))
+        assert "holds another study" in line and named in line, line
+        assert (run / "spec.json").read_text() == spec_before and not (run / "cells" / "mlp-s2").exists()
+    assert "(seeds may only be added)" in line
+    grown = study(tmp_path, *args, "--seeds", "1-2")
+    assert grown.returncode == 0, grown.stderr + grown.stdout
+    assert "adds seeds 2 to the study" in grown.stdout and "1 of 2 cells already done (kept)" in grown.stdout
+    assert (run / "cells" / "mlp-s1" / "result.json").stat().st_mtime_ns == done_at  # not recomputed
+    report = json.loads((run / "study.json").read_text())
+    assert report["cells"]["done"] == 2 and report["groups"]["mlp"]["seeds"] == [1, 2]
+    assert json.loads((run / "spec.json").read_text())["seeds"] == [1, 2]
+    trials = sorted(r["cell"] for r in ledger_lines(ledger) if r["kind"] == "trial")
+    assert trials == ["mlp-s1", "mlp-s2"] and report["trials"]["num_trials"] == 2  # each once
+
+
 def _is_cell_of(proc_dir: Path, tmp_path: Path) -> bool:
     try:
         return str(tmp_path) in (proc_dir / "cmdline").read_text().replace("\0", " ")

@@ -82,6 +82,17 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+def format_seeds(seeds: list[int]) -> str:
+    """[1, 2, 3, 4, 7, 9, 10] -> ``"1-4,7,9-10"`` (sorted): `parse_seeds`'s inverse."""
+    runs: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:
     """``["window=5,30", "ent_coef=0,0.01"]`` -> the cartesian product of the settings, as variant tuples
     (``[()]`` when there is none). Values are parsed with the setting's type; unknown or data settings refused."""

@@ -38,7 +38,7 @@ from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.market import load_data
 from clstm_ppo.study.batch import batches
 from clstm_ppo.study.cell import read_status, write_status
-from clstm_ppo.study.grid import Cell, shard
+from clstm_ppo.study.grid import Cell, format_seeds, shard
 from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, same_market, save_markets
 from clstm_ppo.study.report import build_report, verdict_lines
 from clstm_ppo.study.schedule import WalkPeriod, walk_forward
@@ -457,7 +457,7 @@ def run_study(
     with ``unseal`` (recorded in the ledger). The study and each cell that finishes are appended to the ledger.
     """
     cells = spec.cells()
-    _check_before_writing(study_dir, spec, cells, ledger, max_cells)
+    _check_before_writing(study_dir, spec, cells, ledger, max_cells, log)
     # Batches are formed over the whole grid and shards take whole batches: a cell trains with the same batch mates,
     # in the same place, in a shard as in the whole study (the same numbers, bit for bit, given the same batches).
     shards = shard_of[1] if shard_of else 1
@@ -486,8 +486,11 @@ def run_study(
     return _report_study(study_dir, ledger, confidence=confidence, n_boot=n_boot, log=log)
 
 
-def _check_before_writing(study_dir: Path, spec: StudySpec, cells: list[Cell], ledger: Ledger, max_cells: int) -> None:
-    """Refuse a grid over ``max_cells``, an unwritable folder or ledger, or a folder holding another study."""
+def _check_before_writing(
+    study_dir: Path, spec: StudySpec, cells: list[Cell], ledger: Ledger, max_cells: int, log: Any
+) -> None:
+    """Refuse a grid over ``max_cells``, an unwritable folder or ledger, or a folder holding another study (one that
+    ``spec`` only adds seeds to is the same study, grown)."""
     if len(cells) > max_cells:
         raise UserError(
             f"the grid has {len(cells)} cells ({len(spec.policies)} policies x {len(spec.seeds)} seeds x "
@@ -497,7 +500,12 @@ def _check_before_writing(study_dir: Path, spec: StudySpec, cells: list[Cell], l
     check_writable(study_dir)
     ledger.check_writable()
     if (study_dir / SPEC_FILE).is_file():
-        StudySpec.load(study_dir).check_same(spec, study_dir)
+        before = StudySpec.load(study_dir)
+        if before.check_same(spec, study_dir, more_seeds=True):
+            log(
+                f"[study] adds seeds {format_seeds(sorted(set(spec.seeds) - set(before.seeds)))} to the study in "
+                f"{study_dir} (seeds {format_seeds(before.seeds)}: its finished cells are kept)"
+            )
 
 
 def _guard_holdout(

@@ -2,7 +2,8 @@
 
 Everything that decides a cell's numbers is in the spec; how the work is spread (workers, shards) is not. A study
 folder belongs to one spec: re-running with another grid or schedule on the same folder is refused, so finished
-cells are never mixed with cells of another study.
+cells are never mixed with cells of another study. The one change a run may make is more seeds (every seed it had,
+and others): each cell's numbers depend on its own seed only, so the study grows and its finished cells are kept.
 """
 
 from __future__ import annotations
@@ -71,15 +72,23 @@ class StudySpec:
         spec.base = spec.base_config.to_dict()  # each setting as this version writes it (e.g. "252" -> 252)
         return spec
 
-    def check_same(self, other: StudySpec, where: Path) -> None:
-        """UserError naming what differs when ``other`` (found in ``where``) is another study."""
+    def check_same(self, other: StudySpec, where: Path, *, more_seeds: bool = False) -> bool:
+        """UserError naming what differs when ``other`` (found in ``where``) is another study.
+
+        :param more_seeds: accept ``other`` when it differs only by adding seeds to this one's (a study grown).
+        :return: whether ``other`` adds seeds.
+        """
         mine, theirs = self.identity(), other.identity()
         diff = sorted(k for k in mine if mine[k] != theirs.get(k))
+        grows = diff == ["seeds"] and set(self.seeds) < set(other.seeds)
+        if more_seeds and grows:
+            return True
         if "base" in diff:
             base_diff = sorted(k for k in mine["base"] if mine["base"][k] != theirs["base"].get(k))
             diff = [d for d in diff if d != "base"] + [f"--{k}" for k in base_diff]
         if diff:
             raise UserError(
                 f"{where} holds another study (it differs in {', '.join(diff)}); use a new --out, or "
-                f"the same settings to continue it"
+                f"the same settings to continue it{' (seeds may only be added)' if 'seeds' in diff else ''}"
             )
+        return False
