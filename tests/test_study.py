@@ -488,6 +488,12 @@ def test_shards_of_a_batched_study_merge_into_the_same_study(full_study, tmp_pat
             assert np.array_equal(x["values"], y["values"]), cell
     other = study(tmp_path, "merge", "--out", "merged", "part1", str(out / "cells"))
     assert other.returncode == 2 and "error:" in other.stderr
+    # a study of seed 1 merged with shards of seeds 1-2 grows to them
+    fewer = json.loads((tmp_path / "merged" / "spec.json").read_text()) | {"seeds": [1]}
+    (tmp_path / "merged" / "spec.json").write_text(json.dumps(fewer))
+    grown = study(tmp_path, "merge", "--out", "merged", "part1", "part2", "--bootstrap", "500")
+    assert grown.returncode == 0, grown.stderr + grown.stdout
+    assert json.loads((tmp_path / "merged" / "spec.json").read_text())["seeds"] == [1, 2]
 
 
 def outcomes(cells: pd.DataFrame) -> pd.DataFrame:
