@@ -3,17 +3,20 @@ cost that session) and the batched-study benchmark's command line."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
 from tests.conftest import ROOT, clean_env
 
 
-def test_the_gpu_check_script_parses_and_names_its_five_steps():
+def test_the_gpu_check_script_parses_and_its_six_steps_fit_in_8_minutes():
     script = ROOT / "benchmarks" / "gpu_check.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
-    assert text.count('\nstep "') == 5 and "tests/test_cuda.py" in text and "--batch_cells 12" in text
+    limits = [int(m) for m in re.findall(r'^step "[^"]*" (\d+) ', text, flags=re.MULTILINE)]
+    assert len(limits) == 6 and sum(limits) <= 480, limits  # each step's timeout: the worst case stays under 8 min
+    assert "tests/test_cuda.py" in text and "--batch_cells 12" in text and "--window_kernels shared" in text
 
 
 def test_the_batched_study_benchmark_explains_itself():
