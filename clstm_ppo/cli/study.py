@@ -70,7 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
         default="clstm,lstm,mlp",
         help=f"comma-separated policy variants to compare ({', '.join(POLICIES)})",
     )
-    g.add_argument("--seeds", default="1-4", help="seeds per configuration: numbers and ranges, e.g. 1-8 or 1,3,5-7")
+    g.add_argument(
+        "--seeds",
+        default="1-4",
+        help="seeds per configuration: numbers and ranges, e.g. 1-8 or 1,3,5-7; more seeds on a study's folder grow it",
+    )
     g.add_argument(
         "--vary",
         action="append",
