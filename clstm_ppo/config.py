@@ -620,7 +620,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         portfolio_features="shares", **PAPER_BEHAVIOUR,
         init_log_std=-0.5,  # not stated in the paper (sb3's default is 0): 0.1.0's, so the preset trains as it did
     ),
-    # A first run that shows learning in a few minutes on one CPU core: a small clstm on a toy lead-lag market
+    # A first run in under a minute on one CPU core: a small clstm on a toy lead-lag market
     # (docs/data.md: 5 tickers; ticker i's shocks move ticker i+1 over the next days, IC 0.3, half-life 5 days, far
     # stronger than anything in real daily data); no turnover penalty (chosen on real data, where there is no signal
     # to trade: on this market it teaches the policy to leave the signal alone, docs/learning.md), 0.2.0's exploration
