@@ -3,7 +3,8 @@
 Everything that decides a cell's numbers is in the spec; how the work is spread (workers, shards) is not. A study
 folder belongs to one spec: re-running with another grid or schedule on the same folder is refused, so finished
 cells are never mixed with cells of another study. The one change a run may make is more seeds (every seed it had,
-and others): each cell's numbers depend on its own seed only, so the study grows and its finished cells are kept.
+and others): each cell's numbers depend on its own seed only (up to a batch's float rounding), so the study grows
+and its finished cells are kept.
 """
 
 from __future__ import annotations
