@@ -90,6 +90,6 @@ class StudySpec:
         if diff:
             raise UserError(
                 f"{where} holds another study (it differs in {', '.join(diff)}); use a new --out, or "
-                f"the same settings to continue it{' (seeds may only be added)' if 'seeds' in diff else ''}"
+                f"the same settings to continue it{' (seeds may only be added)' if more_seeds and 'seeds' in diff else ''}"
             )
         return False
