@@ -55,12 +55,8 @@ from clstm_ppo.agent.windows import Windows
 warnings.filterwarnings("ignore", message="grad and param do not obey the gradient layout contract")
 
 OBS_BUFFERS = ("obs_count", "obs_mean", "obs_var")  # --norm_obs's running statistics (`ActorCritic._finish`)
-LSTM_WEIGHTS = (
-    "weight_ih_l0",
-    "weight_hh_l0",
-    "bias_ih_l0",
-    "bias_hh_l0",
-)  # a one-layer nn.LSTM's, in stacked_lstm's order
+# a one-layer nn.LSTM's weights, in stacked_lstm's order
+LSTM_WEIGHTS = ("weight_ih_l0", "weight_hh_l0", "bias_ih_l0", "bias_hh_l0")
 
 
 def _rebind(model: nn.Module, name: str, value: Tensor, parameter: bool) -> None:
