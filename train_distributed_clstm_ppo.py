@@ -6,8 +6,8 @@ Works the same under torchrun: `torchrun --nproc_per_node 8 train_distributed_cl
 
 import sys
 
-from clstm_ppo.cli import run_guarded
+from clstm_ppo.cli import run_command
 from clstm_ppo.cli.train import main
 
 if __name__ == "__main__":
-    sys.exit(run_guarded(main, sys.argv[1:]))
+    sys.exit(run_command(main))

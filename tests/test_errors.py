@@ -54,3 +54,30 @@ def test_unexpected_errors_are_one_line_naming_their_type(capsys: pytest.Capture
     assert capsys.readouterr().err == (
         "error: unexpected ZeroDivisionError: division by zero (--debug shows the traceback)\n"
     )
+
+
+def test_a_process_command_freezes_its_imports_and_a_test_interpreter_keeps_its_collector() -> None:
+    """`freeze_imports`: in the process of one command (``main()`` without arguments, as the console script and
+    ``python -m`` call it), the objects its imports made are frozen once they are made, torch's among them (the
+    exit then skips them); a command called in this interpreter freezes nothing."""
+    import gc
+    import subprocess
+    import sys
+
+    from clstm_ppo.cli.main import main
+
+    frozen = gc.get_freeze_count()
+    assert main(["train", "--preset", "demo", "--dry_run"]) == 0
+    assert gc.get_freeze_count() == frozen
+    probe = (
+        "import gc, sys\n"
+        "from clstm_ppo.cli.main import main\n"
+        "sys.argv = ['clstm-ppo', 'train', '--preset', 'demo', '--dry_run']\n"
+        "code = main()\n"
+        "print('frozen', gc.get_freeze_count(), 'tracked', len(gc.get_objects()), 'torch', 'torch' in sys.modules)\n"
+        "sys.exit(code)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    words = out.strip().splitlines()[-1].split()
+    assert words[0] == "frozen" and words[-1] == "True"
+    assert int(words[1]) > 5 * int(words[3])  # the imports' objects (torch's ~170k) frozen, few left to collect

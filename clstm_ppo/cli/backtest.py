@@ -167,6 +167,6 @@ def compare_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from clstm_ppo.cli.main import run_guarded
+    from clstm_ppo.cli.main import run_command
 
-    sys.exit(run_guarded(main, sys.argv[1:]))
+    sys.exit(run_command(main))

@@ -384,6 +384,6 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from clstm_ppo.cli import run_guarded
+    from clstm_ppo.cli import run_command
 
-    sys.exit(run_guarded(main, sys.argv[1:]))
+    sys.exit(run_command(main))

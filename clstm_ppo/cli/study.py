@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clstm_ppo.cli.main import freeze_imports
 from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
 from clstm_ppo.config import OUTPUT_SETTINGS, POLICIES, PRESETS, TrainConfig, read_settings_file
 from envs.errors import UserError
@@ -193,6 +194,7 @@ def main(argv: list[str]) -> int:
     from clstm_ppo.study.runner import plan_layout, run_study
     from clstm_ppo.study.spec import StudySpec
 
+    freeze_imports()
     args = vars(build_parser().parse_args(args_list))
     policies = [p.strip() for p in args.pop("policies").split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -280,6 +282,7 @@ def _merge(argv: list[str]) -> int:
     from clstm_ppo.evaluation.ledger import Ledger
     from clstm_ppo.study.runner import merge_shards
 
+    freeze_imports()
     return merge_shards(
         Path(args.out),
         [Path(s) for s in args.shards],
@@ -304,6 +307,7 @@ def _report(argv: list[str]) -> int:
     from clstm_ppo.study.report import build_report, verdict_lines
     from clstm_ppo.study.spec import StudySpec
 
+    freeze_imports()
     ledger = Ledger(args.ledger)
     StudySpec.load(Path(args.folder))  # not a study folder: say so before anything else
     ledger.check_writable()
@@ -363,6 +367,7 @@ def _cell(argv: list[str]) -> int:
     from clstm_ppo.study.spec import StudySpec
     from clstm_ppo.training.signals import stop_when_orphaned
 
+    freeze_imports()
     torch.set_num_threads(max(1, args.threads))
     stop_when_orphaned(os.getppid(), STOP_GRACE_S)  # the study's own grace for its cells
     folder = Path(args.folder)
@@ -380,6 +385,6 @@ def _cell(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from clstm_ppo.cli.main import run_guarded
+    from clstm_ppo.cli.main import run_command
 
-    sys.exit(run_guarded(main, sys.argv[1:]))
+    sys.exit(run_command(main))

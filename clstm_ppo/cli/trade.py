@@ -182,6 +182,6 @@ def report_main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    from clstm_ppo.cli.main import run_guarded
+    from clstm_ppo.cli.main import run_command
 
-    sys.exit(run_guarded(main, sys.argv[1:]))
+    sys.exit(run_command(main))

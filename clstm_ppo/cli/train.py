@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from clstm_ppo.cli.main import freeze_imports
 from clstm_ppo.config import FOLDED, PRESETS, REMOVED, REMOVED_IN, SECTIONS, SETTINGS, TrainConfig, read_settings_file
 from envs.errors import UserError, shown_list
 
@@ -137,6 +138,7 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     )
     from clstm_ppo.training.trainer import train_worker
 
+    freeze_imports()
     system = cfg.system
     layout = resolve_layout(system.num_gpus, system.num_workers, system.backend, system.master_port)
     run_dir = resolve_run_dir(cfg.run, cfg.model.policy)
@@ -172,6 +174,6 @@ def report_held_out(run_dir: Path, market: Any, deploy: str) -> None:
 
 
 if __name__ == "__main__":
-    from clstm_ppo.cli import run_guarded
+    from clstm_ppo.cli import run_command
 
-    sys.exit(run_guarded(main, sys.argv[1:]))
+    sys.exit(run_command(main))
