@@ -1,28 +1,33 @@
-"""One small study run twice on this machine in this run: every cell in its own process (``--batch_cells 1``, the
-study before issue 49) and the seeds trained as batches (``--batch_cells 0``, the default: about one batch per
-worker), the same grid, data and workers.
+"""One small study run three ways on this machine in this run: as it ran on the day issue 49 was written (each cell
+in its own process, at ``--before``, default tag ``v0.1.0``, the commit the issue measured, checked out in a temporary
+git worktree), and at this checkout with every cell alone (``--batch_cells 1``) and with the seeds trained as batches
+(``--batch_cells 0``, the default: about one batch per worker); the same grid and workers.
 
     python benchmarks/study_batched.py                      # 8 seeds of the demo network, 2 workers, 1 thread each
-    python benchmarks/study_batched.py --cells 12 --num_episodes 1000 --workers 2
+    python benchmarks/study_batched.py --cells 12 --num_episodes 1000 --workers 2 --before ''   # this checkout only
 
 The cells are ``--preset demo`` (window 5, stage-1 LSTM 32, 32 features, stage-2 LSTMs 64, 32 envs x 32 days, 4
-epochs, its synthetic lead-lag market), ``--num_episodes`` training episodes each, one walk-forward window
-(``--retrain none``) traded from ``--trade_start``. Prints a markdown table naming the machine: wall time of each
-whole study command (data preparation, every cell's process, training, trading and report, the study's report),
-the cells' training seconds, the speed-up, and the largest difference of a cell's out-of-sample Sharpe between the
-two runs (a batched cell computes what it computes alone up to float rounding, tests/test_cells.py). Each run keeps
-its own trials ledger in the work folder.
+epochs, its synthetic lead-lag market; at ``v0.1.0`` the same sizes and settings on that version's lead-lag market),
+``--num_episodes`` training episodes each, one walk-forward window (``--retrain none``) traded from
+``--trade_start``. Prints a markdown table naming the machine: wall time of each whole study command (data
+preparation, every cell's process, training, trading and report, the study's report), the cells' training seconds,
+the speed-ups, and the largest difference of a cell's out-of-sample Sharpe between this checkout's two runs (a
+batched cell computes what it computes alone up to float rounding, tests/test_cells.py). Each run keeps its own
+trials ledger in the work folder.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -34,18 +39,22 @@ if str(ROOT) not in sys.path:
 from benchmarks.train_throughput import machine_name  # noqa: E402
 
 
-def run_study(work: Path, name: str, batch_cells: int, opts: argparse.Namespace) -> dict[str, float]:
-    """One ``clstm-ppo study`` command; its wall seconds and what its cells' status files say."""
+def run_study(
+    work: Path, name: str, batch_cells: int | None, opts: argparse.Namespace, code: Path = ROOT
+) -> dict[str, float]:
+    """One ``clstm-ppo study`` command of the package in ``code`` (``batch_cells`` None: that version's default);
+    its wall seconds and what its cells' status files say."""
     args = [
         *("--out", str(work / name), "--preset", "demo", "--policies", opts.policy, "--seeds", f"1-{opts.cells}"),
         *("--num_episodes", str(opts.num_episodes), "--retrain", "none", "--trade_start", opts.trade_start),
-        *("--workers", str(opts.workers), "--threads", str(opts.threads), "--batch_cells", str(batch_cells)),
+        *("--workers", str(opts.workers), "--threads", str(opts.threads)),
+        *(("--batch_cells", str(batch_cells)) if batch_cells is not None else ()),
         *("--bootstrap", "500", "--ledger", str(work / f"{name}-ledger.jsonl")),
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(code) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "clstm_ppo.cli", "study", *args], env=env, capture_output=True, text=True
+        [sys.executable, "-m", "clstm_ppo.cli", "study", *args], env=env, cwd=code, capture_output=True, text=True
     )
     wall = time.perf_counter() - start
     if proc.returncode != 0:
@@ -54,9 +63,30 @@ def run_study(work: Path, name: str, batch_cells: int, opts: argparse.Namespace)
     processes = {tuple(status.get("batch") or [cell]) for cell, status in statuses.items()}
     return {
         "wall": wall,
-        "train": sum(s["train_seconds"] for s in statuses.values()) / (len(statuses) / len(processes)),
+        "train": sum(s.get("train_seconds", math.nan) for s in statuses.values()) / (len(statuses) / len(processes)),
         "processes": len(processes),
     }
+
+
+@contextmanager
+def checkout(rev: str, folder: Path) -> Iterator[tuple[Path, str]]:
+    """``rev`` of this repository in a temporary git worktree at ``folder``: (its path, its short hash)."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(
+                f"error: git {' '.join(args)} failed (a clone without tags? --before '' skips it): "
+                f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
+            )
+        return proc.stdout.strip()
+
+    short = git("rev-parse", "--short", f"{rev}^{{commit}}")
+    git("worktree", "add", "--detach", str(folder), rev)
+    try:
+        yield folder, short
+    finally:
+        git("worktree", "remove", "--force", str(folder))
 
 
 def main(argv: list[str]) -> int:
@@ -71,39 +101,63 @@ def main(argv: list[str]) -> int:
         "--repeats",
         type=int,
         default=1,
-        help="pairs of runs, alternating alone and batched (a shared box's load moves)",
+        help="rounds of runs, each round every way in turn (a shared box's load moves)",
+    )
+    parser.add_argument(
+        "--before",
+        default="v0.1.0",
+        help="git revision whose study (with its own defaults) is the time to beat: issue 49 measured at v0.1.0; "
+        "'' skips it",
     )
     parser.add_argument("--work", default="", help="folder for the studies (default: a temporary one)")
     opts = parser.parse_args(argv)
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    rounds = []
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         work = Path(opts.work or tmp)
         work.mkdir(parents=True, exist_ok=True)
+        before = stack.enter_context(checkout(opts.before, Path(tmp) / "before")) if opts.before else None
         for r in range(opts.repeats):
+            then = run_study(work, f"before{r}", None, opts, before[0]) if before else None
             alone = run_study(work, f"alone{r}", 1, opts)
             batched = run_study(work, f"batched{r}", 0, opts)
             sharpe = [
                 pd.read_csv(work / f"{n}{r}" / "cells.csv").set_index("cell")["sharpe"] for n in ("alone", "batched")
             ]
             gap = float((sharpe[0] - sharpe[1][sharpe[0].index]).abs().max())
-            rows.append((alone, batched, gap))
+            rounds.append((then, alone, batched, gap))
     print(f"Machine: {machine_name('cpu')}; {opts.workers} worker(s) x {opts.threads} thread(s)")
     print(
         f"Study: {opts.cells} seeds of `--preset demo --policies {opts.policy}`, {opts.num_episodes} episodes each, "
         f"`--retrain none --trade_start {opts.trade_start}`"
     )
     print()
-    print("| pair | run | processes | wall s | training s (per process, summed) | x faster | largest Sharpe gap |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    for r, (alone, batched, gap) in enumerate(rows, 1):
-        print(
-            f"| {r} | `--batch_cells 1` (each cell alone) | {alone['processes']} | {alone['wall']:.1f} | {alone['train']:.1f} | 1.00 | |"
-        )
-        print(
-            f"| {r} | `--batch_cells 0` (batches) | {batched['processes']} | {batched['wall']:.1f} | "
-            f"{batched['train']:.1f} | {alone['wall'] / batched['wall']:.2f} | {gap:.2e} |"
-        )
+    print(
+        "| round | code | run | processes | wall s | training s (per process, summed) | x faster than alone "
+        f"|{f' x faster than `{opts.before}` |' if before else ''} largest Sharpe gap |"
+    )
+    print(f"|---:|---|---|---:|---:|---:|---:|{'---:|' if before else ''}---:|")
+    here = _head()
+    for r, (then, alone, batched, gap) in enumerate(rounds, 1):
+        runs = [("`--batch_cells 1` (each cell alone)", here, alone), ("`--batch_cells 0` (batches)", here, batched)]
+        if then is not None and before is not None:
+            runs.insert(0, ("its defaults (each cell alone)", f"`{opts.before}` ({before[1]})", then))
+        for name, code, run in runs:
+            versus_before = f" {then['wall'] / run['wall']:.2f} |" if then is not None else ""
+            print(
+                f"| {r} | {code} | {name} | {run['processes']} | {run['wall']:.1f} | {run['train']:.1f} | "
+                f"{alone['wall'] / run['wall']:.2f} |{versus_before} {f'{gap:.2e}' if run is batched else ''} |"
+            )
     return 0
+
+
+def _head() -> str:
+    """This checkout's short commit (with ``+`` when it has changes git tracks)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+    short = git("rev-parse", "--short", "HEAD") or "?"
+    return f"`{short}{'+' if git('status', '--porcelain', '--untracked-files=no') else ''}`"
 
 
 if __name__ == "__main__":
