@@ -97,6 +97,25 @@ def test_plot_writes_png_and_counts_malformed(tmp_path, capsys):
     assert img.shape[1] >= 1200 and img[..., :3].std() > 0.05
 
 
+def test_plot_draws_without_loading_torch(tmp_path):
+    """Curves are read from metrics.jsonl: the command neither needs nor imports torch (its 1 s import was half of a
+    plot's time)."""
+    import subprocess
+    import sys
+
+    run = _write_run(tmp_path / "run")
+    probe = (
+        "import sys\n"
+        "from clstm_ppo.cli.plot import main\n"
+        f"code = main([{str(run)!r}])\n"
+        "print('torch loaded' if 'torch' in sys.modules else 'no torch')\n"
+        "sys.exit(code)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert (run / "training.png").read_bytes().startswith(PNG_MAGIC)
+    assert out.strip().splitlines()[-1] == "no torch"
+
+
 def test_out_option_file_path_and_only_one_kind(tmp_path):
     run = _write_run(tmp_path / "run2", episodes=0, updates=5)
     out = tmp_path / "figs" / "curves.png"

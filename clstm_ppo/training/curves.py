@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from clstm_ppo.training.run_log import METRICS_FILE
+from clstm_ppo.training.run_folder import METRICS_FILE
 from envs.errors import UserError
 
 

@@ -22,6 +22,7 @@ from clstm_ppo.config import RunConfig, TrainConfig
 from envs.errors import UserError
 
 LATEST, BEST, CONFIG_FILE = "latest.pt", "best.pt", "config.json"
+METRICS_FILE = "metrics.jsonl"  # `clstm_ppo.training.run_log` writes it, `clstm_ppo.training.curves` reads it
 DEPLOY_RULES = ("best", "last")  # --deploy: which checkpoint a finished run trades
 TEMP_PATTERN = ".*.pt.*.tmp"  # what `envs.atomic.atomic_write` leaves when its process is killed mid-write
 

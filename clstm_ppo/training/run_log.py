@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 
+from clstm_ppo.training.run_folder import METRICS_FILE
 from envs.errors import UserError
 from envs.vector_env import EPISODE_KEYS
 
 if TYPE_CHECKING:
     from clstm_ppo.training.tracking import WandbTracker
 
-METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 SCALAR_EPISODE_KEYS = ("reward", "final_value", "return", "sharpe", "max_drawdown", "trades", "exposure")
 """The episode fields drawn as scalars (``episode/<key>`` against the episode number)."""
