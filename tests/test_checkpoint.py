@@ -242,3 +242,37 @@ def test_resume_refuses_other_data_than_the_checkpoint_was_trained_on(quick_chec
     torch.save(raw, run / "latest.pt")
     with pytest.raises(UserError, match="this run's data .* is not the data it was trained on"):
         check_resume(cfg, market, run)
+
+
+def test_a_weights_only_checkpoint_backtests_alike_and_resume_refuses_it_in_one_line(quick_checkpoint, tmp_path):
+    """`keep_weights_only` (what a study does to each window it has traded): the optimizer, scaler and worker states
+    go, the weights and everything a reader needs stay bit for bit, a second call changes nothing, the backtest is
+    the full file's, and ``--resume`` is refused before any worker starts, naming the way to start from it."""
+    from clstm_ppo.market import build_market
+    from clstm_ppo.training.checkpoint import keep_weights_only
+    from tests.conftest import QUICK
+
+    run = tmp_path / "ck" / "q"
+    run.mkdir(parents=True)
+    slim = shutil.copy(quick_checkpoint, run / "latest.pt")
+    full = load_checkpoint(quick_checkpoint)
+    assert full.optimizer_state is not None and full.worker_states is not None
+    saved = keep_weights_only(slim)
+    kept = load_checkpoint(slim)
+    assert saved > 0 and slim.stat().st_size + saved == quick_checkpoint.stat().st_size
+    assert kept.optimizer_state is None and kept.worker_states is None and kept.scaler_state is None
+    assert kept.model_state.keys() == full.model_state.keys()
+    assert all(torch.equal(kept.model_state[k], v) for k, v in full.model_state.items())
+    assert (kept.config, kept.market_spec, kept.counters) == (full.config, full.market_spec, full.counters)
+    assert keep_weights_only(slim) == 0  # already weights only: not rewritten
+
+    for ck, out in ((quick_checkpoint, "bt_full"), (slim, "bt_slim")):
+        code = cli_main(["backtest", "--checkpoint", str(ck), "--out", str(tmp_path / out), "--threads", "1"])
+        assert code == 0
+    reports = [json.loads((tmp_path / out / "report.json").read_text()) for out in ("bt_full", "bt_slim")]
+    assert reports[0]["metrics"] == reports[1]["metrics"]
+
+    cfg = parse_config([*QUICK_DATA, *QUICK, "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "q"])
+    cfg = cfg.with_settings(resume="latest")
+    with pytest.raises(UserError, match=r"holds the network's weights only .* \{\"init_weights\": \""):
+        check_resume(cfg, build_market(cfg.data, seed=cfg.run.seed), run)

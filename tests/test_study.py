@@ -358,6 +358,11 @@ def test_each_cell_trades_every_traded_day_carrying_its_portfolio_across_windows
     assert (
         load_checkpoint(folder / "periods" / "001" / "best.pt").market_spec["splits"]["test"]["start"] == "2016-04-01"
     )
+    for window in sorted((folder / "periods").glob("*")):  # traded: each keeps its weights, not its optimizer state
+        for name in ("latest.pt", "best.pt"):
+            kept = load_checkpoint(window / name)
+            assert kept.optimizer_state is None and kept.worker_states is None, window / name
+            assert kept.counters["episodes"] > 0
 
 
 @pytest.mark.slow

@@ -36,6 +36,7 @@ from clstm_ppo.agent.evaluate import PolicyRun
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.study.cell import (
     finish_cell,
+    keep_traded_weights,
     load_run,
     period_config,
     read_status,
@@ -129,6 +130,7 @@ def run_batch(
         for m in live:
             if m not in to_trade:
                 policy, untrained, seconds = load_run(m.window(k) / "trade.npz", tickers)
+                keep_traded_weights(m.window(k))
                 m.policy_runs.append(policy)
                 m.untrained_runs.append(untrained)
                 m.train_seconds.append(seconds)
@@ -144,6 +146,7 @@ def run_batch(
                 if m.error is None:
                     policy, untrained = traded[m.cell.name]
                     save_run(m.window(k) / "trade.npz", policy, untrained, seconds if m in to_train else 0.0)
+                    keep_traded_weights(m.window(k))
                     m.policy_runs.append(policy)
                     m.untrained_runs.append(untrained)
                     m.train_seconds.append(seconds if m in to_train else 0.0)

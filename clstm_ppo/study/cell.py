@@ -45,9 +45,9 @@ from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key
 from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.threads import torch_threads
-from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
+from clstm_ppo.training.checkpoint import keep_weights_only, load_checkpoint, restore_policy
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.run_folder import LATEST, deployed_checkpoint
+from clstm_ppo.training.run_folder import BEST, LATEST, deployed_checkpoint
 from clstm_ppo.training.signals import StoppedBySignal
 from clstm_ppo.training.trainer import Trainer
 from envs.errors import describe_exception
@@ -129,6 +129,16 @@ def period_config(cfg: TrainConfig, spec: StudySpec, pdir: Path, k: int, previou
         init_weights=str(previous) if warm else "",
         resume="latest" if (pdir / LATEST).is_file() else "",
     )
+
+
+def keep_traded_weights(folder: Path) -> None:
+    """A traded window's checkpoints (``folder``'s latest.pt and best.pt) without what only resuming their training
+    reads (`clstm_ppo.training.checkpoint.keep_weights_only`): the study never trains a traded window again, and
+    the optimizer's state is two thirds of a file. Called once the window's record is saved, and again for a window
+    found traded (a run killed between the two)."""
+    for name in (LATEST, BEST):
+        if (folder / name).is_file():
+            keep_weights_only(folder / name)
 
 
 def trained(cfg: TrainConfig, folder: Path) -> bool:
@@ -236,6 +246,7 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
             before = (policy_runs[-1], untrained_runs[-1]) if policy_runs else None
             policy, untrained = trade_window(cfg, market, pdir, device, before)
             save_run(done, policy, untrained, seconds)
+        keep_traded_weights(pdir)
         previous = selected(pdir, market, cfg)
         policy_runs.append(policy)
         untrained_runs.append(untrained)

@@ -103,6 +103,32 @@ def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     return path
 
 
+RESUME_ONLY_KEYS = ("optimizer_state", "scaler_state", "worker_states")
+"""What only continuing a run's training reads (``--resume``): the optimizer's state, the loss scaler's, and each
+rank's RNG, env and recurrent state. The paper network's Adam moments are twice its weights."""
+
+
+def keep_weights_only(path: str | Path) -> int:
+    """Rewrite checkpoint ``path`` without `RESUME_ONLY_KEYS` (atomically; a no-op on a file already without them);
+    return the bytes it shrank by.
+
+    The network's weights, its market, settings and counters stay, so a backtest, the study's ensembles and report,
+    ``trade`` and ``--init_weights`` read the file as before, bit for bit; ``--resume`` refuses it
+    (`clstm_ppo.training.resume.check_resume`). A study does this to each window it has traded, whose training it
+    never continues: the paper network's checkpoint goes from 34.5 to 11.2 MB.
+    """
+    path = Path(path)
+    before = path.stat().st_size
+    try:
+        raw = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # the file is checked again, in full, by whoever reads it next
+        raise UserError(f"{path} is not a readable clstm-ppo checkpoint: {first_line(err)[:160]}") from None
+    if all(raw.get(key) is None for key in RESUME_ONLY_KEYS):
+        return 0
+    save_checkpoint(path, {**raw, **dict.fromkeys(RESUME_ONLY_KEYS)})
+    return before - path.stat().st_size
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> Checkpoint:
     """Load and check a checkpoint; every problem is a `UserError` naming the file."""
     path = Path(path)

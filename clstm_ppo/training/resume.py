@@ -87,6 +87,12 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
     """
     path = resolve_resume(cfg.run.resume, run_dir)
     ckpt = load_checkpoint(path)
+    if ckpt.optimizer_state is None:
+        raise UserError(
+            f"--resume {path}: it holds the network's weights only (a study keeps the windows it has traded so), "
+            f"not the optimizer and random state a run continues from; a --config file with "
+            f'{{"init_weights": "{path}"}} starts a new run from its weights'
+        )
     tickers = other_tickers(ckpt, market)
     if tickers:
         raise UserError(f"--resume {path}: {tickers}, or start a new run")
