@@ -597,6 +597,37 @@ def test_a_diverging_cell_of_a_batch_is_recorded_failed_and_its_batch_mate_finis
     )
 
 
+@pytest.mark.slow
+def test_a_batch_out_of_memory_says_to_run_smaller_batches_and_its_cells_then_finish(full_study, tmp_path, monkeypatch):
+    """The full study's mlp batch again in this process, its update raising torch's out-of-memory error (as a GPU
+    too small for the batch does): both cells are recorded failed with the error and a line saying to run again
+    with a smaller --batch_cells; run so (each cell alone), both finish."""
+    from clstm_ppo.study.batch import run_batch_guarded
+    from clstm_ppo.study.cell import run_cell_guarded
+    from clstm_ppo.study.spec import StudySpec
+    from clstm_ppo.training.cell_trainer import CellTrainer
+
+    out, _ = full_study
+    shutil.copytree(out, tmp_path / "study", ignore=shutil.ignore_patterns("cells", "ensembles"))
+    study_dir = tmp_path / "study"
+    mlp = [c for c in StudySpec.load(study_dir).cells() if c.policy == "mlp"]
+
+    def too_big(self):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    with monkeypatch.context() as patch, torch_threads(1):
+        patch.setattr(CellTrainer, "update", too_big)
+        assert run_batch_guarded(study_dir, mlp) == 1
+    for cell in mlp:
+        status = read_status(study_dir / "cells" / cell.name)
+        assert status["status"] == "failed", status
+        assert status["error"].startswith("OutOfMemoryError: CUDA out of memory"), status["error"]
+        assert "a batch of 2 cells: run the study again with --batch_cells 1 or fewer" in status["error"]
+    with torch_threads(1):
+        assert [run_cell_guarded(study_dir, cell) for cell in mlp] == [0, 0]
+    assert all(read_status(study_dir / "cells" / c.name)["status"] == "done" for c in mlp)
+
+
 def test_a_cell_whose_checkpoint_cannot_be_traded_fails_alone_and_its_batch_mate_trades_on(full_study, tmp_path):
     """The full study's mlp batch again from its cells' folders, mlp-s2's window 0 not yet traded and the
     checkpoint it trades missing a weight (it reads as trained, and no network restores from it): the batch's joint

@@ -176,10 +176,11 @@ def _alone(member: _Member) -> Iterator[None]:
         _fail(member, err, traceback.format_exc()[-4000:])
 
 
-def _fail(member: _Member, err: BaseException, trace: str) -> None:
-    """Record ``member``'s failure in memory and in its status.json."""
+def _fail(member: _Member, err: BaseException, trace: str, batch: int = 1) -> None:
+    """Record ``member``'s failure (in a batch of ``batch`` cells) in memory and in its status.json."""
     member.error, member.trace = err, trace
-    write_status(member.folder, "failed", finished=time.time(), error=describe_exception(err, 500), traceback=trace)
+    error = describe_exception(err, 500) + _smaller_batches_hint(err, batch)
+    write_status(member.folder, "failed", finished=time.time(), error=error, traceback=trace)
 
 
 def _train_together(
@@ -206,7 +207,7 @@ def _train_together(
     trainer.train()
     for m, error in zip(members, trainer.errors, strict=True):
         if error is not None:
-            _fail(m, error, "".join(traceback.format_exception(error))[-4000:])
+            _fail(m, error, "".join(traceback.format_exception(error))[-4000:], len(members))
     return time.perf_counter() - start
 
 
@@ -258,7 +259,7 @@ def run_batch_guarded(
             "failed",
             started=started,
             finished=time.time(),
-            error=describe_exception(err, 500),
+            error=describe_exception(err, 500) + _smaller_batches_hint(err, len(cells)),
             traceback=traceback.format_exc()[-4000:],
         )
         return 1
@@ -275,6 +276,16 @@ def run_batch_guarded(
             batch=[c.name for c in cells],
         )
     return 1 if any(isinstance(r, BaseException) for r in results.values()) else 0
+
+
+def _smaller_batches_hint(err: BaseException, cells: int) -> str:
+    """What to do when a batch of ``cells`` ran out of memory together (nothing for other errors, or one cell)."""
+    if not isinstance(err, torch.OutOfMemoryError) or cells < 2:
+        return ""
+    return (
+        f" (a batch of {cells} cells: run the study again with --batch_cells {cells // 2} or fewer; finished cells "
+        f"are kept and these continue from their last checkpoints)"
+    )
 
 
 def _settle_unfinished(folders: dict[str, Path], status: str, **extra: Any) -> None:
