@@ -113,7 +113,7 @@ def keep_weights_only(path: str | Path) -> int:
     return the bytes it shrank by.
 
     The network's weights, its market, settings and counters stay, so a backtest, the study's ensembles and report,
-    ``trade`` and ``--init_weights`` read the file as before, bit for bit; ``--resume`` refuses it
+    ``trade`` and ``init_weights`` read the file as before, bit for bit; ``--resume`` refuses it
     (`clstm_ppo.training.resume.check_resume`). A study does this to each window it has traded, whose training it
     never continues: the paper network's checkpoint goes from 34.5 to 11.2 MB.
     """
