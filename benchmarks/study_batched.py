@@ -68,25 +68,26 @@ def run_study(
     }
 
 
+def _git(*args: str, what: str = "") -> str:
+    """``git args`` in this repository, its output stripped; with ``what`` (what the run needs it for), a failure
+    ends the run in one line, else it reads as empty output."""
+    proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    if proc.returncode != 0 and what:
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode
+        raise SystemExit(f"error: git {' '.join(args)} failed ({what}): {last}")
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
 @contextmanager
 def checkout(rev: str, folder: Path) -> Iterator[tuple[Path, str]]:
     """``rev`` of this repository in a temporary git worktree at ``folder``: (its path, its short hash)."""
-
-    def git(*args: str) -> str:
-        proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(
-                f"error: git {' '.join(args)} failed (a clone without tags? --before '' skips it): "
-                f"{proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else proc.returncode}"
-            )
-        return proc.stdout.strip()
-
-    short = git("rev-parse", "--short", f"{rev}^{{commit}}")
-    git("worktree", "add", "--detach", str(folder), rev)
+    why = "a clone without tags? --before '' skips it"
+    short = _git("rev-parse", "--short", f"{rev}^{{commit}}", what=why)
+    _git("worktree", "add", "--detach", str(folder), rev, what=why)
     try:
         yield folder, short
     finally:
-        git("worktree", "remove", "--force", str(folder))
+        _git("worktree", "remove", "--force", str(folder), what=why)
 
 
 def main(argv: list[str]) -> int:
@@ -152,12 +153,8 @@ def main(argv: list[str]) -> int:
 
 def _head() -> str:
     """This checkout's short commit (with ``+`` when it has changes git tracks)."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
-
-    short = git("rev-parse", "--short", "HEAD") or "?"
-    return f"`{short}{'+' if git('status', '--porcelain', '--untracked-files=no') else ''}`"
+    short = _git("rev-parse", "--short", "HEAD") or "?"
+    return f"`{short}{'+' if _git('status', '--porcelain', '--untracked-files=no') else ''}`"
 
 
 if __name__ == "__main__":
