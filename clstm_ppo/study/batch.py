@@ -130,7 +130,6 @@ def run_batch(
         for m in live:
             if m not in to_trade:
                 policy, untrained, seconds = load_run(m.window(k) / "trade.npz", tickers)
-                keep_traded_weights(m.window(k))
                 m.policy_runs.append(policy)
                 m.untrained_runs.append(untrained)
                 m.train_seconds.append(seconds)
@@ -145,8 +144,8 @@ def run_batch(
             for m in to_trade:
                 if m.error is None:
                     policy, untrained = traded[m.cell.name]
-                    save_run(m.window(k) / "trade.npz", policy, untrained, seconds if m in to_train else 0.0)
                     keep_traded_weights(m.window(k))
+                    save_run(m.window(k) / "trade.npz", policy, untrained, seconds if m in to_train else 0.0)
                     m.policy_runs.append(policy)
                     m.untrained_runs.append(untrained)
                     m.train_seconds.append(seconds if m in to_train else 0.0)

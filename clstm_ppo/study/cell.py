@@ -134,8 +134,9 @@ def period_config(cfg: TrainConfig, spec: StudySpec, pdir: Path, k: int, previou
 def keep_traded_weights(folder: Path) -> None:
     """A traded window's checkpoints (``folder``'s latest.pt and best.pt) without what only resuming their training
     reads (`clstm_ppo.training.checkpoint.keep_weights_only`): the study never trains a traded window again, and
-    the optimizer's state is two thirds of a file. Called once the window's record is saved, and again for a window
-    found traded (a run killed between the two)."""
+    the optimizer's state is two thirds of a file. Called once the window has traded and before its record
+    (trade.npz, which marks it traded) is saved, so a window found traded holds them already; a run killed between
+    the two trades the window again from the kept weights."""
     for name in (LATEST, BEST):
         if (folder / name).is_file():
             keep_weights_only(folder / name)
@@ -245,8 +246,8 @@ def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") ->
             seconds = _train(period_config(cfg, spec, pdir, k, previous), market, pdir, device)
             before = (policy_runs[-1], untrained_runs[-1]) if policy_runs else None
             policy, untrained = trade_window(cfg, market, pdir, device, before)
+            keep_traded_weights(pdir)
             save_run(done, policy, untrained, seconds)
-        keep_traded_weights(pdir)
         previous = selected(pdir, market, cfg)
         policy_runs.append(policy)
         untrained_runs.append(untrained)
