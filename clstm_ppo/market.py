@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from clstm_ppo.config import LEGACY, DataConfig
 from envs.data import MarketData, Splits, split_days
 from envs.features import PreparedMarket
-from envs.sources import load_market_data
+from envs.sources import load_market_data, training_pool
 
 
 def load_data(
@@ -73,9 +74,12 @@ def build_market(
     cfg: DataConfig, *, seed: int, data: MarketData | None = None, splits: Splits | None = None
 ) -> PreparedMarket:
     """Load data (unless given), split it by date (unless ``splits`` are given), fit normalisation and the
-    turbulence threshold on the training split."""
+    turbulence threshold on the training split. A synthetic source with ``train_draws=K`` also draws the K - 1 more
+    markets training runs on (`envs.sources.training_pool`), prepared with this market's normalisation,
+    threshold and splits (``PreparedMarket.pool``)."""
+    loaded = data is None
     data = data if data is not None else load_data(cfg, seed=seed)
-    return PreparedMarket.prepare(
+    market = PreparedMarket.prepare(
         data,
         splits if splits is not None else data_splits(data, cfg),
         window=cfg.window,
@@ -83,6 +87,14 @@ def build_market(
         price_mode=cfg.price_features,
         indicator_names=cfg.indicator_list,
     )
+    if not loaded:
+        return market
+    drawn = training_pool(cfg.source, seed, tickers=cfg.ticker_list, start=cfg.start or None, end=cfg.end or None)
+    if not drawn:
+        return market
+    spec = market.to_spec()
+    pool = tuple(PreparedMarket.from_spec(more, spec, splits=market.splits, lean=True) for more in drawn)
+    return dataclasses.replace(market, pool=pool)
 
 
 def rebuild_market(data: MarketData, spec: dict[str, Any]) -> PreparedMarket:

@@ -4,6 +4,10 @@ the synthetic generator is calibrated to (docs/data.md) and what ``data generate
 All on daily log returns r[t, i] = log(close[t] / close[t-1]); a fact of one ticker is averaged over the tickers:
 
 * ``kurtosis``: excess kurtosis (`scipy.stats.kurtosis`, the unbiased estimator; 0 for a normal distribution);
+* ``median_kurtosis``: the same, its median over the tickers (robust to one ticker's outlier, such as an unadjusted
+  split);
+* ``winsorized_kurtosis``: the median over the tickers of the excess kurtosis after winsorising 0.1% per side
+  (`winsorize`): the body of the distribution, which a handful of extreme days cannot move;
 * ``abs_acf1``: the lag-1 autocorrelation of |r| (volatility clustering);
 * ``leverage``: corr(r[t], |r[t+1]|) (negative: falls raise the next day's volatility);
 * ``pair_corr``: the mean correlation of r over pairs of tickers;
@@ -18,6 +22,7 @@ All on daily log returns r[t, i] = log(close[t] / close[t-1]); a fact of one tic
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -27,12 +32,15 @@ from envs.data import MarketData
 
 SELLOFF_LOOKBACK = 20  # days of market return before a day that decide whether it is in a sell-off
 SELLOFF_QUANTILE = 0.2  # the lowest fifth of those returns
+WINSOR_LIMIT = 0.001  # share of each ticker's days winsorised per side for ``winsorized_kurtosis``
 
 
 class Facts(NamedTuple):
-    """One market's stylized facts (module docstring); each a mean over tickers unless it is over pairs."""
+    """One market's stylized facts (module docstring); each a mean over tickers unless it is over pairs or a median."""
 
     kurtosis: float
+    median_kurtosis: float
+    winsorized_kurtosis: float
     abs_acf1: float
     leverage: float
     pair_corr: float
@@ -46,6 +54,8 @@ class Facts(NamedTuple):
 
 FACT_LABELS: dict[str, str] = {
     "kurtosis": "excess kurtosis",
+    "median_kurtosis": "median excess kurtosis",
+    "winsorized_kurtosis": "median kurtosis, 0.1% winsorised",
     "abs_acf1": "ACF(1) of |r|",
     "leverage": "leverage corr(r, next |r|)",
     "pair_corr": "mean pair corr",
@@ -62,6 +72,22 @@ FACT_LABELS: dict[str, str] = {
 def log_returns(data: MarketData) -> np.ndarray:
     """[D - 1, N] daily log returns of the closes."""
     return np.diff(np.log(np.asarray(data.close, dtype=np.float64)), axis=0)
+
+
+def excess_kurtosis(r: np.ndarray) -> np.ndarray:
+    """[N] unbiased excess kurtosis of each column of ``r`` [T, N] (`scipy.stats.kurtosis`, 0 for a normal law)."""
+    return np.asarray(stats.kurtosis(r, axis=0, fisher=True, bias=False), dtype=np.float64)
+
+
+def winsorize(r: np.ndarray, limit: float = WINSOR_LIMIT) -> np.ndarray:
+    """``r`` [T, N] with, in each column, the k = floor(limit x T) smallest values replaced by the (k+1)-th smallest
+    and the k largest by the (k+1)-th largest (`scipy.stats.mstats.winsorize` with ``limits=limit``)."""
+    t = r.shape[0]
+    k = int(math.floor(limit * t))
+    if k == 0:
+        return r.copy()
+    ordered = np.sort(r, axis=0)
+    return np.clip(r, ordered[k], ordered[t - 1 - k])
 
 
 def mean_pair_corr(r: np.ndarray) -> float:
@@ -114,8 +140,11 @@ def market_facts(data: MarketData) -> Facts:
     else:
         gap = np.log(np.asarray(data.open[1:], dtype=np.float64) / np.asarray(data.close[:-1], dtype=np.float64))
         overnight = float((gap.var(axis=0) / r.var(axis=0)).mean())
+    kurt = excess_kurtosis(r)
     return Facts(
-        kurtosis=float(stats.kurtosis(r, axis=0, fisher=True, bias=False).mean()),
+        kurtosis=float(kurt.mean()),
+        median_kurtosis=float(np.median(kurt)),
+        winsorized_kurtosis=float(np.median(excess_kurtosis(winsorize(r)))),
         abs_acf1=float(abs_acf1(r).mean()),
         leverage=float(leverage(r).mean()),
         pair_corr=mean_pair_corr(r),

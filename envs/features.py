@@ -403,6 +403,8 @@ class PreparedMarket:
     window: int
     turbulence_lookback: int = TURBULENCE_LOOKBACK
     use_turbulence: bool = True  # False: the threshold is inf (no liquidation day)
+    pool: tuple[PreparedMarket, ...] = ()  # more markets of the same length and spec whose training days a training
+    # env also runs on (a synthetic source's ``train_draws``: `envs.vector_env`); validation and test are this one's
 
     @classmethod
     def prepare(
@@ -517,13 +519,17 @@ class PreparedMarket:
         }
 
     @classmethod
-    def from_spec(cls, data: MarketData, spec: dict[str, Any], *, splits: Splits | None = None) -> PreparedMarket:
+    def from_spec(
+        cls, data: MarketData, spec: dict[str, Any], *, splits: Splits | None = None, lean: bool = False
+    ) -> PreparedMarket:
         """Rebuild from a stored spec, reusing its normalisation and threshold (no refit on new data).
 
         Indicators and turbulence are recomputed from ``data`` (they are causal, so longer data
         gives the same values on shared days once warm). Splits come from the spec's dates mapped
         onto ``data`` unless ``splits`` is given; a split with fewer than 2 days in the data becomes
-        None (the train split then falls back to the whole data, only used for indexing).
+        None (the train split then falls back to the whole data, only used for indexing). ``lean``: where the spec's
+        stop is off, the turbulence index is left at zero instead of computed (nothing reads it then: a training
+        pool's markets, `clstm_ppo.market.build_market`).
         """
         if spec.get("format") != SPEC_FORMAT:
             raise UserError(f"unsupported market spec format {spec.get('format')!r} (expected {SPEC_FORMAT})")
@@ -546,7 +552,7 @@ class PreparedMarket:
             data=data,
             indicators=compute_indicators(data, names),
             indicator_names=names,
-            turbulence=turbulence_index(data.close, lookback),
+            turbulence=np.zeros(data.num_days) if lean and thr is None else turbulence_index(data.close, lookback),
             turbulence_threshold=float("inf") if thr is None else float(thr),
             normalization=Normalization.from_dict(spec["normalization"]),
             splits=splits,

@@ -6,7 +6,10 @@ Sources::
     synthetic:k=v,k=v                 options: tickers (count), days, start, seed (overrides the seed argument),
                                       signal_ic (in [0, 0.5); 0: no signal), signal_kind (momentum | lead_lag),
                                       signal_halflife (days), signal_overnight (share in [0, 1)), lag (days),
-                                      generator (1 | 2; default `GENERATOR_VERSION`)
+                                      train_draws (training on this many draws: `training_draws`),
+                                      generator (1 | 2 | 3; default `GENERATOR_VERSION`)
+    synthetic:generator=2,k=v         the version-2 generator (envs.synthetic_v2), kept for old checkpoints: the
+                                      same options but train_draws
     synthetic:generator=1,k=v         the version-1 generator (envs.synthetic_v1), kept for old checkpoints:
                                       tickers, days, start, seed, signal (strength in [0, 1)), signal_kind, lag
     csv:PATH | parquet:PATH           a long-format file (see envs.data); a bare PATH ending in
@@ -28,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from envs import synthetic, synthetic_v1
+from envs import synthetic, synthetic_v1, synthetic_v2
 from envs.data import MarketData, parse_date, read_frame, standardize_frame
 from envs.errors import UserError, shown_list
 from envs.fingerprint import data_fingerprint
@@ -60,7 +63,11 @@ SYNTHETIC_OPTIONS: dict[int, dict[str, tuple[str, type]]] = {
         "seed": ("seed", int),
     },
 }
-GENERATORS = {1: synthetic_v1.generate_market, 2: synthetic.generate_market}
+SYNTHETIC_OPTIONS[3] = dict(SYNTHETIC_OPTIONS[2])
+GENERATORS = {1: synthetic_v1.generate_market, 2: synthetic_v2.generate_market, 3: synthetic.generate_market}
+TRAINING_OPTION = "train_draws"
+"""Generator 3's option that names how many draws training runs on (`training_draws`), not how the market is drawn."""
+MAX_TRAINING_DRAWS = 256
 
 
 def _options(text: str) -> list[tuple[str, str]]:
@@ -97,7 +104,7 @@ def parse_synthetic_options(text: str) -> dict[str, Any]:
     accepted = SYNTHETIC_OPTIONS[version]
     kwargs: dict[str, Any] = {}
     for key, value in _options(text):
-        if key == "generator":
+        if key == "generator" or (key == TRAINING_OPTION and version >= 3):
             continue
         if key == "signal" and version != 1:
             raise UserError(
@@ -106,7 +113,9 @@ def parse_synthetic_options(text: str) -> dict[str, Any]:
             )
         if key not in accepted:
             raise UserError(
-                f"unknown synthetic option {key!r} for generator {version}; accepted: {', '.join(accepted)}, generator"
+                f"unknown synthetic option {key!r} for generator {version}; accepted: {', '.join(accepted)}, "
+                + ("train_draws, " if version >= 3 else "")
+                + "generator"
             )
         name, kind = accepted[key]
         try:
@@ -116,8 +125,60 @@ def parse_synthetic_options(text: str) -> dict[str, Any]:
     return kwargs
 
 
+def training_draws(text: str) -> int:
+    """K of ``train_draws=K`` in the synthetic options ``text`` (after ``synthetic:``; 1 when absent): training runs on
+    the market's own training days and on those of K - 1 more draws of the same generator and options, each from
+    its own seed (`envs.synthetic_pool`), so a policy cannot learn one path by heart; validation and test days are
+    the market's own. UserError for a value that is not a whole number in [1, `MAX_TRAINING_DRAWS`], or on
+    generator 1 or 2."""
+    named = [value for key, value in _options(text) if key == TRAINING_OPTION]
+    if not named:
+        return 1
+    if synthetic_version(text) < 3:
+        raise UserError(f"synthetic option {TRAINING_OPTION} needs generator 3 (drop generator=, or the option)")
+    try:
+        draws = int(named[-1])
+    except ValueError:
+        draws = 0
+    if not 1 <= draws <= MAX_TRAINING_DRAWS:
+        raise UserError(
+            f"synthetic option {TRAINING_OPTION}={named[-1]!r} must be a whole number in [1, {MAX_TRAINING_DRAWS}]"
+        )
+    return draws
+
+
+def training_pool(
+    source: str,
+    seed: int,
+    *,
+    tickers: list[str] | None = None,
+    start: str | None = None,
+    end: str | None = None,
+) -> list[MarketData]:
+    """The ``train_draws - 1`` more markets a synthetic ``source`` trains on (`training_draws`), with its filters:
+    the same options but ``train_draws``, each drawn from its own seed, derived from the market's own (its ``seed=``
+    option, else ``seed``) and the draw's number k = 1, 2, ... by `numpy.random.SeedSequence`, so no two draws share
+    noise; drawn together (`envs.synthetic.markets_of_seeds`). Empty for any other source, or one draw."""
+    if not is_synthetic(source):
+        return []
+    options = source.strip().partition(":")[2]
+    draws = training_draws(options)
+    if draws == 1:
+        return []
+    kwargs = parse_synthetic_options(options)
+    own = int(kwargs.pop("seed", seed))
+    seeds = [
+        int(np.random.SeedSequence([own, k]).generate_state(1, np.uint64)[0] >> np.uint64(1)) for k in range(1, draws)
+    ]
+    pool = synthetic.markets_of_seeds(seeds, **kwargs)
+    if start is not None or end is not None:
+        pool = [data.select_dates(start, end) for data in pool]
+    return pool if tickers is None else [data.select_tickers(tickers) for data in pool]
+
+
 def generate_synthetic(text: str, seed: int = 0) -> MarketData:
     """The market of the synthetic options ``text`` (after ``synthetic:``), drawn from ``seed`` unless they name one."""
+    training_draws(text)  # a bad value is named before anything is drawn
     return GENERATORS[synthetic_version(text)](**{"seed": seed, **parse_synthetic_options(text)})
 
 

@@ -1,356 +1,108 @@
-"""Seeded synthetic markets that behave like daily US stocks (generator version 2), with an optional planted signal
-of a given information coefficient.
+"""Seeded synthetic markets that behave like daily US stocks (generator version 3), with an optional planted signal
+that a trader can compute from the market's prices, set by its information coefficient.
 
-Version 1 (`envs.synthetic_v1`, ``synthetic:...,generator=1``) stays byte-identical for old checkpoints; a source
-string without ``generator=`` means this one (`GENERATOR_VERSION`). All returns are daily log returns; one
-``numpy.random.Generator(PCG64(seed))`` draws everything in a fixed order that does not depend on the signal's
-settings, so equal arguments give byte-identical arrays and a market with a planted signal has the same noise as
-the market without one.
+The market is `envs.factor_market`'s factor stochastic-volatility model (its docstring has the equations) with
+generator 3's parameters (`envs.factor_market.DEFAULT_MODEL`, calibrated to robust statistics of real daily stocks:
+docs/data.md). One ``numpy.random.Generator(PCG64(seed))`` draws the market in a fixed order, so equal arguments
+give the same market, and a market with a planted signal has the noise of the same market without one.
 
-Factor model -- N tickers dealt round-robin into ``S = max(1, min(5, N // 4))`` sectors; ticker i's return on day t::
+Planted signal of information coefficient IC (``signal_ic``; 0: none) -- the predictor ``a[t, i]`` is
+`envs.predictor`'s: an exponential average (half-life ``signal_halflife`` days) of volatility-standardised daily
+close-to-close returns up to day t, of the previous ticker for ``"lead_lag"`` (ticker i follows ticker i - 1; ticker
+0 follows none) or of the ticker itself for ``"momentum"``, from day t - ``lag`` + 1 on, kept at unit variance. It
+reads the closes and nothing else. The generator draws the factor market, then goes day by day: it adds the planted
+move ``P[t, i] = k_i a[t-1, i]`` to day t's return (a share ``signal_overnight`` of it in day t's overnight gap,
+priced before a next-open fill can trade it, as news known at a close is on real markets; the rest between the open
+and the close) and then computes ``a[t]`` from the day's closes with the same filter a trader runs
+(`envs.predictor.PredictorFilter`). So the predictor a trader recomputes from the written file is the one the
+market was built around (to float rounding), and the oracle (`envs.oracle`) needs nothing but the file.
 
-    r[t, i] = mu_i + sigma_i * (sqrt(m_i) c_M[t] + sqrt(s_i) c_S[t, s(i)] + sqrt(1 - m_i - s_i - j) c_i[t])
-              + sigma_i * J * B[t, i] * y[t, i] + P[t, i]
-
-with sigma_i the daily volatility (annual ~ U(`MarketModel.annual_vol`)), mu_i = a_i / 252 - sigma_i^2 / 2 where
-a_i ~ U(`MarketModel.annual_drift`) is the expected simple return a year, the variance shares m_i =
-``market_share`` x U(0.6, 1.4) (market factor) and s_i = ``sector_share`` x U(0.5, 1.5) (sector), and the jump
-share j = p J^2 (p = ``jump_rate`` a day, J = ``jump_size`` daily sigmas, B ~ Bernoulli(p), y ~ N(0, 1): earnings-like
-idiosyncratic jumps, all in the overnight gap). ``P`` is the planted signal (below; zero without one).
-
-Each component c (the market, each sector, each ticker's own) is ``c[t] = sqrt(h[t]) z[t]``, a unit-variance
-stochastic-volatility process:
-
-* shocks ``z = n sqrt((nu - 2) / chi2_nu)``: Student-t with ``tail_dof`` degrees of freedom, scaled to variance 1;
-* log variance ``x[t] = phi x[t-1] + v (rho n[t-1] + sqrt(1 - rho^2) e[t])`` (phi = ``vol_persistence``, v the
-  component's vol of vol, e ~ N(0, 1)): volatility clusters, and a fall (n < 0) raises tomorrow's variance when
-  rho < 0 (the leverage effect; strongest for the market, ``market_leverage``, so correlations rise in sell-offs);
-  an idiosyncratic or sector log variance also loads ``common_vol`` on the market's (volatilities move together);
-* ``h = exp(x - var(x) / 2)``: x is a stationary Gaussian AR(1), so E[h] = 1 exactly and sigma_i is the ticker's
-  unconditional volatility. The recursion is `_ar1_filter`: one step per day over all the series at once.
-
-Bars -- close[t] = close[t-1] exp(r[t]) from a start price ~ exp(U(log 20, log 200)) dollars. The open carries the
-overnight part of the day's move: each component's day is split like a Brownian bridge at ``overnight_share`` w of
-its variance, ``gap = w c + sqrt(w (1 - w) h) s u`` (s the day's t scale, u ~ N(0, 1)), so gap and intraday parts
-are uncorrelated, add up to the day exactly and the gap holds w of the diffusive variance, plus every jump: with the
-defaults about 40% of the daily variance is overnight, as on real stocks. ``open[t] = close[t-1] exp(gap[t])``;
-``high = max(open, close) exp(|N(0, (0.5 vol_t)^2)|)``, ``low = min(open, close) exp(-|...|)`` with vol_t the day's
-conditional volatility; volume (whole shares) is lognormal around a per-ticker median ~ exp(U(log 3e5, log 3e7)),
-times ``exp(0.25 |r| / vol_t)`` and ``exp(N(0, 0.3^2))`` noise. Dates are business days from ``start``; tickers are
-"SYN00", "SYN01", ...
-
-The facts this gives (excess kurtosis, volatility clustering, correlations, the overnight share, over seeds 0-9) are
-docs/data.md's table; `envs.facts` measures them.
-
-Planted signal of information coefficient IC (``signal_ic``; 0: none) -- a predictor ``a[t, i]``, known at day t's
-close, is a unit-variance AR(1) with half-life ``signal_halflife`` days (phi_a = 0.5^(1/halflife)),
-``a[t] = phi_a a[t-1] + sqrt(1 - phi_a^2) d[t]``, driven by a shock a trader sees in that day's prices:
-
-* ``"momentum"``: d[t, i] = ticker i's own idiosyncratic normal shock n_i of day t - lag + 1;
-* ``"lead_lag"``: d[t, i] = the idiosyncratic shock of ticker i - 1 (ticker 0 follows the last one).
-
-It moves the next day: ``P[t + 1, i] = k_i a[t, i]``, a share ``signal_overnight`` of it in day t+1's overnight
-gap (priced before the next open, as news known at a close is on real markets) and the rest between that open and
-the close. k_i = kappa sigma_i, with kappa set so that the correlation of a[t] with the open-to-open log return
-log(open[t+2] / open[t+1]) -- what an order decided at day t's close and filled at the next open earns over the
-next day -- is IC (`signal_coefficient` solves it). Real predictors have ICs of 0.02-0.05; ``signal_ic=0.3`` is a
-toy market a small network learns quickly. `envs.oracle` gives the predictor and what a rule that knows it earns.
+k_i = kappa sigma_i, kappa from `envs.factor_market.signal_coefficient`: the IC of ``a[t]`` with the return an order
+decided at day t's close earns at the backtest's next-open fills, ``log(open[t+2] / open[t+1])``, is IC
+(`envs.predictor.information_coefficient` measures it; ``tests/test_synthetic.py`` holds the mean over seeds 0-15 of
+20-ticker, 10-year draws to within 10% of it at 0.04 and 0.3). Real predictors have ICs of 0.02-0.05;
+``signal_ic=0.3`` is a toy market.
 """
 
 from __future__ import annotations
 
-import math
-import re
-from dataclasses import dataclass, fields, replace
-
 import numpy as np
-import pandas as pd
 
 from envs.data import MarketData
 from envs.errors import UserError
+from envs.factor_market import (
+    DEFAULT_MODEL,
+    MAX_SIGNAL_IC,
+    NO_SIGNAL,
+    TICKER_PREFIX,
+    TRADING_DAYS,
+    MarketModel,
+    SignalSpec,
+    SyntheticParts,
+    bars_from_parts,
+    business_days,
+    checked_size,
+    draw_factor_market,
+    is_synthetic_ticker,
+    signal_coefficient,
+    ticker_names,
+    whole_number,
+)
+from envs.predictor import SIGNALS, PredictorFilter
 
-GENERATOR_VERSION = 2
+__all__ = [
+    "DEFAULT_MODEL",
+    "GENERATOR_VERSION",
+    "GENERATOR_VERSIONS",
+    "MAX_SIGNAL_IC",
+    "SIGNALS",
+    "TICKER_PREFIX",
+    "TRADING_DAYS",
+    "MarketModel",
+    "SignalSpec",
+    "generate_market",
+    "is_synthetic_ticker",
+    "market_and_parts",
+    "synthetic_parts",
+    "ticker_names",
+    "whole_number",
+]
+
+GENERATOR_VERSION = 3
 """The generator a ``synthetic:...`` source without ``generator=`` means."""
-GENERATOR_VERSIONS: tuple[int, ...] = (1, 2)
-SIGNALS: tuple[str, ...] = ("momentum", "lead_lag")
-TRADING_DAYS = 252
-TICKER_PREFIX = "SYN"  # names "SYN00", "SYN01", ...: letters then digits, unlike any listed US stock
-MAX_SIGNAL_IC = 0.5
+GENERATOR_VERSIONS: tuple[int, ...] = (1, 2, 3)
 
 
-def is_synthetic_ticker(name: str) -> bool:
-    """Is ``name`` one `generate_market` makes (so no exchange lists it)? Also true of a CSV of generated data."""
-    return re.fullmatch(rf"{TICKER_PREFIX}\d{{2,}}", name) is not None
-
-
-def ticker_names(num_tickers: int) -> tuple[str, ...]:
-    """ "SYN00", "SYN01", ... (zero-padded to at least two digits)."""
-    width = max(2, len(str(num_tickers - 1)))
-    return tuple(f"{TICKER_PREFIX}{i:0{width}d}" for i in range(num_tickers))
-
-
-def whole_number(value: object, name: str, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``; one `UserError` naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or int(value) < minimum:
-        raise UserError(f"{name} must be a whole number >= {minimum}, got {value!r}")
-    return int(value)
-
-
-@dataclass(frozen=True)
-class MarketModel:
-    """The generator's parameters (module docstring); the defaults are calibrated to real daily US stocks.
-
-    ``clstm-ppo data generate --like FILE`` (`envs.market_fit`) fits one to a user's data, with per-ticker values.
-    """
-
-    annual_vol: tuple[float, float] = (0.22, 0.45)  # range of sigma_i * sqrt(252) (fraction a year)
-    annual_drift: tuple[float, float] = (0.08, 0.18)  # range of a_i, the expected simple return a year
-    market_share: float = 0.30  # mean share of a ticker's variance from the market factor
-    sector_share: float = 0.10  # mean share from its sector
-    overnight_share: float = 0.35  # w: share of each diffusive day's variance in the overnight gap
-    vol_persistence: float = 0.985  # phi: daily AR(1) coefficient of log variance (half-life ~46 days)
-    market_vol_of_vol: float = 0.22  # v of the market's log variance (per day)
-    vol_of_vol: float = 0.22  # v of the sectors' and tickers' own log variance (per day)
-    market_leverage: float = -0.7  # rho of the market: corr(today's shock, tomorrow's log-variance innovation)
-    leverage: float = -0.5  # rho of the sectors and tickers
-    common_vol: float = 0.4  # loading of a sector's / ticker's log variance on the market's
-    tail_dof: float = 8.0  # nu of the Student-t shocks (> 2)
-    jump_rate: float = 0.006  # p: idiosyncratic jumps a day (0.006: 1.5 a year)
-    jump_size: float = 4.2  # J: a jump's standard deviation in the ticker's daily sigmas
-    # Per-ticker values (a fitted market): each tuple has one number per ticker and replaces the drawn ones.
-    ticker_vol: tuple[float, ...] | None = None  # annual volatility
-    ticker_drift: tuple[float, ...] | None = None  # expected simple return a year
-    ticker_market_share: tuple[float, ...] | None = None  # share of variance from the market factor
-
-    def __post_init__(self) -> None:
-        checks = {
-            "overnight_share": 0 <= self.overnight_share < 1,
-            "vol_persistence": 0 <= self.vol_persistence < 1,
-            "market_leverage": -1 < self.market_leverage < 1,
-            "leverage": -1 < self.leverage < 1,
-            "tail_dof": self.tail_dof > 2,
-            "jump_rate": 0 <= self.jump_rate < 1,
-            "jump_size": self.jump_size >= 0,
-            "market_share": self.market_share >= 0,
-            "sector_share": self.sector_share >= 0,
-            "market_vol_of_vol": self.market_vol_of_vol >= 0,
-            "vol_of_vol": self.vol_of_vol >= 0,
-        }
-        bad = [name for name, ok in checks.items() if not ok]
-        if bad:
-            raise UserError(f"synthetic market parameters out of range: {', '.join(bad)}")
-        lengths = {len(v) for v in (self.ticker_vol, self.ticker_drift, self.ticker_market_share) if v is not None}
-        if len(lengths) > 1:
-            raise UserError("a fitted synthetic market needs one value per ticker in each per-ticker parameter")
-
-    @property
-    def num_fitted_tickers(self) -> int | None:
-        """N of a fitted market (its per-ticker values), None when the tickers are drawn."""
-        for values in (self.ticker_vol, self.ticker_drift, self.ticker_market_share):
-            if values is not None:
-                return len(values)
-        return None
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-able parameters (tuples as lists)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if v is not None}
-
-    def with_values(self, **values: object) -> MarketModel:
-        """A copy with these parameters replaced."""
-        return replace(self, **values)
-
-
-DEFAULT_MODEL = MarketModel()
-
-
-@dataclass(frozen=True)
-class SignalSpec:
-    """A planted signal (module docstring): its IC, kind, half-life, overnight share and lag."""
-
-    ic: float = 0.0  # correlation of the predictor with the next open-to-open return; 0: no signal
-    kind: str = "lead_lag"  # "momentum" | "lead_lag"
-    halflife: float = 20.0  # days for the predictor's autocorrelation to halve
-    overnight: float = 0.3  # share of the planted move in the next overnight gap (not earned by next-open fills)
-    lag: int = 1  # the driving shock is from day t - lag + 1 (lag >= 2: older than the day's own prices)
-
-    def __post_init__(self) -> None:
-        try:
-            ic, halflife, overnight = float(self.ic), float(self.halflife), float(self.overnight)
-        except (TypeError, ValueError):
-            raise UserError(f"signal_ic, signal_halflife and signal_overnight must be numbers, got {self}") from None
-        if not (0.0 <= ic < MAX_SIGNAL_IC):
-            raise UserError(
-                f"signal_ic must be in [0, {MAX_SIGNAL_IC}) (a correlation: 0.02-0.05 is realistic, 0.3 a toy), "
-                f"got {self.ic!r}"
-            )
-        if self.kind not in SIGNALS:
-            raise UserError(f"unknown synthetic signal {self.kind!r}; choose one of {', '.join(SIGNALS)}")
-        if not halflife > 0:
-            raise UserError(f"signal_halflife must be a positive number of days, got {self.halflife!r}")
-        if not (0.0 <= overnight < 1.0):
-            raise UserError(f"signal_overnight must be in [0, 1), got {self.overnight!r}")
-        whole_number(self.lag, "lag", 1)
-        object.__setattr__(self, "ic", ic)
-        object.__setattr__(self, "halflife", halflife)
-        object.__setattr__(self, "overnight", overnight)
-
-    @property
-    def persistence(self) -> float:
-        """phi_a, the predictor's daily AR(1) coefficient."""
-        return 0.5 ** (1.0 / self.halflife)
-
-
-def signal_coefficient(ic: float, overnight: float, persistence: float) -> float:
-    """kappa: the planted move's daily standard deviation in units of the ticker's sigma that gives the requested IC.
-
-    With R = log(open[t+2] / open[t+1]) = (1 - o) k a[t] + o k a[t+1] + noise of variance sigma^2 (o =
-    ``overnight``, phi = ``persistence``): cov(a[t], R) = kappa sigma A and var(R) = sigma^2 (1 + kappa^2 B), with
-    A = (1 - o) + o phi and B = (1 - o)^2 + o^2 + 2 o (1 - o) phi, so IC = kappa A / sqrt(1 + kappa^2 B).
-    """
-    a = (1 - overnight) + overnight * persistence
-    b = (1 - overnight) ** 2 + overnight**2 + 2 * overnight * (1 - overnight) * persistence
-    if ic <= 0:
-        return 0.0
-    return math.sqrt(ic**2 / (a**2 - ic**2 * b))
-
-
-@dataclass(frozen=True)
-class SyntheticParts:
-    """The parts of a version-2 market's returns (module docstring). D days, N tickers; log returns a day.
-
-    `envs.oracle` reads the predictor; the env never does.
-    """
-
-    returns: np.ndarray  # [D, N] close-to-close log returns r (row 0: from the start price)
-    gap: np.ndarray  # [D, N] overnight log returns log(open[t] / close[t-1])
-    predictor: np.ndarray  # [D, N] a: the planted predictor known at day t's close (zeros without a signal)
-    planted: np.ndarray  # [D, N] P: the planted move (log return), P[t + 1] = k a[t]
-    daily_vol: np.ndarray  # [N] sigma_i, the unconditional daily volatility
-    conditional_vol: np.ndarray  # [D, N] the day's conditional volatility (without the planted move)
-    start_price: np.ndarray  # [N] dollars
-    median_volume: np.ndarray  # [N] shares
-    signal_scale: np.ndarray  # [N] k_i = kappa sigma_i (zeros without a signal)
-    wicks: np.ndarray  # [2, D, N] standard normals of the high's and the low's wicks
-    volume_noise: np.ndarray  # [D, N] standard normals of the volume
-
-
-def _ar1_filter(numerator: list[float], phi: float, x: np.ndarray) -> np.ndarray:
-    """``y[t] = numerator[0] x[t] + phi y[t-1]`` along axis 0 (``y[-1] = 0``), float64: bit for bit
-    ``scipy.signal.lfilter(numerator, [1, -phi], x, axis=0)`` (``tests/test_synthetic.py``), whose import costs about
-    a second of every run on a synthetic market; a step a day over all the columns takes milliseconds."""
-    gain = numerator[0]
-    y = np.empty(x.shape, dtype=np.float64)
-    previous = np.zeros(x.shape[1:], dtype=np.float64)
-    for t in range(x.shape[0]):
-        previous = gain * x[t] + phi * previous
-        y[t] = previous
-    return y
-
-
-def _sv_variance(n: np.ndarray, e: np.ndarray, phi: float, vol_of_vol: np.ndarray, rho: np.ndarray) -> np.ndarray:
-    """Log variance ``x [D, K]`` of K stationary AR(1) processes whose innovations are ``v (rho n[t-1] + sqrt(1 -
-    rho^2) e[t])``, started from their stationary law (x[0] ~ N(0, v^2 / (1 - phi^2)))."""
-    innov = np.sqrt(1 - rho**2) * e
-    innov[1:] += rho * n[:-1]
-    innov[0] = e[0] / math.sqrt(1 - phi**2)  # x[0] = v e[0] / sqrt(1 - phi^2): the stationary law
-    return _ar1_filter([1.0], phi, vol_of_vol * innov)
-
-
-def _draw(rng: np.random.Generator, d: int, n: int, model: MarketModel, signal: SignalSpec) -> SyntheticParts:
-    """Every draw of a market, from ``rng`` in a fixed order (the same whatever the signal)."""
-    num_sectors = max(1, min(5, n // 4))
-    sector = np.arange(n) % num_sectors
-    k = 1 + num_sectors + n  # components: market, sectors, tickers
-    # per-ticker parameters
-    vol = rng.uniform(*model.annual_vol, n) / math.sqrt(TRADING_DAYS)
-    drift = rng.uniform(*model.annual_drift, n) / TRADING_DAYS
-    m_share = model.market_share * rng.uniform(0.6, 1.4, n)
-    s_share = model.sector_share * rng.uniform(0.5, 1.5, n)
-    start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))
-    median_volume = np.exp(rng.uniform(np.log(3e5), np.log(3e7), n))
-    # shocks
-    normal = rng.standard_normal((d, k))
-    chi2 = rng.chisquare(model.tail_dof, (d, k))
-    vol_news = rng.standard_normal((d, k))
-    jump_day = rng.random((d, n)) < model.jump_rate
-    jump = rng.standard_normal((d, n))
-    bridge = rng.standard_normal((d, k))
-    wicks = rng.standard_normal((2, d, n))
-    volume_noise = rng.standard_normal((d, n))
-
-    if model.ticker_vol is not None:
-        vol = np.asarray(model.ticker_vol, dtype=np.float64) / math.sqrt(TRADING_DAYS)
-    if model.ticker_drift is not None:
-        drift = np.asarray(model.ticker_drift, dtype=np.float64) / TRADING_DAYS
-    if model.ticker_market_share is not None:
-        m_share, s_share = np.asarray(model.ticker_market_share, dtype=np.float64), np.zeros(n)
-    jump_share = model.jump_rate * model.jump_size**2
-    own_share = np.clip(1.0 - m_share - s_share - jump_share, 0.02, None)  # a variance budget left for the ticker
-
-    # stochastic volatility: column 0 the market, then the sectors, then the tickers
-    phi = model.vol_persistence
-    vov = np.r_[model.market_vol_of_vol, np.full(k - 1, model.vol_of_vol)]
-    rho = np.r_[model.market_leverage, np.full(k - 1, model.leverage)]
-    x = _sv_variance(normal, vol_news, phi, vov, rho)
-    x[:, 1:] += model.common_vol * x[:, :1]
-    var_x = vov**2 / (1 - phi**2)
-    var_x[1:] += model.common_vol**2 * var_x[0]  # independent Gaussian parts: variances add
-    h = np.exp(x - var_x / 2)  # [D, K], E[h] = 1
-    scale = np.sqrt((model.tail_dof - 2) / chi2)  # the t shock's scale, z = n * scale
-    sd = np.sqrt(h) * scale  # [D, K] the day's standard deviation of each component given its scale
-    comp = sd * normal  # [D, K] unit-variance components c
-    comp_gap = (
-        model.overnight_share * comp + math.sqrt(model.overnight_share * (1 - model.overnight_share)) * sd * bridge
-    )
-
-    def tickers(c: np.ndarray) -> np.ndarray:
-        """[D, K] component values -> [D, N] their sum in each ticker's return (daily sigmas)."""
-        return (
-            np.sqrt(m_share) * c[:, :1]
-            + np.sqrt(s_share) * c[:, 1 + sector]
-            + np.sqrt(own_share) * c[:, 1 + num_sectors :]
-        )
-
-    mu = drift - vol**2 / 2  # daily log drift of a ticker whose expected simple return is ``drift``
-    jumps = vol * model.jump_size * np.where(jump_day, jump, 0.0)
-    base = mu + vol * tickers(comp) + jumps
-    gap = model.overnight_share * mu + vol * tickers(comp_gap) + jumps
-    var_today = m_share * h[:, :1] + s_share * h[:, 1 + sector] + own_share * h[:, 1 + num_sectors :] + jump_share
-    conditional_vol = vol * np.sqrt(var_today)
-
-    predictor = np.zeros((d, n))
-    planted = np.zeros((d, n))
+def _plant(drawn: list[SyntheticParts], signal: SignalSpec) -> list[SyntheticParts]:
+    """Markets of the same size ``drawn`` with the signal planted day by day (module docstring), all at once."""
     kappa = signal_coefficient(signal.ic, signal.overnight, signal.persistence)
-    if kappa > 0:
-        own = normal[:, 1 + num_sectors :]  # [D, N] each ticker's idiosyncratic normal shock
-        driver = own if signal.kind == "momentum" else np.roll(own, 1, axis=1)  # lead_lag: ticker i - 1's
-        driver = np.vstack([np.zeros((signal.lag - 1, n)), driver[: d - signal.lag + 1]])  # the shock of t - lag + 1
-        phi_a = signal.persistence
-        driver[0] /= math.sqrt(1 - phi_a**2)  # a[0] = driver[0]: the stationary law
-        predictor = _ar1_filter([math.sqrt(1 - phi_a**2)], phi_a, driver)
-        planted[1:] = kappa * vol * predictor[:-1]
-    return SyntheticParts(
-        returns=base + planted,
-        gap=gap + signal.overnight * planted,
-        predictor=predictor,
-        planted=planted,
-        daily_vol=vol,
-        conditional_vol=conditional_vol,
-        start_price=start_price,
-        median_volume=median_volume,
-        signal_scale=kappa * vol,
-        wicks=wicks,
-        volume_noise=volume_noise,
-    )
+    if kappa <= 0:
+        return drawn
+    returns = np.stack([p.returns for p in drawn], axis=1)  # [D, M, N]
+    scale = kappa * np.stack([p.daily_vol for p in drawn])  # [M, N] k_i
+    predictor, planted = np.zeros(returns.shape), np.zeros(returns.shape)
+    trader = PredictorFilter(signal.rule, returns.shape[1:])
+    for t in range(1, returns.shape[0]):  # day 0 has no return a file shows (no close before it): its predictor is 0
+        planted[t] = scale * predictor[t - 1]
+        predictor[t] = trader.step(returns[t] + planted[t])
+    return [p.with_signal(predictor[:, m], planted[:, m], signal.overnight, scale[m]) for m, p in enumerate(drawn)]
 
 
-def _checked(num_tickers: object, num_days: object, seed: object, model: MarketModel) -> tuple[int, int, int]:
-    n, d = whole_number(num_tickers, "num_tickers", 1), whole_number(num_days, "num_days", 2)
-    fitted = model.num_fitted_tickers
-    if fitted is not None and fitted != n:
-        raise UserError(f"this fitted synthetic market has {fitted} tickers, not {n}")
-    return n, d, whole_number(seed, "seed", 0)
+def synthetic_parts_of_seeds(
+    seeds: list[int],
+    *,
+    num_tickers: int = 30,
+    num_days: int = 2520,
+    signal: SignalSpec = NO_SIGNAL,
+    model: MarketModel = DEFAULT_MODEL,
+) -> list[SyntheticParts]:
+    """`synthetic_parts` of each seed with the same other arguments, the signals planted together (one pass over the
+    days for all of them: what a training pool of many draws costs about one draw's time)."""
+    sizes = [checked_size(num_tickers, num_days, seed, model) for seed in seeds]
+    if signal.lag >= num_days:
+        raise UserError(f"synthetic lag {signal.lag} must be shorter than the {num_days} days")
+    drawn = [draw_factor_market(np.random.Generator(np.random.PCG64(s)), d, n, model) for n, d, s in sizes]
+    return _plant(drawn, signal)
 
 
 def synthetic_parts(
@@ -358,14 +110,44 @@ def synthetic_parts(
     num_tickers: int = 30,
     num_days: int = 2520,
     seed: int = 0,
-    signal: SignalSpec = SignalSpec(),
+    signal: SignalSpec = NO_SIGNAL,
     model: MarketModel = DEFAULT_MODEL,
 ) -> SyntheticParts:
     """The parts of the market `generate_market` with these arguments draws (its closes compound ``returns``)."""
-    n, d, seed = _checked(num_tickers, num_days, seed, model)
-    if signal.lag >= d:
-        raise UserError(f"synthetic lag {signal.lag} must be shorter than the {d} days")
-    return _draw(np.random.Generator(np.random.PCG64(seed)), d, n, model, signal)
+    return synthetic_parts_of_seeds([seed], num_tickers=num_tickers, num_days=num_days, signal=signal, model=model)[0]
+
+
+def markets_of_seeds(seeds: list[int], *, start: str = "2014-01-02", **options: object) -> list[MarketData]:
+    """`generate_market` of each seed with the same other options (``num_tickers``, ``num_days``, ``signal_ic``, ...),
+    drawn together (`synthetic_parts_of_seeds`)."""
+    signal = SignalSpec(
+        options.pop("signal_ic", 0.0),
+        options.pop("signal_kind", "lead_lag"),
+        options.pop("signal_halflife", 20.0),
+        options.pop("signal_overnight", 0.3),
+        options.pop("lag", 1),
+    )
+    drawn = synthetic_parts_of_seeds(seeds, signal=signal, **options)  # type: ignore[arg-type]
+    return [bars_from_parts(p, business_days(start, p.returns.shape[0])) for p in drawn]
+
+
+def market_and_parts(
+    *,
+    num_tickers: int = 30,
+    num_days: int = 2520,
+    start: str = "2014-01-02",
+    seed: int = 0,
+    signal_ic: float = 0.0,
+    signal_kind: str = "lead_lag",
+    signal_halflife: float = 20.0,
+    signal_overnight: float = 0.3,
+    lag: int = 1,
+    model: MarketModel = DEFAULT_MODEL,
+) -> tuple[MarketData, SyntheticParts]:
+    """`generate_market`'s market and the parts it was built from (one draw), for the same arguments."""
+    signal = SignalSpec(signal_ic, signal_kind, signal_halflife, signal_overnight, lag)
+    parts = synthetic_parts(num_tickers=num_tickers, num_days=num_days, seed=seed, signal=signal, model=model)
+    return bars_from_parts(parts, business_days(start, parts.returns.shape[0])), parts
 
 
 def generate_market(
@@ -390,52 +172,9 @@ def generate_market(
     :param signal_ic: IC in [0, 0.5) of the planted predictor with the next open-to-open return; 0 plants nothing.
     :param signal_kind: "momentum" | "lead_lag".
     :param signal_halflife: the predictor's half-life in days.
-    :param signal_overnight: share in [0, 1) of the planted move in the next overnight gap.
-    :param lag: the driving shock's age plus one, in days (1: the day's own shock).
+    :param signal_overnight: share in [0, 1) of the planted move in the overnight gap.
+    :param lag: the driving return's age plus one, in days (1: the day's own return).
     :param model: the market's parameters (`MarketModel`; default: calibrated to real daily US stocks).
     :returns: MarketData with [D, N] float64 prices (dollars) and volumes (whole shares).
     """
     return market_and_parts(**locals())[0]
-
-
-def market_and_parts(
-    *,
-    num_tickers: int = 30,
-    num_days: int = 2520,
-    start: str = "2014-01-02",
-    seed: int = 0,
-    signal_ic: float = 0.0,
-    signal_kind: str = "lead_lag",
-    signal_halflife: float = 20.0,
-    signal_overnight: float = 0.3,
-    lag: int = 1,
-    model: MarketModel = DEFAULT_MODEL,
-) -> tuple[MarketData, SyntheticParts]:
-    """`generate_market`'s market and the parts it was built from (one draw), for the same arguments."""
-    signal = SignalSpec(signal_ic, signal_kind, signal_halflife, signal_overnight, lag)
-    parts = synthetic_parts(num_tickers=num_tickers, num_days=num_days, seed=seed, signal=signal, model=model)
-    try:
-        dates = pd.bdate_range(start=pd.Timestamp(start), periods=parts.returns.shape[0])
-    except (ValueError, TypeError, OverflowError):
-        raise UserError(f"synthetic start date {start!r} is not a date (use YYYY-MM-DD)") from None
-    return market_from_parts(parts, dates.to_numpy(dtype="datetime64[ns]")), parts
-
-
-def market_from_parts(parts: SyntheticParts, dates: np.ndarray) -> MarketData:
-    """The OHLCV bars of ``parts`` on ``dates`` [D] (module docstring)."""
-    ret, vol = parts.returns, parts.conditional_vol
-    close = parts.start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
-    prev_close = np.vstack([parts.start_price[None, :], close[:-1]])
-    open_ = prev_close * np.exp(parts.gap)
-    high = np.maximum(open_, close) * np.exp(np.abs(0.5 * vol * parts.wicks[0]))
-    low = np.minimum(open_, close) * np.exp(-np.abs(0.5 * vol * parts.wicks[1]))
-    volume = np.round(parts.median_volume[None, :] * np.exp(0.25 * np.abs(ret) / vol + 0.3 * parts.volume_noise))
-    return MarketData(
-        dates=dates,
-        tickers=ticker_names(ret.shape[1]),
-        open=open_,
-        high=high,
-        low=low,
-        close=close,
-        volume=volume,
-    )

@@ -112,6 +112,12 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     Arguments: market (PreparedMarket), split ("train" | "validation" | "test" or a DayRange),
     num_envs (B), config (EnvConfig), device, seed (of the start-day generator).
 
+    Training pool: with ``pool=True`` on the "train" split of a market with a ``pool`` (a synthetic source's
+    ``train_draws``: K markets of the same length D and spec; the trainer's env), each episode starts on a day drawn
+    uniformly from the training days of all K markets and stays in its market: the K markets' days are stacked (day
+    index k D + t), an episode ends at its market's split end, and its window never looks back into the market
+    before it. Without it (evaluation, the default) the env runs on the market alone.
+
     Cells: ``seed`` may be a list of C seeds; the B envs are then C equal blocks of consecutive envs ("cells", a
     study's runs trained as one batch: `clstm_ppo.training.cell_trainer`), each drawing its start days from its
     own generator in the order its envs need them, so block c behaves exactly as a ``B / C``-env ``VectorStockTradingEnv``
@@ -129,6 +135,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         config: EnvConfig = EnvConfig(),  # noqa: B008 - frozen dataclass, safe as a default
         device: str | torch.device = "cpu",
         seed: int | list[int] = 0,
+        pool: bool = False,
         _autoreset: bool = True,
     ) -> None:
         if num_envs < 1:
@@ -157,25 +164,34 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         self.action_space = batch_space(self.single_action_space, self.num_envs)
 
-        # Market tensors over all days (the split only bounds which days an episode visits).
+        # Market tensors over all days (the split only bounds which days an episode visits); a training pool's
+        # markets stacked along the days (class docstring).
         dev = self.device
-        data = market.data
-        # A copy: the data's arrays can be read-only views of a pandas frame, which torch warns about.
-        self._close = torch.tensor(np.asarray(data.close, dtype=np.float64), device=dev)  # [D, N]
-        self.terms = Terms.of(data, config.execution, config.risk_free)
+        if pool and split != "train":
+            raise ValueError(f"a training pool runs on the train split, not {split!r}")
+        markets = [market, *market.pool] if pool else [market]
+        self._draw_days = market.data.num_days  # D: day k D + t is day t of the k-th market
+        self._num_draws = len(markets)
+        self.terms = Terms.of(market.data, config.execution, config.risk_free)
         self.execution = self.terms.execution
-        self._fill = torch.tensor(self.terms.fill, device=dev)  # [D, N] row t: where day t's orders fill
-        self._dividends = torch.tensor(self.terms.dividends, device=dev)  # [D, N] dollars per share paid on day t
-        self._pays_dividends = bool(self.terms.dividends.any())  # host-known: no work per step without them
-        turbulent = market.stopped_days()
-        self._turbulent = torch.as_tensor(turbulent, device=dev)  # [D] bool
-        norm = market.normalization
-        mrows = np.zeros((data.num_days, F), dtype=np.float32)
-        rows = norm.market_rows(np.asarray(data.close, dtype=np.float64), market.indicators)  # [D, N + K*N]
+        terms = [self.terms, *(Terms.of(m.data, config.execution, config.risk_free) for m in markets[1:])]
+        # A copy: the data's arrays can be read-only views of a pandas frame, which torch warns about.
+        close = np.concatenate([np.asarray(m.data.close, dtype=np.float64) for m in markets])
+        self._close = torch.tensor(close, device=dev)  # [K D, N]
+        self._fill = torch.tensor(np.concatenate([t.fill for t in terms]), device=dev)  # row t: where t's orders fill
+        dividends = np.concatenate([t.dividends for t in terms])
+        self._dividends = torch.tensor(dividends, device=dev)  # [K D, N] dollars per share paid on day t
+        self._pays_dividends = bool(dividends.any())  # host-known: no work per step without them
+        turbulent = np.concatenate([m.stopped_days() for m in markets])
+        self._turbulent = torch.as_tensor(turbulent, device=dev)  # [K D] bool
         layout = market.layout
+        mrows = np.zeros((close.shape[0], F), dtype=np.float32)
+        rows = np.concatenate(
+            [m.normalization.market_rows(np.asarray(m.data.close, dtype=np.float64), m.indicators) for m in markets]
+        )  # [K D, N + K*N]
         mrows[:, layout.prices] = rows[:, :N]
         mrows[:, layout.indicators] = rows[:, N:]
-        self._mrows = torch.as_tensor(mrows, device=dev)  # [D, F] float32, portfolio columns zero
+        self._mrows = torch.as_tensor(mrows, device=dev)  # [K D, F] float32, portfolio columns zero
         self._offsets = torch.arange(-T + 1, 1, device=dev)  # [T] day offsets of a window
 
         self._gens = [torch.Generator().manual_seed(s) for s in seeds]  # per cell; CPU: same starts on every device
@@ -189,9 +205,12 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     # ---------------------------------------------------------------- episode starts
     def _sample_starts(self, envs: np.ndarray) -> np.ndarray:
         """Start days [n] int64 of the envs ``envs`` ([n] ascending): uniform over starts that leave a full episode,
-        else the split's first day; each cell's envs drawn together from its own generator."""
+        else the split's first day; each cell's envs drawn together from its own generator. With a training pool,
+        uniform over those days of all its markets (`_pool_starts`)."""
         lo, stop = self.split.start, self.split.stop
         length = self.config.episode_days
+        if self._num_draws > 1:
+            return self._pool_starts(envs, lo, lo if length is None else max(lo, stop - 1 - length))
         if length is None or stop - 1 - length <= lo:
             return np.full(envs.size, lo, dtype=np.int64)
         hi = stop - 1 - length  # latest start whose episode_length steps all fit in the split
@@ -202,6 +221,25 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         ]
         return np.concatenate(draws).astype(np.int64)
 
+    def _pool_starts(self, envs: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """Start days [n] of a training pool's envs: day lo..hi of one of its K markets, all K (hi - lo + 1) choices
+        equally likely, as stacked day indices k D + t."""
+        span = hi - lo + 1
+        cells = envs // self._cell_size
+        draws = np.concatenate(
+            [
+                torch.randint(0, self._num_draws * span, (int((cells == c).sum()),), generator=self._gens[c]).numpy()
+                for c in np.unique(cells)
+            ]
+        ).astype(np.int64)
+        return (draws // span) * self._draw_days + lo + draws % span
+
+    def _ends(self, starts: np.ndarray | Tensor) -> np.ndarray | Tensor | int:
+        """The split's stop in the market of each start day ([n] like ``starts``; an int without a training pool)."""
+        if self._num_draws == 1:
+            return self.split.stop
+        return (starts // self._draw_days) * self._draw_days + self.split.stop
+
     def _write_portfolio(self, rows: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, value: Tensor) -> None:
         """`write_portfolio_columns` with this env's settings."""
         write_portfolio_columns(
@@ -211,7 +249,11 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     def _window_rows(self, starts: Tensor, cash: Tensor, shares: Tensor) -> Tensor:
         """[n, T, F] float32 observation of portfolios (cash [n], shares [n, N]) starting at days `starts`
         ([n] int64 on device): the market's rows with that portfolio in every row."""
-        days = (starts.unsqueeze(1) + self._offsets).clamp_min(0)
+        days = starts.unsqueeze(1) + self._offsets
+        if self._num_draws == 1:
+            days = days.clamp_min(0)
+        else:  # never into the market before: its first day repeats, as day 0 does
+            days = torch.maximum(days, ((starts // self._draw_days) * self._draw_days).unsqueeze(1))
         w = self._mrows.index_select(0, days.reshape(-1)).view(starts.shape[0], self.window, -1)
         prices = self._close.index_select(0, starts)
         self._write_portfolio(w, cash, shares, prices, portfolio_value(cash, shares, prices))
@@ -368,14 +410,14 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         # Episode ends are decided on the host from the start days: no device synchronisation.
         self._day_np += 1
         length_np = self._day_np - self._start_np
-        term_np = self._day_np >= self.split.stop - 1
+        term_np = self._day_np >= self._ends(self._start_np) - 1
         trunc_np = np.zeros(B, dtype=bool)
         if cfg.episode_days is not None:
             trunc_np = (length_np >= cfg.episode_days) & ~term_np
         done_np = term_np | trunc_np
         # The same flags computed on the device: a host-to-device copy of pageable memory would
         # synchronise the CUDA stream every step.
-        terminated = day >= self.split.stop - 1
+        terminated = day >= self._ends(self._start) - 1
         if cfg.episode_days is not None:
             truncated = (day - self._start >= cfg.episode_days).logical_and_(~terminated)
         else:

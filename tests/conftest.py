@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -293,3 +294,17 @@ def descendants(pid: int) -> set[int]:
 def alive(pids: set[int]) -> set[int]:
     live = set(_ppid_map())
     return pids & live
+
+
+CHECKSUM_RTOL = 1e-10
+"""Relative tolerance of `array_checksums`: numpy's exp and log round the last bit differently by CPU (AVX2 against
+AVX-512), which moves a checksum by about 1e-15; a changed generator moves every value, and its checksums by far more."""
+
+
+def array_checksums(x: np.ndarray) -> list[float]:
+    """Three numbers that pin a float array up to the last bits: its sum, its sum of squares and its sum weighted by
+    fixed pseudo-random weights in [0.5, 1.5) (compared with `CHECKSUM_RTOL`; a hash of the bytes would fail on a CPU
+    whose numpy rounds the last bit differently)."""
+    flat = np.asarray(x, dtype=np.float64).ravel()
+    weights = np.random.default_rng(20261127).uniform(0.5, 1.5, flat.size)
+    return [float(flat.sum()), float((flat * flat).sum()), float((flat * weights).sum())]

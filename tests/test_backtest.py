@@ -115,12 +115,13 @@ def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     ckpts: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture, one_thread: None
 ) -> None:
     """The train command's last line names the data, scores the deployed checkpoint (by default latest.pt) on the test
-    split with its interval over days, against buy-and-hold, with a verdict; the backtest of the same checkpoint
-    reports the same Sharpe ratios, return, turnover and days."""
+    split with its interval over days and on its training days, against buy-and-hold, with a verdict; the backtest of
+    the same checkpoint reports the same Sharpe ratios, return, turnover and days, on both splits."""
     last = (ckpts["a"].parent.parent / "a.log").read_text().strip().splitlines()[-1]
     pattern = (
         r"held-out test (\S+) \.\. (\S+) \((\d+) days\) on synthetic market, no planted signal, orders fill at the "
-        r"next day's open: latest\.pt Sharpe (-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\] \(95% over days\), "
+        r"next day's open: latest\.pt Sharpe (-?[\d.]+) \[(-?[\d.]+), (-?[\d.]+)\] \(95% over days; (-?[\d.]+) on its "
+        r"last (\d+) training days\), "
         r"return ([+-][\d.]+)%, exposure \d+%, turnover ([\d.]+)x a year \| buy-and-hold Sharpe (-?[\d.]+), "
         r"return ([+-][\d.]+)% \| (beats|trails|not distinguishable from) buy-and-hold"
     )
@@ -139,7 +140,7 @@ def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     assert code == 0
     assert torch.get_num_threads() == 1  # --threads holds for the command only: the caller's count comes back
     report = json.loads((tmp_path / "bt" / "report.json").read_text())
-    first, end, days, sharpe, lo, hi, ret, turnover, bh_sharpe, bh_ret, verdict = match.groups()
+    first, end, days, sharpe, lo, hi, on_training_days, last, ret, turnover, bh_sharpe, bh_ret, verdict = match.groups()
     assert float(lo) < float(sharpe) < float(hi)
     assert (report["period"]["start"], report["period"]["end"], report["period"]["num_days"]) == (first, end, int(days))
     assert report["metrics"]["policy"]["sharpe"] == pytest.approx(float(sharpe), abs=0.005)
@@ -147,6 +148,15 @@ def test_a_training_run_ends_with_its_held_out_line_which_the_backtest_confirms(
     assert report["metrics"]["policy"]["cumulative_return"] == pytest.approx(float(ret) / 100, abs=0.00005)
     assert report["metrics"]["baseline"]["sharpe"] == pytest.approx(float(bh_sharpe), abs=0.005)
     assert report["metrics"]["baseline"]["cumulative_return"] == pytest.approx(float(bh_ret) / 100, abs=0.00005)
+    assert int(last) == int(days)  # as many training days as test days: the last before validation
+    ck = open_checkpoint(ckpts["a"] / "latest.pt")
+    train_days = ck.market_spec["splits"]["train"]
+    start = str(pd.bdate_range(end=train_days["end"], periods=int(last))[0].date())
+    args = ["--start", start, "--end", train_days["end"], "--out", str(tmp_path / "t")]
+    assert in_process(capsys, "backtest", "--checkpoint", str(ckpts["a"] / "latest.pt"), *args)[0] == 0
+    report = json.loads((tmp_path / "t" / "report.json").read_text())
+    assert report["period"]["num_days"] == int(last)
+    assert report["metrics"]["policy"]["sharpe"] == pytest.approx(float(on_training_days), abs=0.005)
 
 
 def test_the_last_line_scores_the_checkpoint_deploy_names(

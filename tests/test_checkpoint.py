@@ -33,7 +33,7 @@ FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
 # The flags it was trained with (tests/fixtures/README.md): TINY with 32 episodes.
 # The settings the fixture was trained with, whose defaults have changed since (a resume must repeat them).
 THEN = ["--action_mode", "shares", "--reward", "value", "--ent_coef", "0.01", "--execution", "close"]
-THEN += ["--turnover_penalty", "0"]
+THEN += ["--turnover_penalty", "0", "--use_turbulence"]
 THEN_CONFIG = {"action_dist": "gaussian", "log_std_max": float("inf")}
 """The config-only knobs among those settings: a ``--config`` file sets them."""
 
@@ -98,7 +98,7 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     from clstm_ppo.market import build_market
 
     args = [*TINY, *then, "--num_episodes", "32", "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "pre"]
-    today = parse_config([*args, "--resume", "latest"])  # synthetic:... now means generator 2: another market
+    today = parse_config([*args, "--resume", "latest"])  # synthetic:... now means generator 3: another market
     with pytest.raises(
         UserError, match="trained on synthetic generator 1 .* give --data synthetic:tickers=4,days=400,generator=1"
     ):

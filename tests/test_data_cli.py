@@ -53,7 +53,7 @@ def test_generate_csv_is_deterministic_and_loads(tmp_path, capsys):
     ]
     assert main(["generate", "--out", str(a), "--seed", "5", *flags]) == 0
     assert (
-        "wrote 240 rows (4 tickers x 60 days, 2020-01-01 .. 2020-03-24, generator 2, seed 5, signal momentum IC 0.2"
+        "wrote 240 rows (4 tickers x 60 days, 2020-01-01 .. 2020-03-24, generator 3, seed 5, signal momentum IC 0.2"
         in (capsys.readouterr().out)
     )
     assert main(["generate", "--out", str(b), "--seed", "5", *flags]) == 0
@@ -241,6 +241,9 @@ def test_inspect_facts_of_a_file_and_a_synthetic_spec(capsys):
     from scipy import stats
 
     assert float(rows["excess kurtosis"][0]) == pytest.approx(stats.kurtosis(r, bias=False).mean(), abs=1e-3)
+    assert float(rows["median excess kurtosis"][0]) == pytest.approx(np.median(stats.kurtosis(r, bias=False)), abs=1e-3)
+    winsorized = [stats.kurtosis(np.asarray(stats.mstats.winsorize(c, limits=0.001)), bias=False) for c in r.T]
+    assert float(rows["median kurtosis, 0.1% winsorised"][0]) == pytest.approx(np.median(winsorized), abs=1e-3)
     share = (np.log(opens[1:] / close[:-1]).var(axis=0) / r.var(axis=0)).mean()
     assert float(rows["overnight share of daily variance"][0]) == pytest.approx(share, abs=1e-3)
     expected = market_facts(generate_market(num_tickers=20, seed=3))
@@ -249,8 +252,9 @@ def test_inspect_facts_of_a_file_and_a_synthetic_spec(capsys):
 
 def test_like_fits_the_generator_to_a_file_and_reproduces_its_facts(tmp_path, capsys):
     """Tolerances: one 6 x 2699 draw of the fitted model, whose facts spread over seeds as the data's own would (over
-    10 seeds of this fit: kurtosis 10-23 around the data's 14.4, ACF(1) of |r| 0.11-0.24 around 0.17, pair
-    correlation 0.38-0.55 around 0.49, overnight share 0.40-0.50 around 0.44)."""
+    10 seeds of this fit: kurtosis 7.0-17.5 around the data's 14.4, winsorised 3.7-9.5 around 5.0, ACF(1) of |r|
+    0.13-0.23 around 0.17, pair correlation 0.46-0.56 around 0.49, overnight share 0.42-0.46 around 0.44). The rise
+    of correlations in sell-offs is held over ten seeds (`tests/test_synthetic_facts.py`): on one draw it can vanish."""
     out = tmp_path / "like.parquet"
     assert main(["generate", "--out", str(out), "--like", str(FIXTURE), "--seed", "1"]) == 0
     printed = capsys.readouterr().out
@@ -259,11 +263,12 @@ def test_like_fits_the_generator_to_a_file_and_reproduces_its_facts(tmp_path, ca
     assert like.tickers == tuple(f"SYN{i:02d}" for i in range(6))
     real, fake = market_facts(data), market_facts(like)
     assert real.kurtosis / 2 < fake.kurtosis < real.kurtosis * 2
+    assert real.winsorized_kurtosis / 2 < fake.winsorized_kurtosis < real.winsorized_kurtosis * 2
     assert abs(fake.abs_acf1 - real.abs_acf1) < 0.08
     assert abs(fake.pair_corr - real.pair_corr) < 0.12
     assert abs(fake.overnight_share - real.overnight_share) < 0.08
     assert abs(fake.annual_vol - real.annual_vol) < 0.07
-    assert fake.leverage < 0 and fake.selloff_corr > fake.pair_corr
+    assert fake.leverage < 0
     # the per-ticker volatilities are the file's, ticker by ticker
     vol = np.diff(np.log(like.close), axis=0).std(axis=0) / np.diff(np.log(data.close), axis=0).std(axis=0)
     assert ((vol > 0.7) & (vol < 1.3)).all(), vol

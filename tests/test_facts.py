@@ -1,12 +1,15 @@
 """The stylized facts (`envs.facts`): issue 48's figures for the example file, measured independently when the issue
-was written, and hand-worked cases of the pieces."""
+was written, the robust kurtoses (issue 58) against scipy's, and hand-worked cases of the pieces."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+from scipy import stats
+from scipy.stats import mstats
 
 from envs.facts import SELLOFF_LOOKBACK, abs_acf1, leverage, market_facts, next_day_corr, selloff_days
 from envs.sources import load_market_data
@@ -26,6 +29,18 @@ def test_the_example_file_has_issue_48s_facts():
     assert facts.next_day_corr_max == pytest.approx(0.102, abs=0.0005)
     assert facts.overnight_share == pytest.approx(0.436, abs=0.0005)
     assert facts.selloff_corr > facts.pair_corr and facts.leverage < 0
+
+
+def test_the_robust_kurtoses_are_scipys_medians_over_tickers():
+    """Issue 58: the median over tickers of the excess kurtosis, before and after `scipy.stats.mstats.winsorize` at
+    0.1% per side, computed here from the raw CSV."""
+    raw = pd.read_csv(FIXTURE).sort_values(["symbol", "date"])
+    r = np.diff(np.log(raw.pivot(index="date", columns="symbol", values="close").to_numpy()), axis=0)
+    winsorized = [stats.kurtosis(np.asarray(mstats.winsorize(c, limits=0.001)), bias=False) for c in r.T]
+    facts = market_facts(load_market_data(str(FIXTURE)))
+    assert facts.median_kurtosis == pytest.approx(np.median(stats.kurtosis(r, bias=False)), rel=1e-9)
+    assert facts.winsorized_kurtosis == pytest.approx(np.median(winsorized), rel=1e-9)
+    assert 0 < facts.winsorized_kurtosis < facts.median_kurtosis < facts.kurtosis  # the file's outliers
 
 
 def test_the_pieces_on_hand_worked_returns():

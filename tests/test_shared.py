@@ -109,9 +109,11 @@ WIDER = "synthetic:tickers=5,days=420,seed=2"  # other prices, and SYN03, SYN04 
 
 @pytest.fixture(scope="module")
 def shared_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``best.pt`` of one QUICK ``--policy shared`` run on TRAINED_ON (3 tickers), shared read-only."""
+    """``best.pt`` of one QUICK ``--policy shared`` run on TRAINED_ON (3 tickers), shared read-only; with the turbulence
+    stop, whose threshold the refit tests follow."""
     root = tmp_path_factory.mktemp("shared_checkpoint")
     run = ["--policy", "shared", *QUICK, "--data", TRAINED_ON, "--checkpoint_dir", str(root), "--run_name", "s"]
+    run += ["--use_turbulence"]
     assert cli.main(["train", *run]) == 0
     return root / "s" / "best.pt"
 

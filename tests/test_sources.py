@@ -59,7 +59,7 @@ def test_pin_synthetic_fixes_what_a_source_string_meant_and_keeps_what_it_names(
 @pytest.mark.parametrize(
     "source,expected",
     [
-        ("synthetic:ticker=3", "unknown synthetic option 'ticker' for generator 2; accepted: tickers, days, start"),
+        ("synthetic:ticker=3", "unknown synthetic option 'ticker' for generator 3; accepted: tickers, days, start"),
         ("synthetic:tickers=three", "synthetic option tickers='three' is not a valid int"),
         ("synthetic:tickers", "must look like key=value"),
         ("synthetic:signal=0.5", "synthetic option signal= is generator 1's strength; give signal_ic=IC"),
@@ -68,7 +68,7 @@ def test_pin_synthetic_fixes_what_a_source_string_meant_and_keeps_what_it_names(
         ("synthetic:signal_ic=nan", "signal_ic must be in [0, 0.5)"),
         ("synthetic:signal_kind=noise", "unknown synthetic signal 'noise'"),
         ("synthetic:signal_ic=0.04,generator=1", "unknown synthetic option 'signal_ic' for generator 1"),
-        ("synthetic:generator=3", "synthetic generator='3' is unknown; versions: 1, 2"),
+        ("synthetic:generator=4", "synthetic generator='4' is unknown; versions: 1, 2, 3"),
         ("synthetic:generator=1,signal=1.5", "signal strength must be in [0, 1)"),
     ],
 )

@@ -210,8 +210,9 @@ def test_paired_sharpe_point_estimate_matches_per_seed_metrics():
 
 def test_paired_sharpe_identical_policy_gives_exact_zero_interval():
     base = np.random.default_rng(9).normal(0.0004, 0.01, 250)
-    res = st.paired_sharpe_difference(np.tile(base, (5, 1)), base, n_boot=300)
+    res = st.paired_sharpe_difference(np.tile(base, (5, 1)), base, n_boot=300, family=4)
     assert (res["difference"], res["lo"], res["hi"], res["seeds_beating"]) == (0.0, 0.0, 0.0, 0)
+    assert (res["lo_mcse"], res["hi_mcse"], res["lo_bonferroni"], res["hi_bonferroni_mcse"]) == (0.0, 0.0, 0.0, 0.0)
 
 
 def test_paired_sharpe_constant_extra_return_is_significantly_better():
@@ -294,7 +295,85 @@ def test_sharpe_interval_of_seeds_is_wider_than_the_seeds_only_interval():
     assert res["lo"] < lo and res["hi"] > hi and (res["hi"] - res["lo"]) > 5 * (hi - lo)
     # the same draws as the difference against a baseline of zeros (Sharpe 0): one resampling implementation
     diff = st.paired_sharpe_difference(seeds, np.zeros(500), n_boot=500)
-    assert (res["lo"], res["hi"]) == (diff["lo"], diff["hi"])
+    assert (res["lo"], res["hi"], res["lo_mcse"], res["hi_mcse"]) == (
+        diff["lo"],
+        diff["hi"],
+        diff["lo_mcse"],
+        diff["hi_mcse"],
+    )
+
+
+# ----------------------------------------------------- Monte Carlo error of the bounds; Bonferroni widening
+
+
+def test_quantile_mcse_by_hand():
+    # B = 100 draws 1..100, q = 0.5: d = sqrt(0.25 / 100) = 0.05; numpy's linear rule puts level 0.55 at rank
+    # 0.55 x 99 = 54.45 (value 55.45) and 0.45 at 44.55 (value 45.55): SE = (55.45 - 45.55) / 2
+    draws = np.arange(1.0, 101.0)
+    assert st.quantile_mcse(draws, 0.5) == pytest.approx(4.95, rel=1e-12)
+    # near an end the lower level is clipped to the smallest draw: q = 0.01, d = sqrt(0.0099) / 10
+    d = math.sqrt(0.01 * 0.99 / 100)
+    assert st.quantile_mcse(draws, [0.01])[0] == pytest.approx((1 + (0.01 + d) * 99 - 1 - max(0.01 - d, 0) * 99) / 2)
+    assert st.quantile_mcse(np.full(50, 3.0), [0.025, 0.975]).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError):
+        st.quantile_mcse(draws, 1.5)
+
+
+def test_quantile_mcse_matches_the_standard_error_of_a_normal_quantile():
+    # B draws of N(0, sigma^2): the q-quantile's estimate has SE sigma sqrt(q (1 - q) / B) / pdf(z_q)
+    # (Kendall and Stuart); the order-statistic estimate must find it from each sample alone, and the spread
+    # of the estimated quantiles over 200 independent samples must be that SE too
+    sigma, draws, reps = 2.0, 10_000, 200
+    levels = np.array([0.005, 0.025, 0.5, 0.975])
+    z = np.array([NormalDist().inv_cdf(q) for q in levels])
+    truth = sigma * np.sqrt(levels * (1 - levels) / draws) / (np.exp(-z * z / 2) / math.sqrt(2 * math.pi))
+    rng = np.random.default_rng(30)
+    samples = rng.normal(0.0, sigma, (reps, draws))
+    mcse = np.stack([st.quantile_mcse(x, levels) for x in samples])  # [reps, 4]
+    quantiles = np.quantile(samples, levels, axis=1).T  # [reps, 4]
+    assert np.allclose(mcse.mean(axis=0), truth, rtol=0.08), (mcse.mean(axis=0), truth)
+    assert np.allclose(quantiles.std(axis=0, ddof=1), truth, rtol=0.2), (quantiles.std(axis=0, ddof=1), truth)
+    # a wrong scale (the SE of the mean, sigma / sqrt(B), or a spacing not halved) is far outside these bounds
+    assert not np.allclose(truth, sigma / math.sqrt(draws), rtol=0.2)
+
+
+def test_the_bounds_mcse_is_how_far_another_set_of_draws_moves_them():
+    # the same data bootstrapped with 20 generator seeds: the bounds move by about their reported MCSE
+    rng = np.random.default_rng(31)
+    base = rng.normal(0.0004, 0.01, 250)
+    policy = base + rng.normal(0.0002, 0.004, (3, 250))
+    runs = [st.paired_sharpe_difference(policy, base, n_boot=2000, seed=k) for k in range(20)]
+    for bound in ("lo", "hi"):
+        spread = np.std([r[bound] for r in runs], ddof=1)
+        reported = np.mean([r[f"{bound}_mcse"] for r in runs])
+        assert 0.6 < spread / reported < 1.6, (bound, spread, reported)
+    # and it falls as 1 / sqrt(B): 4x the draws, half the error
+    more = np.mean([st.paired_sharpe_difference(policy, base, n_boot=8000, seed=k)["lo_mcse"] for k in range(3)])
+    assert 0.35 < more / np.mean([r["lo_mcse"] for r in runs]) < 0.65
+
+
+def test_bonferroni_interval_is_the_same_draws_at_the_widened_level():
+    assert st.bonferroni_confidence(0.95, 1) == 0.95
+    assert st.bonferroni_confidence(0.95, 6) == pytest.approx(1 - 0.05 / 6)
+    with pytest.raises(ValueError):
+        st.bonferroni_confidence(0.95, 0)
+    rng = np.random.default_rng(32)
+    base = rng.normal(0.0004, 0.01, 300)
+    policy = base + rng.normal(0.0003, 0.004, (4, 300))
+    res = st.paired_sharpe_difference(policy, base, n_boot=3000, seed=5, family=6)
+    # the same draws, drawn again here by the one resampling, at levels 0.05 / 12 and 1 - 0.05 / 12
+    draws = st.block_bootstrap_sharpe(policy, base, n_boot=3000, mean_block=res["mean_block"], seed=5)
+    lo, hi = np.quantile(draws, [0.025, 0.975])
+    wide_lo, wide_hi = np.quantile(draws, [0.05 / 12, 1 - 0.05 / 12])
+    assert (res["lo"], res["hi"]) == pytest.approx((lo, hi), rel=1e-12)
+    assert (res["lo_bonferroni"], res["hi_bonferroni"]) == pytest.approx((wide_lo, wide_hi), rel=1e-12)
+    assert res["lo_bonferroni"] < res["lo"] and res["hi_bonferroni"] > res["hi"]
+    assert res["bonferroni_m"] == 6 and res["bonferroni_confidence"] == pytest.approx(1 - 0.05 / 6)
+    assert res["lo_bonferroni_mcse"] == pytest.approx(st.quantile_mcse(draws, 0.05 / 12), rel=1e-12)
+    assert res["lo_bonferroni_mcse"] > res["lo_mcse"] > 0  # a bound further out rests on fewer draws
+    one = st.paired_sharpe_difference(policy, base, n_boot=3000, seed=5, family=1)
+    assert (one["lo_bonferroni"], one["hi_bonferroni"]) == (one["lo"], one["hi"])
+    assert "lo_bonferroni" not in st.paired_sharpe_difference(policy, base, n_boot=300, seed=5)
 
 
 # ------------------------------------------------------------------------------------- Holm

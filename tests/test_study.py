@@ -24,6 +24,7 @@ import torch
 
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.baselines import buy_and_hold
+from clstm_ppo.evaluation.oracle import ORACLE
 from clstm_ppo.study.analysis import seed_summary
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
@@ -317,6 +318,28 @@ def test_a_study_runs_every_cell_and_reports_with_baselines_and_statistics(full_
     assert "## Configurations against each other" in md and "## What the intervals resample" in md
     assert "| PSR vs 0 | DSR vs 0 | PSR vs B&H | DSR vs B&H |" in md
     assert "| mlp (2 seeds) |" in md and "## Verdicts" in md and "Probability of backtest overfitting" in md
+    # every bootstrap has the tests' 500 draws, each bound its Monte Carlo standard error, and each difference
+    # against a baseline or the untrained network also its Bonferroni interval for the 2 configurations on these
+    # days, from the same draws
+    assert report["bootstrap"] == 500 and "intervals are 95%, each bootstrap of 500 draws" in md
+    assert report["multiple_comparisons"]["bonferroni_m"] == 2
+    for d in [*mlp["vs"].values(), pair]:
+        assert d["n_boot"] == 500 and 0 <= d["lo_mcse"] < 0.2 and 0 <= d["hi_mcse"] < 0.2
+    for d in mlp["vs"].values():
+        assert (d["bonferroni_m"], d["bonferroni_confidence"]) == (2, pytest.approx(0.975))
+        assert d["lo_bonferroni"] <= d["lo"] <= d["hi"] <= d["hi_bonferroni"]
+        assert d["lo_bonferroni_mcse"] >= 0 and d["hi_bonferroni_mcse"] >= 0
+    assert "bonferroni_m" not in pair  # a pair of configurations is not one configuration among m
+    buy = mlp["vs"]["buy-and-hold"]
+    assert buy["lo_mcse"] > 0 and buy["hi_bonferroni"] > buy["hi"]
+    assert "| Bonferroni for m = 2 configurations on these days (97.5%) |" in md
+    assert (
+        f"| mlp | buy-and-hold | {buy['difference']:+.2f} [{buy['lo']:+.2f} ±{buy['lo_mcse']:.3f}, "
+        f"{buy['hi']:+.2f} ±{buy['hi_mcse']:.3f}] | [{buy['lo_bonferroni']:+.2f} ±{buy['lo_bonferroni_mcse']:.3f}, "
+        f"{buy['hi_bonferroni']:+.2f} ±{buy['hi_bonferroni_mcse']:.3f}] |"
+    ) in md
+    worst = max(max(iv["lo_mcse"], iv["hi_mcse"]) for iv in report["baseline_sharpe_intervals"].values())
+    assert worst > 0 and "500 bootstrap draws; the Monte Carlo standard error of these bounds is at most" in md
     cells = pd.read_csv(out / "cells.csv")
     assert len(cells) == 4 and set(cells["status"]) == {"done"} and cells["sharpe"].notna().all()
     # how each cell's training ended: its windows' last KL and clip fraction, and a training episode's costs
@@ -1069,30 +1092,36 @@ def test_seed_summary_of_a_metric_some_seeds_leave_undefined():
 
 @pytest.mark.slow
 def test_a_study_on_a_planted_market_reports_the_oracle_and_its_cells_backtest_on_their_own_market(tmp_path):
-    """On a planted market the report sets the rule that knows the signal beside the baselines (a ceiling, kept out
-    of the comparisons and Holm's family) with each configuration's share of it; the study pins its market's seed
-    and generator in the cells' source, so a cell (seed 2) trained on the market drawn with the study's seed (1)
-    backtests on that market, not on one drawn with its own seed."""
-    planted = "synthetic:tickers=3,days=700,signal_ic=0.3,signal_halflife=1"
+    """On a planted market the report sets the rule that trades the signal from prices beside the baselines (a ceiling,
+    kept out of the comparisons and Holm's family) with each configuration's share of its excess over buy-and-hold;
+    the study pins its market's seed and generator in the cells' source, so a cell (seed 2) trained on the market
+    drawn with the study's seed (1) backtests on that market, not on one drawn with its own seed."""
+    planted = "synthetic:tickers=4,days=700,signal_ic=0.3,signal_halflife=1"
     args = ["--out", "p", "--data", planted, *TINY_STUDY, "--policies", "mlp", "--seeds", "2"]
     proc = study(tmp_path, *args, "--trade_start", "2016-03-01", "--retrain", "none", "--ledger", str(tmp_path / "l"))
     assert proc.returncode == 0, proc.stderr + proc.stdout
     report = json.loads((tmp_path / "p" / "study.json").read_text())
-    oracle = report["baselines"]["oracle (knows the planted signal)"]
-    assert oracle["sharpe"] > report["baselines"]["buy-and-hold"]["sharpe"] + 1.0  # IC 0.3: a toy, a strong one
+    oracle = report["baselines"][ORACLE]
+    held = report["baselines"]["buy-and-hold"]["sharpe"]
+    assert oracle["sharpe"] > held + 1.0  # IC 0.3: a toy, a strong one
     share = report["groups"]["mlp"]["share_of_oracle"]
-    assert share == pytest.approx(report["groups"]["mlp"]["summary"]["sharpe"]["mean"] / oracle["sharpe"])
-    assert "oracle (knows the planted signal)" not in report["groups"]["mlp"]["vs"]
-    assert f"earns Sharpe {oracle['sharpe']:.2f} after costs on the same days: mlp {share:.0%} of it" in proc.stdout
+    mean = report["groups"]["mlp"]["summary"]["sharpe"]["mean"]
+    assert share == pytest.approx((mean - held) / (oracle["sharpe"] - held))
+    assert ORACLE not in report["groups"]["mlp"]["vs"]
+    assert (
+        f"earns Sharpe {oracle['sharpe']:.2f} after costs on the same days, {oracle['sharpe'] - held:+.2f}"
+        in proc.stdout
+    )
+    assert f"share of that excess: mlp {share:.0%}" in proc.stdout
     spec = json.loads((tmp_path / "p" / "spec.json").read_text())
-    assert spec["base"]["data"] == f"{planted},seed=1,generator=2"
+    assert spec["base"]["data"] == f"{planted},seed=1,generator=3"
     ck = tmp_path / "p" / "cells" / "mlp-s2" / "periods" / "000" / "latest.pt"
     bt = subprocess.run(
         [sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "bt")],
         cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bt.returncode == 0, bt.stderr
-    assert "on this planted market, the oracle (the rule that knows the signal) Sharpe" in bt.stdout
+    assert f"on this planted market, the {ORACLE} Sharpe" in bt.stdout and "of that excess" in bt.stdout
 
 
 def test_training_diagnostics_count_each_update_once_after_a_resume_and_skip_a_torn_line(tmp_path):

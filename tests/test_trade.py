@@ -56,9 +56,9 @@ KEY = "PKTRADECMDKEY0MUSTNOTLEAK"
 SECRET = "tradeCmdSecret-must-not-leak-7f6e5d4c"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
 START, END = "2022-01-03", "2023-12-29"
-TINY = [*TINY_RUN, "--num_episodes", "8"]
+TINY = [*TINY_RUN, "--num_episodes", "8", "--use_turbulence"]
 # The scenario tests below were written for the policy these settings train (the defaults before the learning
-# work: share actions; their days have sells, buys cut to cash, ...):
+# work: share actions, the turbulence stop; their days have sells, buys cut to cash, a turbulent day, ...):
 SHARES = [
     *["--action_mode", "shares", "--hmax", "5000", "--reward", "value", "--ent_coef", "0.01"],
     *["--turnover_penalty", "0", "--config", str(ROOT / "tests" / "fixtures" / "paper_distribution.json")],

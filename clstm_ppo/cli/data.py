@@ -4,6 +4,8 @@ clstm-ppo data generate --out data/syn.csv --seed 1 --tickers 30 --days 2520 --s
 clstm-ppo data generate --out data/like.csv --like examples/data/stocks_daily_6_ohlcv.csv
 clstm-ppo data inspect examples/data/stocks_daily_6_ohlcv.csv
 clstm-ppo data inspect --facts csv:examples/data/stocks_daily_6_ohlcv.csv synthetic:tickers=20
+clstm-ppo data oracle synthetic:tickers=6,signal_ic=0.3,signal_halflife=5 --seed 3
+clstm-ppo data oracle examples/data/stocks_daily_6_ohlcv.csv --signal momentum,halflife=20
 clstm-ppo data download ...     (delegates to clstm_ppo.cli.data_download)
 """
 
@@ -17,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from envs import synthetic, synthetic_v1
+from envs import synthetic, synthetic_v1, synthetic_v2
 from envs.atomic import atomic_write
 from envs.data import GAP_POLICIES, MarketData, coverage_gaps, read_frame, standardize_frame
 from envs.errors import UserError
@@ -40,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Generate, inspect or download daily OHLCV market data "
         "in the long format date, tic, open, high, low, close, volume.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{generate,inspect,download}", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="{generate,inspect,oracle,download}", parser_class=_Parser)
 
     gen = sub.add_parser(
         "generate",
@@ -77,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--signal_kind",
         default=None,
         choices=SIGNALS,
-        help="lead_lag (default): ticker i's moves predict ticker i+1's; momentum: a ticker's own moves predict it",
+        help="lead_lag (default): in pairs, ticker 0's moves predict ticker 1's, ticker 2's ticker 3's, ...; "
+        "momentum: a ticker's own moves predict it (docs/data.md)",
     )
     gen.add_argument(
         "--signal_halflife", type=float, default=20.0, help="days for the predictor to lose half its memory (20)"
@@ -93,8 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=GENERATOR_VERSION,
         choices=GENERATOR_VERSIONS,
-        help=f"generator version (default {GENERATOR_VERSION}); 1 is the old Gaussian market, kept for old "
-        "checkpoints, whose signal is --signal",
+        help=f"generator version (default {GENERATOR_VERSION}); 1 and 2 are kept for old checkpoints (1: the old "
+        "Gaussian market, whose signal is --signal; 2: its planted predictor is hidden from the prices)",
     )
     gen.add_argument(
         "--signal",
@@ -134,6 +137,30 @@ def build_parser() -> argparse.ArgumentParser:
         "--use_adjusted", action="store_true", help="rescale OHLC by the adjusted-close column (adjusted / adj_close)"
     )
 
+    orc = sub.add_parser(
+        "oracle",
+        help="what the rule that trades a planted signal earns on a market, computed from its prices alone",
+        description="Recompute a signal's predictor from the market's closes (what the file holds up to each day's "
+        "close, nothing else: envs/predictor.py), measure its information coefficient with the return the fills "
+        "earn, and trade it by the oracle's rule (target weights ~ exp(1.5 x predictor)) through the backtest's env, "
+        "costs and fills, beside equal-weight buy-and-hold on the same days.",
+    )
+    orc.add_argument("source", help="a data source: FILE, csv:PATH, parquet:PATH or synthetic:k=v,...")
+    orc.add_argument(
+        "--signal",
+        default=None,
+        metavar="RULE",
+        help="the rule: KIND[,halflife=DAYS][,lag=DAYS], KIND lead_lag or momentum (default: a generated "
+        "market's own planted rule, read from its synthetic options)",
+    )
+    orc.add_argument("--seed", type=int, default=0, help="seed of a synthetic source that names none (default 0)")
+    orc.add_argument(
+        "--split",
+        default="test",
+        choices=("train", "validation", "test"),
+        help="the days traded: the default splits' (70 / 15 / 15 %% of the days, as training's); default test",
+    )
+
     from envs.alpaca import ADJUSTMENTS, FEEDS  # names only: alpaca-py itself is imported on download
 
     dl = sub.add_parser(
@@ -170,7 +197,45 @@ def main(argv: Sequence[str]) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    return {"generate": _generate, "inspect": _inspect, "download": _download}[args.command](args)
+    commands = {"generate": _generate, "inspect": _inspect, "oracle": _oracle, "download": _download}
+    return commands[args.command](args)
+
+
+def _oracle(args: argparse.Namespace) -> int:
+    from clstm_ppo.config import TrainConfig
+    from clstm_ppo.evaluation.oracle import oracle_run
+    from clstm_ppo.market import build_market
+    from envs.execution import describe_execution
+    from envs.oracle import require_planted_rule
+    from envs.predictor import SignalRule, fill_returns, information_coefficient, predictor_from_prices
+
+    rule = SignalRule.parse(args.signal) if args.signal else require_planted_rule(args.source)
+    cfg = TrainConfig.from_dict({"data": args.source, "seed": args.seed}, source="data oracle")
+    market = build_market(cfg.data, seed=args.seed)
+    days = market.split_range(args.split)
+    data = market.data
+    predictor = predictor_from_prices(data.close, rule)
+    ahead = fill_returns(None if data.close_only else data.open, data.close)
+    rows = slice(days.start, days.stop)
+    result = oracle_run(market, days, cfg.env, rule)
+    followed = int((np.abs(predictor).sum(axis=0) > 0).sum())
+    print(
+        f"market: {args.source} ({data.num_tickers} tickers x {data.num_days} days); {args.split} days "
+        f"{data.date_str(days.start)} .. {data.date_str(days.stop - 1)} ({days.num_days} days), "
+        f"{describe_execution(cfg.env.execution, data)}, {cfg.env.buy_cost_pct:.1%} a side"
+    )
+    print(
+        f"rule: {rule.describe()}, from the closes up to each day's: {followed} of {data.num_tickers} tickers have a "
+        f"predictor; its IC with the return the fills earn: {information_coefficient(predictor[rows], ahead[rows]):.3f} "
+        f"on these days, {information_coefficient(predictor, ahead):.3f} on all"
+    )
+    print(
+        f"oracle: Sharpe {result.sharpe:.2f} after costs, return {result.cumulative_return:+.2%}, turnover "
+        f"{result.annual_turnover:.1f}x a year, exposure {result.exposure:.0%} | buy-and-hold Sharpe "
+        f"{result.buy_and_hold_sharpe:.2f}, return {result.buy_and_hold_return:+.2%} | the oracle's excess over "
+        f"buy-and-hold: {result.sharpe - result.buy_and_hold_sharpe:+.2f}"
+    )
+    return 0
 
 
 def _download(args: argparse.Namespace) -> int:
@@ -215,6 +280,7 @@ def _generate(args: argparse.Namespace) -> int:
     kind = args.signal_kind or ("lead_lag" if args.generator != 1 else "momentum")
     if args.generator != 1:  # checked before a fit, which takes seconds
         synthetic.SignalSpec(args.signal_ic, kind, args.signal_halflife, args.signal_overnight)
+    generate = synthetic_v2.generate_market if args.generator == 2 else synthetic.generate_market
     model, like = synthetic.DEFAULT_MODEL, None
     if args.like:
         if args.generator != GENERATOR_VERSION:
@@ -231,7 +297,7 @@ def _generate(args: argparse.Namespace) -> int:
     days = args.days if args.days is not None else (like.num_days if like else 2520)
     if args.generator == 1:
         if args.signal_ic:
-            raise UserError("--signal_ic is generator 2's; generator 1 takes --signal (a strength in [0, 1))")
+            raise UserError("--signal_ic is generators 2 and 3's; generator 1 takes --signal (a strength in [0, 1))")
         data = synthetic_v1.generate_market(
             num_tickers=tickers,
             num_days=days,
@@ -247,7 +313,7 @@ def _generate(args: argparse.Namespace) -> int:
                 "--signal is generator 1's strength; give --signal_ic, the predictor's correlation with the next "
                 "open-to-open return in [0, 0.5) (0.02-0.05 realistic, 0.3 a toy), or add --generator 1"
             )
-        data = synthetic.generate_market(
+        data = generate(
             num_tickers=tickers,
             num_days=days,
             start=args.start,
@@ -256,7 +322,7 @@ def _generate(args: argparse.Namespace) -> int:
             signal_kind=kind,
             signal_halflife=args.signal_halflife,
             signal_overnight=args.signal_overnight,
-            model=model,
+            **({"model": model} if args.generator != 2 else {}),
         )
         signal = f"signal {kind} IC {args.signal_ic:g}" if args.signal_ic else "no signal"
     data.to_path(out)
@@ -280,7 +346,8 @@ def _fitted(model: synthetic.MarketModel) -> str:
     shares = model.ticker_market_share or (model.market_share,)
     return (
         f"market share {np.mean(shares):.2f} (mean over tickers), overnight share {model.overnight_share:.2f}, "
-        f"vol of vol {model.vol_of_vol:.3f}, leverage {model.leverage:.2f} (market {model.market_leverage:.2f}), "
+        f"vol of vol {model.vol_of_vol:.3f} (persistence {model.vol_persistence:.3f}), "
+        f"leverage {model.leverage:.2f} (market {model.market_leverage:.2f}), "
         f"jumps {model.jump_size:.2f} sigmas at {model.jump_rate:g} a day"
     )
 

@@ -23,7 +23,13 @@ from typing import Any
 from clstm_ppo.cli.main import freeze_imports
 from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
 from clstm_ppo.config import OUTPUT_SETTINGS, POLICIES, PRESETS, TrainConfig, read_settings_file
+from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS
 from envs.errors import UserError
+
+BOOTSTRAP_HELP = (
+    f"bootstrap draws of every interval and Sharpe difference of the report (default {BOOTSTRAP_DRAWS:,}; study.md "
+    "states the count and each difference bound's Monte Carlo standard error)"
+)
 
 # Settings the study decides for each cell and training run (the rest pass through to every cell).
 STUDY_OWNED = frozenset(
@@ -145,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     g.add_argument("--max_cells", type=int, default=1000, help="refuse a grid larger than this (a typo guard)")
     g.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
-    g.add_argument("--bootstrap", type=int, default=5000, help="bootstrap draws for the intervals over seeds")
+    g.add_argument("--bootstrap", type=int, default=BOOTSTRAP_DRAWS, help=BOOTSTRAP_HELP)
     g.add_argument(
         "--num_episodes",
         type=int,
@@ -234,9 +240,13 @@ def main(argv: list[str]) -> int:
     base = study_config(args)
     if study_flags["index"] and not Path(study_flags["index"]).is_file():
         raise UserError(f"--index: file not found: {study_flags['index']}")
-    from envs.sources import pin_synthetic
+    from envs.sources import is_synthetic, pin_synthetic, training_draws
     from envs.synthetic import GENERATOR_VERSION
 
+    if is_synthetic(base.data.source) and training_draws(base.data.source.partition(":")[2]) > 1:
+        raise UserError(
+            "a study trains each window on its own market's days; train_draws is a training run's option: drop it"
+        )
     # The market is drawn once, with the study's seed and today's generator, and every cell trains on it with its
     # own seed: the source names both, so each cell's checkpoint regenerates the market it was trained on.
     source = pin_synthetic(base.data.source, seed=base.run.seed, generator=GENERATOR_VERSION)
@@ -276,7 +286,7 @@ def _merge(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="the merged study's folder (may be one of the shards)")
     parser.add_argument("shards", nargs="+", help="study folders written with --shard I/N")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
-    parser.add_argument("--bootstrap", type=int, default=5000, help="bootstrap draws for the intervals over seeds")
+    parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP_DRAWS, help=BOOTSTRAP_HELP)
     parser.add_argument("--ledger", default=None, help=LEDGER_HELP)
     args = parser.parse_args(argv)
     from clstm_ppo.evaluation.ledger import Ledger
@@ -300,7 +310,7 @@ def _report(argv: list[str]) -> int:
     )
     parser.add_argument("folder", help="the study's folder")
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
-    parser.add_argument("--bootstrap", type=int, default=5000, help="bootstrap draws for the intervals over seeds")
+    parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP_DRAWS, help=BOOTSTRAP_HELP)
     parser.add_argument("--ledger", default=None, help=LEDGER_HELP)
     args = parser.parse_args(argv)
     from clstm_ppo.evaluation.ledger import Ledger

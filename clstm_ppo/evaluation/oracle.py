@@ -1,16 +1,20 @@
-"""The oracle of a synthetic market with a planted signal: what the rule that knows the signal earns through the same
-env as a backtest (costs, fills, no-trade band, turbulence stop), so a trained policy's result has a ceiling to be
-read against.
+"""The oracle of a market with a planted signal: what the rule that trades the signal earns through the same env as a
+backtest (costs, fills, no-trade band, turbulence stop), so a trained policy's result has a ceiling to be read
+against, and what share of the oracle's edge over buy-and-hold a policy keeps.
 
-``oracle_run(market, "test", env, source=..., seed=...)`` regenerates the market's planted predictor from its source
-string (`envs.oracle.planted_signal`, checked against ``market``'s closes), trades the rule that knows it
-(`envs.oracle.oracle_actions`: target weights ~ exp(1.5 x predictor)) day by day through
+``oracle_run(market, "test", env, rule)`` recomputes the predictor from ``market``'s closes
+(`envs.predictor.predictor_from_prices`: what the file holds up to each day's close, nothing else), trades the rule
+that knows it (`envs.oracle.oracle_actions`: target weights ~ exp(1.5 x predictor)) day by day through
 `clstm_ppo.agent.evaluate.evaluate_policy` and returns the run with its Sharpe, return, turnover and exposure, next
 to equal-weight buy-and-hold on the same days and terms (the backtest's baseline)::
 
     from clstm_ppo.evaluation.oracle import oracle_run
-    result = oracle_run(market, "test", cfg.env, source=cfg.data.source, seed=cfg.run.seed)
+    from envs.oracle import require_planted_rule
+    result = oracle_run(market, "test", cfg.env, require_planted_rule(cfg.data.source))
     result.sharpe, result.buy_and_hold_sharpe, result.annual_turnover
+
+A policy's share of the oracle is of its *excess* over buy-and-hold (`excess_share`): raw Sharpe ratios would credit
+the policy with the market's own rise.
 """
 
 from __future__ import annotations
@@ -30,11 +34,14 @@ from envs.data import DayRange
 from envs.errors import UserError
 from envs.execution import Terms
 from envs.features import PreparedMarket
-from envs.oracle import oracle_actions, planted_signal
-from envs.sources import is_synthetic, parse_synthetic_options, synthetic_version
+from envs.oracle import oracle_actions, planted_rule
+from envs.predictor import SignalRule, predictor_from_prices
 
-ORACLE = "oracle (knows the planted signal)"
+ORACLE = "oracle (trades the planted signal, from prices)"
 """The oracle's name where it stands beside the baselines (a study's report)."""
+MIN_ORACLE_EXCESS = 0.5
+"""A share of the oracle is given only where the oracle's Sharpe is at least this much above buy-and-hold's: below it
+the denominator is as small as one Sharpe ratio's noise, and the share means nothing."""
 
 
 class OracleRule:
@@ -85,25 +92,21 @@ class OracleRun(NamedTuple):
     buy_and_hold_return: float
 
 
-def oracle_run(
-    market: PreparedMarket, split: str | DayRange, env: EnvConfig, *, source: str, seed: int = 0
-) -> OracleRun:
+def oracle_run(market: PreparedMarket, split: str | DayRange, env: EnvConfig, rule: SignalRule) -> OracleRun:
     """The oracle of ``market`` (see the module docstring) over ``split``.
 
-    :param market: a market prepared from the synthetic data ``source`` draws (or some of its days and tickers).
+    :param market: any prepared market (a generated one, or a file's): the predictor is computed from its closes.
     :param split: "train" | "validation" | "test", or a `DayRange` of day indices into ``market.data``.
     :param env: the env settings of the backtest (costs, fills, band; ``--action_mode weights``).
-    :param source: the market's ``synthetic:...`` source string, with a planted signal (``signal_ic`` > 0).
-    :param seed: the seed the market was drawn from (when the source names none).
-    :raises UserError: no planted signal, a market that is not the source's, a split the market lacks, or share
-        actions (the rule names target weights).
+    :param rule: the predictor's rule (`envs.oracle.planted_rule` of a synthetic source).
+    :raises UserError: a split the market lacks, or share actions (the rule names target weights).
     """
     if env.action_mode != "weights":
         raise UserError("the oracle names target weights: it needs --action_mode weights")
     days = split if isinstance(split, DayRange) else market.splits.as_dict().get(split)
     if days is None:
         raise UserError(f"the market has no {split} split")
-    actions = oracle_actions(planted_signal(source, seed).on(market.data))
+    actions = oracle_actions(predictor_from_prices(market.data.close, rule))
     run = evaluate_policy(OracleRule(actions, days.start), market, days, env)
     result = BacktestResult.from_run(
         run,
@@ -125,18 +128,33 @@ def oracle_run(
 
 
 def planted(source: str) -> bool:
-    """Does ``source`` name a synthetic market with a planted signal the oracle can read (``signal_ic`` > 0)?"""
-    if not is_synthetic(source):
-        return False
-    options = source.strip().partition(":")[2]
-    if synthetic_version(options) == 1:
-        return False
-    return float(parse_synthetic_options(options).get("signal_ic", 0.0)) > 0
+    """Does ``source`` name a synthetic market whose planted signal the oracle can compute from prices
+    (`envs.oracle.planted_rule`)?"""
+    return planted_rule(source) is not None
+
+
+def excess_share(learned: float, buy_and_hold: float, oracle: float) -> float | None:
+    """``(learned - buy_and_hold) / (oracle - buy_and_hold)`` of Sharpe ratios on the same days: the share of the
+    oracle's edge over buy-and-hold that a policy keeps (1: all of it, 0: none, < 0: it trails buy-and-hold). None
+    where the oracle's excess is under `MIN_ORACLE_EXCESS`."""
+    excess = oracle - buy_and_hold
+    if not excess >= MIN_ORACLE_EXCESS:
+        return None
+    return (learned - buy_and_hold) / excess
+
+
+def share_words(learned: float, buy_and_hold: float, oracle: float) -> str:
+    """``the oracle ... Sharpe 4.64 after costs, +3.95 over buy-and-hold; learned 12% of that excess`` (or "share n/a"
+    where the oracle's excess is under `MIN_ORACLE_EXCESS`): what a result on a planted market is read against."""
+    share = excess_share(learned, buy_and_hold, oracle)
+    said = (
+        f"learned {share:.0%} of that excess"
+        if share is not None
+        else f"share n/a (the oracle's excess is under {MIN_ORACLE_EXCESS:g})"
+    )
+    return f"the {ORACLE} Sharpe {oracle:.2f} after costs, {oracle - buy_and_hold:+.2f} over buy-and-hold; {said}"
 
 
 def oracle_words(oracle: OracleRun, learned_sharpe: float) -> str:
-    """``the oracle (the rule that knows the signal) Sharpe 3.91 after costs; learned 15% of it``: what a result on a
-    planted market is read against."""
-    share = learned_sharpe / oracle.sharpe if oracle.sharpe > 0 else float("nan")
-    said = f"learned {share:.0%} of it" if share == share else "the oracle earns nothing to share"
-    return f"the oracle (the rule that knows the signal) Sharpe {oracle.sharpe:.2f} after costs; {said}"
+    """`share_words` of a policy's Sharpe ``learned_sharpe`` against ``oracle`` and its buy-and-hold (same days)."""
+    return share_words(learned_sharpe, oracle.buy_and_hold_sharpe, oracle.sharpe)

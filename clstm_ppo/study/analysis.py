@@ -13,9 +13,10 @@
   (`clstm_ppo.evaluation.statistics.sharpe_interval`); the deflated Sharpe ratio (DSR) of each seed, vs 0 and on
   active returns, with the number of trials and their Sharpe variance from the trials ledger (`add_deflated_sharpe`).
 - Per configuration and baseline: the paired stationary block-bootstrap interval of the Sharpe difference on
-  daily returns (days and seeds resampled; see `clstm_ppo.evaluation.statistics.paired_sharpe_difference`), its
-  p-value, and how many seeds beat the baseline; Holm's adjustment over every comparison of the study
-  (`holm_family`) says which verdicts survive a family-wise correction.
+  daily returns (days and seeds resampled; see `clstm_ppo.evaluation.statistics.paired_sharpe_difference`), each
+  bound's Monte Carlo standard error, the interval widened (Bonferroni) for the configurations the ledger has seen on
+  these days, its p-value, and how many seeds beat the baseline; Holm's adjustment over every comparison of the
+  study (`holm_family`) says which verdicts survive a family-wise correction.
 - With 4 or more cells: the probability of backtest overfitting (CSCV) over the cells' daily returns.
 
 The statistics themselves are `clstm_ppo.evaluation.statistics` (oracle-tested); this module only arranges them.
@@ -154,11 +155,20 @@ def add_deflated_sharpe(cells: list[dict[str, Any]], trials: TrialCount, benchma
 
 
 def compare(
-    policy_returns: np.ndarray, baseline_returns: np.ndarray, *, confidence: float, n_boot: int, seed: int = 0
+    policy_returns: np.ndarray,
+    baseline_returns: np.ndarray,
+    *,
+    confidence: float,
+    n_boot: int = S.BOOTSTRAP_DRAWS,
+    seed: int = 0,
+    family: int | None = None,
 ) -> dict[str, Any]:
     """Paired block-bootstrap interval and p-value of the Sharpe difference: ``[S, D-1]`` policy vs ``[D-1]`` or
-    ``[S, D-1]``."""
-    out = S.paired_sharpe_difference(policy_returns, baseline_returns, confidence=confidence, n_boot=n_boot, seed=seed)
+    ``[S, D-1]``, each bound with its Monte Carlo standard error, and with ``family`` m the Bonferroni interval for m
+    configurations from the same draws (`S.paired_sharpe_difference`)."""
+    out = S.paired_sharpe_difference(
+        policy_returns, baseline_returns, confidence=confidence, n_boot=n_boot, seed=seed, family=family
+    )
     return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
 
 

@@ -3,7 +3,9 @@
     study.md     what each interval resamples; a verdict per configuration in plain words (with Holm's correction
                  over the study's comparisons); the Sharpe ratios with days-and-seeds and seeds-only intervals; the
                  paper's Table 6 metrics per configuration; every other metric (PSR/DSR vs 0 and vs buy-and-hold);
-                 the Sharpe differences against each baseline; the trials ledger's count; seals; overfitting
+                 the Sharpe differences against each baseline (each bound with its Monte Carlo standard error, and
+                 the Bonferroni interval for the configurations on these days); the bootstrap count; the trials
+                 ledger's count; seals; overfitting
     study.json   everything above, machine readable (with the spec, the schedule and each cell's metrics)
     cells.csv    one row per cell: status, error, seconds, metrics
     study.png    out-of-sample equity: per configuration the median over seeds with a 25-75% band, the baselines,
@@ -32,7 +34,7 @@ from clstm_ppo.evaluation.backtest import read_index
 from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, BaselineRun, rule_baselines
 from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
 from clstm_ppo.evaluation.ledger import Ledger, TrialCount, count_trials, same_data_trials
-from clstm_ppo.evaluation.oracle import ORACLE, OracleRule, planted
+from clstm_ppo.evaluation.oracle import ORACLE, OracleRule, excess_share, planted
 from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
 from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, stitch
@@ -43,7 +45,8 @@ from clstm_ppo.study.trials import StudyData, record_cells, record_study
 from envs.data import MarketData
 from envs.execution import Terms
 from envs.features import PreparedMarket
-from envs.oracle import oracle_actions, planted_signal
+from envs.oracle import oracle_actions, require_planted_rule
+from envs.predictor import predictor_from_prices
 
 UNTRAINED = "untrained"
 
@@ -66,12 +69,19 @@ def _ci(stat: dict[str, float], kind: str) -> str:
     return f"{_fmt(stat['mean'], kind)} [{_fmt(stat['lo'], kind)}, {_fmt(stat['hi'], kind)}]"
 
 
-def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n_boot: int = 5000) -> dict[str, Any]:
+def build_report(
+    study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n_boot: int = S.BOOTSTRAP_DRAWS
+) -> dict[str, Any]:
     """Compute the statistics and write study.md, study.json, cells.csv and study.png; return study.json.
 
     The study and its finished cells are added to ``ledger`` first (once: keys make it idempotent, so an old
     study reported again is not counted twice), and the deflated Sharpe ratios count every trial the ledger holds
-    on these days of this data.
+    on these days of this data; the number of configurations among them is the m of each difference's Bonferroni
+    interval.
+
+    :param n_boot: the draws of every bootstrap of the report: the Sharpe intervals, the paired Sharpe differences
+        and the intervals over seeds (default `S.BOOTSTRAP_DRAWS`, 10,000; tests pass fewer, and study.md states
+        the count and each difference bound's Monte Carlo standard error either way).
     """
     spec = StudySpec.load(study_dir)
     base = spec.base_config
@@ -92,14 +102,18 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
     record_cells(ledger, study_dir, spec, study, spec.cells())
     counted = _trials_on_these_days(ledger, study, data)
     _deflate(cells, rows, counted, M.excess_returns(bench, rf))
-    boot = max(500, n_boot // 5)  # draws of D-day series, heavier than the seed bootstrap's
-    baseline_intervals = _baseline_intervals(baselines, rf, confidence=confidence, n_boot=boot)
+    tried = max(1, counted.num_configurations)  # the Bonferroni family: configurations on these days
+    baseline_intervals = _baseline_intervals(baselines, rf, confidence=confidence, n_boot=n_boot)
     compared = {name: b for name, b in baselines.items() if name != ORACLE}  # the oracle is a ceiling, not a test
-    groups = _groups(study_dir, base, by_group, compared, confidence=confidence, n_boot=n_boot, boot=boot)
+    groups = _groups(study_dir, base, by_group, compared, confidence=confidence, n_boot=n_boot, tried=tried)
     if ORACLE in baselines:
         for g in groups.values():
-            g["share_of_oracle"] = g["summary"]["sharpe"]["mean"] / baselines[ORACLE]["metrics"]["sharpe"]
-    between = _between_groups(by_group, confidence=confidence, n_boot=boot)
+            g["share_of_oracle"] = excess_share(
+                g["summary"]["sharpe"]["mean"],
+                baselines[BUY_AND_HOLD]["metrics"]["sharpe"],
+                baselines[ORACLE]["metrics"]["sharpe"],
+            )
+    between = _between_groups(by_group, confidence=confidence, n_boot=n_boot)
     family = _judge(groups, between, baseline_intervals, confidence)
     pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
     report = {
@@ -111,7 +125,13 @@ def build_report(study_dir: Path, *, ledger: Ledger, confidence: float = 0.95, n
         "cells": {"total": len(rows), **_cell_counts(rows)},
         "trials": {**counted._asdict(), "ledger": str(ledger.path), "first": study.first, "last": study.last},
         "holdout": holdout_summary(ledger, data, str(iso_days(data)[markets[0].splits.train.start]), study.last),
-        "multiple_comparisons": {"method": "holm", "family_size": len(family), "alpha": 1.0 - confidence},
+        "multiple_comparisons": {
+            "method": "holm",
+            "family_size": len(family),
+            "alpha": 1.0 - confidence,
+            "bonferroni_m": tried,
+            "bonferroni_confidence": S.bonferroni_confidence(confidence, tried),
+        },
         "baselines": {name: b["metrics"] for name, b in baselines.items()},
         "baseline_sharpe_intervals": baseline_intervals,
         "groups": groups,
@@ -149,12 +169,14 @@ def _baselines(
 
 
 def _oracle(base: TrainConfig, markets: list[PreparedMarket]) -> PolicyRun:
-    """The rule that knows the planted signal (`clstm_ppo.evaluation.oracle`) on the study's traded days: each
-    window's days through that window's env, the portfolio carried over, as a cell's trades are."""
-    predictor = planted_signal(base.data.source, base.run.seed)
+    """The rule that trades the planted signal (`clstm_ppo.evaluation.oracle`), its predictor recomputed from each
+    window's closes, on the study's traded days: each window's days through that window's env, the portfolio carried
+    over, as a cell's trades are."""
+    signal = require_planted_rule(base.data.source)
     runs: list[PolicyRun] = []
     for market in markets:
-        rule = OracleRule(oracle_actions(predictor.on(market.data)), market.splits.test.start)
+        actions = oracle_actions(predictor_from_prices(market.data.close, signal))
+        rule = OracleRule(actions, market.splits.test.start)
         start = None if not runs else (float(runs[-1].cash[-1]), runs[-1].holdings[-1].copy())
         runs.append(evaluate_policy(rule, market, market.splits.test, base.env, start_portfolio=start))
     return stitch(runs)
@@ -275,17 +297,19 @@ def _groups(
     *,
     confidence: float,
     n_boot: int,
-    boot: int,
+    tried: int,
 ) -> dict[str, Any]:
-    """Per configuration: its statistics over seeds, then the ensemble of its seeds where it has two or more."""
+    """Per configuration: its statistics over seeds, then the ensemble of its seeds where it has two or more;
+    ``n_boot`` draws each bootstrap, and ``tried`` (the configurations on these days) widens the differences'
+    Bonferroni intervals."""
     rf = base.env.risk_free
     groups: dict[str, Any] = {}
     for i, (group, entries) in enumerate(by_group.items()):
-        groups[group] = _group_statistics(group, entries, baselines, rf, confidence, n_boot, boot, i)
+        groups[group] = _group_statistics(group, entries, baselines, rf, confidence, n_boot, tried, i)
     bench = baselines[BUY_AND_HOLD]["values"]
     for i, (group, entries) in enumerate(by_group.items()):
         if len(entries) >= 2:
-            groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, boot, i)
+            groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, n_boot, i)
     return groups
 
 
@@ -296,10 +320,12 @@ def _group_statistics(
     rf: float,
     confidence: float,
     n_boot: int,
-    boot: int,
+    tried: int,
     seed: int,
 ) -> dict[str, Any]:
-    """One configuration's seeds, metric summaries (trained and untrained), Sharpe intervals and differences."""
+    """One configuration's seeds, metric summaries (trained and untrained), Sharpe intervals and differences (each
+    against a baseline and against its untrained network, with the Bonferroni interval for ``tried``
+    configurations)."""
     keys = [t[0] for t in A.TABLE]
     policy_returns = np.stack([e["returns"] for e in entries])
     untrained_returns = np.stack([e["untrained_returns"] for e in entries])
@@ -313,20 +339,25 @@ def _group_statistics(
     )
     against = {
         name: A.compare(
-            policy_returns, M.excess_returns(b["values"], rf), confidence=confidence, n_boot=boot, seed=seed
+            policy_returns,
+            M.excess_returns(b["values"], rf),
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=seed,
+            family=tried,
         )
         for name, b in baselines.items()
     }
     against[f"{UNTRAINED} {group}"] = A.compare(
-        policy_returns, untrained_returns, confidence=confidence, n_boot=boot, seed=seed
+        policy_returns, untrained_returns, confidence=confidence, n_boot=n_boot, seed=seed, family=tried
     )
     return {
         "seeds": [e["cell"].seed for e in entries],
         "summary": summary,
         "untrained": untrained,
-        "sharpe_interval": S.sharpe_interval(policy_returns, confidence=confidence, n_boot=boot, seed=seed),
+        "sharpe_interval": S.sharpe_interval(policy_returns, confidence=confidence, n_boot=n_boot, seed=seed),
         "untrained_sharpe_interval": S.sharpe_interval(
-            untrained_returns, confidence=confidence, n_boot=boot, seed=seed
+            untrained_returns, confidence=confidence, n_boot=n_boot, seed=seed
         ),
         "vs": against,
     }
@@ -438,13 +469,19 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
 
 
 def oracle_lines(report: dict[str, Any]) -> list[str]:
-    """On a planted market, one line: the oracle's Sharpe on the study's days and each configuration's share of it."""
+    """On a planted market, one line: the oracle's Sharpe on the study's days, its excess over buy-and-hold, and each
+    configuration's share of that excess (`excess_share`; n/a where the oracle's excess is under 0.5)."""
     oracle = report["baselines"].get(ORACLE)
     if oracle is None:
         return []
-    shares = ", ".join(f"{name} {g['share_of_oracle']:.0%} of it" for name, g in report["groups"].items())
+    held = report["baselines"][BUY_AND_HOLD]["sharpe"]
+    shares = ", ".join(
+        f"{name} {'n/a' if g['share_of_oracle'] is None else format(g['share_of_oracle'], '.0%')}"
+        for name, g in report["groups"].items()
+    )
     return [
-        f"on this planted market, the {ORACLE} earns Sharpe {oracle['sharpe']:.2f} after costs on the same days: {shares}"
+        f"on this planted market, the {ORACLE} earns Sharpe {oracle['sharpe']:.2f} after costs on the same days, "
+        f"{oracle['sharpe'] - held:+.2f} over buy-and-hold; each configuration's share of that excess: {shares}"
     ]
 
 
@@ -484,7 +521,7 @@ def _ensemble(
     bench: np.ndarray,
     rf: float,
     confidence: float,
-    boot: int,
+    n_boot: int,
     seed: int,
 ) -> dict[str, Any]:
     """The ensemble of one configuration's seeds (`clstm_ppo.study.cell.run_ensemble`): its metrics, its Sharpe
@@ -496,7 +533,7 @@ def _ensemble(
         "members": [c.name for c in cells],
         "metrics": metrics,
         "sharpe_interval": S.sharpe_interval(
-            M.excess_returns(run.values, rf), confidence=confidence, n_boot=boot, seed=seed
+            M.excess_returns(run.values, rf), confidence=confidence, n_boot=n_boot, seed=seed
         ),
         "members_mean": {k: float(np.mean([e["policy"][k] for e in entries])) for k in ENSEMBLE_KEYS},
     }
@@ -547,7 +584,8 @@ def _md_head(report: dict[str, Any], spec: StudySpec) -> list[str]:
         + (f", {spec.retrain_episodes} for later ones" if spec.retrain_episodes else "")
         + ".",
         f"Cells: {c['total']} ({c['done']} done, {c['failed']} failed, "
-        f"{c['total'] - c['done'] - c['failed']} not finished); intervals are {report['confidence']:.0%}.",
+        f"{c['total'] - c['done'] - c['failed']} not finished); intervals are {report['confidence']:.0%}, each "
+        f"bootstrap of {report['bootstrap']:,} draws.",
         "",
         f"These days have been traded by {_configurations(tr)} ({tr['num_trials']} trials: "
         f"a configuration and a seed) so far, this study's included (trials ledger `{tr['ledger']}`).",
@@ -566,6 +604,14 @@ def _md_resampling(report: dict[str, Any]) -> list[str]:
         f"- **Verdicts** name the comparisons that survive Holm's family-wise correction over all {mc['family_size']} "
         f"comparisons of this study (each configuration against each baseline and its untrained network, and "
         f"every pair of configurations), at {mc['alpha']:.0%}; the unadjusted interval stays beside it.",
+        f"- **Bonferroni**: beside each difference against a baseline or an untrained network, the same draws' "
+        f"interval at {_level(mc['bonferroni_confidence'])} (1 - {mc['alpha']:.0%}/m), for the m = "
+        f"{_configurations({'num_configurations': mc['bonferroni_m']})} the trials ledger has seen on these days: "
+        "what the interval is worth once the configurations tried on these days are counted.",
+        f"- **Monte Carlo error**: each bootstrap has {report['bootstrap']:,} draws, and another set of draws would "
+        "move a bound by about its Monte Carlo standard error (order-statistic estimate: half the distance between "
+        "the draws ranked B q - sqrt(B q (1 - q)) and B q + sqrt(B q (1 - q))). The differences' table gives each "
+        "bound's (±); the other tables, their largest.",
     ]
 
 
@@ -593,7 +639,8 @@ def _md_sharpe_table(report: dict[str, Any]) -> list[str]:
             lines.append(f"| {label} | {iv['sharpe']:.2f} | [{iv['lo']:.2f}, {iv['hi']:.2f}] | {only} |")
     for name, iv in report["baseline_sharpe_intervals"].items():
         lines.append(f"| {name} | {iv['sharpe']:.2f} | [{iv['lo']:.2f}, {iv['hi']:.2f}] (days only) | n/a |")
-    return lines
+    block = [iv for g in report["groups"].values() for iv in (g["sharpe_interval"], g["untrained_sharpe_interval"])]
+    return [*lines, "", _largest_mcse(report, block + list(report["baseline_sharpe_intervals"].values()))]
 
 
 def _md_table6(report: dict[str, Any]) -> list[str]:
@@ -637,19 +684,49 @@ def _md_other_metrics(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _level(confidence: float) -> str:
+    """A confidence level in percent with no trailing zeros: 0.95 -> "95%", 1 - 0.05 / 6 -> "99.17%"."""
+    return f"{100 * confidence:.2f}".rstrip("0").rstrip(".") + "%"
+
+
+def _bounds(d: dict[str, Any], suffix: str = "") -> str:
+    """A difference's interval, each bound with ± its Monte Carlo standard error: "[-0.80 ±0.012, +0.31 ±0.009]"."""
+    lo, hi = f"lo{suffix}", f"hi{suffix}"
+    return f"[{d[lo]:+.2f} ±{d[lo + '_mcse']:.3f}, {d[hi]:+.2f} ±{d[hi + '_mcse']:.3f}]"
+
+
+def _largest_mcse(report: dict[str, Any], intervals: list[dict[str, Any]]) -> str:
+    """One line under a table: the bootstrap count and the largest Monte Carlo standard error of its bounds."""
+    worst = max(max(iv["lo_mcse"], iv["hi_mcse"]) for iv in intervals)
+    return (
+        f"{report['bootstrap']:,} bootstrap draws; the Monte Carlo standard error of these bounds is at most "
+        f"{worst:.3f} (each bound's is in `study.json`, `lo_mcse` and `hi_mcse`)."
+    )
+
+
 def _md_baseline_differences(report: dict[str, Any]) -> list[str]:
-    """The table of each configuration's Sharpe difference against each baseline, with Holm's correction."""
+    """The table of each configuration's Sharpe difference against each baseline and its untrained network: the
+    plain interval and the Bonferroni one for the configurations on these days, each bound with its Monte Carlo
+    standard error, and Holm's correction."""
+    mc, c = report["multiple_comparisons"], report["confidence"]
+    m, wide = mc["bonferroni_m"], _level(mc["bonferroni_confidence"])
     lines = [
         "",
         "## Sharpe difference against each baseline (paired block bootstrap, days and seeds resampled)",
         "",
-        "| configuration | baseline | difference [interval] | p | Holm p | survives Holm | seeds beating |",
-        "|---|---|---:|---:|---:|:---:|---:|",
+        f"{report['bootstrap']:,} bootstrap draws; each bound is followed by ± its Monte Carlo standard error (how "
+        f"far another {report['bootstrap']:,} draws would typically move it). The Bonferroni column is the same "
+        f"draws' interval at {wide} = 1 - {1 - c:.0%}/{m}, for the {_configurations({'num_configurations': m})} "
+        f"the trials ledger has seen on these days; Holm's p is the correction the verdicts use.",
+        "",
+        f"| configuration | baseline | difference [{_level(c)} interval] | Bonferroni for m = {m} configuration"
+        f"{'' if m == 1 else 's'} on these days ({wide}) | p | Holm p | survives Holm | seeds beating |",
+        "|---|---|---:|---:|---:|---:|:---:|---:|",
     ]
     for group, g in report["groups"].items():
         for name, d in g["vs"].items():
             lines.append(
-                f"| {group} | {name} | {d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}] | "
+                f"| {group} | {name} | {d['difference']:+.2f} {_bounds(d)} | {_bounds(d, '_bonferroni')} | "
                 f"{d['p_value']:.3f} | {d['p_holm']:.3f} | {'yes' if d['survives_holm'] else 'no'} | "
                 f"{d['seeds_beating']}/{d['num_seeds']} |"
             )
@@ -677,7 +754,7 @@ def _md_ensembles(report: dict[str, Any]) -> list[str]:
             f"{_fmt(m['annual_turnover'], 'times')} ({_fmt(mm['annual_turnover'], 'times')}) | "
             f"{_fmt(m['cumulative_return'], 'pct')} ({_fmt(mm['cumulative_return'], 'pct')}) |"
         )
-    return lines
+    return [*lines, "", _largest_mcse(report, [e["sharpe_interval"] for e in ensembles.values()])]
 
 
 def _md_pairs(report: dict[str, Any]) -> list[str]:
@@ -689,6 +766,8 @@ def _md_pairs(report: dict[str, Any]) -> list[str]:
         "## Configurations against each other (paired by seed, block bootstrap of daily returns)",
         "",
         *[f"- {between_verdict(pair, report['confidence'])}" for pair in report["between"]],
+        "",
+        _largest_mcse(report, report["between"]),
     ]
 
 

@@ -35,6 +35,7 @@ import torch
 from clstm_ppo.evaluation.fingerprint import data_fingerprint
 from clstm_ppo.evaluation.holdout import describe, guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
+from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS
 from clstm_ppo.market import load_data
 from clstm_ppo.study.batch import batches
 from clstm_ppo.study.cell import read_status, write_status
@@ -447,7 +448,7 @@ def run_study(
     shard_of: tuple[int, int] | None = None,
     max_cells: int = 1000,
     confidence: float = 0.95,
-    n_boot: int = 5000,
+    n_boot: int = BOOTSTRAP_DRAWS,
     log: Any = print,
 ) -> int:
     """The whole study (or one shard of it) in ``study_dir``; returns the exit status (0, 1 when cells failed,
@@ -580,7 +581,7 @@ def merge_shards(
     *,
     ledger: Ledger,
     confidence: float = 0.95,
-    n_boot: int = 5000,
+    n_boot: int = BOOTSTRAP_DRAWS,
     log: Any = print,
 ) -> int:
     """Join the finished cells of shard folders into ``out`` (all of one study) and write the report there."""

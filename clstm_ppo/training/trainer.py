@@ -124,6 +124,7 @@ class Trainer:
             config=cfg.env,
             device=device if system.env_device == "auto" else torch.device(system.env_device),
             seed=env_seed,
+            pool=True,  # a synthetic source's train_draws: episodes on every draw's training days
         )
         self.rollout = RolloutCollector(
             env,
