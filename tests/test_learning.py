@@ -1,21 +1,25 @@
-"""Learning is tested: trained on a market with a planted signal, the default policy beats buy-and-hold and its
-untrained self on held-out days.
+"""Learning is tested: the first command (``--preset demo``) trained on a market with a planted signal of stated
+strength beats buy-and-hold and its own untrained network on held-out days, over seeds, and keeps a stated share of
+what the oracle earns above buy-and-hold.
 
-Market: the demo preset's (`clstm_ppo.config.PRESETS`): 5 tickers of the calibrated generator over 10 years with a
-planted lead-lag signal of information coefficient 0.3 at next-open fills, half-life 5 days (docs/data.md). That is
-a toy: real daily stocks show about 0.02. It is as weak as the test's time allows: the paper's CLSTM (small: a
-5-day window, 32-unit stage 1, 64-unit stage 2, no turnover penalty) keeps about a tenth of what the rule that
-knows the signal earns (the oracle: 4.6-5.6 here), so a weaker signal leaves less edge than a held-out Sharpe's
-standard error (about 0.8 on 377 days). Measured (docs/learning.md): trained 0.88, 0.73, -0.01, 0.94 against
-buy-and-hold 1.13, -0.62, -1.18, 1.77 and untrained 1.18, -0.49, -1.05, 1.28; the mean 0.63 against 0.27 and 0.23.
+Market: the demo preset's (`clstm_ppo.config.PRESETS`): generator 3, 6 tickers over 10 years, a lead-lag signal of
+information coefficient 0.3 at next-open fills (half-life 5 days; tickers 1, 3 and 5 follow 0, 2 and 4), trained on
+16 draws of the generator (``train_draws=16``) so that the policy cannot learn one path by heart. IC 0.3 is a toy:
+real daily stocks show about 0.02 (docs/data.md). The oracle is the rule that trades the signal, its predictor
+recomputed from the prices (`clstm_ppo.evaluation.oracle`).
 
-Each market seed (drawn once at random, ``numpy.random.default_rng(48).integers(0, 10_000, 8)[:4]``, never picked)
-trains the default policy (``clstm``, the network's own output driving the actor) through the real train script on
-CPU for the demo's 3,000 episodes (all four in parallel, about a minute each alone). The checkpoint the run deploys
-is backtested with the real ``clstm-ppo backtest`` on the held-out test split (the last 15% of days, never seen in
-training). The test asserts the market is sized so that the oracle clears buy-and-hold by 3 standard errors on each
-seed, and that the trained policy beats buy-and-hold and the same network untrained by Sharpe ratio, on the mean
-over seeds. Per seed a learned edge of a tenth of the oracle is inside one standard error, so single seeds lose.
+Each seed (market and weights) trains the default policy of the preset through the real train script on the CPU
+(all six at once); the checkpoint the run deploys is backtested with the real ``clstm-ppo backtest`` on the test
+split (the last 15% of the days, never seen in training), beside equal-weight buy-and-hold with the same costs and the
+oracle on the same days, and the same network untrained (the trainer's initial weights). Asserted, over the seeds:
+
+* the market holds something to learn: each seed's oracle is at least 0.5 Sharpe above buy-and-hold;
+* trained minus buy-and-hold and trained minus untrained: one-sided 95% t lower bounds over seeds above 0;
+* the share of the oracle's excess, (mean trained - mean buy-and-hold) / (mean oracle - mean buy-and-hold): >= 25%.
+
+The seeds were drawn once, ``numpy.random.default_rng(58).integers(1000, 10000, 6)``, and written here before their
+first run: they judge, they chose nothing (the preset was chosen on seeds 201-208; its claim, >= 50% on seeds
+101-108, is measured by ``benchmarks/demo_seeds.py`` and recorded in docs/learning.md).
 """
 
 from __future__ import annotations
@@ -28,23 +32,26 @@ import sys
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.cli.train import parse_config
+from clstm_ppo.evaluation.oracle import MIN_ORACLE_EXCESS, excess_share
 from clstm_ppo.market import build_market
 from clstm_ppo.training.run_folder import deployed_checkpoint
 from tests.conftest import SCRIPT, clean_env
 
 LEARN = ["--preset", "demo", "--num_gpus", "0", "--no-progress", "--log_every", "100000"]
-SEEDS = (1300, 3876, 4997, 5957)
-"""``numpy.random.default_rng(48).integers(0, 10_000, 8)[:4]``: market (and weight) seeds drawn once, never picked."""
+SEEDS = (5590, 3781, 6110, 8918, 9571, 3187)
+"""``numpy.random.default_rng(58).integers(1000, 10000, 6)``: market and weight seeds drawn once, never picked."""
+SHARE = 0.25
+"""The smallest share of the oracle's excess over buy-and-hold the trained network must keep (issue 58)."""
 
 
-def sharpe_standard_error(sharpe: float, days: int) -> float:
-    """Standard error of an annualised Sharpe ratio estimated from ``days`` daily returns (Lo 2002, iid)."""
-    daily = sharpe / math.sqrt(252)
-    return math.sqrt((1 + daily**2 / 2) / days) * math.sqrt(252)
+def one_sided_lower_bound(x: np.ndarray, level: float = 0.95) -> float:
+    """The one-sided ``level`` t lower bound of the mean of ``x`` over seeds."""
+    return float(x.mean() - stats.t.ppf(level, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
 def train_and_backtest(tmp_path, seed: int) -> dict:
@@ -66,15 +73,14 @@ def train_and_backtest(tmp_path, seed: int) -> dict:
         "buy_and_hold": report["metrics"]["baseline"]["sharpe"],
         "untrained": untrained,
         "oracle": report["metadata"]["oracle"]["sharpe"],
-        "days": market.splits.test.num_days,
     }
 
 
 @pytest.mark.slow
-def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_path):
+def test_the_first_run_learns_the_planted_signal_out_of_sample(tmp_path):
     procs = {
         seed: subprocess.Popen(
-            [*[sys.executable, SCRIPT], *LEARN, "--seed", str(seed), "--run_name", f"s{seed}"]
+            [*[sys.executable, SCRIPT], *LEARN, "--seed", str(seed), "--run_name", f"s{seed}", "--threads", "1"]
             + ["--checkpoint_dir", str(tmp_path / "ck")],
             cwd=tmp_path,
             env=clean_env(),
@@ -85,13 +91,14 @@ def test_trained_policy_beats_buy_and_hold_and_untrained_on_held_out_days(tmp_pa
         for seed in SEEDS
     }
     for seed, proc in procs.items():
-        _, err = proc.communicate(timeout=1200)
+        _, err = proc.communicate(timeout=1500)
         assert proc.returncode == 0, f"seed {seed}: {err[-2000:]}"
     results = {seed: train_and_backtest(tmp_path, seed) for seed in SEEDS}
     for seed, r in results.items():
-        print(", ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in {"seed": seed, **r}.items()))
-    for seed, r in results.items():  # the market leaves something to learn, beyond noise
-        margin = 3 * sharpe_standard_error(r["buy_and_hold"], r["days"])
-        assert r["oracle"] - r["buy_and_hold"] >= margin, (seed, r)
-    mean = {k: float(np.mean([r[k] for r in results.values()])) for k in ("trained", "buy_and_hold", "untrained")}
-    assert mean["trained"] > mean["buy_and_hold"] and mean["trained"] > mean["untrained"], (mean, results)
+        print(", ".join(f"{k} {v:.3f}" for k, v in r.items()), f"(seed {seed})")
+    col = {k: np.array([r[k] for r in results.values()]) for k in ("trained", "buy_and_hold", "untrained", "oracle")}
+    assert (col["oracle"] - col["buy_and_hold"] >= MIN_ORACLE_EXCESS).all(), results  # there is something to learn
+    assert one_sided_lower_bound(col["trained"] - col["buy_and_hold"]) > 0, results
+    assert one_sided_lower_bound(col["trained"] - col["untrained"]) > 0, results
+    share = excess_share(*(float(col[k].mean()) for k in ("trained", "buy_and_hold", "oracle")))
+    assert share is not None and share >= SHARE, (share, results)
