@@ -1,10 +1,13 @@
-"""What identifies a loaded data set exactly: `data_fingerprint`. A checkpoint records it (with the synthetic
-generator's version, `envs.sources.data_record`), the trials ledger and the sealed hold-out use it
-(`clstm_ppo.evaluation.fingerprint`, which also holds the month-by-month witness)."""
+"""What identifies a loaded data set: `data_fingerprint` (exactly: a hash of its bits) and `market_witness` (the
+closes of the first trading day of each month, compared to a relative tolerance). A checkpoint records both for a
+synthetic market (`envs.sources.data_record`) and `recorded_data_matches` reads them; the trials ledger and the
+sealed hold-out use them too (`clstm_ppo.evaluation.fingerprint` says how)."""
 
 from __future__ import annotations
 
 import hashlib
+import math
+from typing import Any
 
 import numpy as np
 
@@ -23,3 +26,64 @@ def data_fingerprint(data: MarketData) -> str:
     for name in _FIELDS:
         h.update(np.ascontiguousarray(np.asarray(getattr(data, name))[:, order].astype("<f8")).tobytes())
     return h.hexdigest()[:20]
+
+
+WITNESS_RTOL = 1e-9
+"""Relative tolerance of a witness close: float noise of a text round trip passes, a changed price does not."""
+
+
+def market_witness(data: MarketData) -> dict[str, Any]:
+    """The close of every ticker on the first trading day of each calendar month in ``data``.
+
+    :return: ``{"dates": [M] "YYYY-MM-DD", "tickers": [N] (sorted), "close": [M][N] dollars}`` (JSON-able).
+    """
+    days = np.asarray(data.dates).astype("datetime64[D]")
+    months = days.astype("datetime64[M]")
+    first = np.flatnonzero(np.r_[True, months[1:] != months[:-1]])  # first row of each month present
+    order = np.argsort(np.asarray(data.tickers, dtype=str), kind="stable")
+    close = np.asarray(data.close)[np.ix_(first, order)]
+    return {
+        "dates": [str(d) for d in days[first]],
+        "tickers": [data.tickers[i] for i in order],
+        "close": close.tolist(),
+    }
+
+
+def agreeing_tickers(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Which tickers two witnesses (`market_witness`) show to be the same market.
+
+    :return: ``(agree, differ)``: the tickers both witnesses hold that share at least one witness day and agree
+        (to `WITNESS_RTOL`) on every shared one, and those that share a day but disagree on one. A ticker with no
+        shared witness day is in neither: nothing tells whether it is the same market.
+    """
+    a_col = {t: i for i, t in enumerate(a["tickers"])}
+    b_col = {t: i for i, t in enumerate(b["tickers"])}
+    b_row = {d: i for i, d in enumerate(b["dates"])}
+    shared = [(i, b_row[d]) for i, d in enumerate(a["dates"]) if d in b_row]
+    agree, differ = [], []
+    if not shared:
+        return agree, differ
+    for ticker in sorted(a_col.keys() & b_col.keys()):
+        same = all(
+            math.isclose(a["close"][i][a_col[ticker]], b["close"][j][b_col[ticker]], rel_tol=WITNESS_RTOL)
+            for i, j in shared
+        )
+        (agree if same else differ).append(ticker)
+    return agree, differ
+
+
+def recorded_data_matches(record: dict[str, Any], data: MarketData) -> bool:
+    """Is ``data`` the data a checkpoint's ``record`` (`envs.sources.data_record`) was made from: the same fingerprint,
+    or, where the record holds a witness, the same tickers and witness days with every witness close equal to
+    `WITNESS_RTOL` (the same market generated again on a CPU whose numpy rounds exp's last bit differently, which
+    changes the fingerprint and nothing a run computes beyond float noise)."""
+    if data_fingerprint(data) == record["fingerprint"]:
+        return True
+    witness = record.get("witness")
+    if witness is None:
+        return False
+    found = market_witness(data)
+    if found["dates"] != witness["dates"] or found["tickers"] != witness["tickers"]:
+        return False
+    agree, _ = agreeing_tickers(witness, found)
+    return len(agree) == len(witness["tickers"])

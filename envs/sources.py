@@ -34,7 +34,7 @@ import pandas as pd
 from envs import synthetic, synthetic_v1, synthetic_v2
 from envs.data import MarketData, parse_date, read_frame, standardize_frame
 from envs.errors import UserError, shown_list
-from envs.fingerprint import data_fingerprint
+from envs.fingerprint import data_fingerprint, market_witness
 from envs.source_spec import alpaca_options
 from envs.state import MAX_PRICE_RATIO
 from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
@@ -202,14 +202,16 @@ def pin_synthetic(source: str, **options: int) -> str:
 
 def data_record(source: str, data: MarketData) -> dict[str, Any]:
     """What identifies the data a run was trained on, for its checkpoint: the data's `data_fingerprint`, its first and
-    last day, and for a synthetic source the generator version the source string meant."""
+    last day, and for a synthetic source the generator version the source string meant and its `market_witness`
+    (`envs.fingerprint.recorded_data_matches` reads them)."""
     record: dict[str, Any] = {
         "fingerprint": data_fingerprint(data),
         "first": data.date_str(0),
         "last": data.date_str(-1),
     }
-    if is_synthetic(source):
+    if is_synthetic(source):  # generated again for a backtest, maybe on a CPU that rounds exp's last bit otherwise
         record["generator"] = synthetic_version(source.strip().partition(":")[2])
+        record["witness"] = market_witness(data)
     return record
 
 

@@ -24,7 +24,7 @@ from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint, rest
 from clstm_ppo.training.resume import check_resume
 from clstm_ppo.training.run_folder import resolve_run_dir
 from envs.errors import UserError
-from envs.fingerprint import data_fingerprint
+from envs.fingerprint import data_fingerprint, market_witness
 from envs.sources import load_market_data
 from envs.synthetic import GENERATOR_VERSION
 from tests.conftest import QUICK_DATA, ROOT, SCRIPT, TINY, clean_env, read_metrics
@@ -199,6 +199,9 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeyp
 
 
 def test_a_checkpoint_records_its_data_and_refuses_a_market_generated_otherwise(quick_checkpoint, tmp_path, capfd):
+    """The record: the data's fingerprint, first and last day, generator and witness closes. A market generated again
+    with other bits but the same closes to 1e-9 (numpy's exp rounds its last bit by CPU) is the same market; one whose
+    closes differ is refused in one line."""
     ck = open_checkpoint(quick_checkpoint)
     record = ck.market_spec["data"]
     source = QUICK_DATA[1]
@@ -208,23 +211,35 @@ def test_a_checkpoint_records_its_data_and_refuses_a_market_generated_otherwise(
         "first": data.date_str(0),
         "last": data.date_str(-1),
         "generator": GENERATOR_VERSION,
+        "witness": market_witness(data),
     }
     assert own_source(ck) == f"{source},generator={GENERATOR_VERSION}"
 
-    raw = torch.load(quick_checkpoint, weights_only=True)
-    raw["market_spec"]["data"]["fingerprint"] = "0" * 20  # as if the generator had changed since
-    changed = tmp_path / "changed.pt"
-    torch.save(raw, changed)
-    code = cli_main(["backtest", "--checkpoint", str(changed), "--out", str(tmp_path / "bt"), "--threads", "1"])
-    out, err = capfd.readouterr()
+    def backtest_with(record: dict, name: str) -> tuple[int, str, str]:
+        raw = torch.load(quick_checkpoint, weights_only=True)
+        raw["market_spec"]["data"] = record
+        path = tmp_path / f"{name}.pt"
+        torch.save(raw, path)
+        code = cli_main(["backtest", "--checkpoint", str(path), "--out", str(tmp_path / name), "--threads", "1"])
+        return code, *capfd.readouterr()
+
+    other_cpu = {**record, "fingerprint": "0" * 20}  # other bits, the same closes: another CPU's rounding
+    assert backtest_with(other_cpu, "other-cpu")[0] == 0
+    moved = json.loads(json.dumps(record["witness"]))
+    moved["close"][3][0] *= 1 + 1e-6  # a price changed: another market
+    code, out, err = backtest_with({**other_cpu, "witness": moved}, "changed")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in out + err
+    changed = tmp_path / "changed.pt"
     assert f"{changed}: {source},generator={GENERATOR_VERSION} (seed {ck.cfg.run.seed}) no longer generates" in err
-    assert not (tmp_path / "bt").exists()
+    assert not (tmp_path / "changed").exists()
+    code, _, err = backtest_with({k: v for k, v in other_cpu.items() if k != "witness"}, "no-witness")
+    assert code == 2 and "no longer generates" in err  # a record without a witness (0.2.x) needs the same bits
 
 
 def test_resume_refuses_other_data_than_the_checkpoint_was_trained_on(quick_checkpoint, tmp_path):
-    """The checkpoint records its data's fingerprint: a resume on data that is not that data (here: the record
-    changed, as if the generator or the file had) is refused in one line before any worker starts."""
+    """The checkpoint records its data's fingerprint and witness: a resume on data that is not that data (here: the
+    record changed, as if the generator or the file had) is refused in one line before any worker starts; the same
+    closes with other last bits (another CPU) are the same data."""
     import torch
 
     from clstm_ppo.market import build_market
@@ -239,6 +254,9 @@ def test_resume_refuses_other_data_than_the_checkpoint_was_trained_on(quick_chec
     torch.save(raw, run / "latest.pt")
     assert check_resume(cfg, market, run) == run / "latest.pt"  # the same data: fine
     raw["market_spec"]["data"]["fingerprint"] = "0" * 20
+    torch.save(raw, run / "latest.pt")
+    assert check_resume(cfg, market, run) == run / "latest.pt"  # other bits, the same witness closes: fine
+    raw["market_spec"]["data"]["witness"]["close"][0][0] *= 2
     torch.save(raw, run / "latest.pt")
     with pytest.raises(UserError, match="this run's data .* is not the data it was trained on"):
         check_resume(cfg, market, run)

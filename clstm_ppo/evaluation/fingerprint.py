@@ -19,53 +19,7 @@ Size: a witness holds ``months x tickers`` floats (20 tickers over 7 years: 1,68
 
 from __future__ import annotations
 
-import math
-from typing import Any
-
-import numpy as np
-
-from envs.data import MarketData
-from envs.fingerprint import data_fingerprint as data_fingerprint  # where it lives: envs (checkpoints record it)
-
-WITNESS_RTOL = 1e-9
-"""Relative tolerance of a witness close: float noise of a text round trip passes, a changed price does not."""
-
-
-def market_witness(data: MarketData) -> dict[str, Any]:
-    """The close of every ticker on the first trading day of each calendar month in ``data``.
-
-    :return: ``{"dates": [M] "YYYY-MM-DD", "tickers": [N] (sorted), "close": [M][N] dollars}`` (JSON-able).
-    """
-    days = np.asarray(data.dates).astype("datetime64[D]")
-    months = days.astype("datetime64[M]")
-    first = np.flatnonzero(np.r_[True, months[1:] != months[:-1]])  # first row of each month present
-    order = np.argsort(np.asarray(data.tickers, dtype=str), kind="stable")
-    close = np.asarray(data.close)[np.ix_(first, order)]
-    return {
-        "dates": [str(d) for d in days[first]],
-        "tickers": [data.tickers[i] for i in order],
-        "close": close.tolist(),
-    }
-
-
-def agreeing_tickers(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """Which tickers two witnesses (`market_witness`) show to be the same market.
-
-    :return: ``(agree, differ)``: the tickers both witnesses hold that share at least one witness day and agree
-        (to `WITNESS_RTOL`) on every shared one, and those that share a day but disagree on one. A ticker with no
-        shared witness day is in neither: nothing tells whether it is the same market.
-    """
-    a_col = {t: i for i, t in enumerate(a["tickers"])}
-    b_col = {t: i for i, t in enumerate(b["tickers"])}
-    b_row = {d: i for i, d in enumerate(b["dates"])}
-    shared = [(i, b_row[d]) for i, d in enumerate(a["dates"]) if d in b_row]
-    agree, differ = [], []
-    if not shared:
-        return agree, differ
-    for ticker in sorted(a_col.keys() & b_col.keys()):
-        same = all(
-            math.isclose(a["close"][i][a_col[ticker]], b["close"][j][b_col[ticker]], rel_tol=WITNESS_RTOL)
-            for i, j in shared
-        )
-        (agree if same else differ).append(ticker)
-    return agree, differ
+from envs.fingerprint import WITNESS_RTOL as WITNESS_RTOL  # where they live: envs (checkpoints record them)
+from envs.fingerprint import agreeing_tickers as agreeing_tickers
+from envs.fingerprint import data_fingerprint as data_fingerprint
+from envs.fingerprint import market_witness as market_witness

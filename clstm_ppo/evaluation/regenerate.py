@@ -11,7 +11,7 @@ from __future__ import annotations
 from clstm_ppo.market import load_data
 from clstm_ppo.training.checkpoint import Checkpoint
 from envs.errors import UserError
-from envs.fingerprint import data_fingerprint
+from envs.fingerprint import data_fingerprint, recorded_data_matches
 from envs.sources import is_synthetic, pin_synthetic
 
 UNRECORDED_GENERATOR = 1
@@ -27,7 +27,8 @@ def own_source(ck: Checkpoint) -> str:
 
 def check_regenerated(ck: Checkpoint) -> None:
     """Refuse (one `UserError`) when ``ck``'s synthetic market, generated again over its recorded first and last day
-    and tickers, is not the data it was trained on (another fingerprint). Nothing to check where no fingerprint is
+    and tickers, is not the data it was trained on (`recorded_data_matches`: another fingerprint, and no recorded
+    witness that the closes agree up to float rounding). Nothing to check where no fingerprint is
     recorded (an older file) or the source is not synthetic: a file or Alpaca bars may change for good reasons (a later
     download, prices adjusted again), and are not regenerated."""
     record = ck.market_spec.get("data") or {}
@@ -37,8 +38,8 @@ def check_regenerated(ck: Checkpoint) -> None:
     data = load_data(
         ck.cfg.data, seed=ck.cfg.run.seed, source=source, start=record["first"], end=record["last"], tickers=ck.tickers
     )
-    found = data_fingerprint(data)
-    if found != record["fingerprint"]:
+    if not recorded_data_matches(record, data):
+        found = data_fingerprint(data)
         raise UserError(
             f"{ck.path}: {source} (seed {ck.cfg.run.seed}) no longer generates the market it was trained on "
             f"({record['first']} .. {record['last']}: fingerprint {found}, recorded {record['fingerprint']}); "

@@ -14,7 +14,7 @@ from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
 from clstm_ppo.training.run_folder import resolve_resume
 from envs.errors import UserError, shown_list
 from envs.features import PreparedMarket
-from envs.fingerprint import data_fingerprint
+from envs.fingerprint import data_fingerprint, recorded_data_matches
 from envs.sources import is_synthetic, pin_synthetic, synthetic_version
 
 FLAG_OF_SPEC_FIELD = {"obs_norm": "norm_obs"}
@@ -113,8 +113,8 @@ def other_market(ckpt: Checkpoint, cfg: TrainConfig, market: PreparedMarket) -> 
     generator 1."""
     record = ckpt.market_spec.get("data") or {}
     if "fingerprint" in record:
-        found = data_fingerprint(market.data)
-        if found != record["fingerprint"]:
+        if not recorded_data_matches(record, market.data):
+            found = data_fingerprint(market.data)
             return (
                 f"this run's data (fingerprint {found}) is not the data it was trained on ({record['fingerprint']}, "
                 f"{record['first']} .. {record['last']}); use the same --data, dates and tickers"
