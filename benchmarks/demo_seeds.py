@@ -32,7 +32,7 @@ from scipy import stats
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.evaluation.backtest import open_checkpoint, restore_policy
-from clstm_ppo.evaluation.oracle import excess_share, oracle_run
+from clstm_ppo.evaluation.oracle import excess_share, oracle_run, run_figures
 from clstm_ppo.market import build_market
 from clstm_ppo.study.grid import parse_seeds
 from clstm_ppo.training.run_folder import deployed_checkpoint
@@ -55,7 +55,8 @@ def train(seed: int, folder: Path, config: str | None) -> float:
 
 
 def figures(seed: int, folder: Path) -> dict[str, float]:
-    """Trained (test and training days), untrained, buy-and-hold and oracle Sharpe ratios of seed's run."""
+    """Trained (test and training days), untrained, buy-and-hold and oracle Sharpe ratios of seed's run, with the
+    trained network's and the oracle's turnover and exposure on the test days."""
     run_dir = folder / f"s{seed}"
     cfg = open_checkpoint(run_dir / "latest.pt").cfg
     ck = open_checkpoint(deployed_checkpoint(run_dir, True, cfg.run.deploy))
@@ -64,9 +65,14 @@ def figures(seed: int, folder: Path) -> dict[str, float]:
     torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
     untrained = build_model(cfg, market)
     oracle = oracle_run(market, "test", cfg.env, require_planted_rule(cfg.data.source))
+    learned = run_figures(evaluate_policy(trained, market, "test", cfg.env), market, market.splits.test, cfg.env)
     return {
         "seed": seed,
-        "trained": evaluate_policy(trained, market, "test", cfg.env).sharpe,
+        "trained": learned.run.sharpe,
+        "trained_turnover": learned.annual_turnover,
+        "trained_exposure": learned.exposure,
+        "oracle_turnover": oracle.annual_turnover,
+        "oracle_exposure": oracle.exposure,
         "trained_training_days": evaluate_policy(trained, market, "train", cfg.env).sharpe,
         "untrained": evaluate_policy(untrained, market, "test", cfg.env).sharpe,
         "buy_and_hold": oracle.buy_and_hold_sharpe,
@@ -100,20 +106,29 @@ def main() -> None:
     parser.add_argument("--dir", default="demo-seeds", help="where the runs go")
     parser.add_argument("--config", default=None, help="a --config file of settings on top of the preset")
     parser.add_argument("--out", default=None, help="write the figures as JSON here")
+    parser.add_argument(
+        "--evaluate_only", action="store_true", help="read the runs already in --dir again (no training; wall s 0)"
+    )
     args = parser.parse_args()
     seeds = parse_seeds(args.seeds)
     folder = Path(args.dir)
     folder.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(args.workers) as pool:
-        walls = dict(zip(seeds, pool.map(lambda s: train(s, folder, args.config), seeds), strict=True))
+    if args.evaluate_only:
+        walls = dict.fromkeys(seeds, 0.0)
+    else:
+        with ThreadPoolExecutor(args.workers) as pool:
+            walls = dict(zip(seeds, pool.map(lambda s: train(s, folder, args.config), seeds), strict=True))
     torch.set_num_threads(1)
     rows = [{**figures(s, folder), "wall_s": walls[s]} for s in seeds]
-    print("| seed | trained | on training days | untrained | buy-and-hold | oracle | wall s |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| seed | trained | on training days | untrained | buy-and-hold | oracle | trained turnover, exposure | wall s |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['seed']} | {r['trained']:.2f} | {r['trained_training_days']:.2f} | {r['untrained']:.2f} | "
-            f"{r['buy_and_hold']:.2f} | {r['oracle']:.2f} | {r['wall_s']:.0f} |"
+            f"{r['buy_and_hold']:.2f} | {r['oracle']:.2f} | {r['trained_turnover']:.1f}x, "
+            f"{r['trained_exposure']:.0%} | {r['wall_s']:.0f} |"
         )
     col = {k: np.array([r[k] for r in rows]) for k in ("trained", "untrained", "buy_and_hold", "oracle")}
     mean = {k: float(v.mean()) for k, v in col.items()}

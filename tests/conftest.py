@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,6 +26,7 @@ from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.rollout import RolloutBuffer
 from envs.config import EnvConfig
 from envs.data import split_days
+from envs.factor_market import MarketModel
 from envs.features import PreparedMarket
 from envs.synthetic import generate_market
 from envs.vector_env import VectorStockTradingEnv
@@ -308,3 +310,37 @@ def array_checksums(x: np.ndarray) -> list[float]:
     flat = np.asarray(x, dtype=np.float64).ravel()
     weights = np.random.default_rng(20261127).uniform(0.5, 1.5, flat.size)
     return [float(flat.sum()), float((flat * flat).sum()), float((flat * weights).sum())]
+
+
+REAL_STOCK_RANGES = {
+    "abs_acf1": (0.15, 0.30),
+    "pair_corr": (0.2, 0.5),
+    "overnight_share": (0.30, 0.50),
+    "annual_vol": (0.20, 0.45),
+    "leverage": (-0.15, -0.01),
+}
+"""Issue 48's ranges of stylized facts for the mean over tickers of real daily stocks (docs/data.md's table)."""
+
+
+def assert_facts_of_real_stocks(facts: Any, ranges: dict[str, tuple[float, float]], seed: int) -> None:
+    """A generated market's `envs.facts.Facts` within ``ranges``, with correlations that rise in sell-offs and no
+    stock leading another (no planted signal)."""
+    for name, (lo, hi) in ranges.items():
+        assert lo <= getattr(facts, name) <= hi, (seed, name, getattr(facts, name))
+    assert facts.selloff_corr > facts.pair_corr + 0.03  # correlations rise in sell-offs
+    assert facts.next_day_corr_median < 0.03  # no stock leads another without a planted signal
+
+
+SYNTHETIC_BAD_ARGUMENTS = [
+    ({"signal_ic": 0.5}, "signal_ic must be in [0, 0.5)"),
+    ({"signal_ic": -0.01}, "signal_ic must be in [0, 0.5)"),
+    ({"signal_ic": float("nan")}, "signal_ic must be in [0, 0.5)"),
+    ({"signal_kind": "noise"}, "unknown synthetic signal 'noise'"),
+    ({"signal_halflife": 0}, "signal_halflife must be a positive number"),
+    ({"signal_overnight": 1.0}, "signal_overnight must be in [0, 1)"),
+    ({"lag": 10}, "synthetic lag 10 must be shorter than the 10 days"),
+    ({"num_tickers": 0}, "num_tickers must be a whole number >= 1"),
+    ({"start": "yesterday-ish"}, "start date 'yesterday-ish' is not a date"),
+    ({"model": MarketModel(ticker_vol=(0.2, 0.3))}, "this fitted synthetic market has 2 tickers, not 30"),
+]
+"""Arguments generators 2 and 3 refuse (with ``num_days=10``), each with the words of its one-line error."""

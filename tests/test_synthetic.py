@@ -10,10 +10,10 @@ import pytest
 
 from envs.data import MarketData
 from envs.errors import UserError
-from envs.factor_market import MarketModel
 from envs.predictor import SignalRule, fill_returns, information_coefficient, predictor_from_prices
 from envs.sources import load_market_data, training_draws
 from envs.synthetic import generate_market, market_and_parts
+from tests.conftest import SYNTHETIC_BAD_ARGUMENTS
 
 FIELDS = ("open", "high", "low", "close", "volume")
 
@@ -113,21 +113,7 @@ def test_train_draws_names_the_training_pool_and_leaves_the_market_as_it_is():
         load_market_data("synthetic:generator=2,train_draws=4")
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "expected"),
-    [
-        ({"signal_ic": 0.5}, "signal_ic must be in [0, 0.5)"),
-        ({"signal_ic": -0.01}, "signal_ic must be in [0, 0.5)"),
-        ({"signal_ic": float("nan")}, "signal_ic must be in [0, 0.5)"),
-        ({"signal_kind": "noise"}, "unknown synthetic signal 'noise'"),
-        ({"signal_halflife": 0}, "signal_halflife must be a positive number"),
-        ({"signal_overnight": 1.0}, "signal_overnight must be in [0, 1)"),
-        ({"lag": 10}, "synthetic lag 10 must be shorter than the 10 days"),
-        ({"num_tickers": 0}, "num_tickers must be a whole number >= 1"),
-        ({"start": "yesterday-ish"}, "start date 'yesterday-ish' is not a date"),
-        ({"model": MarketModel(ticker_vol=(0.2, 0.3))}, "this fitted synthetic market has 2 tickers, not 30"),
-    ],
-)
+@pytest.mark.parametrize(("kwargs", "expected"), SYNTHETIC_BAD_ARGUMENTS)
 def test_bad_arguments(kwargs, expected):
     with pytest.raises(UserError) as info:
         generate_market(**{"num_days": 10, **kwargs})

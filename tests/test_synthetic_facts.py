@@ -17,17 +17,12 @@ from envs.facts import Facts, excess_kurtosis, market_facts, winsorize
 from envs.market_fit import fit_market
 from envs.sources import load_market_data
 from envs.synthetic import generate_market
+from tests.conftest import REAL_STOCK_RANGES, assert_facts_of_real_stocks
 
 FIXTURE = Path(__file__).resolve().parents[1] / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
 
-RANGES = {
-    "abs_acf1": (0.15, 0.30),
-    "pair_corr": (0.2, 0.5),
-    "overnight_share": (0.30, 0.50),
-    "annual_vol": (0.20, 0.45),
-    "leverage": (-0.15, -0.01),
-}
-"""Issue 48's ranges for the mean over tickers (real daily stocks: docs/data.md's table), on every seed."""
+RANGES = REAL_STOCK_RANGES
+"""Issue 48's ranges (`tests.conftest.REAL_STOCK_RANGES`), on every seed."""
 ROBUST_TARGETS = {"median_kurtosis": 6.1, "winsorized_kurtosis": 3.1}
 """Issue 58: the development data's robust kurtoses; generator 3's means over seeds 0-9 within 25% of them."""
 TOLERANCE = 0.25
@@ -41,11 +36,7 @@ def facts_by_seed() -> dict[int, Facts]:
 
 @pytest.mark.parametrize("seed", range(10))
 def test_default_market_has_the_facts_of_real_daily_stocks(facts_by_seed, seed):
-    facts = facts_by_seed[seed]
-    for name, (lo, hi) in RANGES.items():
-        assert lo <= getattr(facts, name) <= hi, (seed, name, getattr(facts, name))
-    assert facts.selloff_corr > facts.pair_corr + 0.03  # correlations rise in sell-offs
-    assert facts.next_day_corr_median < 0.03  # no stock leads another without a planted signal
+    assert_facts_of_real_stocks(facts_by_seed[seed], RANGES, seed)
 
 
 @pytest.mark.parametrize("name", ROBUST_TARGETS)

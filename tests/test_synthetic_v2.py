@@ -19,7 +19,13 @@ from envs.facts import Facts, market_facts
 from envs.predictor import fill_returns, information_coefficient
 from envs.sources import load_market_data, parse_synthetic_options
 from envs.synthetic_v2 import generate_market, market_and_parts, synthetic_parts
-from tests.conftest import CHECKSUM_RTOL, array_checksums
+from tests.conftest import (
+    CHECKSUM_RTOL,
+    REAL_STOCK_RANGES,
+    SYNTHETIC_BAD_ARGUMENTS,
+    array_checksums,
+    assert_facts_of_real_stocks,
+)
 
 FIELDS = ("open", "high", "low", "close", "volume")
 
@@ -43,15 +49,8 @@ def test_version_2_draws_the_markets_it_drew_as_the_current_generator(pinned):
         assert load_market_data(f"synthetic:{text}").equals(generate_market(seed=kwargs.get("seed", 0)))
 
 
-RANGES = {
-    "kurtosis": (8.0, 25.0),
-    "abs_acf1": (0.15, 0.30),
-    "pair_corr": (0.2, 0.5),
-    "overnight_share": (0.30, 0.50),
-    "annual_vol": (0.20, 0.45),
-    "leverage": (-0.15, -0.01),
-}
-"""Issue 48's ranges for the mean over tickers (real daily stocks: docs/data.md's table)."""
+RANGES = {**REAL_STOCK_RANGES, "kurtosis": (8.0, 25.0)}
+"""Issue 48's ranges (`tests.conftest.REAL_STOCK_RANGES`), and generator 2's mean excess kurtosis, on every seed."""
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +61,7 @@ def facts_by_seed() -> dict[int, Facts]:
 
 @pytest.mark.parametrize("seed", range(10))
 def test_default_market_has_the_facts_of_real_daily_stocks(facts_by_seed, seed):
-    facts = facts_by_seed[seed]
-    for name, (lo, hi) in RANGES.items():
-        assert lo <= getattr(facts, name) <= hi, (seed, name, getattr(facts, name))
-    assert facts.selloff_corr > facts.pair_corr + 0.03  # correlations rise in sell-offs
-    assert facts.next_day_corr_median < 0.03  # no stock leads another without a planted signal
+    assert_facts_of_real_stocks(facts_by_seed[seed], RANGES, seed)
 
 
 def test_drift_is_in_real_ranges_within_its_sampling_error(facts_by_seed):
@@ -175,21 +170,7 @@ def test_the_predictor_decays_with_its_half_life_and_is_known_at_the_close():
     assert all(np.corrcoef(innovation[:, i], r[:, (i - 1) % 4])[0, 1] > 0.3 for i in range(4))
 
 
-@pytest.mark.parametrize(
-    ("kwargs", "expected"),
-    [
-        ({"signal_ic": 0.5}, "signal_ic must be in [0, 0.5)"),
-        ({"signal_ic": -0.01}, "signal_ic must be in [0, 0.5)"),
-        ({"signal_ic": float("nan")}, "signal_ic must be in [0, 0.5)"),
-        ({"signal_kind": "noise"}, "unknown synthetic signal 'noise'"),
-        ({"signal_halflife": 0}, "signal_halflife must be a positive number"),
-        ({"signal_overnight": 1.0}, "signal_overnight must be in [0, 1)"),
-        ({"lag": 10}, "synthetic lag 10 must be shorter than the 10 days"),
-        ({"num_tickers": 0}, "num_tickers must be a whole number >= 1"),
-        ({"start": "yesterday-ish"}, "start date 'yesterday-ish' is not a date"),
-        ({"model": MarketModel(ticker_vol=(0.2, 0.3))}, "this fitted synthetic market has 2 tickers, not 30"),
-    ],
-)
+@pytest.mark.parametrize(("kwargs", "expected"), SYNTHETIC_BAD_ARGUMENTS)
 def test_bad_arguments(kwargs, expected):
     with pytest.raises(UserError) as info:
         generate_market(**{"num_days": 10, **kwargs})

@@ -81,7 +81,8 @@ class OracleRule:
 
 
 class OracleRun(NamedTuple):
-    """What the oracle earned over a split, after costs, at the env's fills; buy-and-hold on the same days and terms."""
+    """What a run (the oracle's, or any policy's: `run_figures`) earned over a split, after costs, at the env's
+    fills; buy-and-hold on the same days and terms."""
 
     run: PolicyRun  # the day-by-day record, as a backtest's
     sharpe: float  # annualised, of the daily portfolio returns (in excess of the env's risk-free rate)
@@ -107,7 +108,12 @@ def oracle_run(market: PreparedMarket, split: str | DayRange, env: EnvConfig, ru
     if days is None:
         raise UserError(f"the market has no {split} split")
     actions = oracle_actions(predictor_from_prices(market.data.close, rule))
-    run = evaluate_policy(OracleRule(actions, days.start), market, days, env)
+    return run_figures(evaluate_policy(OracleRule(actions, days.start), market, days, env), market, days, env)
+
+
+def run_figures(run: PolicyRun, market: PreparedMarket, days: DayRange, env: EnvConfig) -> OracleRun:
+    """``run``'s Sharpe, return, turnover a year and exposure over ``days`` of ``market`` as the backtest counts them
+    (costs, fills, cash interest), beside equal-weight buy-and-hold's on the same days and terms."""
     result = BacktestResult.from_run(
         run,
         initial_amount=env.initial_amount,
