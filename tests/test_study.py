@@ -28,7 +28,15 @@ from clstm_ppo.evaluation.oracle import ORACLE
 from clstm_ppo.study.analysis import seed_summary
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
-from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, same_market, save_markets
+from clstm_ppo.study.markets import (
+    load_markets,
+    market_key,
+    paper_stop_days,
+    prepare_markets,
+    same_market,
+    save_markets,
+    traded_window,
+)
 from clstm_ppo.study.schedule import walk_forward
 from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import load_checkpoint, restore_policy
@@ -1042,6 +1050,22 @@ def test_the_reports_torch_threads_are_set_inside_and_restored_after_an_error():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_stop_baseline_holds_the_papers_stop_whether_the_policies_use_the_stop_or_not():
+    """Buy-and-hold with the turbulence stop is read at the paper's threshold (each window's 90th percentile of its
+    training days) in a study whose policies trade without the stop too, on the same days as in one with it."""
+    data = generate_market(num_tickers=4, num_days=900, seed=3)
+    periods = walk_forward(
+        data.dates, window=5, trade_start="2016-06-01", trade_end=None, retrain="quarterly", validation_days=0
+    )
+    without = prepare_markets(data, TrainConfig.from_dict({"window": 5, "use_turbulence": False}), periods)
+    with_stop = prepare_markets(data, TrainConfig.from_dict({"window": 5, "use_turbulence": True}), periods)
+    assert not traded_window(without)[1].any()  # the policies' own stop days: none
+    stopped = traded_window(with_stop)[1]
+    assert 0 < stopped.sum() < stopped.size
+    np.testing.assert_array_equal(paper_stop_days(without), stopped)
+    np.testing.assert_array_equal(paper_stop_days(with_stop), stopped)
 
 
 def test_a_market_prepared_on_another_machine_is_the_same_market_up_to_float_rounding(tmp_path):

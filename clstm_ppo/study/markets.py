@@ -20,7 +20,7 @@ from clstm_ppo.config import TrainConfig
 from clstm_ppo.study.grid import MARKET_KEYS
 from clstm_ppo.study.schedule import WalkPeriod
 from envs.data import DayRange, MarketData, Splits
-from envs.features import Normalization, PreparedMarket
+from envs.features import Normalization, PreparedMarket, turbulence_threshold
 
 ARRAYS = ("open", "high", "low", "close", "volume", "dividends")
 
@@ -162,3 +162,16 @@ def traded_window(markets: list[PreparedMarket]) -> tuple[range, np.ndarray]:
         for t in range(m.splits.test.start, m.splits.test.stop - 1):
             turbulent[t - days.start] = stopped[t]
     return days, turbulent
+
+
+def paper_stop_days(markets: list[PreparedMarket]) -> np.ndarray:
+    """``[D] bool`` over the traded days of `traded_window`: where the paper's turbulence stop (turbulence at or above
+    the 90th percentile of each window's training days) holds a book in cash, whether the study's policies use the
+    stop or not: the days of the "buy-and-hold + turbulence stop" baseline."""
+    with_stop = [
+        dataclasses.replace(
+            m, turbulence_threshold=turbulence_threshold(m.turbulence, m.splits.train, m.turbulence_lookback, True)
+        )
+        for m in markets
+    ]
+    return traded_window(with_stop)[1]

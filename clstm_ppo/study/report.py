@@ -39,7 +39,7 @@ from clstm_ppo.evaluation.report import jsonable
 from clstm_ppo.study import analysis as A
 from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, stitch
 from clstm_ppo.study.grid import Cell
-from clstm_ppo.study.markets import load_markets, market_key, traded_window
+from clstm_ppo.study.markets import load_markets, market_key, paper_stop_days, traded_window
 from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.study.trials import StudyData, record_cells, record_study
 from envs.data import MarketData
@@ -88,9 +88,9 @@ def build_report(
     rf = base.env.risk_free  # every ratio is on returns in excess of it
     markets = load_markets(study_dir / "prepared", market_key(base))
     data = markets[0].data
-    days, turbulent = traded_window(markets)
+    days, turbulent = traded_window(markets)  # the policies' own stop days (none with the stop off)
     dates = np.asarray(data.dates)[days.start : days.stop]
-    baselines = _baselines(spec, data, days, dates, turbulent)
+    baselines = _baselines(spec, data, days, dates, paper_stop_days(markets))
     bench = baselines[BUY_AND_HOLD]["values"]
     if planted(base.data.source) and base.env.action_mode == "weights":  # the ceiling a planted signal sets
         oracle = _oracle(base, markets)
@@ -149,7 +149,8 @@ def build_report(
 def _baselines(
     spec: StudySpec, data: MarketData, days: range, dates: np.ndarray, turbulent: np.ndarray
 ) -> dict[str, dict[str, Any]]:
-    """The baselines on the traded days (each rule, and the spec's index if any): equity curve and metrics."""
+    """The baselines on the traded days (each rule, and the spec's index if any): equity curve and metrics;
+    ``turbulent``: the days the paper's stop holds buy-and-hold with the stop in cash (`paper_stop_days`)."""
     env = spec.base_config.env
     rf = env.risk_free
     close = np.asarray(data.close)[days.start : days.stop]
