@@ -1,60 +1,103 @@
 """What hangs on the training loop besides the algorithm: Stable-Baselines3's ``BaseCallback`` shape.
 
-`clstm_ppo.training.trainer.Trainer.train` calls every callback's hooks at fixed points of each iteration, in list
-order, on every rank (so a hook may issue collectives: every rank issues the same ones in the same order):
+The loops (`clstm_ppo.training.trainer.Trainer` for one run, `clstm_ppo.training.cell_trainer.CellTrainer` for K
+seeds as one batch) call every callback's hooks at fixed points of each iteration, in list order, on every rank (so a
+hook may issue collectives: every rank issues the same ones in the same order). A hook sees the run through
+`RunState`, declared here, and nothing else of the trainer:
 
-- ``on_training_start(trainer)``: before the first update;
-- ``on_rollout_end(trainer)``: after the rollout is collected (``trainer.buf``) and before the advantages;
-- ``on_update_end(trainer, result)``: after the PPO epochs and the episode gather (`UpdateResult`, the same on every
-  rank; ``trainer.stopping`` says whether every rank agreed to stop after this update);
-- ``on_training_end(trainer)``: in the loop's ``finally``, also after an error.
+- ``on_training_start(run)``: before the first update;
+- ``on_rollout_end(run)``: after the rollout is collected (``run.buf``) and before the advantages;
+- ``on_update_end(run, result)``: after the PPO epochs, the normalisers' sync and the episode gather
+  (`UpdateResult`, the same on every rank; ``run.stopping`` says whether every rank agreed to stop after this
+  update);
+- ``on_training_end(run)``: in the loop's ``finally``, also after an error.
 
-The product's callbacks, in `default_callbacks` order: `NormalisationSync` (the normalisers' statistics merged over
-the ranks), `Logger` (rank 0: metrics.jsonl, TensorBoard, the tracker, the console) and `Checkpointer` (validation,
-best.pt, latest.pt, periodic checkpoints). Tests add their own through the same interface (a fault injector in
+The product's callbacks, `default_callbacks`, are `Logger` (rank 0: metrics.jsonl, TensorBoard, the tracker, the
+console) and `Checkpointer` (validation, best.pt, latest.pt, periodic checkpoints); a loop's ``callbacks=`` runs
+after them and never replaces them. Tests add theirs through the same interface (a fault injector in
 ``tests/faults.py``); nothing in the loop reads a test switch.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from clstm_ppo.agent.moments import moment_sums
-from clstm_ppo.training.checkpoint import checkpoint_payload, save_checkpoint
+from clstm_ppo.training.checkpoint import save_checkpoint
 from clstm_ppo.training.run_folder import BEST, LATEST, episode_checkpoint_name, write_config
 from clstm_ppo.training.run_log import RunLog
 from clstm_ppo.training.tracking import open_tracker
 
 if TYPE_CHECKING:
-    from clstm_ppo.training.trainer import Trainer, UpdateResult
+    from clstm_ppo.agent.evaluate import PolicyRun
+    from clstm_ppo.config import TrainConfig
+    from clstm_ppo.training.distributed import Comm
+    from clstm_ppo.training.rollout import RolloutBuffer
+    from clstm_ppo.training.trainer import Counters, UpdateResult
+    from envs.features import PreparedMarket
+
+
+class RunState(Protocol):
+    """What a callback sees of the run it hangs on: one rank of a run, or one seed of a batch (the same figures and
+    files either way). Everything a callback may read, call or change is here; it reaches no further."""
+
+    cfg: TrainConfig  # the run's settings
+    market: PreparedMarket  # the prepared market it trains on
+    comm: Comm  # its ranks (one seed of a batch: a single process)
+    run_dir: Path  # its run folder (rank 0 writes it)
+
+    @property
+    def counters(self) -> Counters:
+        """Where training stands, the same on every rank; a callback may set ``best_score``."""
+
+    @property
+    def buf(self) -> RolloutBuffer:
+        """This rank's (this seed's) rollout, [n_steps, num_envs, ...]: read in ``on_rollout_end`` before the
+        advantages are computed from it (a fault injector writes its rewards)."""
+
+    @property
+    def stopping(self) -> bool:
+        """Every rank agreed to stop after the current update."""
+
+    @property
+    def steps_per_update(self) -> int:
+        """Env steps of one update over all ranks."""
+
+    @property
+    def layout_line(self) -> str:
+        """One line on where and how the run trains (world size, devices, envs, policy, market)."""
+
+    def figures(self) -> dict[str, float]:
+        """The run's own figures after an update, beside its losses: ``policy_std`` (mean action std),
+        ``reward_scale`` (with ``--norm_reward``), ``lr_clstm`` and ``lr_actor_critic`` (the learning rates used)."""
+
+    def validation_run(self) -> PolicyRun:
+        """The deterministic policy at the current weights on the validation split."""
+
+    def worker_state(self) -> dict[str, Any]:
+        """What makes this rank's next update bitwise reproducible (a checkpoint keeps one per rank)."""
+
+    def checkpoint_payload(self, worker_states: list[dict[str, Any]]) -> dict[str, Any]:
+        """Everything a checkpoint of the run holds now (`clstm_ppo.training.checkpoint.checkpoint_payload`)."""
+
+    def line(self, text: str) -> None:
+        """A console line from rank 0, through the run's `Logger` (no-op elsewhere)."""
 
 
 class Callback:
     """A hook on the training loop (see the module docstring); every method is a no-op until overridden."""
 
-    def on_training_start(self, trainer: Trainer) -> None:
+    def on_training_start(self, run: RunState) -> None:
         """Before the first update."""
 
-    def on_rollout_end(self, trainer: Trainer) -> None:
-        """After the rollout (``trainer.buf``), before the advantages are computed from it."""
+    def on_rollout_end(self, run: RunState) -> None:
+        """After the rollout (``run.buf``), before the advantages are computed from it."""
 
-    def on_update_end(self, trainer: Trainer, result: UpdateResult) -> None:
-        """After the PPO epochs and the episode gather (``trainer.counters`` already advanced)."""
+    def on_update_end(self, run: RunState, result: UpdateResult) -> None:
+        """After the PPO epochs, the normalisers' sync and the episode gather (``run.counters`` already advanced)."""
 
-    def on_training_end(self, trainer: Trainer) -> None:
+    def on_training_end(self, run: RunState) -> None:
         """When the loop ends, normally or by an exception."""
-
-
-class NormalisationSync(Callback):
-    """After each update, merge the normalisers' statistics over all ranks: the observation normaliser's running
-    moments (``--norm_obs``, this rollout's states added up over the workers) and the reward normaliser's
-    (``--norm_reward``), so every rank acts on the same statistics in the next rollout."""
-
-    def on_update_end(self, trainer: Trainer, result: UpdateResult) -> None:
-        if trainer.cfg.model.norm_obs:
-            sums = moment_sums(trainer.buf.obs.newest.flatten(0, 1))
-            trainer.model.update_obs_stats(trainer.comm.all_reduce_sum(sums))
-        trainer.rollout.reward_norm.sync(trainer.comm)
 
 
 class Logger(Callback):
@@ -64,29 +107,28 @@ class Logger(Callback):
     def __init__(self) -> None:
         self.log: RunLog | None = None
 
-    def on_training_start(self, trainer: Trainer) -> None:
-        if not trainer.comm.master:
+    def on_training_start(self, run: RunState) -> None:
+        if not run.comm.master:
             return
-        cfg = trainer.cfg
-        trainer.run_dir.mkdir(parents=True, exist_ok=True)
-        write_config(trainer.run_dir, cfg)
+        cfg = run.cfg
+        run.run_dir.mkdir(parents=True, exist_ok=True)
+        write_config(run.run_dir, cfg)
         self.log = RunLog(
-            trainer.run_dir,
+            run.run_dir,
             num_episodes=cfg.ppo.num_episodes,
             log_every=cfg.run.log_every,
-            episodes_done=trainer.counters.episodes,
+            episodes_done=run.counters.episodes,
             tensorboard=cfg.run.tensorboard,
             progress=cfg.run.progress,
-            tracker=open_tracker(cfg, trainer.run_dir),
+            tracker=open_tracker(cfg, run.run_dir),
         )
-        self.log.line(f"[Rank 0] {trainer.layout_line}")
+        self.log.line(f"[Rank 0] {run.layout_line}")
 
-    def on_update_end(self, trainer: Trainer, result: UpdateResult) -> None:
+    def on_update_end(self, run: RunState, result: UpdateResult) -> None:
         if self.log is None:
             return
-        c, episodes = trainer.counters, result.episodes
+        c, episodes = run.counters, result.episodes
         seconds = result.rollout_seconds + result.update_seconds
-        groups = trainer.optimizer.param_groups
         self.log.record_update(
             episodes,
             first_episode=c.episodes - episodes.shape[0],
@@ -96,14 +138,11 @@ class Logger(Callback):
                 "global_step": c.global_step,
                 **result.stats.as_dict(),
                 **result.behaviour,
-                "policy_std": trainer.model.log_std.detach().exp().mean().item(),
-                **({"reward_scale": trainer.rollout.reward_norm.scale} if trainer.cfg.ppo.norm_reward else {}),
-                "lr_clstm": groups[0]["lr"],
-                "lr_actor_critic": groups[1]["lr"],
+                **run.figures(),
                 "rollout_seconds": result.rollout_seconds,
                 "update_seconds": result.update_seconds,
             },
-            sps=trainer.steps_per_update / max(seconds, 1e-9),
+            sps=run.steps_per_update / max(seconds, 1e-9),
             time=c.elapsed,
         )
 
@@ -115,7 +154,7 @@ class Logger(Callback):
     def mean_recent_return(self) -> float | None:
         return self.log.mean_recent_return() if self.log is not None else None
 
-    def on_training_end(self, trainer: Trainer) -> None:
+    def on_training_end(self, run: RunState) -> None:
         if self.log is not None:
             self.log.close()
 
@@ -133,11 +172,11 @@ class Checkpointer(Callback):
     def __init__(self, logger: Logger) -> None:
         self.logger = logger
 
-    def on_update_end(self, trainer: Trainer, result: UpdateResult) -> None:
+    def on_update_end(self, run: RunState, result: UpdateResult) -> None:
         """Every rank takes part in gathering worker states. The decision uses only values identical on all ranks
         (global counters, the all-reduced stop flag, rank 0's broadcast score), so the gather below is issued by
         every rank or by none."""
-        cfg, c, comm = trainer.cfg, trainer.counters, trainer.comm
+        cfg, c, comm = run.cfg, run.counters, run.comm
         if c.bad_updates > 0:
             return  # keep the last good checkpoint
         episodes_before = c.episodes - result.episodes.shape[0]
@@ -146,47 +185,43 @@ class Checkpointer(Callback):
             cfg.run.save_every > 0 and c.episodes // cfg.run.save_every > episodes_before // cfg.run.save_every
         )
         evaluate = c.update % cfg.run.eval_every == 0 or finished
-        due = c.update % cfg.run.checkpoint_every == 0 or finished or trainer.stopping or crossed_period
+        due = c.update % cfg.run.checkpoint_every == 0 or finished or run.stopping or crossed_period
         if not (due or evaluate):
             return
-        score = self.score(trainer) if evaluate and comm.master else None
+        score = self.score(run) if evaluate and comm.master else None
         is_best = comm.broadcast_object(score is not None and score > c.best_score)
         if not (due or is_best):
             return
-        worker_states = comm.gather_objects(trainer.worker_state())
+        worker_states = comm.gather_objects(run.worker_state())
         if not comm.master:
             return
         if is_best:
             c.best_score = score
-        payload = checkpoint_payload(
-            cfg=cfg,
-            model=trainer.model,
-            market=trainer.market,
-            optimizer=trainer.optimizer,
-            scaler=trainer.scaler,
-            counters=c.as_dict(),
-            worker_states=worker_states,
-            world_size=comm.world_size,
-        )
-        save_checkpoint(trainer.run_dir / LATEST, payload)
+        payload = run.checkpoint_payload(worker_states)
+        save_checkpoint(run.run_dir / LATEST, payload)
         if is_best:
-            save_checkpoint(trainer.run_dir / BEST, payload)
+            save_checkpoint(run.run_dir / BEST, payload)
         if crossed_period:
-            save_checkpoint(trainer.run_dir / episode_checkpoint_name(c.episodes), payload)
+            save_checkpoint(run.run_dir / episode_checkpoint_name(c.episodes), payload)
 
-    def score(self, trainer: Trainer) -> float | None:
+    def score(self, run: RunState) -> float | None:
         """Validation Sharpe of the deterministic policy when a validation split exists, else the mean return of
         the last 100 training episodes (None before any episode finished)."""
-        if trainer.market.splits.validation is not None:
-            return trainer.validation_run().sharpe
+        if run.market.splits.validation is not None:
+            return run.validation_run().sharpe
         return self.logger.mean_recent_return()
 
 
 def default_callbacks() -> list[Callback]:
-    """The product's callbacks, in the order they run after each update: the normalisers' sync before anything reads
-    them, then the log, then the checkpoint (which stores the synced statistics)."""
+    """The product's callbacks, in the order they run after each update: the log, then the checkpoint (which
+    scores a run without a validation split by the log's recent returns)."""
     logger = Logger()
-    return [NormalisationSync(), logger, Checkpointer(logger)]
+    return [logger, Checkpointer(logger)]
+
+
+def with_defaults(extra: list[Callback] | tuple[Callback, ...] = ()) -> list[Callback]:
+    """A loop's callbacks: the product's (`default_callbacks`), then ``extra``; no ``callbacks=`` replaces them."""
+    return [*default_callbacks(), *extra]
 
 
 def find(callbacks: list[Callback], kind: type) -> Any:

@@ -9,8 +9,8 @@ action noise and minibatch shuffles (its own generators, seeded as `Trainer` see
 normalisation, its learning-rate schedule, gradient clip, KL early stop and optimizer state. Only float rounding
 differs (stacked matmuls; ``tests/test_cells.py``: weights within 1e-5 after 3 updates, metrics to 4 figures).
 
-Each cell keeps its own run folder, written by the product's own callbacks (`default_callbacks`) through a
-`CellView`, the cell seen as a `Trainer`: config.json, metrics.jsonl, latest.pt, best.pt hold what its run alone
+Each cell keeps its own run folder, written by the product's own callbacks (`default_callbacks`), which see the
+cell through a `CellView` as they see a run (`RunState`): config.json, metrics.jsonl, latest.pt, best.pt hold what its run alone
 writes, in the same format, so backtest, study and trade read them unchanged, and a cell resumes from a single
 run's checkpoint as from its own. A cell fails alone: an exception in one of its callbacks, or ``max_bad_updates``
 bad updates in a row (the same error as `Trainer`'s), ends that cell (recorded in `CellTrainer.errors`) and the
@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +30,17 @@ import torch
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_cells
 from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.moments import moment_sums
 from clstm_ppo.agent.stacked import CellPolicy, stack_policies
 from clstm_ppo.config import OUTPUT_SETTINGS, TrainConfig
-from clstm_ppo.training.callbacks import Callback, Logger, default_callbacks, find
+from clstm_ppo.training.callbacks import Callback, Logger, find, with_defaults
 from clstm_ppo.training.cell_adam import AdamLayout, CellAdam
 from clstm_ppo.training.cell_ppo import cell_ppo_update
 from clstm_ppo.training.cell_rollout import CellRolloutCollector
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.ppo import PhaseTimer, adam_groups, adam_options, autocast_factory, no_timer
 from clstm_ppo.training.resume import load_weights
-from clstm_ppo.training.reward_norm import RewardNormalizer
 from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
 from clstm_ppo.training.run_folder import resolve_resume
 from clstm_ppo.training.signals import StoppedBySignal, StopRequest
@@ -96,43 +95,17 @@ def check_batchable(cfgs: list[TrainConfig]) -> None:
         raise ValueError("cells trained as one batch take no fp16 GradScaler and no torch.compile")
 
 
-class CellOptimizer:
-    """Cell k's optimizer as callbacks and checkpoints see one: the ``torch.optim.Adam`` over its network that
-    `build_optimizer` builds for its run (`AdamLayout`: its parameter groups and state dict), its state kept in
-    `CellAdam`."""
-
-    def __init__(self, adam: CellAdam, cell: int, layout: AdamLayout) -> None:
-        self.adam, self.cell, self.layout = adam, cell, layout
-
-    @property
-    def param_groups(self) -> list[dict[str, Any]]:
-        return self.layout.param_groups([float(lr) for lr in self.adam.lr[self.cell]])
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.adam.cell_state_dict(self.cell, self.layout)
-
-
-@dataclass
-class CellRollout:
-    """What callbacks read of a trainer's rollout (``trainer.rollout``): the cell's reward normaliser."""
-
-    reward_norm: RewardNormalizer
-
-
 class CellView:
-    """Cell k of a `CellTrainer` as the callbacks (`clstm_ppo.training.callbacks`) see a `Trainer`: its settings,
-    counters, run folder, network, optimizer, reward normaliser, its columns of the rollout buffer, and its worker
-    state in a single run's checkpoint format."""
+    """Cell k of a `CellTrainer` as its callbacks see a run (`clstm_ppo.training.callbacks.RunState`): its settings,
+    counters, run folder, its columns of the rollout buffer, its figures, and its checkpoint in a single run's
+    format."""
 
     def __init__(self, trainer: CellTrainer, cell: int) -> None:
         self.trainer, self.cell = trainer, cell
         self.cfg: TrainConfig = trainer.cfgs[cell]
-        self.market, self.device, self.run_dir = trainer.market, trainer.device, trainer.run_dirs[cell]
-        self.comm = Comm(device=trainer.device)
+        self.market, self.run_dir = trainer.market, trainer.run_dirs[cell]
+        self.comm = trainer.comm
         self.model: ActorCritic = trainer.policy.cell(cell)
-        self.optimizer = CellOptimizer(trainer.optimizer, cell, trainer.layouts[cell])
-        self.scaler = None
-        self.rollout = CellRollout(trainer.rollout.reward_norms[cell])
 
     @property
     def counters(self) -> Counters:
@@ -143,27 +116,22 @@ class CellView:
         return self.trainer.stopping
 
     @property
-    def callbacks(self) -> list[Callback]:
-        return self.trainer.callbacks[self.cell]
-
-    @property
     def steps_per_update(self) -> int:
         return self.cfg.ppo.rollout_steps
 
     @property
     def buf(self) -> RolloutBuffer:
-        """This cell's columns of the rollout (views: a callback that writes them writes the batch's)."""
-        buf, cols = self.trainer.buf, self.trainer.rollout.envs_of(self.cell)
-        return RolloutBuffer(
-            obs=buf.obs.columns(cols),
-            actions=buf.actions[:, cols],
-            log_probs=buf.log_probs[:, cols],
-            values=buf.values[:, cols],
-            rewards=buf.rewards[:, cols],
-            dones=buf.dones[:, cols],
-            starts=buf.starts[:, cols],
-            initial_state=buf.initial_state.envs(cols),
-        )
+        return self.trainer.cell_buffer(self.cell)
+
+    def figures(self) -> dict[str, float]:
+        lrs = [float(lr) for lr in self.trainer.optimizer.lr[self.cell]]
+        reward_norm = self.trainer.rollout.reward_norms[self.cell]
+        return {
+            "policy_std": self.model.log_std.detach().exp().mean().item(),
+            **({"reward_scale": reward_norm.scale} if self.cfg.ppo.norm_reward else {}),
+            "lr_clstm": lrs[0],
+            "lr_actor_critic": lrs[1],
+        }
 
     def validation_run(self) -> PolicyRun:
         """`Trainer.validation_run` of this cell: its column of the batch's (`CellTrainer.validation_runs`)."""
@@ -172,6 +140,20 @@ class CellView:
     def worker_state(self) -> dict[str, Any]:
         t = self.trainer
         return worker_state(t.shuffle_gens[self.cell], t.rollout.cell_state_dict(self.cell), t.torch_rng[self.cell])
+
+    def checkpoint_payload(self, worker_states: list[dict[str, Any]]) -> dict[str, Any]:
+        """What its run alone would save now: the ``torch.optim.Adam`` state its run's optimizer would hold."""
+        t = self.trainer
+        return checkpoint_payload(
+            cfg=self.cfg,
+            model=self.model,
+            market=self.market,
+            optimizer_state=t.optimizer.cell_state_dict(self.cell, t.layouts[self.cell]),
+            scaler_state=None,
+            counters=self.counters.as_dict(),
+            worker_states=worker_states,
+            world_size=1,
+        )
 
     @property
     def layout_line(self) -> str:
@@ -183,7 +165,7 @@ class CellView:
         )
 
     def line(self, text: str) -> None:
-        logger = find(self.callbacks, Logger)
+        logger = find(self.trainer.callbacks[self.cell], Logger)
         if logger is not None:
             logger.line(text)
 
@@ -211,6 +193,7 @@ class CellTrainer:
         check_batchable(cfgs)
         self.cfgs, self.market, self.run_dirs = cfgs, market, run_dirs
         self.device = device = torch.device(device)
+        self.comm = Comm(device=device)  # one process: the collectives of `Trainer`'s hooks are no-ops
         self.cells = len(cfgs)
         ppo, system = cfgs[0].ppo, cfgs[0].system
         seeds = [cfg.run.seed for cfg in cfgs]
@@ -255,7 +238,7 @@ class CellTrainer:
                 self._resume(k, resolve_resume(cfg.run.resume, run_dirs[k]))
             elif cfg.run.init_weights:
                 self.policy.cell(k).load_state_dict(load_weights(cfg.run.init_weights, cfg, market))
-        self.callbacks = [[*default_callbacks(), *(callbacks[k] if callbacks else [])] for k in range(self.cells)]
+        self.callbacks = [with_defaults(callbacks[k] if callbacks else ()) for k in range(self.cells)]
         self.views = [CellView(self, k) for k in range(self.cells)]
         self.active = [True] * self.cells  # still training
         self.errors: list[BaseException | None] = [None] * self.cells  # why a cell failed
@@ -307,11 +290,34 @@ class CellTrainer:
                 autocast=self.autocast,
                 timer=timer,
             )
+            self.sync_normalisers()
         t2 = time.perf_counter()
         return [
             Update(rows[k], s, t1 - t0, t2 - t1) if s is not None and self.active[k] else None
             for k, s in enumerate(stats)
         ]
+
+    def sync_normalisers(self) -> None:
+        """`Trainer.sync_normalisers` of every active cell (one process): its rollout's states merged into its
+        observation normaliser (``--norm_obs``), its rollout's returns into its reward normaliser's moments."""
+        for k in self._active():
+            if self.cfgs[k].model.norm_obs:
+                self.policy.cell(k).update_obs_stats(moment_sums(self.cell_buffer(k).obs.newest.flatten(0, 1)))
+            self.rollout.reward_norms[k].sync(self.comm)
+
+    def cell_buffer(self, cell: int) -> RolloutBuffer:
+        """Cell ``cell``'s columns of the rollout (views: a callback that writes them writes the batch's)."""
+        buf, cols = self.buf, self.rollout.envs_of(cell)
+        return RolloutBuffer(
+            obs=buf.obs.columns(cols),
+            actions=buf.actions[:, cols],
+            log_probs=buf.log_probs[:, cols],
+            values=buf.values[:, cols],
+            rewards=buf.rewards[:, cols],
+            dones=buf.dones[:, cols],
+            starts=buf.starts[:, cols],
+            initial_state=buf.initial_state.envs(cols),
+        )
 
     def gather(self, cell: int, update: Update) -> UpdateResult:
         """Cell ``cell``'s `UpdateResult` (`Trainer.gather` on one process), its counters advanced."""
@@ -343,12 +349,9 @@ class CellTrainer:
                 results = {k: self.gather(k, updates[k]) for k in self._active() if updates[k] is not None}
                 for k in results:
                     self.counters[k].elapsed = time.perf_counter() - starts[k]
-                # each cell's hooks in its order, hook by hook across the cells: every cell's statistics are synced
-                # before the first checkpointer scores all of them at once (`validation_runs`)
-                for position in range(max(len(self.callbacks[k]) for k in results) if results else 0):
-                    for k, result in results.items():
-                        if position < len(self.callbacks[k]):
-                            self._guarded(k, self.callbacks[k][position].on_update_end, self.views[k], result)
+                for k, result in results.items():  # every cell's normalisers are synced (`update`) before any hook
+                    for callback in self.callbacks[k]:
+                        self._guarded(k, callback.on_update_end, self.views[k], result)
                 for k in results:
                     c, cfg = self.counters[k], self.cfgs[k]
                     if not self.active[k]:

@@ -195,13 +195,14 @@ def checkpoint_payload(
     cfg: TrainConfig,
     model: ActorCritic,
     market: PreparedMarket,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler | None,
+    optimizer_state: dict[str, Any],
+    scaler_state: dict[str, Any] | None,
     counters: dict[str, Any],
     worker_states: list[dict[str, Any]] | None,
     world_size: int,
 ) -> dict[str, Any]:
-    """Everything a checkpoint holds (see `Checkpoint`); ``model`` is the raw ActorCritic (no wrappers)."""
+    """Everything a checkpoint holds (see `Checkpoint`); ``model`` is the raw ActorCritic (no wrappers), the states
+    are ``state_dict()``s of its optimizer and fp16 GradScaler (None without one)."""
     return {
         "format_version": FORMAT_VERSION,
         "version": VERSION,
@@ -209,8 +210,8 @@ def checkpoint_payload(
         "model_config": model.spec.to_dict(),
         "market_spec": {**market.to_spec(), "data": data_record(cfg.data.source, market.data)},
         "model_state": cpu_state(model),
-        "optimizer_state": optimizer.state_dict(),
-        "scaler_state": scaler.state_dict() if scaler is not None else None,
+        "optimizer_state": optimizer_state,
+        "scaler_state": scaler_state,
         "counters": {k: (float(v) if isinstance(v, float) else v) for k, v in counters.items()},
         "worker_states": worker_states,
         "world_size": world_size,

@@ -27,9 +27,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.agent.moments import moment_sums
 from clstm_ppo.config import PPOConfig, TrainConfig
-from clstm_ppo.training.callbacks import Callback, Logger, default_callbacks, find
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.callbacks import Callback, Logger, find, with_defaults
+from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint
 from clstm_ppo.training.distributed import Comm, WorldLayout
 from clstm_ppo.training.ppo import PhaseTimer, UpdateStats, autocast_factory, build_optimizer, no_timer, ppo_update
 from clstm_ppo.training.resume import load_weights
@@ -89,10 +90,11 @@ class UpdateResult:
 
 
 class Trainer:
-    """Training state of one worker (rank). Rank 0 alone prints and writes files (through its callbacks).
+    """Training state of one worker (rank). Rank 0 alone prints and writes files (through its callbacks, which see
+    it as a `clstm_ppo.training.callbacks.RunState`).
 
-    :param callbacks: hooks on the loop (`clstm_ppo.training.callbacks`); default `default_callbacks`. Tests add
-        theirs (e.g. a fault injector) after the product's.
+    :param callbacks: hooks on the loop run after the product's (`clstm_ppo.training.callbacks.default_callbacks`),
+        which they never replace; tests add theirs (e.g. a fault injector).
     """
 
     def __init__(
@@ -148,7 +150,7 @@ class Trainer:
         if comm.distributed:
             trained = DDP(trained, device_ids=[device.index] if device.type == "cuda" else None)
         self.trained = trained  # the loss forward goes through this (DDP when distributed)
-        self.callbacks = default_callbacks() if callbacks is None else callbacks
+        self.callbacks = with_defaults(callbacks or ())
         self.stop = StopRequest()
         self.stopping = False  # every rank agreed to stop after the current update (the all-reduced stop flag)
 
@@ -165,7 +167,8 @@ class Trainer:
     def update(self, *, timer: PhaseTimer | None = None, ppo: PPOConfig | None = None) -> Update:
         """One iteration of the algorithm on this rank (every rank calls it, with the same collectives): anneal the
         learning rates, collect ``n_steps`` days of ``num_envs`` envs (the callbacks' ``on_rollout_end`` sees the
-        rollout), bootstrap and compute advantages, run the PPO epochs.
+        rollout), bootstrap and compute advantages, run the PPO epochs, merge the normalisers' statistics over the
+        ranks (`sync_normalisers`).
 
         :param timer: a `PhaseTimer` summing "rollout" (collect and GAE), "update" (the PPO epochs) and the update's
             own phases (benchmarks).
@@ -206,7 +209,17 @@ class Trainer:
                 scaler=self.scaler,
                 timer=timer,
             )
+            self.sync_normalisers()
         return Update(rows, stats, t1 - t0, time.perf_counter() - t1)
+
+    def sync_normalisers(self) -> None:
+        """Merge the normalisers' statistics over all ranks after the update: the observation normaliser's running
+        moments (``--norm_obs``, this rollout's states added up over the workers) and the reward normaliser's
+        (``--norm_reward``), so every rank acts on the same statistics in the next rollout."""
+        if self.cfg.model.norm_obs:
+            sums = moment_sums(self.buf.obs.newest.flatten(0, 1))
+            self.model.update_obs_stats(self.comm.all_reduce_sum(sums))
+        self.rollout.reward_norm.sync(self.comm)
 
     def gather(self, update: Update) -> UpdateResult:
         """Every worker's finished episodes and rollout statistics gathered to every rank, the counters advanced:
@@ -284,7 +297,30 @@ class Trainer:
             f"{describe_execution(self.cfg.env.execution, self.market.data)}"
         )
 
+    def figures(self) -> dict[str, float]:
+        """`RunState.figures`: the mean action std, the reward scale (``--norm_reward``), the learning rates."""
+        groups = self.optimizer.param_groups
+        return {
+            "policy_std": self.model.log_std.detach().exp().mean().item(),
+            **({"reward_scale": self.rollout.reward_norm.scale} if self.cfg.ppo.norm_reward else {}),
+            "lr_clstm": groups[0]["lr"],
+            "lr_actor_critic": groups[1]["lr"],
+        }
+
     # ------------------------------------------------------------------ checkpoints
+    def checkpoint_payload(self, worker_states: list[dict[str, Any]]) -> dict[str, Any]:
+        """What a checkpoint of the run holds now, with every rank's ``worker_states``."""
+        return checkpoint_payload(
+            cfg=self.cfg,
+            model=self.model,
+            market=self.market,
+            optimizer_state=self.optimizer.state_dict(),
+            scaler_state=self.scaler.state_dict() if self.scaler is not None else None,
+            counters=self.counters.as_dict(),
+            worker_states=worker_states,
+            world_size=self.comm.world_size,
+        )
+
     def worker_state(self) -> dict[str, Any]:
         """Everything that makes this rank's next update bitwise reproducible (what a checkpoint keeps per rank)."""
         return worker_state(self.shuffle_gen, self.rollout.state_dict())
@@ -351,13 +387,13 @@ def worker_state(
 
 def train_worker(comm: Comm, payload: tuple[TrainConfig, PreparedMarket, Path, WorldLayout, list[Callback]]) -> None:
     """One rank's whole job (what `clstm_ppo.training.launch.launch` runs on every worker); the payload's callbacks
-    run after the product's (`default_callbacks`)."""
+    run after the product's."""
     cfg, market, run_dir, layout, extra = payload
     if comm.device.type == "cpu":
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if layout.torchrun else layout.world_size
         torch.set_num_threads(cfg.system.threads or max(1, (os.cpu_count() or 1) // max(1, local_world)))
     run_dir = comm.broadcast_object(run_dir)  # under torchrun every process named its own; rank 0's wins
-    trainer = Trainer(cfg, market, comm, run_dir, [*default_callbacks(), *extra])
+    trainer = Trainer(cfg, market, comm, run_dir, extra)
     start = time.perf_counter()
     try:
         counters = trainer.train()
