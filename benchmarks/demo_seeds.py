@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 import time
@@ -27,12 +26,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy import stats
 
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.evaluation.backtest import open_checkpoint, restore_policy
 from clstm_ppo.evaluation.oracle import excess_share, oracle_run, run_figures
+from clstm_ppo.evaluation.statistics import t_interval
 from clstm_ppo.market import build_market
 from clstm_ppo.study.grid import parse_seeds
 from clstm_ppo.training.run_folder import deployed_checkpoint
@@ -79,14 +78,6 @@ def figures(seed: int, folder: Path) -> dict[str, float]:
         "oracle": oracle.sharpe,
         "test_days": market.splits.test.num_days,
     }
-
-
-def t_interval(x: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
-    """Mean and two-sided ``level`` t-interval of ``x`` over seeds (and the one-sided lower bound at ``level``)."""
-    n = len(x)
-    se = x.std(ddof=1) / math.sqrt(n)
-    two = stats.t.ppf(0.5 + level / 2, n - 1) * se
-    return float(x.mean() - two), float(x.mean() + two), float(x.mean() - stats.t.ppf(level, n - 1) * se)
 
 
 def share_interval(col: dict[str, np.ndarray], draws: int = 10_000, level: float = 0.95) -> tuple[float, float]:

@@ -83,7 +83,11 @@ class RunConfig:
 
     run_name: str = setting("", "run folder name under --checkpoint_dir (default: <policy>-<timestamp>)")
     checkpoint_dir: str = setting("checkpoints", "folder holding run folders (checkpoints, metrics.jsonl, config.json)")
-    seed: int = setting(1, "base seed; rank r, env i uses seed + r * num_envs + i")
+    seed: int = setting(
+        1,
+        "base seed; rank r, env i uses seed + r * num_envs + i; several (1-8, 1,3,5-7): one run per seed in "
+        "<run>/seed-<s>, trained as one batch in one process",
+    )
     resume: str = setting("", "resume from 'latest', 'best' or a checkpoint PATH (empty: fresh run)")
     init_weights: str = setting(
         "",

@@ -200,6 +200,11 @@ def pin_synthetic(source: str, **options: int) -> str:
     return f"synthetic:{','.join(parts)}"
 
 
+def names_option(source: str, key: str) -> bool:
+    """Whether the synthetic ``source`` names the option ``key`` (``seed``, ``generator``, ...); False otherwise."""
+    return is_synthetic(source) and any(k == key for k, _ in _options(source.strip().partition(":")[2]))
+
+
 def data_record(source: str, data: MarketData) -> dict[str, Any]:
     """What identifies the data a run was trained on, for its checkpoint: the data's `data_fingerprint`, its first and
     last day, and for a synthetic source the generator version the source string meant and its `market_witness`

@@ -7,6 +7,7 @@ Fast loop: ``python -m pytest -m "not slow"`` (about 2 minutes on 2 cores); the 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from clstm_ppo.agent.model import ActorCritic, ModelSpec
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.config import PPOConfig, TrainConfig
 from clstm_ppo.threads import torch_threads
+from clstm_ppo.training.checkpoint import open_checkpoint
 from clstm_ppo.training.rollout import RolloutBuffer
 from envs.config import EnvConfig
 from envs.data import split_days
@@ -344,3 +346,58 @@ SYNTHETIC_BAD_ARGUMENTS = [
     ({"model": MarketModel(ticker_vol=(0.2, 0.3))}, "this fitted synthetic market has 2 tickers, not 30"),
 ]
 """Arguments generators 2 and 3 refuse (with ``num_days=10``), each with the words of its one-line error."""
+
+
+TIMINGS = ("time", "steps_per_second", "rollout_seconds", "update_seconds")
+"""metrics.jsonl's wall-clock figures: never the same twice."""
+
+
+def same_number(a: float, b: float) -> bool:
+    """Equal to 4 significant figures; near-zero means of +-1 terms (the policy loss) to their float32 rounding."""
+    return math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
+
+
+def assert_same_run(alone: Path, batched: Path) -> None:
+    """``batched`` (a cell of a batch) holds what ``alone`` (its run alone) holds: float32 weights within 1e-5
+    relative (the largest difference over the network's largest weight; and each entry within 1e-4 relative or 1e-6:
+    the biases start at 0 and move by Adam's normalised steps, where float rounding of a near-zero gradient shows
+    most), every metric line to 4 figures, the counters, and checkpoints of one format."""
+    a, b = open_checkpoint(alone / "latest.pt"), open_checkpoint(batched / "latest.pt")
+    assert a.model_state.keys() == b.model_state.keys()
+    weights = {k: v for k, v in a.model_state.items() if v.dtype == torch.float32}
+    scale = max(float(w.abs().max()) for w in weights.values())
+    for name, weight in a.model_state.items():
+        other = b.model_state[name]
+        assert other.dtype == weight.dtype and other.shape == weight.shape, name
+        if name in weights and weight.numel():
+            assert float((weight - other).abs().max()) < 1e-5 * scale, name
+            torch.testing.assert_close(other, weight, rtol=1e-4, atol=1e-6, msg=name)
+    skip = {"elapsed", "best_score"}
+    assert {k: v for k, v in a.counters.items() if k not in skip} == {
+        k: v for k, v in b.counters.items() if k not in skip
+    }
+    assert same_number(a.counters["best_score"], b.counters["best_score"])
+    assert a.model_config == b.model_config and a.market_spec == b.market_spec
+    output = ("run_name", "checkpoint_dir")  # where each wrote
+    assert {k: v for k, v in a.config.items() if k not in output} == {
+        k: v for k, v in b.config.items() if k not in output
+    }
+    assert a.optimizer_state["param_groups"] == b.optimizer_state["param_groups"]
+    for index, entry in a.optimizer_state["state"].items():
+        assert {k: (v.dtype, v.shape) for k, v in entry.items()} == {
+            k: (v.dtype, v.shape) for k, v in b.optimizer_state["state"][index].items()
+        }
+    (wa,), (wb,) = a.worker_states, b.worker_states
+    assert wa.keys() == wb.keys() and wa["env"].keys() == wb["env"].keys()
+    assert torch.equal(wa["shuffle_gen"], wb["shuffle_gen"]) and torch.equal(wa["action_gen"], wb["action_gen"])
+    assert torch.equal(wa["torch_rng"], wb["torch_rng"]) and torch.equal(wa["env"]["gen"], wb["env"]["gen"])
+    assert (alone / "best.pt").is_file() == (batched / "best.pt").is_file()
+    lines_a = [json.loads(x) for x in (alone / "metrics.jsonl").read_text().splitlines()]
+    lines_b = [json.loads(x) for x in (batched / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines_a) == len(lines_b)
+    for row_a, row_b in zip(lines_a, lines_b, strict=True):
+        assert row_a.keys() == row_b.keys()
+        for key in row_a.keys() - set(TIMINGS):
+            va, vb = row_a[key], row_b[key]
+            pairs = zip(va, vb, strict=True) if isinstance(va, list) else [(va, vb)]
+            assert all(same_number(x, y) if isinstance(x, float) else x == y for x, y in pairs), (row_a["kind"], key)

@@ -4,7 +4,6 @@ logged metric, the same on resume, checkpoints in the same format that backtest 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,11 @@ from clstm_ppo.agent.build import build_model
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.market import build_market
 from clstm_ppo.training.cell_trainer import CellTrainer, check_batchable
-from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint
+from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.trainer import Trainer
 from envs.errors import UserError
-from tests.conftest import read_metrics
+from tests.conftest import assert_same_run, read_metrics, same_number
 from tests.faults import FaultHook
 
 pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey the gradient layout contract")
@@ -50,7 +49,6 @@ CELL_SETTINGS = [
     dict(seed=3, target_kl=1e-7, max_grad_norm=0.3),
     dict(seed=4, learning_rate_clstm=1e-3, clip_coef=0.1),
 ]
-TIMINGS = ("time", "steps_per_second", "rollout_seconds", "update_seconds")
 
 
 def configs(tmp_path: Path, name: str, policy: str, cells: int, **settings) -> list[TrainConfig]:
@@ -70,56 +68,6 @@ def run_dirs(cfgs: list[TrainConfig]) -> list[Path]:
 def train_alone(cfgs: list[TrainConfig], market) -> None:
     for cfg, folder in zip(cfgs, run_dirs(cfgs), strict=True):
         Trainer(cfg, market, Comm(), folder).train()
-
-
-def same_number(a: float, b: float) -> bool:
-    """Equal to 4 significant figures; near-zero means of +-1 terms (the policy loss) to their float32 rounding."""
-    return math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
-
-
-def assert_same_run(alone: Path, batched: Path) -> None:
-    """``batched`` (a cell of a batch) holds what ``alone`` (its run alone) holds: float32 weights within 1e-5
-    relative (the largest difference over the network's largest weight; and each entry within 1e-4 relative or 1e-6:
-    the biases start at 0 and move by Adam's normalised steps, where float rounding of a near-zero gradient shows
-    most), every metric line to 4 figures, the counters, and checkpoints of one format."""
-    a, b = open_checkpoint(alone / "latest.pt"), open_checkpoint(batched / "latest.pt")
-    assert a.model_state.keys() == b.model_state.keys()
-    weights = {k: v for k, v in a.model_state.items() if v.dtype == torch.float32}
-    scale = max(float(w.abs().max()) for w in weights.values())
-    for name, weight in a.model_state.items():
-        other = b.model_state[name]
-        assert other.dtype == weight.dtype and other.shape == weight.shape, name
-        if name in weights and weight.numel():
-            assert float((weight - other).abs().max()) < 1e-5 * scale, name
-            torch.testing.assert_close(other, weight, rtol=1e-4, atol=1e-6, msg=name)
-    skip = {"elapsed", "best_score"}
-    assert {k: v for k, v in a.counters.items() if k not in skip} == {
-        k: v for k, v in b.counters.items() if k not in skip
-    }
-    assert same_number(a.counters["best_score"], b.counters["best_score"])
-    assert a.model_config == b.model_config and a.market_spec == b.market_spec
-    assert {k: v for k, v in a.config.items() if k != "run_name"} == {
-        k: v for k, v in b.config.items() if k != "run_name"
-    }
-    assert a.optimizer_state["param_groups"] == b.optimizer_state["param_groups"]
-    for index, entry in a.optimizer_state["state"].items():
-        assert {k: (v.dtype, v.shape) for k, v in entry.items()} == {
-            k: (v.dtype, v.shape) for k, v in b.optimizer_state["state"][index].items()
-        }
-    (wa,), (wb,) = a.worker_states, b.worker_states
-    assert wa.keys() == wb.keys() and wa["env"].keys() == wb["env"].keys()
-    assert torch.equal(wa["shuffle_gen"], wb["shuffle_gen"]) and torch.equal(wa["action_gen"], wb["action_gen"])
-    assert torch.equal(wa["torch_rng"], wb["torch_rng"]) and torch.equal(wa["env"]["gen"], wb["env"]["gen"])
-    assert (alone / "best.pt").is_file() == (batched / "best.pt").is_file()
-    lines_a = [json.loads(x) for x in (alone / "metrics.jsonl").read_text().splitlines()]
-    lines_b = [json.loads(x) for x in (batched / "metrics.jsonl").read_text().splitlines()]
-    assert len(lines_a) == len(lines_b)
-    for row_a, row_b in zip(lines_a, lines_b, strict=True):
-        assert row_a.keys() == row_b.keys()
-        for key in row_a.keys() - set(TIMINGS):
-            va, vb = row_a[key], row_b[key]
-            pairs = zip(va, vb, strict=True) if isinstance(va, list) else [(va, vb)]
-            assert all(same_number(x, y) if isinstance(x, float) else x == y for x, y in pairs), (row_a["kind"], key)
 
 
 @pytest.mark.parametrize("policy, cells", [("clstm", 4), ("mlp", 3), ("lstm", 2), ("shared", 2)])

@@ -25,7 +25,6 @@ first run: they judge, they chose nothing (the preset was chosen on seeds 201-20
 
 from __future__ import annotations
 
-import math
 import re
 import subprocess
 import sys
@@ -33,12 +32,12 @@ import sys
 import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.cli.train import parse_config
 from clstm_ppo.evaluation.oracle import MIN_ORACLE_EXCESS, excess_share
+from clstm_ppo.evaluation.statistics import t_interval
 from clstm_ppo.market import build_market
 from tests.conftest import SCRIPT, clean_env
 
@@ -47,11 +46,6 @@ SEEDS = (5590, 3781, 6110, 8918, 9571, 3187)
 """``numpy.random.default_rng(58).integers(1000, 10000, 6)``: market and weight seeds drawn once, never picked."""
 SHARE = 0.25
 """The smallest share of the oracle's excess over buy-and-hold the trained network must keep (issue 58)."""
-
-
-def one_sided_lower_bound(x: np.ndarray, level: float = 0.95) -> float:
-    """The one-sided ``level`` t lower bound of the mean of ``x`` over seeds."""
-    return float(x.mean() - stats.t.ppf(level, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
 
 
 HELD_OUT = re.compile(
@@ -97,7 +91,7 @@ def test_the_first_run_learns_the_planted_signal_out_of_sample(tmp_path):
         print(", ".join(f"{k} {v:.3f}" for k, v in r.items()), f"(seed {seed})")
     col = {k: np.array([r[k] for r in results.values()]) for k in ("trained", "buy_and_hold", "untrained", "oracle")}
     assert (col["oracle"] - col["buy_and_hold"] >= MIN_ORACLE_EXCESS).all(), results  # there is something to learn
-    assert one_sided_lower_bound(col["trained"] - col["buy_and_hold"]) > 0, results
-    assert one_sided_lower_bound(col["trained"] - col["untrained"]) > 0, results
+    assert t_interval(col["trained"] - col["buy_and_hold"])[2] > 0, results
+    assert t_interval(col["trained"] - col["untrained"])[2] > 0, results
     share = excess_share(*(float(col[k].mean()) for k in ("trained", "buy_and_hold", "oracle")))
     assert share is not None and share >= SHARE, (share, results)

@@ -121,7 +121,11 @@ def describe_data(cfg: TrainConfig) -> str:
 
 def main(argv: list[str], callbacks: tuple = ()) -> int:
     """Train with the settings of ``argv``; ``callbacks`` (picklable `clstm_ppo.training.callbacks.Callback`s) run
-    on every worker after the product's: the tests' fault injector comes in this way."""
+    on every worker after the product's: the tests' fault injector comes in this way. ``--seed 1-8`` trains the seeds
+    as one batch (`train_seeds`)."""
+    from clstm_ppo.training.seeds import split_seed_flag
+
+    argv, seeds = split_seed_flag(argv)
     cfg = parse_config(argv)
     from clstm_ppo.training.tracking import check_tracking
 
@@ -141,6 +145,8 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     freeze_imports()
     system = cfg.system
     layout = resolve_layout(system.num_gpus, system.num_workers, system.backend, system.master_port)
+    if seeds is not None:
+        return train_seeds(cfg, seeds, layout, callbacks)
     run_dir = resolve_run_dir(cfg.run, cfg.model.policy)
     if cfg.run.dry_run:
         print(json.dumps(cfg.to_dict(), indent=2))
@@ -159,6 +165,63 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     if code == 0 and (not layout.torchrun or os.environ.get("RANK") == "0"):
         report_held_out(run_dir, market, cfg.run.deploy)
     return code
+
+
+def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tuple = ()) -> int:
+    """``--seed 1-8``: one run per seed in ``<run>/seed-<s>/``, trained as one batch in one process
+    (`clstm_ppo.training.seeds`), then ``<run>/seeds.json`` and the seeds' held-out line."""
+    from clstm_ppo.market import build_market
+    from clstm_ppo.training.launch import launch
+    from clstm_ppo.training.resume import check_resume
+    from clstm_ppo.training.run_folder import (
+        check_writable,
+        claim_run_dir,
+        deployed_checkpoint,
+        remove_stale_temp_files,
+        resolve_run_dir,
+    )
+    from clstm_ppo.training.seeds import (
+        check_seed_run,
+        format_seeds,
+        seed_configs,
+        train_seeds_worker,
+        write_manifest,
+    )
+
+    check_seed_run(cfg, layout)
+    folder = resolve_run_dir(cfg.run, cfg.model.policy)
+    cfgs, shared = seed_configs(cfg, seeds, folder)
+    folders = [folder / c.run.run_name for c in cfgs]
+    if cfg.run.dry_run:
+        print(json.dumps(cfgs[0].to_dict(), indent=2))
+        print(describe_data(cfgs[0]))
+        print(f"seeds: {format_seeds(seeds)}, as one batch in one {layout.device_type} process")
+        print(f"run folders: {folder}/seed-<s>")
+        return 0
+    if shared:
+        print(f"[seeds] {shared}", flush=True)
+    market = build_market(cfgs[0].data, seed=cfgs[0].run.seed)
+    if not (cfg.run.run_name or cfg.run.resume):
+        folder = claim_run_dir(folder)
+        cfgs, _ = seed_configs(cfg, seeds, folder)
+        folders = [folder / c.run.run_name for c in cfgs]
+    for c, f in zip(cfgs, folders, strict=True):
+        check_writable(f)
+        if c.run.resume:
+            check_resume(c, market, f)
+        remove_stale_temp_files(f)
+    code = launch(layout, train_seeds_worker, (cfgs, market, folders, list(callbacks)))
+    if code != 0:
+        return code
+    has_validation = market.splits.validation is not None
+    deployed = [deployed_checkpoint(f, has_validation, c.run.deploy) for c, f in zip(cfgs, folders, strict=True)]
+    write_manifest(folder, cfgs, deployed)
+    from clstm_ppo.evaluation.backtest import seeds_held_out_line
+
+    line = seeds_held_out_line(deployed, market, folder)
+    if line is not None:
+        print(f"[seeds] {line}", flush=True)
+    return 0
 
 
 def report_held_out(run_dir: Path, market: Any, deploy: str) -> None:

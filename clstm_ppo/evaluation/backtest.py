@@ -63,7 +63,7 @@ from clstm_ppo.evaluation.report import (
     write_comparison,
     write_report,
 )
-from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS, paired_sharpe_difference, sharpe_interval
+from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS, paired_sharpe_difference, sharpe_interval, t_interval
 from clstm_ppo.market import is_alpaca, load_data
 from clstm_ppo.training.checkpoint import (
     Checkpoint,
@@ -72,6 +72,7 @@ from clstm_ppo.training.checkpoint import (
     restore_market,
     restore_policy,
 )
+from clstm_ppo.training.seeds import expand_members
 from envs.config import TRAINING_ONLY
 from envs.data import DayRange, MarketData
 from envs.errors import UserError, first_line, shown_list
@@ -456,9 +457,9 @@ class Backtest:
 
 
 def open_members(paths: list[str | Path]) -> list[Checkpoint]:
-    """The checkpoints of an ensemble (one or more), checked to act on one market the same way: the same tickers,
-    market spec (window, state, normalisation, threshold) and env settings; UserError naming what differs."""
-    cks = [open_checkpoint(p) for p in paths]
+    """The checkpoints of an ensemble (one or more; a folder of seeds stands for its seeds' deployed checkpoints,
+    `clstm_ppo.training.seeds.seed_members`), checked to act on one market the same way: the same tickers, market spec (window, state, normalisation, threshold) and env settings; UserError naming what differs."""
+    cks = [open_checkpoint(p) for p in expand_members(paths)]
     first = cks[0]
     for ck in cks[1:]:
         spec_diff = sorted(k for k in set(first.market_spec) | set(ck.market_spec)
@@ -662,13 +663,61 @@ def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = 
     shown = "" if interval is None else f" [{interval['lo']:.2f}, {interval['hi']:.2f}]"
     oracle = checkpoint_oracle(ck, market, test)
     return (
-        f"held-out test {_iso(run.dates[0])} .. {_iso(run.dates[-1])} ({len(run.dates)} days) on "
-        f"{describe_source(ck.cfg.data.source)}, {describe_execution(ck.cfg.env.execution, market.data)}: "
-        f"{ck.path.name} Sharpe {policy['sharpe']:.2f}{shown} (95% over days; {on_training_days:.2f} on its last "
+        f"{_held_out_where(ck, run, market)}: {ck.path.name} Sharpe {policy['sharpe']:.2f}{shown} (95% over days; {on_training_days:.2f} on its last "
         f"{last.num_days} training days), return {policy['cumulative_return']:+.2%}, exposure {exposure:.0%}, turnover {policy['annual_turnover']:.1f}x a "
         f"year | buy-and-hold Sharpe {baseline['sharpe']:.2f}, return {baseline['cumulative_return']:+.2%} | "
         f"{versus_buy_and_hold(diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, policy['sharpe'])} | "
         f"full report: clstm-ppo backtest --checkpoint {ck.path}"
+    )
+
+
+def _held_out_where(ck: Checkpoint, run: PolicyRun, market: PreparedMarket) -> str:
+    """``held-out test FIRST .. LAST (N days) on SOURCE, EXECUTION``: the head of a run's last line."""
+    return (
+        f"held-out test {_iso(run.dates[0])} .. {_iso(run.dates[-1])} ({len(run.dates)} days) on "
+        f"{describe_source(ck.cfg.data.source)}, {describe_execution(ck.cfg.env.execution, market.data)}"
+    )
+
+
+def seeds_held_out_line(
+    checkpoints: list[Path], market: PreparedMarket, folder: Path, n_boot: int = BOOTSTRAP_DRAWS
+) -> str | None:
+    """The last line of a run of several seeds (`clstm_ppo.training.seeds`): each seed's deployed policy on
+    ``market``'s held-out test split, their mean Sharpe with a 95% t-interval over the seeds and each one's, then
+    their ensemble (acting on the mean target, `clstm_ppo.agent.ensemble`) with its 95% interval over days, return,
+    exposure and turnover, buy-and-hold on the same days and terms, the ensemble's paired Sharpe difference against
+    it, and on a planted market the oracle and the share of its excess the seeds' mean keeps. None without a test
+    split."""
+    test = market.splits.test
+    if test is None:
+        return None
+    cks = open_members(checkpoints)
+    ck, cpu, rf = cks[0], torch.device("cpu"), cks[0].cfg.env.risk_free
+    period = Period(days=test, label="test", source="test split")
+    each = np.array(
+        [M.summarize(run_policy(c, restore_policy(c, market), market, period, cpu).values, risk_free=rf)["sharpe"]
+         for c in cks]
+    )  # fmt: skip
+    lo, hi, _ = t_interval(each)
+    run = run_policy(ck, restore_acting(cks, market, cpu), market, period, cpu)
+    result = result_of(ck, run, market, period, metadata={})
+    ensemble = M.summarize(result.values, trades=result.trades, risk_free=rf)
+    baseline = M.summarize(result.baseline_values, risk_free=rf)
+    exposure = float(np.mean(result.holdings_value[1:] / result.values[1:]))
+    returns, bench = M.excess_returns(result.values, rf), M.excess_returns(result.baseline_values, rf)
+    interval = sharpe_interval(returns, n_boot=n_boot) if len(returns) > 1 else None
+    diff = paired_sharpe_difference(returns[None], bench, n_boot=n_boot) if len(returns) > 1 else None
+    shown = "" if interval is None else f" [{interval['lo']:.2f}, {interval['hi']:.2f}]"
+    oracle = checkpoint_oracle(ck, market, test)
+    names = "/".join(sorted({c.path.name for c in cks}))
+    return (
+        f"{_held_out_where(ck, run, market)}: {len(cks)} seeds' {names} Sharpe {each.mean():.2f} [{lo:.2f}, "
+        f"{hi:.2f}] (mean, 95% over seeds; each {', '.join(f'{x:.2f}' for x in each)}) | their ensemble Sharpe "
+        f"{ensemble['sharpe']:.2f}{shown} (95% over days), return {ensemble['cumulative_return']:+.2%}, exposure "
+        f"{exposure:.0%}, turnover {ensemble['annual_turnover']:.1f}x a year | buy-and-hold Sharpe "
+        f"{baseline['sharpe']:.2f}, return {baseline['cumulative_return']:+.2%} | the ensemble "
+        f"{versus_buy_and_hold(diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, float(each.mean()))} | "
+        f"full report: clstm-ppo backtest --checkpoint {folder}"
     )
 
 
@@ -844,10 +893,11 @@ def compare(
     """Several checkpoints of one universe, deterministic, on one period (the first one's data and split); cash
     earns ``risk_free`` (default: each checkpoint's own; given, the same for all). ``ledger`` and ``unseal``: as in
     `backtest` (sealed days are refused unless ``unseal``). An entry ``A.pt+B.pt+C.pt`` is an ensemble of those
-    checkpoints (`open_members`), compared as one policy."""
+    checkpoints (`open_members`), compared as one policy; so is a folder of seeds (labelled by its name)."""
     groups = [[with_risk_free(c, risk_free) for c in open_members(str(p).split("+"))] for p in checkpoints]
     cks = [g[0] for g in groups]
-    names = comparison_labels([c.path for c in cks], labels)
+    named = [Path(p) if Path(p).is_dir() else c.path for p, c in zip(checkpoints, cks, strict=True)]  # a seeds folder
+    names = comparison_labels(named, labels)
     names = [n if len(g) == 1 else f"{n} (ensemble of {len(g)})" for n, g in zip(names, groups, strict=True)]
     first = cks[0]
     _check_comparable(cks)

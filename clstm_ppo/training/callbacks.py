@@ -64,6 +64,10 @@ class RunState(Protocol):
         """Env steps of one update over all ranks."""
 
     @property
+    def tag(self) -> str:
+        """Its console lines' prefix: ``[Rank 0]`` for a run, ``[seed s]`` for one seed of a batch."""
+
+    @property
     def layout_line(self) -> str:
         """One line on where and how the run trains (world size, devices, envs, policy, market)."""
 
@@ -121,8 +125,9 @@ class Logger(Callback):
             tensorboard=cfg.run.tensorboard,
             progress=cfg.run.progress,
             tracker=open_tracker(cfg, run.run_dir),
+            tag=run.tag,
         )
-        self.log.line(f"[Rank 0] {run.layout_line}")
+        self.log.line(f"{run.tag} {run.layout_line}")
 
     def on_update_end(self, run: RunState, result: UpdateResult) -> None:
         if self.log is None:

@@ -156,6 +156,10 @@ class CellView:
         )
 
     @property
+    def tag(self) -> str:
+        return f"[seed {self.cfg.run.seed}]"
+
+    @property
     def layout_line(self) -> str:
         t = self.trainer
         return (
@@ -362,7 +366,7 @@ class CellTrainer:
                         self._end(k)
                 if self.stopping:
                     for k in self._active():
-                        self.views[k].line("[Rank 0] stop requested: checkpoint saved, exiting")
+                        self.views[k].line(f"{self.views[k].tag} stop requested: checkpoint saved, exiting")
                     raise StoppedBySignal(self.stop.signum or signal.SIGTERM)
         finally:
             for k in self._active():
@@ -385,7 +389,7 @@ class CellTrainer:
 
     def _fail(self, cell: int, err: BaseException) -> None:
         self.errors[cell] = err
-        self.views[cell].line(f"[Rank 0] cell failed: {err}")
+        self.views[cell].line(f"{self.views[cell].tag} failed: {err}")
         self._end(cell)
 
     def _end(self, cell: int) -> None:

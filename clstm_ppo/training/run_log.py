@@ -53,7 +53,9 @@ class RunLog:
         tensorboard: bool = False,
         progress: bool = True,
         tracker: WandbTracker | None = None,
+        tag: str = "[Rank 0]",
     ) -> None:
+        self.tag = tag  # the console lines' prefix: [Rank 0], or [seed s] for one seed of a batch
         self.num_episodes, self.log_every = num_episodes, max(1, log_every)
         self.file: TextIO | None = open(run_dir / METRICS_FILE, "a", encoding="utf-8")  # noqa: SIM115
         self.tb = None
@@ -112,7 +114,7 @@ class RunLog:
             self._scalars({f"episode/{key}": record[key] for key in SCALAR_EPISODE_KEYS}, "episode", episode)
             if (episode % self.log_every == 0 and episode <= self.num_episodes) or episode == self.num_episodes:
                 self.line(
-                    f"[Rank 0] Episode {episode}/{self.num_episodes} | reward {record['reward']:.2f} | "
+                    f"{self.tag} Episode {episode}/{self.num_episodes} | reward {record['reward']:.2f} | "
                     f"trades {record['trades']:.0f} | value ${record['final_value']:,.2f} | "
                     f"return {record['return']:+.2%} | exposure {record['exposure']:.0%} | "
                     f"sharpe {record['sharpe']:.2f} | {sps:,.0f} steps/s"

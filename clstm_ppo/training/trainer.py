@@ -287,6 +287,8 @@ class Trainer:
         train_days = self.market.splits.train.num_days
         return float(min(self.cfg.env.episode_days or train_days, train_days))
 
+    tag = "[Rank 0]"  # its console lines' prefix (rank 0 alone prints)
+
     @property
     def layout_line(self) -> str:
         devices = str(self.device) if self.comm.world_size == 1 else f"{self.device.type} x {self.comm.world_size}"

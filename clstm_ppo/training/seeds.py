@@ -1,0 +1,162 @@
+"""Several seeds from one command: ``--seed 1-8`` trains one run per seed as one batch in one process.
+
+The seeds take the study's syntax (``1-8``, ``1,3,5-7``). Each seed is the run it would be alone (its initial
+weights, its envs' start days, its action noise, minibatch shuffles, normalisers, learning-rate schedule, KL stop,
+optimizer and checkpoints: `clstm_ppo.training.cell_trainer.CellTrainer`), in its own folder ``<run>/seed-<s>/``
+holding what a run alone holds (config.json, metrics.jsonl, latest.pt, best.pt), and a seed that diverges fails
+alone. They share one market: a synthetic source that names no ``seed=`` would draw one market per seed, so the
+seeds train on the first seed's market, which the command names in one line (and each checkpoint's source names,
+so a backtest regenerates it). When they are done, ``<run>/seeds.json`` lists the checkpoint each seed deploys: a
+backtest, compare or trade given the folder takes those as one ensemble (`seed_members`).
+
+The batch runs in one process on the CPU or on one GPU, without DDP, an fp16 GradScaler or ``torch.compile``
+(issue 59 brings them to batches); those are refused in one line.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from clstm_ppo.config import TrainConfig
+from clstm_ppo.training.callbacks import Callback
+from clstm_ppo.training.distributed import Comm, WorldLayout
+from envs.errors import UserError
+
+SEED_FOLDER = "seed-{}"
+MANIFEST = "seeds.json"
+
+
+def split_seed_flag(argv: list[str]) -> tuple[list[str], list[int] | None]:
+    """``argv`` with a ``--seed`` naming several seeds (``1-8``, ``1,3,5-7``) replaced by its first, and those seeds;
+    ``(argv, None)`` when ``--seed`` names one seed or none."""
+    from clstm_ppo.study.grid import parse_seeds
+
+    out, seeds = list(argv), None
+    for i, word in enumerate(out):
+        if word == "--seed" and i + 1 < len(out):
+            where, text = i + 1, out[i + 1]
+        elif word.startswith("--seed="):
+            where, text = i, word.split("=", 1)[1]
+        else:
+            continue
+        if text.strip().lstrip("-").isdigit():
+            continue
+        try:
+            parsed = parse_seeds(text)
+        except UserError:
+            raise UserError(f"--seed {text!r}: expected a number, or numbers and ranges like 1-8 or 1,3,5-7") from None
+        seeds = parsed if len(parsed) > 1 else None
+        out[where] = str(parsed[0]) if where == i + 1 else f"--seed={parsed[0]}"
+    return out, seeds
+
+
+def seed_configs(cfg: TrainConfig, seeds: list[int], folder: Path) -> tuple[list[TrainConfig], str | None]:
+    """Each seed's settings (its seed, its folder ``folder/seed-<s>``) on the market they share, and the line that
+    says which market that is when the source would have drawn one per seed (None otherwise)."""
+    from envs.sources import is_synthetic, names_option, pin_synthetic
+    from envs.synthetic import GENERATOR_VERSION
+
+    source, note = cfg.data.source, None
+    if is_synthetic(source) and not names_option(source, "seed"):
+        source = pin_synthetic(source, seed=seeds[0], generator=GENERATOR_VERSION)
+        note = (
+            f"seeds {format_seeds(seeds)} share the synthetic market of seed {seeds[0]} ({source}): the source names "
+            f"no seed=, which would draw one market per seed"
+        )
+    cfgs = [
+        cfg.with_settings(seed=s, data=source, checkpoint_dir=str(folder), run_name=SEED_FOLDER.format(s))
+        for s in seeds
+    ]
+    return [c.validate() for c in cfgs], note
+
+
+def format_seeds(seeds: list[int]) -> str:
+    from clstm_ppo.study.grid import format_seeds as fmt
+
+    return fmt(seeds)
+
+
+def check_seed_run(cfg: TrainConfig, layout: WorldLayout) -> None:
+    """UserError when several seeds cannot train as one batch with these settings (one line each)."""
+    from clstm_ppo.training.cell_trainer import check_batchable
+
+    if layout.world_size > 1 or layout.torchrun:
+        raise UserError(
+            "several seeds (--seed 1-8) train as one batch in one process: drop --num_workers/--num_gpus above 1 "
+            "(or train each seed on its own ranks)"
+        )
+    if cfg.run.resume and cfg.run.resume not in ("latest", "best"):
+        raise UserError("with several seeds --resume takes latest or best (each seed continues its own folder)")
+    if cfg.run.resume and not cfg.run.run_name:
+        raise UserError("with several seeds --resume needs --run_name: the folder that holds the seeds")
+    try:
+        check_batchable([cfg])
+    except ValueError as err:
+        raise UserError(f"several seeds: {err}") from None
+
+
+def train_seeds_worker(comm: Comm, payload: tuple[list[TrainConfig], Any, list[Path], list[Callback]]) -> None:
+    """The one process's job (`clstm_ppo.training.launch.launch` with world size 1): the seeds as one batch on
+    ``comm.device``; raises UserError naming every seed that failed, after the others finished."""
+    import torch
+
+    from clstm_ppo.training.cell_trainer import CellTrainer
+    from clstm_ppo.training.trainer import done_line
+
+    cfgs, market, folders, extra = payload
+    if comm.device.type == "cpu":
+        torch.set_num_threads(cfgs[0].system.threads or max(1, os.cpu_count() or 1))
+    callbacks = [copy.deepcopy(list(extra)) for _ in cfgs]  # each seed's own hooks
+    trainer = CellTrainer(cfgs, market, folders, comm.device, callbacks)
+    start = time.perf_counter()
+    counters = trainer.train()
+    seconds = time.perf_counter() - start
+    failed = [(cfg.run.seed, err) for cfg, err in zip(cfgs, trainer.errors, strict=True) if err is not None]
+    for cfg, c, err in zip(cfgs, counters, trainer.errors, strict=True):
+        if err is None:
+            print(f"[seed {cfg.run.seed}] {done_line(c, cfg, 1, seconds)} | checkpoints: {trainer.run_dirs[0].parent}")
+    if failed:
+        raise UserError("; ".join(f"seed {seed} failed: {err}" for seed, err in failed))
+
+
+def write_manifest(folder: Path, cfgs: list[TrainConfig], deployed: list[Path]) -> Path:
+    """``folder/seeds.json``: the seeds and the checkpoint each deploys (relative to ``folder``)."""
+    path = folder / MANIFEST
+    entries = [
+        {"seed": c.run.seed, "checkpoint": str(p.relative_to(folder))} for c, p in zip(cfgs, deployed, strict=True)
+    ]
+    path.write_text(json.dumps({"seeds": entries}, indent=2) + "\n", encoding="utf-8")
+    return path
+
+
+def seed_members(folder: str | Path) -> list[Path]:
+    """The checkpoints a folder of seeds deploys (its ``seeds.json``), in seed order: what a backtest, compare or
+    trade given the folder takes as one ensemble. UserError when the folder holds no finished seeds."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        raise UserError(
+            f"{folder} is a folder, not a checkpoint, and holds no finished seeds ({MANIFEST}): give a .pt file, or "
+            f"finish its seeds' training (--run_name {folder.name} --seed ... --resume latest)"
+        )
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))["seeds"]
+        members = [folder / entry["checkpoint"] for entry in entries]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"{path} is not a seeds manifest ({type(err).__name__}: {err})") from None
+    if not members:
+        raise UserError(f"{path} lists no seed")
+    return members
+
+
+def expand_members(paths: list[str | Path]) -> list[str | Path]:
+    """``paths`` with every folder of seeds replaced by its seeds' deployed checkpoints (`seed_members`)."""
+    out: list[str | Path] = []
+    for p in paths:
+        out += seed_members(p) if Path(p).is_dir() else [p]
+    return out
