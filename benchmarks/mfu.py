@@ -5,12 +5,7 @@ fraction of the machine's dense matmul rate measured in the same run.
     python benchmarks/mfu.py --device cpu --threads 2 --policies clstm
     python benchmarks/mfu.py --device cuda --num_envs 1024 --minibatches 4 --mixed_precision bf16
 
-FLOPs (matmul FLOPs from the layer sizes, 2 per multiply-add; gate nonlinearities, the loss and Adam are
-not counted): an LSTM step costs 2 * 4H * (I + H) = input projection 2 * 4H * I + recurrence 2 * 4H * H,
-a Linear 2 * I * O. Forward per env step:
-  clstm: P * 2*4*H1*F + T * 2*4*H1*H1 + Linear(H1, D) + Linear(D, D) + 2 * LSTM(D -> H2) + Linear(H2, N) + Linear(H2, 1)
-  lstm:  Linear(F, D) + Linear(D, D) + 2 * LSTM(D -> H2) + heads
-  mlp:   Linear(F, D) + Linear(D, D) + 2 * Linear(D, H2) + heads
+FLOPs: `clstm_ppo.agent.flops.forward_flops` (matmul FLOPs from the layer sizes, 2 per multiply-add), with
 P = window rows whose input projection is computed per env step: T with the ``fused`` window kernel
 (every window projects all its rows) and in the rollout (dense windows); with the ``shared`` kernel the
 update projects each distinct row of the rollout once: P = rows in the rollout's store / env steps
@@ -39,28 +34,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.train_throughput import machine_name, spawn_config  # noqa: E402
+from clstm_ppo.agent.flops import forward_flops  # noqa: E402
 from clstm_ppo.config import preset  # noqa: E402
-
-
-def lstm_flops(inp: int, hidden: int) -> int:
-    return 2 * 4 * hidden * (inp + hidden)
-
-
-def linear_flops(inp: int, out: int) -> int:
-    return 2 * inp * out
-
-
-def forward_flops(policy: str, F: int, N: int, T: int, H1: int, D: int, H2: int, rows: float | None = None) -> float:
-    """Matmul FLOPs of one forward for one env step (see the module docstring); ``rows``: P (None: T)."""
-    heads = linear_flops(H2, N) + linear_flops(H2, 1)
-    if policy == "clstm":
-        projected = T if rows is None else rows
-        stage1 = projected * 2 * 4 * H1 * F + T * 2 * 4 * H1 * H1
-        return stage1 + linear_flops(H1, D) + linear_flops(D, D) + 2 * lstm_flops(D, H2) + heads
-    features = linear_flops(F, D) + linear_flops(D, D)
-    if policy == "lstm":
-        return features + 2 * lstm_flops(D, H2) + heads
-    return features + 2 * linear_flops(D, H2) + heads
 
 
 def matmul_rate(device: str, dtype: torch.dtype, n: int, seconds: float = 2.0) -> float:

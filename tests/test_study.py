@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 import torch
 
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.config import TrainConfig, preset
 from clstm_ppo.evaluation.baselines import buy_and_hold
 from clstm_ppo.evaluation.oracle import ORACLE
 from clstm_ppo.study.analysis import seed_summary
@@ -1001,18 +1001,72 @@ def test_the_eta_counts_what_running_jobs_have_done_and_queues_the_rest_on_free_
     assert _job_seconds_left(944.0, 700, 700, 944.0, tail=34.0) == 34.0
     assert _job_seconds_left(946.0, 0, 400, 947.0) == 1.0  # no episode logged yet: the mean job's time
     assert _job_seconds_left(120.0, 0, 0, 100.0) == 0.0  # past the mean: now, at the earliest
-    assert _eta(100.0, [], 3, 2) == 200.0  # two waves on two idle workers
-    assert _eta(100.0, [50.0, 90.0], 1, 2) == 150.0  # the queued job waits for the worker free in 50 s
-    assert _eta(100.0, [96.2], 0, 2) == 96.2
+    assert _eta([], [100.0, 100.0, 100.0], 2) == 200.0  # two waves on two idle workers
+    assert _eta([50.0, 90.0], [100.0], 2) == 150.0  # the queued job waits for the worker free in 50 s
+    assert _eta([96.2], [], 2) == 96.2
+    assert math.isnan(_eta([math.nan], [100.0], 2))  # nothing measured yet: no ETA rather than a wrong one
+
+
+def test_the_eta_times_each_job_by_its_familys_measured_rate(tmp_path):
+    """A study of 4 paper-sized clstm cells and one batch of 4 mlp cells: once the mlp batch has run (45 s), a waiting
+    clstm cell is timed by its work at the measured rate, then by the clstm rate once one clstm cell has finished.
+    Issue 59: the first batch's time stood for every job, and the progress line said "ETA 0 min 00 s" for 56 minutes
+    while a clstm batch ran."""
+    from clstm_ppo.study.batch import cell_cost
+    from clstm_ppo.study.runner import Layout, _CellPool
+
+    base = TrainConfig()
+    clstm, mlp = (build_grid([p], [1, 2, 3, 4], [()]) for p in ("clstm", "mlp"))
+    costs = {c.name: cell_cost(c, base, 20) for c in clstm + mlp}
+    jobs = [[c] for c in clstm] + [mlp]
+    pool = _CellPool(
+        tmp_path,
+        Layout(workers=2, gpus=0, threads=1),
+        jobs,
+        total=8,
+        log=print,
+        on_done=None,
+        cell_episodes=0,
+        costs=costs,
+    )
+    assert math.isnan(pool.predicted(jobs[0]))
+    pool.measure(mlp, 45.0)
+    ratio = costs[clstm[0].name] / sum(costs[c.name] for c in mlp)
+    assert pool.predicted(jobs[0]) == pytest.approx(45.0 * ratio) and ratio > 4  # the work, not the mlp job's time
+    pool.measure(jobs[0], 750.0)
+    assert pool.predicted(jobs[1]) == pytest.approx(750.0) and pool.predicted(mlp) == pytest.approx(45.0)
+    assert pool.eta() == pytest.approx(750.0 + 750.0 + 45.0)  # 4 clstm cells on 2 workers, then the mlp batch
+
+
+def test_batches_are_sized_by_the_cells_work():
+    """On the CPU paper-sized clstm cells train alone (4 as one batch on one core took 56 min against 12.5 each alone)
+    and the mlp cells share batches, the costliest jobs first; small cells share a job's overhead, one batch per
+    worker; a group is split only where that shortens the busiest worker's work."""
+    from clstm_ppo.study.batch import batches, job_cost, makespan
+
+    def policies(groups):
+        return [[c.policy for c in g] for g in groups]
+
+    base = TrainConfig()  # the paper-sized network
+    mixed = build_grid(["clstm", "mlp"], [1, 2, 3, 4], [()])
+    assert policies(batches(mixed, base, 0, 2)) == [["clstm"]] * 4 + [["mlp"] * 2] * 2
+    clstm = mixed[:4]
+    assert job_cost(clstm, base, 20) > sum(job_cost([c], base, 20) for c in clstm)  # a batch of them is slower
+    assert makespan([3.0, 2.0, 2.0, 1.0], 2) == 4.0
+    demo = preset("demo")
+    eight = build_grid(["clstm"], list(range(1, 9)), [()])
+    assert [len(g) for g in batches(eight, demo, 0, 2)] == [4, 4] and len(batches(eight, demo, 0, 1)) == 1
+    few = build_grid(["clstm"], [1, 2], [()]) + build_grid(["mlp"], [1, 2, 3, 4], [()])
+    assert policies(batches(few, demo, 0, 4)) == [["clstm"], ["clstm"], ["mlp"] * 4]  # splitting mlp gains nothing
 
 
 def test_batches_group_compatible_cells_and_split_them_evenly():
     from clstm_ppo.study.batch import batches
 
-    base = TrainConfig()
+    base = preset("demo")  # small cells: batches pay on the CPU
     seeds = build_grid(["clstm"], list(range(1, 9)), [()])
     assert [len(g) for g in batches(seeds, base, 0, 2)] == [4, 4]  # automatic: one batch per worker
-    assert [len(g) for g in batches(seeds, base, 3, 2)] == [2, 3, 3]  # at most 3, as even as can be
+    assert [len(g) for g in batches(seeds, base, 3, 2)] == [3, 3, 2]  # at most 3, as even as can be, costliest first
     assert [len(g) for g in batches(seeds, base, 1, 2)] == [1] * 8  # every cell alone
     assert [[c.name for c in g] for g in batches(seeds, base, 0, 1)] == [[c.name for c in seeds]]
     # a shape (another policy, another window) never shares a batch; a learning rate or an entropy weight may

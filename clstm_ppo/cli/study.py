@@ -136,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=0,
         help="train up to this many cells as one batch in one process: cells that differ only in their seed or in "
-        "settings that change no shape (docs/study.md); 0: automatic (enough batches to keep every worker busy, at "
-        "most 64 cells each); 1: every cell in its own process",
+        "settings that change no shape (docs/study.md); 0: automatic, sized by each cell's work (small cells batch, "
+        "large ones on the CPU train alone, no worker left waiting; at most 64 cells each); 1: every cell in its own "
+        "process",
     )
     g.add_argument(
         "--cpu", action="store_true", default=False, help="run every cell on the CPU even when GPUs are visible"

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from clstm_ppo.agent.evaluate import PolicyRun
+from clstm_ppo.agent.flops import training_flops_per_step
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.study.cell import (
     finish_cell,
@@ -62,23 +63,85 @@ AUTO_MAX = 64
 crash or a kill costs at most this many cells' progress since their last checkpoints."""
 
 
-def batches(cells: list[Cell], base: TrainConfig, size: int, workers: int) -> list[list[Cell]]:
-    """``cells`` in groups that train as one batch each, in grid order: cells that may share a batch
-    (`batch_key`), split evenly into groups of at most ``size``; 1: every cell alone; 0: automatic, about one
-    group per worker (each set of compatible cells gets its share of the ``workers``), at most `AUTO_MAX` cells
-    each."""
+STEP_OVERHEAD = 1e7
+"""What one env step of a job costs besides its cells' matmuls, in FLOP-equivalents (the env, Python, small kernels),
+once per job however many cells it batches: fitted to the 2-core box's figures (8 demo cells, 2.5 MFLOP of training a
+step each, 2.4x faster as two batches of 4 than alone)."""
+BATCHED_SLOWDOWN = {"cpu": 1.12, "cuda": 1.0}
+"""A batched cell's matmuls against its run alone (stacked weights against one network's kernels): on the CPU 4
+paper-sized clstm cells (400 MFLOP of training a step) as one batch on one core took 56 min where each alone takes
+about 12.5 (issue 59)."""
+
+
+def cell_cost(cell: Cell, base: TrainConfig, num_tickers: int) -> float:
+    """A cell's training work alone: its first window's env steps x (`STEP_OVERHEAD` + its training matmul FLOPs per
+    step, `clstm_ppo.agent.flops.training_flops_per_step`). What the scheduler balances, not a time."""
+    return _steps(cell, base) * (STEP_OVERHEAD + training_flops_per_step(cell.config(base), num_tickers))
+
+
+def _steps(cell: Cell, base: TrainConfig) -> float:
+    cfg = cell.config(base)
+    days = cfg.env.episode_length if isinstance(cfg.env.episode_length, int) else 252
+    return float(cfg.ppo.num_episodes * days)
+
+
+def job_cost(cells: list[Cell], base: TrainConfig, num_tickers: int, device: str = "cpu") -> float:
+    """The work of ``cells`` trained as one batch: one `STEP_OVERHEAD` a step for the job and each cell's matmuls,
+    slower by `BATCHED_SLOWDOWN` when batched."""
+    slowdown = BATCHED_SLOWDOWN[device] if len(cells) > 1 else 1.0
+    flops = sum(training_flops_per_step(c.config(base), num_tickers) * _steps(c, base) for c in cells)
+    return max(_steps(c, base) for c in cells) * STEP_OVERHEAD + slowdown * flops
+
+
+def makespan(costs: list[float], workers: int) -> float:
+    """The work of the busiest of ``workers`` when jobs of ``costs`` start costliest first, each on the least busy
+    worker (LPT)."""
+    loads = [0.0] * max(1, workers)
+    for cost in sorted(costs, reverse=True):
+        loads[loads.index(min(loads))] += cost
+    return max(loads)
+
+
+def batches(
+    cells: list[Cell], base: TrainConfig, size: int, workers: int, *, num_tickers: int = 20, gpus: bool = False
+) -> list[list[Cell]]:
+    """``cells`` in groups that train as one batch each, the costliest first (`job_cost`: the longest jobs start
+    first, and no worker waits on one started last). Cells that may share a batch (`batch_key`) are split evenly into
+    groups of at most ``size``; 1: every cell alone; 0: automatic, sized by cost: each set of compatible cells starts
+    as one group (at most `AUTO_MAX` cells), and the split of a group in two that shortens the busiest worker's work
+    most (`makespan`) is made until none does. So a batch is split rather than leave a worker idle, small cells
+    share a job's overhead, and large ones on the CPU train alone.
+
+    :param num_tickers: the study's tickers (the networks' widths depend on them).
+    :param gpus: the cells run on GPUs.
+    """
+    device = "cuda" if gpus else "cpu"
     compatible: dict[Any, list[Cell]] = {}
     for cell in cells:
         compatible.setdefault(batch_key(cell.config(base)), []).append(cell)
     groups: list[list[Cell]] = []
     for members in compatible.values():
-        if size:
-            count = math.ceil(len(members) / size)
-        else:
-            share = max(1, round(max(1, workers) * len(members) / len(cells)))
-            count = max(min(share, len(members)), math.ceil(len(members) / AUTO_MAX))
+        count = math.ceil(len(members) / (size or AUTO_MAX))
         groups += [members[_bounds(len(members), count, i)] for i in range(count)]
-    return groups
+
+    def cost(group: list[Cell]) -> float:
+        return job_cost(group, base, num_tickers, device)
+
+    while not size:
+        now = makespan([cost(g) for g in groups], workers)
+        best, best_span = None, now
+        for k, group in enumerate(groups):
+            if len(group) < 2:
+                continue
+            halves = [group[: len(group) // 2], group[len(group) // 2 :]]
+            span = makespan([cost(g) for g in groups[:k] + halves + groups[k + 1 :]], workers)
+            if span < best_span * (1 - 1e-9):
+                best, best_span = (k, halves), span
+        if best is None:
+            break
+        k, halves = best
+        groups[k : k + 1] = halves
+    return sorted(groups, key=lambda g: -cost(g))  # stable: equal costs keep the grid's order
 
 
 def _bounds(total: int, parts: int, i: int) -> slice:

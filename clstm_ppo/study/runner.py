@@ -37,7 +37,7 @@ from clstm_ppo.evaluation.holdout import describe, guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS
 from clstm_ppo.market import load_data
-from clstm_ppo.study.batch import batches
+from clstm_ppo.study.batch import batches, cell_cost
 from clstm_ppo.study.cell import read_status, write_status
 from clstm_ppo.study.grid import Cell, format_seeds, shard
 from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, same_market, save_markets
@@ -74,10 +74,10 @@ def plan_layout(workers: int, cells_per_gpu: int, threads: int, use_gpus: bool, 
     return Layout(workers=workers, gpus=gpus, threads=threads, batch_cells=batch_cells)
 
 
-def plan(spec: StudySpec, cells: list[Cell]) -> tuple[MarketData, list[WalkPeriod]]:
-    """Load the data once and make the walk-forward schedule (nothing is written)."""
+def plan(spec: StudySpec, cells: list[Cell], data: MarketData | None = None) -> tuple[MarketData, list[WalkPeriod]]:
+    """Load the data once (unless given) and make the walk-forward schedule (nothing is written)."""
     base = spec.base_config
-    data = load_data(base.data, seed=base.run.seed)
+    data = data if data is not None else load_data(base.data, seed=base.run.seed)
     periods = walk_forward(
         data.dates,
         window=max([base.data.window, *[c.config(base).data.window for c in cells]]),
@@ -147,9 +147,13 @@ def run_cells(
     log: Any = print,
     on_done: Callable[[Cell], None] | None = None,
     cell_episodes: int = 0,
+    costs: dict[str, float] | None = None,
 ) -> dict[str, int]:
     """Run the cells of ``groups`` (`batches`; each group's cells not done yet, in one process) ``layout.workers``
     groups at a time; print progress with an ETA.
+
+    :param costs: each cell's work by name (`clstm_ppo.study.batch.cell_cost`): the ETA times a waiting job by the
+        seconds per unit of work its policy family has measured (without: every cell alike).
 
     :param on_done: called with each cell that finishes done (the study records it in the trials ledger).
     :param cell_episodes: training episodes per cell (`episodes_per_cell`): with it, the estimated wall time is
@@ -161,7 +165,9 @@ def run_cells(
     jobs = [[c for c in group if c in todo] for group in groups]
     jobs = [job for job in jobs if job]
     total = sum(len(g) for g in groups)
-    pool = _CellPool(study_dir, layout, jobs, total=total, log=log, on_done=on_done, cell_episodes=cell_episodes)
+    pool = _CellPool(
+        study_dir, layout, jobs, total=total, log=log, on_done=on_done, cell_episodes=cell_episodes, costs=costs
+    )
     with _signals_handled_by(pool.on_signal):
         pool.run()
     return pool.counts_with_signal()
@@ -253,6 +259,7 @@ class _CellPool:
         log: Any,
         on_done: Callable[[Cell], None] | None,
         cell_episodes: int,
+        costs: dict[str, float] | None = None,
     ) -> None:
         """Nothing started yet: ``jobs`` (each a batch of cells, or one) wait for ``layout.workers`` free slots."""
         self.study_dir = study_dir
@@ -268,12 +275,13 @@ class _CellPool:
         self.running: dict[int, _Job] = {}  # by pid
         self.free_slots = list(range(layout.workers))
         self.stop: list[tuple[int, float]] = []  # (signal, when)
-        self.job_seconds: list[float] = []  # each finished job's wall seconds (one with a done cell)
         self.tails: list[float] = []  # each finished job's seconds besides training (`_Job.tail`)
-        self.jobs_done = 0
         self.estimated = False
         self.next_look = 0.0
         self.trained: dict[int, int] = {}  # running jobs' episodes trained, read once per finished job (by pid)
+        self.costs = costs or {}
+        self.rates: dict[str, list[float]] = {}  # by policy family: measured seconds per unit of work (`cost`)
+        self.queue: list[list[Cell]] = list(jobs)
 
     def on_signal(self, signum: int, _frame: Any) -> None:
         """Note the stop and ask each running cell to stop."""
@@ -284,7 +292,7 @@ class _CellPool:
 
     def run(self) -> None:
         """Start jobs as workers free up until all have run (or a stop lets the running ones end)."""
-        queue = list(self.jobs)
+        queue = self.queue
         while queue or self.running:
             self.start_cells(queue)
             if not self.running:
@@ -313,17 +321,39 @@ class _CellPool:
             took = time.perf_counter() - first.began
             self.estimated = True
             what = "first cell" if len(first.cells) == 1 else f"first batch of {len(first.cells)} cells"
-            self.log_estimate(took / episodes * left, len(first.cells), f"{what}: {episodes} episodes in {took:,.0f} s")
+            self.measure(first.cells, took / episodes * left)
+            self.log_estimate(first.cells, f"{what}: {episodes} episodes in {took:,.0f} s")
 
-    def log_estimate(self, seconds_per_job: float, cells: int, what: str) -> None:
-        """Print the estimated time per cell (a job of ``cells`` cells takes ``seconds_per_job``) and for all the
-        cells to run."""
-        waves = math.ceil(len(self.jobs) / self.layout.workers)
-        batched = f" (in batches of up to {max(len(j) for j in self.jobs)})" if cells > 1 else ""
+    def cost(self, cells: list[Cell]) -> float:
+        """A job's work (its cells' `cell_cost`s; 1 a cell without them)."""
+        return sum(self.costs.get(c.name, 1.0) for c in cells)
+
+    def measure(self, cells: list[Cell], seconds: float) -> None:
+        """Note that a job of ``cells`` takes ``seconds``: its family's seconds per unit of work."""
+        self.rates.setdefault(cells[0].policy, []).append(seconds / max(self.cost(cells), 1e-12))
+
+    def predicted(self, cells: list[Cell]) -> float:
+        """Seconds a job of ``cells`` takes: its work at its family's measured rate, else at the mean of the
+        families measured (NaN before any)."""
+        rates = self.rates.get(cells[0].policy) or [r for rs in self.rates.values() for r in rs]
+        return self.cost(cells) * sum(rates) / len(rates) if rates else math.nan
+
+    def log_estimate(self, cells: list[Cell], what: str) -> None:
+        """Print the estimated time per cell of the measured job's family and for all the cells to run."""
+        per_job = self.predicted(cells)
+        batched = f" (in batches of up to {max(len(j) for j in self.jobs)})" if len(cells) > 1 else ""
         self.log(
-            f"[study] {what}: about {_duration(seconds_per_job / cells)} per cell{batched}, "
-            f"{_duration(waves * seconds_per_job)} for the {len(self.todo)} cell(s) on {self.layout.workers} worker(s)"
+            f"[study] {what}: about {_duration(per_job / len(cells))} per {cells[0].policy} cell{batched}, "
+            f"{_duration(self.eta())} for the {len(self.todo)} cell(s) on {self.layout.workers} worker(s)"
         )
+
+    def eta(self) -> float:
+        """Seconds until the last job ends: each running job at its own pace once it has trained (else its
+        predicted time less what it has run), each waiting one at its family's measured rate, on the first worker to
+        come free. NaN before anything was measured."""
+        running = [self.seconds_left(job, self.predicted(job.cells)) for job in self.running.values()]
+        queued = [self.predicted(cells) for cells in self.queue]
+        return _eta(running, queued, self.layout.workers)
 
     def collect_finished(self) -> None:
         """Settle each cell whose process has exited; kill those a stop waits on too long."""
@@ -334,11 +364,12 @@ class _CellPool:
                 continue
             del self.running[pid]
             self.free_slots.append(job.slot)
-            self.jobs_done += 1
             self.trained.clear()  # each of its cells' progress lines reads the running jobs' files once, not K times
-            states = [self.finish(job, cell, code) for cell in job.cells]
-            if "done" in states:
-                self.job_seconds.append(time.perf_counter() - job.began)
+            seconds = time.perf_counter() - job.began
+            if any(read_status(self.study_dir / "cells" / c.name)["status"] == "done" for c in job.cells):
+                self.measure(job.cells, seconds)
+            for cell in job.cells:
+                self.finish(job, cell, code)
 
     def kill_if_stop_overdue(self, job: _Job) -> None:
         """Kill a running cell on a second signal, or when a stop has taken longer than `STOP_GRACE_S`."""
@@ -369,18 +400,14 @@ class _CellPool:
         if not self.estimated:
             self.estimated = True
             what = "first cell" if len(job.cells) == 1 else f"first batch of {len(job.cells)} cells"
-            self.log_estimate(seconds, len(job.cells), f"{what} done in {seconds:,.0f} s")
+            self.log_estimate(job.cells, f"{what} done in {seconds:,.0f} s")
 
     def log_progress(self, job: _Job, cell: Cell, state: str, status: dict[str, Any]) -> None:
-        """Print how a cell ended, the counts so far and the ETA of the cells left."""
+        """Print how a cell ended, the counts so far and the ETA of the cells left (`eta`)."""
         counts = self.counts
         finished = counts["done"] + counts["failed"]
         left = len(self.todo) - finished - counts["interrupted"]
-        seconds = [*self.job_seconds, time.perf_counter() - job.began] if state == "done" else self.job_seconds
-        per_job = sum(seconds) / len(seconds) if seconds else float("nan")
-        jobs_left = max(len(self.jobs) - self.jobs_done, 0)
-        running_left = [self.seconds_left(j, per_job) for j in self.running.values()]
-        eta = _eta(per_job, running_left, max(jobs_left - len(running_left), 0), self.layout.workers)
+        eta = self.eta() if left > 0 else math.nan
         what = {
             "done": f"done in {time.perf_counter() - job.began:,.0f} s",
             "failed": f"FAILED: {status.get('error', '')}",
@@ -388,8 +415,7 @@ class _CellPool:
         }[state]
         self.log(
             f"[study] {cell.name} {what} | {self.skipped + counts['done']}/{self.total} done, "
-            f"{counts['failed']} failed, {max(left, 0)} left"
-            + (f" | ETA {_duration(eta)}" if left > 0 and jobs_left > 0 and seconds else "")
+            f"{counts['failed']} failed, {max(left, 0)} left" + (f" | ETA {_duration(eta)}" if eta == eta else "")
         )
 
     def seconds_left(self, job: _Job, per_job: float) -> float:
@@ -420,14 +446,14 @@ def _job_seconds_left(ran: float, done: int, todo: int, per_job: float, tail: fl
     return max(per_job - ran, 0.0)
 
 
-def _eta(per_job: float, running_left: list[float], queued: int, workers: int) -> float:
-    """Seconds until the last job ends: the running ones end in ``running_left`` seconds, and each of the ``queued``
-    jobs, taking ``per_job``, starts on the first of the ``workers`` to come free."""
+def _eta(running_left: list[float], queued: list[float], workers: int) -> float:
+    """Seconds until the last job ends: the running ones end in ``running_left`` seconds, and each ``queued`` job, in
+    order, taking its seconds, starts on the first of the ``workers`` to come free. NaN where a time is unknown."""
     free = list(running_left) + [0.0] * max(workers - len(running_left), 0)
     heapq.heapify(free)
-    for _ in range(queued):
-        heapq.heappush(free, heapq.heappop(free) + per_job)
-    return max(free, default=0.0)
+    for seconds in queued:
+        heapq.heappush(free, heapq.heappop(free) + seconds)
+    return max(free, default=0.0) if all(x == x for x in free) else math.nan
 
 
 def _duration(seconds: float) -> str:
@@ -462,11 +488,15 @@ def run_study(
     # Batches are formed over the whole grid and shards take whole batches: a cell trains with the same batch mates,
     # in the same place, in a shard as in the whole study (the same numbers, bit for bit, given the same batches).
     shards = shard_of[1] if shard_of else 1
-    groups = batches(cells, spec.base_config, layout.batch_cells, layout.workers * shards)
+    t0 = time.perf_counter()
+    base = spec.base_config
+    data = load_data(base.data, seed=base.run.seed)
+    groups = batches(
+        cells, base, layout.batch_cells, layout.workers * shards, num_tickers=data.num_tickers, gpus=bool(layout.gpus)
+    )
     groups = shard(groups, *shard_of) if shard_of else groups
     mine = [c for group in groups for c in group]
-    t0 = time.perf_counter()
-    data, periods = plan(spec, mine)
+    data, periods = plan(spec, mine, data)
     _guard_holdout(study_dir, spec, ledger, data, periods, unseal=unseal, log=log)
     prepare(study_dir, spec, mine, data, periods)
     spec.save(study_dir)
@@ -480,6 +510,7 @@ def run_study(
         log=log,
         on_done=lambda cell: record_cells(ledger, study_dir, spec, entry, [cell]),
         cell_episodes=episodes_per_cell(spec, len(periods)),
+        costs={c.name: cell_cost(c, base, data.num_tickers) for c in mine},
     )
     if "signal" in counts:
         log("[study] stopped: finished cells are kept (and in the ledger); run the same command again to continue")
