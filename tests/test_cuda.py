@@ -117,3 +117,15 @@ def test_batched_cells_train_on_the_gpu_as_each_cell_alone(tmp_path, policy):
         for name, weight in alone.model_state.items():
             assert float((weight - batched.model_state[name]).abs().max()) < 1e-3 * scale, (s, name)
         assert restore_policy(batched, market).spec.policy == policy
+
+
+def test_several_seeds_train_as_one_batch_on_the_gpu(tmp_path):
+    """``--seed 1-2`` on one GPU: one process, both seeds' folders, bf16 allowed, fp16 refused in one line."""
+    result = run(tmp_path, "--num_episodes", "8", "--seed", "1-2", "--mixed_precision", "bf16", "--run_name", "pair")
+    assert result.returncode == 0, result.stderr
+    assert "[seeds] held-out test" in result.stdout and "2 seeds'" in result.stdout
+    for seed in (1, 2):
+        ckpt = load_checkpoint(tmp_path / "ck" / "pair" / f"seed-{seed}" / "latest.pt")
+        assert ckpt.counters["episodes"] >= 8 and ckpt.cfg.run.seed == seed
+    refused = run(tmp_path, "--num_episodes", "8", "--seed", "1-2", "--mixed_precision", "fp16")
+    assert refused.returncode == 2 and "no fp16 GradScaler" in refused.stderr

@@ -1222,3 +1222,37 @@ def test_training_diagnostics_count_each_update_once_after_a_resume_and_skip_a_t
     expected = training_diagnostics(tmp_path / "clean")
     assert expected == {"final_kl": 0.02, "final_clip_fraction": 0.002, "train_episode_costs": 20.0}
     assert training_diagnostics(tmp_path / "killed") == expected
+
+
+def test_the_study_settings_are_typed_and_how_it_ran_stays_out_of_its_identity(tmp_path):
+    """`StudyConfig` validates every rule once, in one line; the spec keeps how the study ran (workers, threads,
+    batches) beside its identity, so the same study run another way has the same identity and ledger key."""
+    from clstm_ppo.study.config import StudyConfig
+    from clstm_ppo.study.spec import StudySpec
+    from clstm_ppo.study.trials import study_key
+    from envs.errors import UserError
+
+    def settings(**given):
+        return StudyConfig.from_args({"out": str(tmp_path / "s"), "trade_start": "2016-03-01", **given})
+
+    for given, message in [
+        ({"out": ""}, "--out is required"),
+        ({"policies": "clstm,gru"}, "--policies clstm,gru: choose among"),
+        ({"seeds": "4-2"}, "--seeds '4-2'"),
+        ({"vary": ["window"]}, "window"),
+        ({"shard": "3/2"}, "--shard"),
+        ({"confidence": 1.5}, "--confidence must be in (0, 1)"),
+        ({"batch_cells": -1}, "--batch_cells must be >= 0"),
+        ({"index": str(tmp_path / "none.csv")}, "--index: file not found"),
+    ]:
+        with pytest.raises(UserError, match=re.escape(message)):
+            settings(**given)
+    base = TrainConfig().to_dict()
+    one = StudySpec.of(settings(seeds="1-2", vary=["window=5,30"]), base)
+    other = StudySpec.of(settings(seeds="1-2", vary=["window=5,30"], workers=3, threads=2, batch_cells=1), base)
+    assert one.seeds == [1, 2] and [dict(v)["window"] for v in one.variants] == [5, 30]
+    assert one.run_settings["workers"] == 0 and other.run_settings["workers"] == 3
+    assert one.identity() == other.identity() and "run_settings" not in one.identity()
+    assert study_key(one, "f") == study_key(other, "f")
+    one.save(tmp_path)
+    assert StudySpec.load(tmp_path).run_settings == one.run_settings

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from clstm_ppo.config import TrainConfig
+from clstm_ppo.study.config import StudyConfig
 from clstm_ppo.study.grid import Cell, build_grid
 from envs.errors import UserError
 
@@ -39,6 +40,26 @@ class StudySpec:
     index: str = ""  # CSV of an index to compare with
     data: dict[str, Any] = field(default_factory=dict)  # what was loaded: tickers, first/last day (informational)
     format: int = SPEC_FORMAT
+    run_settings: dict[str, Any] = field(default_factory=dict)  # how it last ran (`StudyConfig.run_settings`)
+
+    @classmethod
+    def of(cls, settings: StudyConfig, base: dict[str, Any]) -> StudySpec:
+        """The spec of a study with ``settings`` (validated) over cells whose common settings are ``base``
+        (`TrainConfig.to_dict`)."""
+        return cls(
+            base=base,
+            policies=settings.policy_list,
+            seeds=settings.seed_list,
+            variants=[[list(kv) for kv in v] for v in settings.variants],
+            trade_start=settings.trade_start,
+            trade_end=settings.trade_end,
+            retrain=settings.retrain,
+            retrain_from=settings.retrain_from,
+            validation_days=settings.validation_days,
+            retrain_episodes=settings.retrain_episodes,
+            index=settings.index,
+            run_settings=settings.run_settings(),
+        )
 
     @property
     def base_config(self) -> TrainConfig:
@@ -50,8 +71,9 @@ class StudySpec:
         return build_grid(self.policies, self.seeds, [tuple((k, v) for k, v in variant) for variant in self.variants])
 
     def identity(self) -> dict[str, Any]:
-        """The fields that must agree for two runs to be the same study (the data description is checked too)."""
-        return {k: v for k, v in asdict(self).items()}
+        """The fields that must agree for two runs to be the same study (the data description is checked too; how it
+        ran, ``run_settings``, is not)."""
+        return {k: v for k, v in asdict(self).items() if k != "run_settings"}
 
     def save(self, folder: Path) -> None:
         (folder / SPEC_FILE).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
