@@ -53,6 +53,34 @@ order of floating-point sums). A study sets them for its cells, and the trials l
 apart by them."""
 
 
+def parse_seeds(text: str) -> list[int]:
+    """``"1-4,7,9-10"`` -> [1, 2, 3, 4, 7, 9, 10] (order kept, duplicates dropped)."""
+    seeds: list[int] = []
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            lo, sep, hi = part.partition("-")
+            first, last = int(lo), int(hi) if sep else int(lo)
+            if last < first:
+                raise ValueError(part)
+            seeds += [s for s in range(first, last + 1) if s not in seeds]
+    except ValueError:
+        raise UserError(f"--seeds {text!r}: expected numbers and ranges like 1-8 or 1,2,5-7") from None
+    if not seeds:
+        raise UserError("--seeds names no seed")
+    return seeds
+
+
+def format_seeds(seeds: list[int]) -> str:
+    """[1, 2, 3, 4, 7, 9, 10] -> ``"1-4,7,9-10"`` (sorted): `parse_seeds`'s inverse."""
+    runs: list[list[int]] = []
+    for s in sorted(set(seeds)):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
 def _positive(section: object, *names: str) -> None:
     for name in names:
         if not getattr(section, name) > 0:
@@ -373,7 +401,8 @@ def flag_name(f: Any) -> str:
     return f.metadata.get("flag", f.name)
 
 
-def _scalar_type(annotation: Any) -> type:
+def scalar_type(annotation: Any) -> type:
+    """The scalar type of a setting's annotation (``int | None`` -> int)."""
     if isinstance(annotation, str):
         annotation = eval(annotation, {"Union": Union})  # annotations are postponed strings
     if get_origin(annotation) in (Union, types.UnionType):
@@ -402,7 +431,7 @@ def _settings() -> dict[str, Setting]:
             flag = flag_name(f)
             if flag in out:
                 raise TypeError(f"setting {flag} is declared twice ({out[flag].section} and {section})")
-            parse = f.metadata.get("parse") or _scalar_type(f.type)
+            parse = f.metadata.get("parse") or scalar_type(f.type)
             out[flag] = Setting(
                 flag,
                 section,

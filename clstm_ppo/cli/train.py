@@ -170,6 +170,7 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
 def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tuple = ()) -> int:
     """``--seed 1-8``: one run per seed in ``<run>/seed-<s>/``, trained as one batch in one process
     (`clstm_ppo.training.seeds`), then ``<run>/seeds.json`` and the seeds' held-out line."""
+    from clstm_ppo.config import format_seeds
     from clstm_ppo.market import build_market
     from clstm_ppo.training.launch import launch
     from clstm_ppo.training.resume import check_resume
@@ -182,7 +183,6 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tupl
     )
     from clstm_ppo.training.seeds import (
         check_seed_run,
-        format_seeds,
         seed_configs,
         train_seeds_worker,
         write_manifest,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from clstm_ppo.config import POLICIES, _scalar_type
+from clstm_ppo.config import POLICIES, scalar_type
 from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS
 from clstm_ppo.study.grid import parse_seeds, parse_shard, parse_variants
 from clstm_ppo.study.schedule import RETRAIN
@@ -149,7 +149,7 @@ def add_study_flags(parser: argparse.ArgumentParser) -> None:
     ``argument_default=argparse.SUPPRESS``: only the flags given override the defaults)."""
     group = parser.add_argument_group("study")
     for f in fields(StudyConfig):
-        kind = _scalar_type(f.type)
+        kind = scalar_type(f.type)
         text = f.metadata["help"].replace("%", "%%")
         text = text if "default" in text or f.default in ("", (), False) else f"{text} (default: {f.default})"
         if kind is bool:

@@ -10,7 +10,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from clstm_ppo.config import SETTINGS, TrainConfig
+from clstm_ppo.config import SETTINGS, TrainConfig, format_seeds, parse_seeds  # noqa: F401 (the grid's seed syntax)
 from envs.errors import UserError
 
 T = TypeVar("T")
@@ -63,34 +63,6 @@ class Cell:
     def from_dict(cls, values: dict[str, Any]) -> Cell:
         """The cell `to_dict` wrote (a cell's ``result.json`` holds it under "cell")."""
         return cls(values["policy"], int(values["seed"]), tuple(values["variant"].items()))
-
-
-def parse_seeds(text: str) -> list[int]:
-    """``"1-4,7,9-10"`` -> [1, 2, 3, 4, 7, 9, 10] (order kept, duplicates dropped)."""
-    seeds: list[int] = []
-    try:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            lo, sep, hi = part.partition("-")
-            first, last = int(lo), int(hi) if sep else int(lo)
-            if last < first:
-                raise ValueError(part)
-            seeds += [s for s in range(first, last + 1) if s not in seeds]
-    except ValueError:
-        raise UserError(f"--seeds {text!r}: expected numbers and ranges like 1-8 or 1,2,5-7") from None
-    if not seeds:
-        raise UserError("--seeds names no seed")
-    return seeds
-
-
-def format_seeds(seeds: list[int]) -> str:
-    """[1, 2, 3, 4, 7, 9, 10] -> ``"1-4,7,9-10"`` (sorted): `parse_seeds`'s inverse."""
-    runs: list[list[int]] = []
-    for s in sorted(set(seeds)):
-        if runs and s == runs[-1][1] + 1:
-            runs[-1][1] = s
-        else:
-            runs.append([s, s])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:

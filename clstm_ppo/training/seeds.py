@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from clstm_ppo.config import TrainConfig
+from clstm_ppo.config import TrainConfig, format_seeds, parse_seeds
 from clstm_ppo.training.callbacks import Callback
 from clstm_ppo.training.distributed import Comm, WorldLayout
 from envs.errors import UserError
@@ -34,8 +34,6 @@ MANIFEST = "seeds.json"
 def split_seed_flag(argv: list[str]) -> tuple[list[str], list[int] | None]:
     """``argv`` with a ``--seed`` naming several seeds (``1-8``, ``1,3,5-7``) replaced by its first, and those seeds;
     ``(argv, None)`` when ``--seed`` names one seed or none."""
-    from clstm_ppo.study.grid import parse_seeds
-
     out, seeds = list(argv), None
     for i, word in enumerate(out):
         if word == "--seed" and i + 1 < len(out):
@@ -73,12 +71,6 @@ def seed_configs(cfg: TrainConfig, seeds: list[int], folder: Path) -> tuple[list
         for s in seeds
     ]
     return [c.validate() for c in cfgs], note
-
-
-def format_seeds(seeds: list[int]) -> str:
-    from clstm_ppo.study.grid import format_seeds as fmt
-
-    return fmt(seeds)
 
 
 def check_seed_run(cfg: TrainConfig, layout: WorldLayout) -> None:
