@@ -11,23 +11,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.training.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
 from clstm_ppo.training.ppo import ppo_update
-from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
+from clstm_ppo.training.rollout import compute_gae
 from tests.conftest import fake_rollout, ppo_cfg, small_model
 
 TOTAL_ENVS, STEPS = 8, 12
-
-
-def column_slice(buf: RolloutBuffer, cols: slice) -> RolloutBuffer:
-    return RolloutBuffer(
-        obs=buf.obs.columns(cols),
-        actions=buf.actions[:, cols],
-        log_probs=buf.log_probs[:, cols],
-        values=buf.values[:, cols],
-        rewards=buf.rewards[:, cols],
-        dones=buf.dones[:, cols],
-        starts=buf.starts[:, cols],
-        initial_state=buf.initial_state.envs(cols),
-    )
 
 
 def run_update(model, buf, comm, num_envs, through_ddp=True):
@@ -47,7 +34,7 @@ def _rank_main(rank: int, port: int, out_dir: str, through_ddp: bool) -> None:
         model = small_model("clstm")
         full = fake_rollout(model, steps=STEPS, envs=TOTAL_ENVS)
         half = TOTAL_ENVS // 2
-        local = column_slice(full, slice(rank * half, (rank + 1) * half))
+        local = full.columns(slice(rank * half, (rank + 1) * half))
         params = run_update(model, local, comm, half, through_ddp)
         torch.save(params, Path(out_dir) / f"rank{rank}.pt")
         comm.barrier()  # leave together, as the launcher's workers do: a rank tearing gloo down mid-exchange aborts its peer

@@ -311,17 +311,7 @@ class CellTrainer:
 
     def cell_buffer(self, cell: int) -> RolloutBuffer:
         """Cell ``cell``'s columns of the rollout (views: a callback that writes them writes the batch's)."""
-        buf, cols = self.buf, self.rollout.envs_of(cell)
-        return RolloutBuffer(
-            obs=buf.obs.columns(cols),
-            actions=buf.actions[:, cols],
-            log_probs=buf.log_probs[:, cols],
-            values=buf.values[:, cols],
-            rewards=buf.rewards[:, cols],
-            dones=buf.dones[:, cols],
-            starts=buf.starts[:, cols],
-            initial_state=buf.initial_state.envs(cols),
-        )
+        return self.buf.columns(self.rollout.envs_of(cell))
 
     def gather(self, cell: int, update: Update) -> UpdateResult:
         """Cell ``cell``'s `UpdateResult` (`Trainer.gather` on one process), its counters advanced."""

@@ -68,6 +68,20 @@ class RolloutBuffer:
     def num_envs(self) -> int:
         return self.actions.shape[1]
 
+    def columns(self, cols: slice) -> RolloutBuffer:
+        """The envs ``cols`` of this rollout: views, so writing them writes this buffer (a batched cell's columns,
+        a rank's share of a rollout)."""
+        return RolloutBuffer(
+            obs=self.obs.columns(cols),
+            actions=self.actions[:, cols],
+            log_probs=self.log_probs[:, cols],
+            values=self.values[:, cols],
+            rewards=self.rewards[:, cols],
+            dones=self.dones[:, cols],
+            starts=self.starts[:, cols],
+            initial_state=self.initial_state.envs(cols),
+        )
+
 
 def compute_gae(
     rewards: Tensor, values: Tensor, dones: Tensor, last_value: Tensor, gamma: float, gae_lambda: float
