@@ -651,32 +651,51 @@ def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = 
     last = DayRange(max(last.start, last.stop - test.num_days), last.stop)
     train = Period(days=last, label="train", source="training split")
     trained_days = run_policy(ck, model, market, train, torch.device("cpu"))
-    result = result_of(ck, run, market, period, metadata={})
-    rf = ck.cfg.env.risk_free
-    policy = M.summarize(result.values, trades=result.trades, risk_free=rf)
-    baseline = M.summarize(result.baseline_values, risk_free=rf)
-    on_training_days = M.summarize(trained_days.values, risk_free=rf)["sharpe"]
-    exposure = float(np.mean(result.holdings_value[1:] / result.values[1:]))
-    returns, bench = M.excess_returns(result.values, rf), M.excess_returns(result.baseline_values, rf)
-    interval = sharpe_interval(returns, n_boot=n_boot) if len(returns) > 1 else None
-    diff = paired_sharpe_difference(returns[None], bench, n_boot=n_boot) if len(returns) > 1 else None
-    shown = "" if interval is None else f" [{interval['lo']:.2f}, {interval['hi']:.2f}]"
-    oracle = checkpoint_oracle(ck, market, test)
+    on_training_days = M.summarize(trained_days.values, risk_free=ck.cfg.env.risk_free)["sharpe"]
+    held = HeldOut.of(ck, run, market, period, n_boot)
+    policy, oracle = held.policy, checkpoint_oracle(ck, market, test)
     return (
-        f"{_held_out_where(ck, run, market)}: {ck.path.name} Sharpe {policy['sharpe']:.2f}{shown} (95% over days; {on_training_days:.2f} on its last "
-        f"{last.num_days} training days), return {policy['cumulative_return']:+.2%}, exposure {exposure:.0%}, turnover {policy['annual_turnover']:.1f}x a "
-        f"year | buy-and-hold Sharpe {baseline['sharpe']:.2f}, return {baseline['cumulative_return']:+.2%} | "
-        f"{versus_buy_and_hold(diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, policy['sharpe'])} | "
+        f"{held.where}: {ck.path.name} Sharpe {policy['sharpe']:.2f}{held.interval} (95% over days; {on_training_days:.2f} on its last "
+        f"{last.num_days} training days), return {policy['cumulative_return']:+.2%}, exposure {held.exposure:.0%}, turnover {policy['annual_turnover']:.1f}x a "
+        f"year | {held.baseline_words} | "
+        f"{versus_buy_and_hold(held.diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, policy['sharpe'])} | "
         f"full report: clstm-ppo backtest --checkpoint {ck.path}"
     )
 
 
-def _held_out_where(ck: Checkpoint, run: PolicyRun, market: PreparedMarket) -> str:
-    """``held-out test FIRST .. LAST (N days) on SOURCE, EXECUTION``: the head of a run's last line."""
-    return (
-        f"held-out test {_iso(run.dates[0])} .. {_iso(run.dates[-1])} ({len(run.dates)} days) on "
-        f"{describe_source(ck.cfg.data.source)}, {describe_execution(ck.cfg.env.execution, market.data)}"
-    )
+@dataclass
+class HeldOut:
+    """A policy's run on the held-out days beside buy-and-hold on the same days and terms: what a run's last line
+    says of it (`held_out_line`, `seeds_held_out_line`)."""
+
+    where: str  # held-out test FIRST .. LAST (N days) on SOURCE, EXECUTION
+    policy: dict[str, Any]  # `metrics.summarize` of the policy's values (with its trades)
+    baseline: dict[str, Any]  # the same of buy-and-hold's
+    exposure: float  # mean invested share of the portfolio
+    interval: str  # " [lo, hi]": the policy's Sharpe, 95% over days ("" with one day)
+    diff: dict[str, Any] | None  # the paired Sharpe difference against buy-and-hold (None with one day)
+
+    @classmethod
+    def of(cls, ck: Checkpoint, run: PolicyRun, market: PreparedMarket, period: Period, n_boot: int) -> HeldOut:
+        rf = ck.cfg.env.risk_free
+        result = result_of(ck, run, market, period, metadata={})
+        returns, bench = M.excess_returns(result.values, rf), M.excess_returns(result.baseline_values, rf)
+        interval = sharpe_interval(returns, n_boot=n_boot) if len(returns) > 1 else None
+        return cls(
+            where=(
+                f"held-out test {_iso(run.dates[0])} .. {_iso(run.dates[-1])} ({len(run.dates)} days) on "
+                f"{describe_source(ck.cfg.data.source)}, {describe_execution(ck.cfg.env.execution, market.data)}"
+            ),
+            policy=M.summarize(result.values, trades=result.trades, risk_free=rf),
+            baseline=M.summarize(result.baseline_values, risk_free=rf),
+            exposure=float(np.mean(result.holdings_value[1:] / result.values[1:])),
+            interval="" if interval is None else f" [{interval['lo']:.2f}, {interval['hi']:.2f}]",
+            diff=paired_sharpe_difference(returns[None], bench, n_boot=n_boot) if len(returns) > 1 else None,
+        )
+
+    @property
+    def baseline_words(self) -> str:
+        return f"buy-and-hold Sharpe {self.baseline['sharpe']:.2f}, return {self.baseline['cumulative_return']:+.2%}"
 
 
 def seeds_held_out_line(
@@ -699,24 +718,15 @@ def seeds_held_out_line(
          for c in cks]
     )  # fmt: skip
     lo, hi, _ = t_interval(each)
-    run = run_policy(ck, restore_acting(cks, market, cpu), market, period, cpu)
-    result = result_of(ck, run, market, period, metadata={})
-    ensemble = M.summarize(result.values, trades=result.trades, risk_free=rf)
-    baseline = M.summarize(result.baseline_values, risk_free=rf)
-    exposure = float(np.mean(result.holdings_value[1:] / result.values[1:]))
-    returns, bench = M.excess_returns(result.values, rf), M.excess_returns(result.baseline_values, rf)
-    interval = sharpe_interval(returns, n_boot=n_boot) if len(returns) > 1 else None
-    diff = paired_sharpe_difference(returns[None], bench, n_boot=n_boot) if len(returns) > 1 else None
-    shown = "" if interval is None else f" [{interval['lo']:.2f}, {interval['hi']:.2f}]"
-    oracle = checkpoint_oracle(ck, market, test)
+    held = HeldOut.of(ck, run_policy(ck, restore_acting(cks, market, cpu), market, period, cpu), market, period, n_boot)
+    ensemble, oracle = held.policy, checkpoint_oracle(ck, market, test)
     names = "/".join(sorted({c.path.name for c in cks}))
     return (
-        f"{_held_out_where(ck, run, market)}: {len(cks)} seeds' {names} Sharpe {each.mean():.2f} [{lo:.2f}, "
+        f"{held.where}: {len(cks)} seeds' {names} Sharpe {each.mean():.2f} [{lo:.2f}, "
         f"{hi:.2f}] (mean, 95% over seeds; each {', '.join(f'{x:.2f}' for x in each)}) | their ensemble Sharpe "
-        f"{ensemble['sharpe']:.2f}{shown} (95% over days), return {ensemble['cumulative_return']:+.2%}, exposure "
-        f"{exposure:.0%}, turnover {ensemble['annual_turnover']:.1f}x a year | buy-and-hold Sharpe "
-        f"{baseline['sharpe']:.2f}, return {baseline['cumulative_return']:+.2%} | the ensemble "
-        f"{versus_buy_and_hold(diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, float(each.mean()))} | "
+        f"{ensemble['sharpe']:.2f}{held.interval} (95% over days), return {ensemble['cumulative_return']:+.2%}, exposure "
+        f"{held.exposure:.0%}, turnover {ensemble['annual_turnover']:.1f}x a year | {held.baseline_words} | the ensemble "
+        f"{versus_buy_and_hold(held.diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, float(each.mean()))} | "
         f"full report: clstm-ppo backtest --checkpoint {folder}"
     )
 
