@@ -1041,7 +1041,7 @@ def test_the_eta_times_each_job_by_its_familys_measured_rate(tmp_path):
 def test_batches_are_sized_by_the_cells_work():
     """On the CPU paper-sized clstm cells train alone (4 as one batch on one core took 56 min against 12.5 each alone)
     and the mlp cells share batches, the costliest jobs first; small cells share a job's overhead, one batch per
-    worker; a group is split only where that shortens the busiest worker's work."""
+    worker; a set is split only where that shortens the busiest worker's work."""
     from clstm_ppo.study.batch import batches, job_cost, makespan
 
     def policies(groups):
@@ -1050,6 +1050,9 @@ def test_batches_are_sized_by_the_cells_work():
     base = TrainConfig()  # the paper-sized network
     mixed = build_grid(["clstm", "mlp"], [1, 2, 3, 4], [()])
     assert policies(batches(mixed, base, 0, 2)) == [["clstm"]] * 4 + [["mlp"] * 2] * 2
+    # groups of equal cost: splitting one alone does not shorten the busiest worker's work, splitting all does
+    many = build_grid(["clstm"], list(range(1, 33)), [()])
+    assert [len(g) for g in batches(many, base, 0, 16)] == [1] * 32
     clstm = mixed[:4]
     assert job_cost(clstm, base, 20) > sum(job_cost([c], base, 20) for c in clstm)  # a batch of them is slower
     assert makespan([3.0, 2.0, 2.0, 1.0], 2) == 4.0

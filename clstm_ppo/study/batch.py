@@ -76,21 +76,26 @@ about 12.5 (issue 59)."""
 def cell_cost(cell: Cell, base: TrainConfig, num_tickers: int) -> float:
     """A cell's training work alone: its first window's env steps x (`STEP_OVERHEAD` + its training matmul FLOPs per
     step, `clstm_ppo.agent.flops.training_flops_per_step`). What the scheduler balances, not a time."""
-    return _steps(cell, base) * (STEP_OVERHEAD + training_flops_per_step(cell.config(base), num_tickers))
-
-
-def _steps(cell: Cell, base: TrainConfig) -> float:
-    cfg = cell.config(base)
-    days = cfg.env.episode_length if isinstance(cfg.env.episode_length, int) else 252
-    return float(cfg.ppo.num_episodes * days)
+    return _cost([_work(cell.config(base), num_tickers)], "cpu")
 
 
 def job_cost(cells: list[Cell], base: TrainConfig, num_tickers: int, device: str = "cpu") -> float:
     """The work of ``cells`` trained as one batch: one `STEP_OVERHEAD` a step for the job and each cell's matmuls,
     slower by `BATCHED_SLOWDOWN` when batched."""
-    slowdown = BATCHED_SLOWDOWN[device] if len(cells) > 1 else 1.0
-    flops = sum(training_flops_per_step(c.config(base), num_tickers) * _steps(c, base) for c in cells)
-    return max(_steps(c, base) for c in cells) * STEP_OVERHEAD + slowdown * flops
+    return _cost([_work(c.config(base), num_tickers) for c in cells], device)
+
+
+def _work(cfg: TrainConfig, num_tickers: int) -> tuple[float, float]:
+    """A cell's env steps (its first window's) and its training matmul FLOPs over them."""
+    days = cfg.env.episode_length if isinstance(cfg.env.episode_length, int) else 252
+    steps = float(cfg.ppo.num_episodes * days)
+    return steps, steps * training_flops_per_step(cfg, num_tickers)
+
+
+def _cost(works: list[tuple[float, float]], device: str) -> float:
+    """`job_cost` of cells whose `_work` is ``works``."""
+    slowdown = BATCHED_SLOWDOWN[device] if len(works) > 1 else 1.0
+    return max(steps for steps, _ in works) * STEP_OVERHEAD + slowdown * sum(flops for _, flops in works)
 
 
 def makespan(costs: list[float], workers: int) -> float:
@@ -106,41 +111,49 @@ def batches(
     cells: list[Cell], base: TrainConfig, size: int, workers: int, *, num_tickers: int = 20, gpus: bool = False
 ) -> list[list[Cell]]:
     """``cells`` in groups that train as one batch each, the costliest first (`job_cost`: the longest jobs start
-    first, and no worker waits on one started last). Cells that may share a batch (`batch_key`) are split evenly into
-    groups of at most ``size``; 1: every cell alone; 0: automatic, sized by cost: each set of compatible cells starts
-    as one group (at most `AUTO_MAX` cells), and the split of a group in two that shortens the busiest worker's work
-    most (`makespan`) is made until none does. So a batch is split rather than leave a worker idle, small cells
-    share a job's overhead, and large ones on the CPU train alone.
+    first, and no worker waits on one started last). Each set of cells that may share a batch (`batch_key`) is split
+    evenly: into groups of at most ``size``; 1: every cell alone; 0: automatic, sized by cost. Then each set in turn
+    takes the number of groups (of at most `AUTO_MAX` cells) that gives the busiest worker the least work
+    (`makespan`), the fewest on a tie, until none changes. So a batch is split rather than leave a worker idle, small
+    cells share a job's overhead, and large ones on the CPU train alone.
 
     :param num_tickers: the study's tickers (the networks' widths depend on them).
     :param gpus: the cells run on GPUs.
     """
     device = "cuda" if gpus else "cpu"
+    configs = {cell: cell.config(base) for cell in cells}
+    work = {cell: _work(cfg, num_tickers) for cell, cfg in configs.items()}
     compatible: dict[Any, list[Cell]] = {}
     for cell in cells:
-        compatible.setdefault(batch_key(cell.config(base)), []).append(cell)
-    groups: list[list[Cell]] = []
-    for members in compatible.values():
-        count = math.ceil(len(members) / (size or AUTO_MAX))
-        groups += [members[_bounds(len(members), count, i)] for i in range(count)]
+        compatible.setdefault(batch_key(configs[cell]), []).append(cell)
+    sets = list(compatible.values())
+
+    def split(members: list[Cell], count: int) -> list[list[Cell]]:
+        return [members[_bounds(len(members), count, i)] for i in range(count)]
 
     def cost(group: list[Cell]) -> float:
-        return job_cost(group, base, num_tickers, device)
+        return _cost([work[c] for c in group], device)
 
-    while not size:
-        now = makespan([cost(g) for g in groups], workers)
-        best, best_span = None, now
-        for k, group in enumerate(groups):
-            if len(group) < 2:
-                continue
-            halves = [group[: len(group) // 2], group[len(group) // 2 :]]
-            span = makespan([cost(g) for g in groups[:k] + halves + groups[k + 1 :]], workers)
-            if span < best_span * (1 - 1e-9):
-                best, best_span = (k, halves), span
-        if best is None:
-            break
-        k, halves = best
-        groups[k : k + 1] = halves
+    counts = [math.ceil(len(members) / (size or AUTO_MAX)) for members in sets]
+    if not size:
+        costs: dict[tuple[int, int], list[float]] = {}  # (set, groups) -> its groups' costs
+
+        def group_costs(k: int, count: int) -> list[float]:
+            if (k, count) not in costs:
+                costs[k, count] = [cost(g) for g in split(sets[k], count)]
+            return costs[k, count]
+
+        scale = sum(cost([c]) for c in cells) or 1.0
+        changed = True
+        while changed:
+            changed = False
+            for k, members in enumerate(sets):
+                others = [c for j, n in enumerate(counts) if j != k for c in group_costs(j, n)]
+                options = sorted({math.ceil(len(members) / n) for n in range(1, min(len(members), AUTO_MAX) + 1)})
+                best = min(options, key=lambda n: (round(makespan(others + group_costs(k, n), workers) / scale, 9), n))
+                if best != counts[k]:
+                    counts[k], changed = best, True
+    groups = [group for members, count in zip(sets, counts, strict=True) for group in split(members, count)]
     return sorted(groups, key=lambda g: -cost(g))  # stable: equal costs keep the grid's order
 
 
