@@ -184,27 +184,27 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tupl
     from clstm_ppo.training.seeds import (
         check_seed_run,
         seed_configs,
+        shared_market,
         train_seeds_worker,
         write_manifest,
     )
 
     check_seed_run(cfg, layout)
+    cfg, shared = shared_market(cfg, seeds)
     folder = resolve_run_dir(cfg.run, cfg.model.policy)
-    cfgs, shared = seed_configs(cfg, seeds, folder)
-    folders = [folder / c.run.run_name for c in cfgs]
     if cfg.run.dry_run:
-        print(json.dumps(cfgs[0].to_dict(), indent=2))
-        print(describe_data(cfgs[0]))
+        print(json.dumps(seed_configs(cfg, seeds, folder)[0].to_dict(), indent=2))
+        print(describe_data(cfg))  # cfg.run.seed is the first seed (split_seed_flag)
         print(f"seeds: {format_seeds(seeds)}, as one batch in one {layout.device_type} process")
         print(f"run folders: {folder}/seed-<s>")
         return 0
     if shared:
         print(f"[seeds] {shared}", flush=True)
-    market = build_market(cfgs[0].data, seed=cfgs[0].run.seed)
+    market = build_market(cfg.data, seed=seeds[0])
     if not (cfg.run.run_name or cfg.run.resume):
         folder = claim_run_dir(folder)
-        cfgs, _ = seed_configs(cfg, seeds, folder)
-        folders = [folder / c.run.run_name for c in cfgs]
+    cfgs = seed_configs(cfg, seeds, folder)
+    folders = [folder / c.run.run_name for c in cfgs]
     for c, f in zip(cfgs, folders, strict=True):
         check_writable(f)
         if c.run.resume:

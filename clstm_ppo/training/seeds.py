@@ -53,24 +53,29 @@ def split_seed_flag(argv: list[str]) -> tuple[list[str], list[int] | None]:
     return out, seeds
 
 
-def seed_configs(cfg: TrainConfig, seeds: list[int], folder: Path) -> tuple[list[TrainConfig], str | None]:
-    """Each seed's settings (its seed, its folder ``folder/seed-<s>``) on the market they share, and the line that
-    says which market that is when the source would have drawn one per seed (None otherwise)."""
+def shared_market(cfg: TrainConfig, seeds: list[int]) -> tuple[TrainConfig, str | None]:
+    """``cfg`` on the market the seeds share, and the line that says which market that is when its source would
+    have drawn one per seed (a synthetic source without ``seed=``: the first seed's; None otherwise)."""
     from envs.sources import is_synthetic, names_option, pin_synthetic
     from envs.synthetic import GENERATOR_VERSION
 
-    source, note = cfg.data.source, None
-    if is_synthetic(source) and not names_option(source, "seed"):
-        source = pin_synthetic(source, seed=seeds[0], generator=GENERATOR_VERSION)
-        note = (
-            f"seeds {format_seeds(seeds)} share the synthetic market of seed {seeds[0]} ({source}): the source names "
-            f"no seed=, which would draw one market per seed"
-        )
-    cfgs = [
-        cfg.with_settings(seed=s, data=source, checkpoint_dir=str(folder), run_name=SEED_FOLDER.format(s))
-        for s in seeds
+    source = cfg.data.source
+    if not is_synthetic(source) or names_option(source, "seed"):
+        return cfg, None
+    source = pin_synthetic(source, seed=seeds[0], generator=GENERATOR_VERSION)
+    note = (
+        f"seeds {format_seeds(seeds)} share the synthetic market of seed {seeds[0]} ({source}): the source names "
+        f"no seed=, which would draw one market per seed"
+    )
+    return cfg.with_settings(data=source), note
+
+
+def seed_configs(cfg: TrainConfig, seeds: list[int], folder: Path) -> list[TrainConfig]:
+    """Each seed's settings: ``cfg`` (on its shared market, `shared_market`) with the seed and its folder
+    ``folder/seed-<s>``."""
+    return [
+        cfg.with_settings(seed=s, checkpoint_dir=str(folder), run_name=SEED_FOLDER.format(s)).validate() for s in seeds
     ]
-    return [c.validate() for c in cfgs], note
 
 
 def check_seed_run(cfg: TrainConfig, layout: WorldLayout) -> None:
