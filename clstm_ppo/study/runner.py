@@ -203,6 +203,7 @@ class _Job:
     began: float  # time.perf_counter() when it started
     episodes_before: int  # episodes its first cell had logged when it started (a resumed cell's): not timed
     tail: float | None = None  # seconds it ran besides training (start, trading, reports), once a cell of it is done
+    measured: bool = False  # its seconds went into its family's rate (`_CellPool.measure`), at its first done cell
 
 
 def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) -> subprocess.Popen:
@@ -365,9 +366,6 @@ class _CellPool:
             del self.running[pid]
             self.free_slots.append(job.slot)
             self.trained.clear()  # each of its cells' progress lines reads the running jobs' files once, not K times
-            seconds = time.perf_counter() - job.began
-            if any(read_status(self.study_dir / "cells" / c.name)["status"] == "done" for c in job.cells):
-                self.measure(job.cells, seconds)
             for cell in job.cells:
                 self.finish(job, cell, code)
 
@@ -389,9 +387,12 @@ class _CellPool:
         return state
 
     def record_done(self, job: _Job, cell: Cell, status: dict[str, Any]) -> None:
-        """Hand a done cell to ``on_done``; note its job's time besides training; estimate the wall time from its job
-        if nothing has yet."""
+        """Hand a done cell to ``on_done``; note its job's time (its family's rate) and its time besides training;
+        estimate the wall time from its job if nothing has yet."""
         seconds = time.perf_counter() - job.began
+        if not job.measured:
+            job.measured = True
+            self.measure(job.cells, seconds)
         if job.tail is None and "train_seconds" in status:
             job.tail = max(seconds - float(status["train_seconds"]), 0.0)
             self.tails.append(job.tail)
