@@ -18,10 +18,8 @@ without a flag: a ``--config`` file or a preset sets them (`CONFIG_ONLY`, docs/t
 values (rollout size, minibatches) are properties of their section; `TrainConfig.validate` checks every rule
 between settings, once, with one clear line.
 
-Old files: `TrainConfig.from_dict` reads a flat dict written by any earlier version (`upgrade`): settings folded
-into others since (the W&B project into ``--track``, the Alpaca feed into ``--data``) are folded, a setting removed
-in 0.2.0 (`REMOVED`) is dropped where it holds the value the product now always uses and refused in one line where
-it would change what the file computes, and a setting added since takes the meaning it had then (`LEGACY`).
+Old files: `TrainConfig.from_dict` reads a flat dict written by any earlier version through `clstm_ppo.migrate`,
+the one place that knows what old files meant (settings folded, removed, or added since).
 """
 
 from __future__ import annotations
@@ -29,14 +27,14 @@ from __future__ import annotations
 import json
 import math
 import types
-from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
 
+from clstm_ppo import migrate
 from envs.config import EnvConfig, setting
 from envs.errors import UserError
-from envs.source_spec import ALPACA_DEFAULTS, alpaca_options, split_source
+from envs.source_spec import alpaca_options, split_source
 from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MODES
 
 POLICIES = ("clstm", "lstm", "mlp", "shared")
@@ -452,91 +450,6 @@ CONFIG_ONLY: tuple[str, ...] = tuple(s.flag for s in SETTINGS.values() if not s.
 """The settings without a flag (a ``--config`` file or a preset sets them)."""
 
 
-# ------------------------------------------------------------------------------------- old files
-REMOVED_IN = "0.2.0"  # the version that removed the settings of `REMOVED` and `REMOVED_VALUES`
-LAST_WITH_REMOVED = "0.1.0 (commit 8bcb3cf, tag v0.1.0)"
-"""The last release that had the settings `REMOVED` names."""
-
-
-def _was_on(values: dict[str, Any], flag: str) -> bool:
-    """Whether a 0.1.0 forecast setting stored as None or 'auto' (resolved for the policy) was on."""
-    per_ticker = values.get("policy", "clstm") != "shared"
-    skip = values.get("forecast_skip")
-    skip = per_ticker if skip is None else bool(skip)
-    if flag == "forecast_skip":
-        return skip
-    forecaster = values.get("forecaster", "head")
-    linear = (forecaster == "linear") or (forecaster == "auto" and skip and per_ticker)
-    if flag == "forecaster":
-        return skip and linear
-    only = values.get("forecast_only")
-    return (skip and linear) if only is None else bool(only)
-
-
-REMOVED: dict[str, tuple[Any, Callable[[dict[str, Any], Any], bool]]] = {
-    "stage1": ("lstm", lambda v, x: v.get("policy", "clstm") == "clstm" and x != "lstm"),
-    "cross_section": ("mean", lambda v, x: v.get("policy") == "shared" and x != "mean"),
-    "skip": (False, lambda v, x: bool(x)),
-    "aux_coef": (0.0, lambda v, x: float(x) != 0.0),
-    "forecast_skip": (False, lambda v, x: _was_on(v, "forecast_skip")),
-    "forecaster": ("head", lambda v, x: _was_on(v, "forecaster")),
-    "forecast_only": (False, lambda v, x: _was_on(v, "forecast_only")),
-    "forecast_threshold": (0.0, lambda v, x: float(x) != 0.0),
-    "forecast_days": (1, lambda v, x: int(x) != 1 and (float(v.get("aux_coef", 0)) > 0 or _was_on(v, "forecaster"))),
-    "ema_decay": (0.0, lambda v, x: float(x) != 0.0),
-    "permute_tickers": (False, lambda v, x: bool(x)),
-    "turbulence_exit_days": (1, lambda v, x: int(x) != 1),
-    "trade_gate": (False, lambda v, x: bool(x)),
-    "trade_rate": (1.0, lambda v, x: float(x) != 1.0),
-    "noise_hold": (1, lambda v, x: int(x) != 1),
-}
-"""Settings removed in 0.2.0 (research variants whose only evidence was synthetic draws; docs/training.md lists
-each with the commit that last had it): flag -> (the value the product now always uses, whether a file's value
-``x`` among its other settings ``v`` would change what it computes). A file holding one in effect is refused in one
-line; one holding the value now always used loads as before."""
-
-REMOVED_VALUES: dict[str, tuple[Any, ...]] = {"price_features": ("vol_return",)}
-"""Values of kept settings removed in 0.2.0."""
-
-FOLDED = ("wandb_project", "wandb_entity", "alpaca_feed", "alpaca_adjustment", "alpaca_timeframe")
-"""0.1.0 settings folded into others: the W&B project and entity into ``--track``, the Alpaca feed, adjustment and
-timeframe into the ``--data alpaca:...`` spec."""
-
-
-def upgrade(values: dict[str, Any], source: str) -> dict[str, Any]:
-    """A flat settings dict of any earlier version as this version reads it: folded settings folded, removed ones
-    dropped where they hold the value now always used; UserError naming the setting where one would change what
-    the file computes."""
-    values = dict(values)
-    for flag, (_always, in_effect) in REMOVED.items():
-        if flag in values and in_effect(values, values[flag]):
-            raise UserError(
-                f"{source}: --{flag} {values[flag]} was removed in clstm-ppo {REMOVED_IN} (the last version with it: "
-                f"{LAST_WITH_REMOVED}); it changes what this file computes, so retrain, or use that version"
-            )
-    for flag in REMOVED:
-        values.pop(flag, None)
-    for flag, gone in REMOVED_VALUES.items():
-        if values.get(flag) in gone:
-            raise UserError(
-                f"{source}: --{flag} {values[flag]} was removed in clstm-ppo {REMOVED_IN} (the last version with it: "
-                f"{LAST_WITH_REMOVED}); retrain, or use that version"
-            )
-    folded = {k: values.pop(k) for k in FOLDED if k in values}
-    if values.get("track", "none") == "wandb" and (folded.get("wandb_project") or folded.get("wandb_entity")):
-        project = folded.get("wandb_project") or "clstm-ppo"
-        entity = folded.get("wandb_entity") or ""
-        values["track"] = f"wandb:{entity + '/' if entity else ''}{project}"
-    source_text = str(values.get("data", "synthetic"))
-    alpaca = {k.removeprefix("alpaca_"): v for k, v in folded.items() if k.startswith("alpaca_")}
-    alpaca = {k: v for k, v in alpaca.items() if v != ALPACA_DEFAULTS[k]}
-    if alpaca and split_source(source_text)[0] == "alpaca":
-        scheme, options = split_source(source_text)
-        options = {**alpaca, **options}
-        values["data"] = f"alpaca:{','.join(f'{k}={v}' for k, v in options.items())}"
-    return values
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """All settings of a training run, by section (see the module docstring)."""
@@ -573,9 +486,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> TrainConfig:
-        """From a flat ``{flag: value}`` dict of this or an earlier version (`upgrade`; missing settings take their
-        defaults); unknown keys are refused."""
-        values = upgrade(values, source)
+        """From a flat ``{flag: value}`` dict of this or an earlier version (`clstm_ppo.migrate.settings`; missing
+        settings take their defaults); unknown keys are refused."""
+        values = migrate.settings(values, source)
         unknown = sorted(set(values) - set(SETTINGS))
         if unknown:
             raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}")
@@ -592,15 +505,10 @@ class TrainConfig:
         """A copy with some settings changed, by flag name (``cfg.with_settings(seed=3, window=5)``)."""
         return TrainConfig.from_dict({**self.to_dict(), **values}, source="settings")
 
-    @classmethod
-    def from_checkpoint(cls, values: dict[str, Any], *, source: str = "checkpoint") -> TrainConfig:
-        """The settings a checkpoint (or study spec) was trained with: settings added after it was written take
-        the meaning they had then (`LEGACY`), not today's defaults; removed ones are `upgrade`'s."""
-        return cls.from_dict({**LEGACY, **values}, source=source)
-
 
 def read_settings_file(path: str | Path) -> dict[str, Any]:
-    """The ``{flag: value}`` settings a JSON file names, as this version reads them (`upgrade`), and only those:
+    """The ``{flag: value}`` settings a JSON file names, as this version reads them (`clstm_ppo.migrate.settings`),
+    and only those:
     a ``--config`` file overrides the settings it names and leaves the rest to the preset or the defaults. UserError
     naming the file for a missing or malformed file or an unknown setting."""
     path = Path(path)
@@ -612,7 +520,7 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
         raise UserError(f"config file {path} is not valid JSON: {err}") from None
     if not isinstance(values, dict):
         raise UserError(f"config file {path} must hold a JSON object of settings")
-    values = upgrade(values, str(path))
+    values = migrate.settings(values, str(path))
     unknown = sorted(set(values) - set(SETTINGS))
     if unknown:
         raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}")
@@ -632,20 +540,6 @@ PAPER_BEHAVIOUR: dict[str, Any] = dict(
 )
 """Where today's defaults differ from the paper's method: the ``paper`` preset keeps the paper's
 (docs/training.md has the table, with the evidence for each difference)."""
-
-LEGACY: dict[str, Any] = {
-    **PAPER_BEHAVIOUR,
-    "init_weights": "",
-    "max_price_ratio": 0.0,
-    "deploy": "best",
-    "init_log_std": -0.5,  # until 0.2.0
-    "rebalance_band": 0.01,  # until 0.2.3
-}
-"""What a setting meant in checkpoints and study specs written before it existed, for every setting whose default
-has changed since: the paper's behaviour, no warm start, no bad-tick check, best.pt deployed, 0.2.0's exploration
-noise and 0.2.3's band. Every changed default adds its old value here: the trials ledger leaves a setting out of a
-configuration's key at this value (`clstm_ppo.study.trials.config_key`), so a key does not depend on the release
-that computes it."""
 
 PRESETS: dict[str, dict[str, Any]] = {
     # Zou et al. 2022, Table 1 and the sweeps' winners (window 30, stage-2 LSTM 512, one layer); epochs, minibatch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from clstm_ppo.config import LEGACY, DataConfig
+from clstm_ppo.config import DataConfig
 from envs.data import MarketData, Splits, split_days
 from envs.features import PreparedMarket
 from envs.sources import load_market_data, training_pool
@@ -98,9 +98,6 @@ def build_market(
 
 
 def rebuild_market(data: MarketData, spec: dict[str, Any]) -> PreparedMarket:
-    """The market of a checkpoint: stored normalisation/threshold applied to (possibly new) data. A spec written
-    before the state's price column was a choice meant the paper's (`LEGACY`)."""
-    norm = spec.get("normalization")
-    if isinstance(norm, dict) and "price_mode" not in norm:
-        spec = {**spec, "normalization": {**norm, "price_mode": LEGACY["price_features"]}}
+    """The market of a checkpoint: stored normalisation/threshold applied to (possibly new) data (an older
+    checkpoint's spec as `clstm_ppo.migrate.market_spec` reads it)."""
     return PreparedMarket.from_spec(data, spec)

@@ -4,7 +4,7 @@ A light module (no numpy, pandas or torch), so the command line can build its fl
 ``--help`` stays fast. `EnvConfig` is the ``env`` section of the training settings
 (`clstm_ppo.config.TrainConfig`): its defaults are what training runs, declared here once. The paper's own
 meanings (share actions, dollar rewards, fills at the observed close) are the ``paper`` preset, and what
-checkpoints written before a setting existed meant is `clstm_ppo.config.LEGACY`.
+checkpoints written before a setting existed meant is `clstm_ppo.migrate.LEGACY`.
 """
 
 from __future__ import annotations

@@ -52,7 +52,8 @@ def test_an_old_checkpoint_opens_and_rebuilds_its_policy_and_market():
     ckpt = open_checkpoint(FIXTURE)
     assert ckpt.policy == "clstm" and ckpt.window == 5 and len(ckpt.tickers) == 4
     assert ckpt.counters["episodes"] == 32
-    assert "data" not in ckpt.market_spec and own_source(ckpt) == "synthetic:tickers=4,days=400,generator=1"
+    assert ckpt.market_spec["data"] == {"generator": 1}  # none recorded: generator 1, the only one then
+    assert own_source(ckpt) == "synthetic:tickers=4,days=400,generator=1"
     market = restore_market(ckpt, load_data(ckpt.cfg.data, seed=ckpt.cfg.run.seed))
     policy = restore_policy(ckpt, market)
     assert policy.spec.window == market.window == 5 and policy.spec.num_tickers == 4

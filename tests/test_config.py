@@ -10,7 +10,7 @@ import re
 import pytest
 
 from clstm_ppo.cli.train import build_parser, parse_config
-from clstm_ppo.config import CONFIG_ONLY, LEGACY, PAPER_BEHAVIOUR, SECTIONS, SETTINGS, TrainConfig, preset
+from clstm_ppo.config import CONFIG_ONLY, SECTIONS, SETTINGS, TrainConfig, preset
 from envs.config import EnvConfig
 from envs.errors import UserError
 from tests.conftest import ROOT
@@ -91,14 +91,6 @@ def test_flat_settings_round_trip_through_json_and_keep_their_types():
     assert cfg.with_settings(seed=7).run.seed == 7 and cfg.with_settings(seed=7).ppo == cfg.ppo
 
 
-def test_a_checkpoint_without_newer_settings_keeps_the_meaning_they_had():
-    old = TrainConfig.from_checkpoint({"gamma": 0.98})
-    for flag, value in LEGACY.items():
-        assert old.to_dict()[flag] == value, flag
-    assert {k: old.to_dict()[k] for k in PAPER_BEHAVIOUR} == {k: preset("paper").to_dict()[k] for k in PAPER_BEHAVIOUR}
-    assert TrainConfig.from_checkpoint({"action_mode": "weights"}).env.action_mode == "weights"  # stored wins
-
-
 def test_every_default_that_differs_from_the_paper_has_a_row_in_the_defaults_table():
     """docs/training.md's table of defaults that differ from the paper names every setting where the plain defaults
     and ``--preset paper`` disagree (a changed default without its evidence fails here)."""
@@ -132,58 +124,3 @@ def test_the_command_line_has_at_most_65_flags_and_the_rare_knobs_live_in_config
     assert layered.env.action_mode == "shares"  # the paper preset's, not the default
     with pytest.raises(UserError, match="--adam_eps is set in a --config file, not on the command line"):
         parse_config(["--adam_eps", "1e-5"])
-
-
-@pytest.mark.parametrize(
-    "old, now",
-    [
-        ({"skip": False, "aux_coef": 0.0, "forecast_skip": False, "forecaster": "head", "forecast_only": False}, {}),
-        (
-            {"policy": "shared", "forecast_skip": None, "forecaster": "auto", "forecast_only": None},
-            {"policy": "shared"},
-        ),
-        ({"ema_decay": 0.0, "permute_tickers": False, "turbulence_exit_days": 1, "stage1": "lstm"}, {}),
-        ({"trade_rate": 1.0, "trade_gate": False}, {}),
-        ({"forecast_days": 5, "aux_coef": 0.0, "forecast_skip": False}, {}),  # the days fed nothing: no effect
-        ({"cross_section": "attention", "policy": "clstm"}, {"policy": "clstm"}),  # shared's only
-    ],
-)
-def test_removed_settings_at_the_value_now_always_used_load_as_before(old, now):
-    assert TrainConfig.from_checkpoint(old) == TrainConfig.from_checkpoint(now)
-
-
-@pytest.mark.parametrize(
-    "old, flag",
-    [
-        ({"skip": True}, "skip"),
-        ({"aux_coef": 1.0}, "aux_coef"),
-        ({"forecast_skip": None, "policy": "clstm"}, "forecast_skip"),  # 0.1.0's default: on for clstm
-        ({"ema_decay": 0.98}, "ema_decay"),
-        ({"turbulence_exit_days": 3}, "turbulence_exit_days"),
-        ({"permute_tickers": True}, "permute_tickers"),
-        ({"price_features": "vol_return"}, "price_features"),
-        ({"stage1": "conv"}, "stage1"),
-        ({"trade_rate": 0.25}, "trade_rate"),
-    ],
-)
-def test_removed_settings_that_would_change_the_result_are_refused_in_one_line(old, flag):
-    with pytest.raises(UserError) as err:
-        TrainConfig.from_checkpoint(old, source="checkpoint ck.pt")
-    text = str(err.value)
-    assert text.startswith(f"checkpoint ck.pt: --{flag} ") and "removed in clstm-ppo 0.2.0" in text
-    assert "0.1.0" in text and "\n" not in text
-
-
-def test_folded_settings_fold_into_track_and_the_alpaca_data_spec():
-    old = {"track": "wandb", "wandb_project": "p", "wandb_entity": "team", "data": "alpaca", "alpaca_feed": "sip"}
-    cfg = TrainConfig.from_checkpoint({**old, "alpaca_adjustment": "all", "alpaca_timeframe": "1Day"})
-    assert cfg.run.track == "wandb:team/p" and cfg.data.source == "alpaca:feed=sip"
-    assert cfg.data.alpaca_options == {"feed": "sip", "adjustment": "all", "timeframe": "1Day"}
-    assert TrainConfig.from_checkpoint({"track": "none", "wandb_project": "p"}).run.track == "none"
-    for bad in ("wandb:a/b/c", "mlflow", "none:x"):
-        with pytest.raises(UserError, match="--track"):
-            TrainConfig.from_dict({"track": bad}).validate()
-    with pytest.raises(UserError, match="unknown alpaca option 'fee'"):
-        TrainConfig.from_dict({"data": "alpaca:fee=sip"}).validate()
-    with pytest.raises(UserError, match="feed must be one of iex, sip"):
-        TrainConfig.from_dict({"data": "alpaca:feed=x"}).validate()

@@ -3,7 +3,8 @@
 Layers, lowest first (a module may import its own layer and the ones below, never above):
 
     0  envs                                   data, features, the trading environments
-    1  clstm_ppo.config, clstm_ppo.market     settings, and settings -> prepared market
+    1  clstm_ppo.config, clstm_ppo.market,    settings, settings -> prepared market, and what old files meant
+       clstm_ppo.migrate
     2  clstm_ppo.agent                        the policy network, its windows, running it through a split
     3  clstm_ppo.training                     rollouts, PPO, the loop, processes, the run folder
     4  clstm_ppo.evaluation                   backtests, reports, metrics, statistics
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [
     ("envs",),
-    ("clstm_ppo.config", "clstm_ppo.market"),
+    ("clstm_ppo.config", "clstm_ppo.market", "clstm_ppo.migrate"),
     ("clstm_ppo.agent",),
     ("clstm_ppo.training",),
     ("clstm_ppo.evaluation",),

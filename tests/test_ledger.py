@@ -288,7 +288,8 @@ def test_seal_periods_the_data_does_not_hold_are_refused(start, end, message):
 def test_a_configurations_key_ignores_what_does_not_change_numbers_and_settings_a_release_adds(monkeypatch):
     """Two cells differ in their key exactly when a setting that changes numbers differs; a setting at the value an
     older file without it is read as (a new setting's legacy meaning) leaves the key as it was."""
-    from clstm_ppo.config import LEGACY, TrainConfig
+    from clstm_ppo.config import TrainConfig
+    from clstm_ppo.migrate import LEGACY
     from clstm_ppo.study.grid import Cell
     from clstm_ppo.study.spec import StudySpec
     from clstm_ppo.study.trials import config_key

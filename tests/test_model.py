@@ -6,10 +6,9 @@ import pytest
 import torch
 
 from clstm_ppo.agent.build import FAMILIES, make_policy
-from clstm_ppo.agent.model import ActorCritic, ModelSpec
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.recurrence import run_lstm
 from clstm_ppo.config import POLICIES
-from envs.errors import UserError
 from tests.conftest import fake_rollout, net_spec, small_model
 
 
@@ -133,34 +132,6 @@ def test_recurrent_state_is_named_and_an_mlp_has_a_zero_width_one():
     assert torch.equal(out.state.envs(torch.tensor([2])).actor_c, out.state.actor_c[:, [2]])
     mlp = small_model("mlp")
     assert mlp.initial_state(3).actor_h.shape == (1, 3, 0)
-
-
-def test_old_network_specs_load_at_the_values_now_built_and_are_refused_otherwise():
-    """A 0.1.0 checkpoint's network fields removed in 0.2.0 load where they hold what every network is now (no
-    shortcuts, no next-day head, no forecast) and are refused in one line naming the flag where they do not; a spec
-    from before ``action_dist`` existed meant the paper's Gaussian."""
-    model = small_model("clstm")
-    old = {
-        **model.spec.to_dict(),
-        "stage1": "lstm",
-        "skip": False,
-        "next_day_head": False,
-        "cross_section": "mean",
-        "forecast_skip": False,
-        "forecaster": "head",
-        "forecast_only": False,
-        "forecast_threshold": 0.0,
-    }
-    assert ModelSpec.from_dict(old) == model.spec
-    for field, value, flag in (
-        ("skip", True, "skip"),
-        ("next_day_head", True, "aux_coef"),
-        ("forecast_skip", True, "forecast_skip"),
-    ):
-        with pytest.raises(UserError, match=f"built with --{flag}, removed in clstm-ppo 0.2.0"):
-            ModelSpec.from_dict({**old, field: value}, source="ck.pt")
-    then = ModelSpec.from_dict({k: v for k, v in old.items() if k not in ("action_dist", "log_std_max")})
-    assert then.action_dist == "gaussian" and then.log_std_max is None
 
 
 @pytest.mark.parametrize("policy", ["clstm", "mlp"])

@@ -38,7 +38,7 @@ from torch.distributions import Normal
 
 from clstm_ppo.agent.moments import merge_moments
 from clstm_ppo.agent.windows import Windows
-from clstm_ppo.config import ACTION_DISTS, LAST_WITH_REMOVED, LEGACY, POLICIES, REMOVED_IN
+from clstm_ppo.config import ACTION_DISTS, POLICIES
 from envs.errors import UserError
 
 LOG_STD_MIN = -5.0  # lower bound of a bounded log-std
@@ -81,23 +81,6 @@ def normalized_rows(rows: Tensor, mean: Tensor, var: Tensor) -> Tensor:
 
 
 # ------------------------------------------------------------------------------------------ the spec
-REMOVED_SPEC_FIELDS: dict[str, tuple[str, Any]] = {
-    "stage1": ("stage1", "lstm"),
-    "skip": ("skip", False),
-    "next_day_head": ("aux_coef", False),
-    "cross_section": ("cross_section", "mean"),
-    "forecast_skip": ("forecast_skip", False),
-    "forecaster": ("forecaster", "head"),
-    "forecast_only": ("forecast_only", False),
-    "forecast_threshold": ("forecast_threshold", 0.0),
-    "forecast_centre": ("forecast_gain", None),
-    "forecast_scale": ("forecast_gain", 1.0),
-    "trade_gate": ("trade_gate", False),
-}
-"""Network fields of 0.1.0 checkpoints removed in 0.2.0: field -> (the flag that set it, the value every network now
-has). A stored network with another value is refused (`ModelSpec.from_dict`)."""
-
-
 @dataclass(frozen=True)
 class ModelSpec:
     """What is needed to rebuild a policy, stored in checkpoints (``model_config``): the model settings
@@ -127,26 +110,13 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], *, source: str = "checkpoint") -> ModelSpec:
-        """From a checkpoint's ``model_config`` of this or an earlier version: fields a newer version added take the
-        meaning older checkpoints were trained with (`clstm_ppo.config.LEGACY`); fields removed since are dropped
-        at the value every network now has, and refused in one line (UserError) at any other."""
-        values = dict(values)
-        for name, (flag, always) in REMOVED_SPEC_FIELDS.items():
-            if name in values and values.pop(name) != always:
-                raise UserError(
-                    f"{source}: its network was built with --{flag}, removed in clstm-ppo {REMOVED_IN} (the last "
-                    f"version with it: {LAST_WITH_REMOVED}); retrain, or use that version"
-                )
-        legacy = {
-            "action_dist": LEGACY["action_dist"],
-            "log_std_max": None if math.isinf(LEGACY["log_std_max"]) else LEGACY["log_std_max"],
-            "obs_norm": False,
-        }
+        """From a checkpoint's ``model_config`` (in this version's fields: `clstm_ppo.migrate.network` reads an
+        earlier version's); UserError in one line naming fields this version does not know."""
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise UserError(f"{source}: its model config has fields this version does not know: {', '.join(unknown)}")
-        return cls(**{**legacy, **values})
+        return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

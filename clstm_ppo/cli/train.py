@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from clstm_ppo.cli.main import freeze_imports
-from clstm_ppo.config import FOLDED, PRESETS, REMOVED, REMOVED_IN, SECTIONS, SETTINGS, TrainConfig, read_settings_file
+from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig, read_settings_file
+from clstm_ppo.migrate import FOLDED, REMOVED, REMOVED_IN
 from envs.errors import UserError, shown_list
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
@@ -24,7 +25,7 @@ from envs.errors import UserError, shown_list
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports bad flags as one line and exit 2 (a UserError), like every other user error; a flag
-    removed in 0.2.0 (`clstm_ppo.config.REMOVED`, `FOLDED`) or a config-only knob given as a flag is named as
+    removed in 0.2.0 (`clstm_ppo.migrate.REMOVED`, `FOLDED`) or a config-only knob given as a flag is named as
     such."""
 
     def error(self, message: str) -> None:

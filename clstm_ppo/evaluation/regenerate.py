@@ -3,7 +3,7 @@ generated again is the one it was trained on.
 
 A synthetic source string (``synthetic:tickers=5``) means the current generator (`envs.synthetic.GENERATOR_VERSION`).
 A checkpoint records the version it was trained on and the data's fingerprint (`envs.sources.data_record`, in its
-market spec's ``"data"``); one written before they were recorded was trained on generator 1.
+market spec's ``"data"``; one written before they were recorded was trained on generator 1, `clstm_ppo.migrate`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ from envs.errors import UserError
 from envs.fingerprint import data_fingerprint, recorded_data_matches
 from envs.sources import is_synthetic, pin_synthetic
 
-UNRECORDED_GENERATOR = 1
-"""The generator of a synthetic checkpoint that records none: the only one there was before versions were recorded."""
-
 
 def own_source(ck: Checkpoint) -> str:
     """``ck``'s data source as its training read it: a synthetic source with its generator version pinned (the
-    recorded one, else `UNRECORDED_GENERATOR`); any other source as it is."""
-    record = ck.market_spec.get("data") or {}
-    return pin_synthetic(ck.cfg.data.source, generator=int(record.get("generator", UNRECORDED_GENERATOR)))
+    recorded one: `clstm_ppo.migrate.market_spec` records generator 1 for a file that records none); any other
+    source as it is."""
+    generator = (ck.market_spec.get("data") or {}).get("generator")
+    return ck.cfg.data.source if generator is None else pin_synthetic(ck.cfg.data.source, generator=int(generator))
 
 
 def check_regenerated(ck: Checkpoint) -> None:

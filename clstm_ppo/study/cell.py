@@ -40,6 +40,7 @@ from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.metrics import trades_from_holdings
 from clstm_ppo.evaluation.report import BacktestResult, write_report
+from clstm_ppo.migrate import traded_record
 from clstm_ppo.study.analysis import curve_metrics
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key
@@ -94,10 +95,7 @@ def load_run(path: Path, tickers: tuple[str, ...]) -> tuple[PolicyRun, PolicyRun
         dates = z["dates"].astype("datetime64[ns]")
         runs = []
         for who in ("policy", "untrained"):
-            fields = {f: z[f"{who}_{f}"] for f in RECORD_FIELDS if f"{who}_{f}" in z}
-            if "fill_prices" not in fields:  # written before --execution: trades filled at the decision's close
-                fields["fill_prices"] = np.concatenate([fields["prices"][:1], fields["prices"][:-1]])
-                fields["fill_dates"] = np.concatenate([dates[:1], dates[:-1]])
+            fields = traded_record({f: z[f"{who}_{f}"] for f in RECORD_FIELDS if f"{who}_{f}" in z}, dates)
             fields["fill_dates"] = fields["fill_dates"].astype("datetime64[ns]")
             runs.append(PolicyRun(dates=dates, tickers=tickers, **fields))
         return runs[0], runs[1], float(z["train_seconds"])

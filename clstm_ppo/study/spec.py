@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clstm_ppo import migrate
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.study.config import StudyConfig
 from clstm_ppo.study.grid import Cell, build_grid
@@ -63,8 +64,7 @@ class StudySpec:
 
     @property
     def base_config(self) -> TrainConfig:
-        # A spec written before a setting existed meant that setting's old value (`LEGACY`), e.g. --deploy best.
-        return TrainConfig.from_checkpoint(self.base, source="the study's base settings")
+        return TrainConfig.from_dict(self.base, source="the study's base settings")
 
     def cells(self) -> list[Cell]:
         """Every cell of the grid, in the stable order shards rely on."""
@@ -91,7 +91,7 @@ class StudySpec:
             raise UserError(f"{path} is not a study spec (it must hold a JSON object)")
         if values.get("format") != SPEC_FORMAT:
             raise UserError(f"{path} has study format {values.get('format')!r}, this version reads {SPEC_FORMAT}")
-        spec = cls(**values)
+        spec = cls(**migrate.study_spec(values))  # an earlier release's spec in this release's shape
         spec.base = spec.base_config.to_dict()  # each setting as this version writes it (e.g. "252" -> 252)
         return spec
 

@@ -19,13 +19,14 @@ from typing import Any
 
 import numpy as np
 
-from clstm_ppo.config import LEGACY, OUTPUT_SETTINGS, SETTINGS
+from clstm_ppo.config import OUTPUT_SETTINGS, SETTINGS
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.baselines import buy_and_hold
 from clstm_ppo.evaluation.fingerprint import data_fingerprint, market_witness
 from clstm_ppo.evaluation.holdout import iso_days
 from clstm_ppo.evaluation.ledger import Ledger, record
 from clstm_ppo.evaluation.metrics import daily_returns, sharpe_from_returns
+from clstm_ppo.migrate import LEGACY
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key, traded_window
@@ -45,7 +46,7 @@ def _digest(obj: Any) -> str:
 def config_key(spec: StudySpec, cell: Cell) -> str:
     """The key of ``cell``'s configuration: its settings without the seed, and the study's schedule.
 
-    A setting at the value a file without it is read as (`clstm_ppo.config.LEGACY`, else its default) is left
+    A setting at the value a file without it is read as (`clstm_ppo.migrate.LEGACY`, else its default) is left
     out, so a release that adds a setting does not make every configuration in a ledger count again."""
     settings = cell.config(spec.base_config).to_dict()
     for name in NOT_SETTINGS:

@@ -156,13 +156,10 @@ class CellRolloutCollector:
         self.generators[cell].set_state(state["action_gen"])
         self.next_obs[envs] = state["next_obs"].to(self.device)
         self.next_start[envs] = state["next_start"].to(self.device)
-        if state["recurrent"]:
-            for mine, saved in zip(self.state, state["recurrent"], strict=True):
-                mine[:, envs] = saved.to(self.device)
-        if "env" in state:
-            self.env.load_cell_state_dict(cell, state["env"])
-        if "reward_norm" in state:
-            self.reward_norms[cell].load_state_dict(state["reward_norm"])
+        for mine, saved in zip(self.state, state["recurrent"], strict=True):
+            mine[:, envs] = saved.to(self.device)
+        self.env.load_cell_state_dict(cell, state["env"])
+        self.reward_norms[cell].load_state_dict(state["reward_norm"])
 
 
 def _zero_stats(width: int) -> list[tuple[str, Tensor]]:

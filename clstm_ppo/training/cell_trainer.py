@@ -412,8 +412,6 @@ class CellTrainer:
         if ckpt.optimizer_state is not None:
             self.optimizer.load_cell_state_dict(cell, ckpt.optimizer_state)
         self.counters[cell] = Counters.from_dict(ckpt.counters)
-        if "reward_moments" in ckpt.counters:  # written before RewardNormalizer kept them
-            self.rollout.reward_norms[cell].moments = tuple(ckpt.counters["reward_moments"])
         states = ckpt.worker_states or []
         if len(states) != 1:
             raise UserError(f"{path}: written by {len(states)} workers; a batched cell resumes one worker's run")

@@ -20,9 +20,10 @@ from typing import Any
 import torch
 
 from clstm_ppo import __version__ as VERSION
+from clstm_ppo import migrate
 from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.model import ActorCritic, ModelSpec
-from clstm_ppo.config import LEGACY, TrainConfig
+from clstm_ppo.config import TrainConfig
 from clstm_ppo.market import build_market, rebuild_market
 from envs.atomic import atomic_write
 from envs.data import DayRange, MarketData, Splits
@@ -50,14 +51,14 @@ class Checkpoint:
     scaler_state: dict[str, Any] | None
     counters: dict[str, Any]  # global_step, update, episodes, best_score, ...
     worker_states: list[dict[str, Any]] | None  # per rank: RNG, env and recurrent state (exact resume)
-    version: str = "0.1.0"  # the clstm-ppo release that wrote it (files of 0.1.0 and before record none)
+    version: str = migrate.UNRECORDED_VERSION  # the clstm-ppo release that wrote it (0.1.0 and before record none)
 
     @cached_property
     def cfg(self) -> TrainConfig:
         """The run's settings; UserError when they do not parse (another version's or a damaged file)."""
         if not isinstance(self.config, dict):
             raise UserError(f"{self.path} is not a clstm-ppo checkpoint (its config is not a mapping)")
-        return TrainConfig.from_checkpoint(self.config, source=f"checkpoint {self.path}")
+        return TrainConfig.from_dict(self.config, source=f"checkpoint {self.path}")
 
     @property
     def tickers(self) -> list[str]:
@@ -160,6 +161,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         )
     if raw["format_version"] != FORMAT_VERSION:
         raise UserError(f"{path} has checkpoint format {raw['format_version']}, this version reads {FORMAT_VERSION}")
+    raw = migrate.checkpoint(raw, str(path))  # an earlier release's file in this release's shape
     return Checkpoint(
         path=path,
         config=raw["config"],
@@ -170,7 +172,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         scaler_state=raw.get("scaler_state"),
         counters=raw["counters"],
         worker_states=raw.get("worker_states"),
-        version=str(raw.get("version", "0.1.0")),
+        version=raw["version"],
     )
 
 
@@ -263,7 +265,7 @@ def _check_recipe(ckpt: Checkpoint, market: PreparedMarket) -> None:
         "indicators": list(spec.get("indicator_names", [])),
         "window": ckpt.window,
         "turbulence lookback": int(spec.get("turbulence_lookback", TURBULENCE_LOOKBACK)),
-        "price features": norm.get("price_mode", LEGACY["price_features"]),
+        "price features": norm.get("price_mode"),
     }
     rebuilt = {
         "indicators": list(market.indicator_names),

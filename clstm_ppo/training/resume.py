@@ -109,8 +109,8 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
 
 def other_market(ckpt: Checkpoint, cfg: TrainConfig, market: PreparedMarket) -> str | None:
     """Why ``market``'s data is not the data ``ckpt`` was trained on (None when it is, as far as can be told): its
-    recorded fingerprint differs, or it records none (0.1.0 and before) and the source is synthetic, which then meant
-    generator 1."""
+    recorded fingerprint differs, or it records none (0.1.0 and before) and the synthetic source names another
+    generator than the recorded one (generator 1 then: `clstm_ppo.migrate.market_spec`)."""
     record = ckpt.market_spec.get("data") or {}
     if "fingerprint" in record:
         if not recorded_data_matches(record, market.data):
@@ -120,11 +120,11 @@ def other_market(ckpt: Checkpoint, cfg: TrainConfig, market: PreparedMarket) -> 
                 f"{record['first']} .. {record['last']}); use the same --data, dates and tickers"
             )
         return None
-    source = cfg.data.source
-    if is_synthetic(source) and synthetic_version(source.partition(":")[2]) != 1:
+    source, trained_on = cfg.data.source, record.get("generator")
+    if is_synthetic(source) and trained_on is not None and synthetic_version(source.partition(":")[2]) != trained_on:
         return (
-            f"it was trained on synthetic generator 1 (clstm-ppo 0.1.0 and before); give --data "
-            f"{pin_synthetic(source, generator=1)} to continue on that market"
+            f"it was trained on synthetic generator {trained_on} (clstm-ppo 0.1.0 and before); give --data "
+            f"{pin_synthetic(source, generator=trained_on)} to continue on that market"
         )
     return None
 

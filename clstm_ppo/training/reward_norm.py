@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.agent.moments import merge_moments, moment_sums
+from clstm_ppo.migrate import START_MOMENTS
 from clstm_ppo.training.distributed import Comm
 
 REWARD_CLIP = 10.0  # normalised rewards are clipped to +-this
@@ -35,7 +36,7 @@ class RewardNormalizer:
         self.enabled, self.gamma = enabled, gamma
         self.discounted = torch.zeros(num_envs, dtype=torch.float64, device=device)  # [B] running discounted return
         self.batch = torch.zeros(3, dtype=torch.float64, device=device)  # this rollout's count, sum, sum of squares
-        self.moments = (0.0, 0.0, 1.0)  # all workers' returns so far: count, mean, variance
+        self.moments = START_MOMENTS  # all workers' returns so far: count, mean, variance
 
     @property
     def scale(self) -> float:

@@ -275,14 +275,10 @@ class RolloutCollector:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """`state_dict`'s state (a checkpoint's of any release: `clstm_ppo.migrate.resume_state`)."""
         self.generator.set_state(state["action_gen"])
         self.next_obs = state["next_obs"].to(self.device)
         self.next_start = state["next_start"].to(self.device)
-        saved = state["recurrent"]  # an mlp's checkpoints before RecurrentState stored none
-        self.state = RecurrentState(*saved).map(lambda t: t.to(self.device)) if saved else self.state
-        if "env" in state:
-            self.env.load_state_dict(state["env"])
-        if "reward_norm" in state:
-            self.reward_norm.load_state_dict(state["reward_norm"])
-        elif "discounted" in state:  # written before RewardNormalizer: the moments were in the counters
-            self.reward_norm.discounted = state["discounted"].to(self.device)
+        self.state = RecurrentState(*state["recurrent"]).map(lambda t: t.to(self.device))
+        self.env.load_state_dict(state["env"])
+        self.reward_norm.load_state_dict(state["reward_norm"])

@@ -337,8 +337,6 @@ class Trainer:
         if self.scaler is not None and ckpt.scaler_state:
             self.scaler.load_state_dict(ckpt.scaler_state)
         self.counters = Counters.from_dict(ckpt.counters)
-        if "reward_moments" in ckpt.counters:  # written before RewardNormalizer kept them
-            self.rollout.reward_norm.moments = tuple(ckpt.counters["reward_moments"])
         states = ckpt.worker_states or []
         if len(states) == self.comm.world_size:
             state = states[self.comm.rank]
@@ -346,7 +344,7 @@ class Trainer:
             self.shuffle_gen.set_state(state["shuffle_gen"])
             self.rollout.load_state_dict(state)
             return
-        if states and "reward_norm" in states[0]:  # the statistics are every rank's: keep them
+        if states:  # the statistics are every rank's: keep them
             self.rollout.reward_norm.load_state_dict(states[0]["reward_norm"], envs=False)
         if self.comm.master:
             print(
