@@ -115,4 +115,4 @@ def test_the_update_itself_merges_the_normalisers_statistics(tmp_path):
     trainer.update()
     rows = cfg.ppo.num_envs * cfg.ppo.n_steps
     assert trainer.model.obs_count.item() == rows
-    assert trainer.rollout.reward_norm.moments[0] == rows
+    assert trainer.rollout.reward_norms[0].moments[0] == rows

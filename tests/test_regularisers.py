@@ -36,7 +36,7 @@ def mlp_for(market, obs_norm: bool = False, seed: int = 0) -> ActorCritic:
 def collector_for(market, model, *, envs: int = 4, episode_length: int = 7, **kw) -> RolloutCollector:
     env = VectorStockTradingEnv(market, num_envs=envs, config=EnvConfig(episode_length=episode_length), seed=3)
     return RolloutCollector(
-        env, model, gamma=0.9, device=torch.device("cpu"), generator=torch.Generator().manual_seed(1), seed=3, **kw
+        env, model, gamma=0.9, device=torch.device("cpu"), generators=[torch.Generator().manual_seed(1)], seeds=3, **kw
     )
 
 
@@ -85,7 +85,7 @@ def test_reward_normalisation_scales_rewards_and_records_discounted_returns(wind
     model = mlp_for(m)
     plain = collector_for(m, model, episode_length=60)  # no episode ends in 40 steps: no truncation bootstrap
     scaled = collector_for(m, model, episode_length=60, norm_reward=True)
-    norm = scaled.reward_norm
+    norm = scaled.reward_norms[0]
     norm.moments = (1.0, 0.0, 1 / 49 - 1e-8)  # a scale of 7
     steps = 40
     bufs = [RolloutBuffer.allocate(steps, 4, (m.window, m.num_features), m.num_tickers, "cpu") for _ in range(2)]
@@ -107,7 +107,7 @@ def test_reward_normalisation_scales_rewards_and_records_discounted_returns(wind
     assert count == steps * 4 and not norm.batch.any()
     np.testing.assert_allclose([mean, var], [seen.mean(), seen.var()], rtol=1e-9)
     assert norm.scale == 1 / np.sqrt(var + 1e-8)
-    again = collector_for(m, model, norm_reward=True).reward_norm
+    again = collector_for(m, model, norm_reward=True).reward_norms[0]
     again.load_state_dict(norm.state_dict())
     assert again.moments == norm.moments and torch.equal(again.discounted, norm.discounted)
 

@@ -1,7 +1,7 @@
 """K runs ("cells": a study's seeds, and settings that change no shape) trained in one process as one batch, each
 giving what it gives alone: `Trainer`'s loop with seeds as a batch dimension (PureJaxRL's idea; issue 49).
 
-`CellTrainer.update` is `Trainer.update` for K cells at once: one rollout of K x B envs (`cell_rollout`), one GAE
+`CellTrainer.update` is `Trainer.update` for K cells at once: one rollout of K x B envs (`clstm_ppo.training.rollout`, each cell a block of columns), one GAE
 over every column, one PPO update whose every minibatch is one forward and backward of the stacked network
 (`cell_ppo`, `clstm_ppo.agent.stacked`) and one step of `cell_adam`. Everything that makes a cell's numbers is its
 own, as in its run alone: its initial weights (drawn after ``torch.manual_seed(seed)``), its envs' start days, its
@@ -36,12 +36,11 @@ from clstm_ppo.config import OUTPUT_SETTINGS, TrainConfig
 from clstm_ppo.training.callbacks import Callback, Logger, find, with_defaults
 from clstm_ppo.training.cell_adam import AdamLayout, CellAdam
 from clstm_ppo.training.cell_ppo import cell_ppo_update
-from clstm_ppo.training.cell_rollout import CellRolloutCollector
 from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.ppo import PhaseTimer, adam_groups, adam_options, autocast_factory, no_timer
 from clstm_ppo.training.resume import load_weights
-from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
+from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, compute_gae
 from clstm_ppo.training.run_folder import resolve_resume
 from clstm_ppo.training.signals import StoppedBySignal, StopRequest
 from clstm_ppo.training.trainer import Counters, Update, UpdateResult, advance, diverged, worker_state
@@ -139,7 +138,7 @@ class CellView:
 
     def worker_state(self) -> dict[str, Any]:
         t = self.trainer
-        return worker_state(t.shuffle_gens[self.cell], t.rollout.cell_state_dict(self.cell), t.torch_rng[self.cell])
+        return worker_state(t.shuffle_gens[self.cell], t.rollout.state_dict(self.cell), t.torch_rng[self.cell])
 
     def checkpoint_payload(self, worker_states: list[dict[str, Any]]) -> dict[str, Any]:
         """What its run alone would save now: the ``torch.optim.Adam`` state its run's optimizer would hold."""
@@ -223,7 +222,7 @@ class CellTrainer:
             device=device if system.env_device == "auto" else torch.device(system.env_device),
             seed=seeds,
         )
-        self.rollout = CellRolloutCollector(
+        self.rollout = RolloutCollector(
             env,
             self.policy,
             gamma=ppo.gamma,
@@ -418,4 +417,4 @@ class CellTrainer:
         state = states[0]
         self.torch_rng[cell] = state["torch_rng"]
         self.shuffle_gens[cell].set_state(state["shuffle_gen"])
-        self.rollout.load_cell_state_dict(cell, state)
+        self.rollout.load_state_dict(state, cell)

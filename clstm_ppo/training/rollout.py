@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from clstm_ppo.agent.model import ActorCritic, RecurrentState
+from clstm_ppo.agent.model import ActorCritic, ActOutput, RecurrentState
+from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.reward_norm import RewardNormalizer
@@ -156,64 +157,89 @@ class RolloutStats:
 
 
 class RolloutCollector:
-    """Runs the policy in B envs for ``n_steps`` days per rollout; the envs, the last observation and the
-    recurrent state carry over from one rollout to the next.
+    """Runs the policy in the envs for ``n_steps`` days per rollout; the envs, the last observation and the
+    recurrent state carry over from one rollout to the next. One collector for a run and for K runs trained as one
+    batch (a study's cells, ``--seed 1-8``): the E env columns are K blocks of B (cell-major: cell k's envs are
+    ``k B .. (k + 1) B - 1``), and what a run keeps of its own is kept per cell (its action noise, its envs' start
+    days, its reward normaliser, its `RolloutStats`, its finished episodes). A run is K = 1.
 
-    :param env: the worker's vector env (auto-reset); its device may differ from the policy's.
-    :param policy: the raw ActorCritic (no DDP wrapper: acting needs no gradient all-reduce).
+    :param env: the K x B envs (auto-reset), seeded per cell; its device may differ from the policy's.
+    :param policy: the raw ActorCritic (K = 1; no DDP wrapper: acting needs no gradient all-reduce), or the K cells'
+        `clstm_ppo.agent.stacked.CellPolicy`.
     :param gamma: discount, for folding a truncated episode's bootstrap value into its last reward.
-    :param generator: action-noise generator on the policy's device.
-    :param seed: seed of the envs' first reset.
-    :param norm_reward: rewards go through a `RewardNormalizer` (``self.reward_norm``; the trainer merges its
-        statistics over all workers after each update).
+    :param generators: each cell's action-noise generator on the policy's device (K of them).
+    :param seeds: the seed of the envs' first reset (a run's), or each cell's.
+    :param norm_reward: rewards go through each cell's `RewardNormalizer` (``self.reward_norms``; the trainer merges
+        their statistics over all workers after each update).
     """
 
     def __init__(
         self,
         env: VectorStockTradingEnv,
-        policy: ActorCritic,
+        policy: ActorCritic | CellPolicy,
         *,
         gamma: float,
         device: torch.device,
-        generator: torch.Generator,
-        seed: int,
+        generators: list[torch.Generator],
+        seeds: int | list[int],
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
         norm_reward: bool = False,
     ) -> None:
         self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
-        self.generator, self.autocast = generator, autocast
-        B = env.num_envs
-        self.reward_norm = RewardNormalizer(B, gamma, device, enabled=norm_reward)
-        obs, _ = env.reset(seed=seed)
-        self.next_start = torch.ones(B, dtype=torch.bool, device=device)  # [B] it starts an episode
-        self.next_obs = obs.to(device)  # [B, T, F] what the next step acts on
-        self.state = policy.initial_state(B, device)  # recurrent state before the next step
+        self.generators, self.autocast = generators, autocast
+        self.cells = len(generators)
+        if env.num_envs % self.cells:
+            raise ValueError(f"{env.num_envs} envs do not split into {self.cells} cells")
+        self.per_cell = per = env.num_envs // self.cells
+        self.stacked = isinstance(policy, CellPolicy)
+        self.reward_norms = [RewardNormalizer(per, gamma, device, enabled=norm_reward) for _ in generators]
+        obs, _ = env.reset(seed=seeds)
+        self.next_start = torch.ones(env.num_envs, dtype=torch.bool, device=device)  # [E] it starts an episode
+        self.next_obs = obs.to(device)  # [E, T, F] what the next step acts on
+        self.state = policy.initial_state(env.num_envs, device)  # recurrent state before the next step
+        self.stats: list[RolloutStats] = []
 
-    def collect(self, buf: RolloutBuffer) -> Tensor:
-        """Fill ``buf`` with ``buf.n_steps`` days of every env.
+    def envs_of(self, cell: int) -> slice:
+        """Cell ``cell``'s env columns."""
+        return slice(cell * self.per_cell, (cell + 1) * self.per_cell)
 
-        :return: finished episodes' rows ``[k, len(EPISODE_KEYS)]`` float64 on the CPU, step-major and in
-            env order within a step. ``self.stats`` then holds the rollout's `RolloutStats`.
+    def _act(self, obs: Tensor, state: RecurrentState, starts: Tensor) -> ActOutput:
+        if self.stacked:
+            return self.policy.act(obs, state, starts, generators=self.generators)
+        return self.policy.act(obs, state, starts, generator=self.generators[0])
+
+    def _normalise(self, reward: Tensor, done: Tensor) -> Tensor:
+        """Each cell's rewards through its own normaliser (or as they are, without ``--norm_reward``)."""
+        if not self.reward_norms[0].enabled:
+            return reward
+        if self.cells == 1:
+            return self.reward_norms[0](reward, done)
+        return torch.cat([rn(reward[self.envs_of(k)], done[self.envs_of(k)]) for k, rn in enumerate(self.reward_norms)])
+
+    def collect(self, buf: RolloutBuffer) -> list[Tensor]:
+        """Fill ``buf`` (all E columns) with ``buf.n_steps`` days of every env.
+
+        :return: each cell's finished episodes ``[k, len(EPISODE_KEYS)]`` float64 on the CPU, step-major and in env
+            order within a step. ``self.stats`` then holds each cell's `RolloutStats`.
         """
-        policy, device = self.policy, self.device
+        device, cells, per = self.device, self.cells, self.per_cell
         buf.initial_state = self.state.map(torch.Tensor.clone)
         ep_masks, ep_fields = [], []  # finished episodes stay on the device until the rollout ends
         reset_before = True  # some env's window is not its previous one moved on a day (host-known)
-        stats = RolloutStats.zeros(buf.actions.shape[2], device)
-        env_sums = torch.zeros(3, dtype=torch.float64, device=self.env.device)  # wanted, refused, exposure
+        width = buf.actions.shape[2]
+        sums = {k: torch.zeros(cells, *v.shape, dtype=torch.float64, device=device) for k, v in _zero_stats(width)}
+        env_sums = torch.zeros(cells, 3, dtype=torch.float64, device=self.env.device)  # wanted, refused, exposure
         with torch.no_grad(), self.autocast():
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
-                action, log_prob, value, self.state = policy.act(
-                    self.next_obs, self.state, self.next_start, generator=self.generator
-                )
-                env_action = policy.env_action(action)
+                action, log_prob, value, self.state = self._act(self.next_obs, self.state, self.next_start)
+                env_action = self.policy.env_action(action)
                 obs, reward, terminated, truncated, info = self.env.step(env_action.to(self.env.device))
                 obs, reward = obs.to(device), reward.to(device)
                 terminated, truncated = terminated.to(device), truncated.to(device)
                 done = terminated | truncated
-                reward = self.reward_norm(reward, done)
+                reward = self._normalise(reward, done)
                 # The env decides episode ends on the host and sets "_episode" only on steps where some
                 # env finished, so other steps need no device sync here.
                 reset_before = "_episode" in info
@@ -222,17 +248,18 @@ class RolloutCollector:
                     ep = info["episode"]
                     ep_masks.append(info["_episode"].to(device))
                     ep_fields.append(torch.stack([ep[k].to(device, torch.float64) for k in EPISODE_KEYS], dim=1))
-                a = action.double()
-                stats.action_sum += a.sum(0)
-                stats.action_square_sum += a.square().sum(0)
-                stats.clipped += (a.abs() > 1).sum()
-                stats.actions += a.numel()
+                a = action.double().view(cells, per, -1)
+                sums["action_sum"] += a.sum(1)
+                sums["action_square_sum"] += a.square().sum(1)
+                sums["clipped"] += (a.abs() > 1).sum((1, 2))
+                sums["actions"] += a[0].numel()
                 env_sums += torch.stack(  # on the env's device: no copy per step
                     [
-                        info["wanted_buy_value"].sum(),
-                        info["refused_buy_value"].sum(),
-                        (1.0 - info["cash"] / info["portfolio_value"]).sum(),
-                    ]
+                        info["wanted_buy_value"].view(cells, per).sum(1),
+                        info["refused_buy_value"].view(cells, per).sum(1),
+                        (1.0 - info["cash"] / info["portfolio_value"]).view(cells, per).sum(1),
+                    ],
+                    dim=1,
                 )
                 buf.actions[step] = action
                 buf.log_probs[step] = log_prob
@@ -240,15 +267,26 @@ class RolloutCollector:
                 buf.rewards[step] = reward
                 buf.dones[step] = done
                 self.next_obs, self.next_start = obs, done
-        stats.wanted_buy_value, stats.refused_buy_value, stats.exposure_sum = env_sums.to(device).unbind()
-        self.stats = stats
+        sums["wanted_buy_value"], sums["refused_buy_value"], sums["exposure_sum"] = env_sums.to(device).unbind(1)
+        self.stats = [RolloutStats(**{name: value[k] for name, value in sums.items()}) for k in range(cells)]
         if not ep_masks:
-            return torch.zeros((0, len(EPISODE_KEYS)), dtype=torch.float64)
-        return torch.cat(ep_fields)[torch.cat(ep_masks)].cpu()
+            return [torch.zeros((0, len(EPISODE_KEYS)), dtype=torch.float64) for _ in range(cells)]
+        masks = torch.cat(ep_masks)
+        rows = torch.cat(ep_fields)[masks].cpu()
+        if cells == 1:
+            return [rows]
+        cell_of = (torch.arange(masks.numel(), device=masks.device) % self.env.num_envs // per)[masks].cpu()
+        return [rows[cell_of == k] for k in range(cells)]
 
     def _bootstrap_truncated(self, reward: Tensor, truncated: Tensor, final_obs: Tensor) -> Tensor:
-        """``reward [B]`` plus gamma x V(final observation) where an episode was cut by its length (not by
-        the data's end), evaluated for those envs only (a second forward over all B would double the step)."""
+        """``reward [E]`` plus gamma x V(final observation) where an episode was cut by its length (not by the data's
+        end). A single network evaluates the cut envs only (a second forward over all E would double the step); the
+        stacked network takes whole cells, so it evaluates every env on such a step (the envs of one run all start
+        together: such steps are few) and adds V where cut."""
+        if self.stacked:
+            no_start = torch.zeros_like(truncated)
+            values = self.policy.value(final_obs, self.state, no_start).float()
+            return torch.where(truncated, reward + self.gamma * values, reward)
         cut = torch.nonzero(truncated).flatten()
         if not cut.numel():
             return reward
@@ -258,27 +296,39 @@ class RolloutCollector:
         return reward.index_add(0, cut, self.gamma * self.policy.value(obs, state, no_start).float())
 
     def bootstrap_value(self) -> Tensor:
-        """V of the observation after the rollout's last step ``[B]`` float32 (GAE's ``last_value``)."""
+        """V of the observation after the rollout's last step ``[E]`` float32 (GAE's ``last_value``)."""
         with torch.no_grad(), self.autocast():
             return self.policy.value(self.next_obs, self.state, self.next_start).float()
 
-    def state_dict(self) -> dict[str, Any]:
-        """What makes the next rollout bitwise reproducible (tensors on the CPU)."""
-        state: dict[str, Any] = {
-            "action_gen": self.generator.get_state(),
-            "next_obs": self.next_obs.cpu(),
-            "next_start": self.next_start.cpu(),
-            "recurrent": [s.cpu() for s in self.state],
-            "reward_norm": self.reward_norm.state_dict(),
+    # ------------------------------------------------------------------ a cell's state, in its run's format
+    def state_dict(self, cell: int = 0) -> dict[str, Any]:
+        """What makes cell ``cell``'s next rollout bitwise reproducible, as its run alone saves it (CPU tensors)."""
+        envs = self.envs_of(cell)
+        return {
+            "action_gen": self.generators[cell].get_state(),
+            "next_obs": self.next_obs[envs].cpu().clone(),
+            "next_start": self.next_start[envs].cpu().clone(),
+            "recurrent": [s[:, envs].cpu().clone() for s in self.state],
+            "reward_norm": self.reward_norms[cell].state_dict(),
+            "env": self.env.state_dict() if self.cells == 1 else self.env.cell_state_dict(cell),
         }
-        state["env"] = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in self.env.state_dict().items()}
-        return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """`state_dict`'s state (a checkpoint's of any release: `clstm_ppo.migrate.resume_state`)."""
-        self.generator.set_state(state["action_gen"])
-        self.next_obs = state["next_obs"].to(self.device)
-        self.next_start = state["next_start"].to(self.device)
-        self.state = RecurrentState(*state["recurrent"]).map(lambda t: t.to(self.device))
-        self.env.load_state_dict(state["env"])
-        self.reward_norm.load_state_dict(state["reward_norm"])
+    def load_state_dict(self, state: dict[str, Any], cell: int = 0) -> None:
+        """Cell ``cell``'s part from a `state_dict` of its run, alone or batched (a checkpoint's of any release:
+        `clstm_ppo.migrate.resume_state`)."""
+        envs = self.envs_of(cell)
+        self.generators[cell].set_state(state["action_gen"])
+        self.next_obs[envs] = state["next_obs"].to(self.device)
+        self.next_start[envs] = state["next_start"].to(self.device)
+        for mine, saved in zip(self.state, state["recurrent"], strict=True):
+            mine[:, envs] = saved.to(self.device)
+        if self.cells == 1:
+            self.env.load_state_dict(state["env"])
+        else:
+            self.env.load_cell_state_dict(cell, state["env"])
+        self.reward_norms[cell].load_state_dict(state["reward_norm"])
+
+
+def _zero_stats(width: int) -> list[tuple[str, Tensor]]:
+    """`RolloutStats`'s fields and their shapes for ``width`` tickers (zeros)."""
+    return list(RolloutStats.zeros(width, "cpu").named().items())

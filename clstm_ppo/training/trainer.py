@@ -134,8 +134,8 @@ class Trainer:
             gamma=ppo.gamma,
             device=device,
             autocast=self.autocast,
-            seed=env_seed,
-            generator=torch.Generator(device=device).manual_seed(seed * 7919 + 104729 * comm.rank + 1),
+            seeds=env_seed,
+            generators=[torch.Generator(device=device).manual_seed(seed * 7919 + 104729 * comm.rank + 1)],
             norm_reward=ppo.norm_reward,
         )
         self.buf = RolloutBuffer.allocate(
@@ -183,7 +183,7 @@ class Trainer:
                 group["lr"] = base * frac
         t0 = time.perf_counter()
         with phase("rollout"):
-            rows = self.rollout.collect(self.buf)
+            (rows,) = self.rollout.collect(self.buf)
             for callback in self.callbacks:
                 callback.on_rollout_end(self)
             advantages, returns = compute_gae(
@@ -219,13 +219,13 @@ class Trainer:
         if self.cfg.model.norm_obs:
             sums = moment_sums(self.buf.obs.newest.flatten(0, 1))
             self.model.update_obs_stats(self.comm.all_reduce_sum(sums))
-        self.rollout.reward_norm.sync(self.comm)
+        self.rollout.reward_norms[0].sync(self.comm)
 
     def gather(self, update: Update) -> UpdateResult:
         """Every worker's finished episodes and rollout statistics gathered to every rank, the counters advanced:
         the same `UpdateResult` and counters on every rank."""
         comm, c = self.comm, self.counters
-        behaviour = self.rollout.stats.all_reduced(comm).as_dict()
+        behaviour = self.rollout.stats[0].all_reduced(comm).as_dict()
         ranks = torch.full((update.rows.shape[0], 1), float(comm.rank), dtype=torch.float64)
         episodes = comm.all_gather_rows(torch.cat([update.rows, ranks], dim=1))  # every rank sees every episode
         result = UpdateResult(episodes, update.stats, behaviour, update.rollout_seconds, update.update_seconds)
@@ -304,7 +304,7 @@ class Trainer:
         groups = self.optimizer.param_groups
         return {
             "policy_std": self.model.log_std.detach().exp().mean().item(),
-            **({"reward_scale": self.rollout.reward_norm.scale} if self.cfg.ppo.norm_reward else {}),
+            **({"reward_scale": self.rollout.reward_norms[0].scale} if self.cfg.ppo.norm_reward else {}),
             "lr_clstm": groups[0]["lr"],
             "lr_actor_critic": groups[1]["lr"],
         }
@@ -345,7 +345,7 @@ class Trainer:
             self.rollout.load_state_dict(state)
             return
         if states:  # the statistics are every rank's: keep them
-            self.rollout.reward_norm.load_state_dict(states[0]["reward_norm"], envs=False)
+            self.rollout.reward_norms[0].load_state_dict(states[0]["reward_norm"], envs=False)
         if self.comm.master:
             print(
                 f"[Rank 0] resuming {path} with world size {self.comm.world_size} (saved with {len(states)}): "
