@@ -22,7 +22,7 @@ def run_update(model, buf, comm, num_envs, through_ddp=True):
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(num_envs), cfg.gamma, cfg.gae_lambda)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     trained = DDP(model) if (comm.distributed and through_ddp) else model
-    ppo_update(trained, opt, buf, adv, ret, cfg, comm, generator=torch.Generator().manual_seed(0))
+    ppo_update(trained, opt, buf, adv, ret, cfg, comm, generators=[torch.Generator().manual_seed(0)])[0]
     return [p.detach().clone() for p in model.parameters()]
 
 

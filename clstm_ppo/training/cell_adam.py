@@ -5,7 +5,7 @@ Per cell k, as its run alone: the global gradient-norm clip at its own ``max_gra
 parameters, both groups); the step skipped when that norm is NaN/inf (decided on the device, as the fused kernel's
 ``found_inf``); its own step count (bias corrections), its learning rate per group; AdamW-style decay of its weight
 matrices after the step (`clstm_ppo.training.ppo.decay_weights`). An ``active`` mask leaves a cell alone entirely:
-a cell whose epochs stopped early on the KL (`clstm_ppo.training.cell_ppo`) or that has finished or failed takes no
+a cell whose epochs stopped early on the KL (`clstm_ppo.training.ppo.ppo_update`) or that has finished or failed takes no
 step, its weights, moments and step count do not move.
 
 Masking is arithmetic, with no host synchronisation: an inactive cell's gradient is replaced by 0, its moments are

@@ -3,7 +3,7 @@ giving what it gives alone: `Trainer`'s loop with seeds as a batch dimension (Pu
 
 `CellTrainer.update` is `Trainer.update` for K cells at once: one rollout of K x B envs (`clstm_ppo.training.rollout`, each cell a block of columns), one GAE
 over every column, one PPO update whose every minibatch is one forward and backward of the stacked network
-(`cell_ppo`, `clstm_ppo.agent.stacked`) and one step of `cell_adam`. Everything that makes a cell's numbers is its
+(`clstm_ppo.training.ppo.ppo_update`, the run's own, over `clstm_ppo.agent.stacked`) and one step of `cell_adam`. Everything that makes a cell's numbers is its
 own, as in its run alone: its initial weights (drawn after ``torch.manual_seed(seed)``), its envs' start days, its
 action noise and minibatch shuffles (its own generators, seeded as `Trainer` seeds them), its reward and advantage
 normalisation, its learning-rate schedule, gradient clip, KL early stop and optimizer state. Only float rounding
@@ -35,10 +35,9 @@ from clstm_ppo.agent.stacked import CellPolicy, stack_policies
 from clstm_ppo.config import OUTPUT_SETTINGS, TrainConfig
 from clstm_ppo.training.callbacks import Callback, Logger, find, with_defaults
 from clstm_ppo.training.cell_adam import AdamLayout, CellAdam
-from clstm_ppo.training.cell_ppo import cell_ppo_update
 from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.ppo import PhaseTimer, adam_groups, adam_options, autocast_factory, no_timer
+from clstm_ppo.training.ppo import PhaseTimer, adam_groups, adam_options, autocast_factory, no_timer, ppo_update
 from clstm_ppo.training.resume import load_weights
 from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, compute_gae
 from clstm_ppo.training.run_folder import resolve_resume
@@ -281,13 +280,14 @@ class CellTrainer:
             )
         t1 = time.perf_counter()
         with phase("update"):
-            stats = cell_ppo_update(
+            stats = ppo_update(
                 self.policy,
                 self.optimizer,
                 self.buf,
                 advantages,
                 returns,
                 [cfg.ppo for cfg in self.cfgs],
+                self.comm,
                 active=list(self.active),
                 generators=self.shuffle_gens,
                 autocast=self.autocast,

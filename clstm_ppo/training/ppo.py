@@ -5,6 +5,11 @@ stored at the rollout's start with state resets at episode starts (CleanRL's rec
 The loss forward always goes through ``model`` as given -- the DDP wrapper when training on
 several workers -- so every backward all-reduces gradients.
 
+One update for a run and for K runs trained as one batch (seeds as a batch dimension, `ppo_update`): the K cells'
+columns are blocks of the rollout, their network is `clstm_ppo.agent.stacked.CellPolicy` and their optimizer
+`clstm_ppo.training.cell_adam.CellAdam`; each cell's statistics, minibatch order, loss, clip, KL stop and step are
+its own. A run is K = 1, with its ActorCritic (under DDP and torch.compile when asked) and torch's fused Adam.
+
 Collectives per update, identical on every rank: one all-reduce of advantage/return statistics,
 the DDP gradient all-reduces (one per minibatch; micro-batches before the last run under
 ``no_sync``), one all-reduce of the approx KL per epoch (for the shared early-stop decision) and
@@ -20,14 +25,16 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from clstm_ppo.agent.model import ActorCritic, RecurrentState
+from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import PPOConfig
+from clstm_ppo.training.cell_adam import CellAdam
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.rollout import RolloutBuffer
 from envs.errors import UserError
@@ -169,38 +176,45 @@ def optimizer_step(
     return grad_norm, skipped
 
 
-def advantage_statistics(
-    advantages: Tensor, returns: Tensor, values: Tensor, comm: Comm
-) -> tuple[float, float, float, float]:
-    """Global mean and std of advantages, the std of returns and the explained variance of values, over all workers.
+STAT_SUMS = ("n", "a1", "a2", "r1", "r2", "e1", "e2")
 
-    :return: ``(adv_mean, adv_std, return_std, explained_variance)``.
+
+def advantage_statistics(
+    advantages: Tensor, returns: Tensor, values: Tensor, comm: Comm, cells: int = 1
+) -> list[tuple[float, float, float, float]]:
+    """Each cell's mean and std of advantages, std of returns and explained variance of values, over all workers
+    (one all-reduce for every cell; a cell's columns are its block of ``[S, E]``).
+
+    :return: per cell ``(adv_mean, adv_std, return_std, explained_variance)``.
     """
-    err = returns - values
+    per = advantages.shape[1] // cells
     f64 = torch.float64
-    sums = comm.all_reduce_named(
-        {
-            "n": torch.tensor(float(advantages.numel()), device=advantages.device, dtype=f64),
-            "a1": advantages.double().sum(),
-            "a2": advantages.double().square().sum(),
-            "r1": returns.double().sum(),
-            "r2": returns.double().square().sum(),
-            "e1": err.double().sum(),
-            "e2": err.double().square().sum(),
-        }
-    )
-    n, a1, a2, r1, r2, e1, e2 = (float(sums[k]) for k in ("n", "a1", "a2", "r1", "r2", "e1", "e2"))
-    adv_mean = a1 / n
-    adv_std = math.sqrt(max(a2 / n - adv_mean**2, 0.0) * n / max(n - 1, 1))
-    var_ret = r2 / n - (r1 / n) ** 2
-    var_err = e2 / n - (e1 / n) ** 2
-    explained = float("nan") if var_ret <= 1e-12 else 1.0 - var_err / var_ret
-    return adv_mean, adv_std, math.sqrt(max(var_ret, 0.0)), explained
+    parts: dict[str, list[Tensor]] = {name: [] for name in STAT_SUMS}
+    for k in range(cells):
+        cols = slice(k * per, (k + 1) * per)
+        adv, ret = advantages[:, cols], returns[:, cols]
+        err = ret - values[:, cols]
+        parts["n"].append(torch.tensor(float(adv.numel()), device=advantages.device, dtype=f64))
+        for name, x in (("a", adv), ("r", ret), ("e", err)):
+            parts[f"{name}1"].append(x.double().sum())
+            parts[f"{name}2"].append(x.double().square().sum())
+    sums = comm.all_reduce_named({name: torch.stack(v) for name, v in parts.items()})
+    host = {name: sums[name].tolist() for name in STAT_SUMS}
+    out = []
+    for k in range(cells):
+        n, a1, a2, r1, r2, e1, e2 = (host[name][k] for name in STAT_SUMS)
+        adv_mean = a1 / n
+        adv_std = math.sqrt(max(a2 / n - adv_mean**2, 0.0) * n / max(n - 1, 1))
+        var_ret = r2 / n - (r1 / n) ** 2
+        var_err = e2 / n - (e1 / n) ** 2
+        explained = float("nan") if var_ret <= 1e-12 else 1.0 - var_err / var_ret
+        out.append((adv_mean, adv_std, math.sqrt(max(var_ret, 0.0)), explained))
+    return out
 
 
 class LossCoefficients(Protocol):
     """What `ppo_loss` reads of its settings: `PPOConfig`, or per-cell tensors for K cells trained as one
-    (`clstm_ppo.training.cell_ppo`), each broadcasting against the terms (``clip_coef``) or their means (the rest;
+    (`CellCoefficients`), each broadcasting against the terms (``clip_coef``) or their means (the rest;
     ``clip_value`` is one number)."""
 
     clip_coef: float | Tensor
@@ -222,7 +236,7 @@ def ppo_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped-surrogate PPO loss over any matching shapes (here ``[S, E]``); returns the loss and its parts
     (detached, named as `UpdateStats`). ``mean`` averages each term: over everything (one run), or per cell
-    (``[S, K, M] -> [K]``: K cells' losses side by side, `clstm_ppo.training.cell_ppo`)."""
+    (``[S, K, M] -> [K]``: K cells' losses side by side, `ppo_update` of a batch)."""
     log_ratio = new_log_prob - old_log_prob
     ratio = log_ratio.exp()
     clip = ppo.clip_coef
@@ -279,58 +293,62 @@ class UpdateBatch:
         )
 
 
+class CellCoefficients(NamedTuple):
+    """The loss's settings of K cells, shaped for `ppo_loss` over ``[S, K, M]`` terms."""
+
+    clip_coef: Tensor  # [1, K, 1] float32
+    clip_value: float  # the same for every cell
+    ent_coef: Tensor  # [K] float32
+    vf_coef: Tensor  # [K] float32
+
+    @classmethod
+    def of(cls, ppos: list[PPOConfig], device: torch.device) -> CellCoefficients:
+        def per_cell(name: str) -> Tensor:
+            return torch.tensor([getattr(p, name) for p in ppos], dtype=torch.float32, device=device)
+
+        return cls(per_cell("clip_coef").view(1, -1, 1), ppos[0].clip_value, per_cell("ent_coef"), per_cell("vf_coef"))
+
+
+def _per_cell_mean(t: Tensor) -> Tensor:
+    """``[S, K, M] -> [K]``: each cell's mean over its steps and columns."""
+    return t.mean(dim=(0, 2))
+
+
 def minibatch_loss(
-    model: nn.Module,
+    model: nn.Module | CellPolicy,
     batch: UpdateBatch,
-    ppo: PPOConfig,
+    coefficients: LossCoefficients,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
+    cells: int = 1,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """The loss of one (micro-)batch of env columns through ``model`` (the DDP wrapper when distributed), and its
-    parts by name: PPO's clipped surrogate, value and entropy terms."""
+    """The loss of one (micro-)batch of env columns through ``model`` (the DDP wrapper when distributed, or K
+    stacked cells) and its parts by name: PPO's clipped surrogate, value and entropy terms. One run's are 0-dim;
+    K cells' ``[K]``, each averaged over its own columns (no cell's gradient depends on another's loss)."""
     with autocast():
         out = model(batch.windows, batch.initial_state, batch.starts, batch.actions, host_starts=batch.host_starts)
-    return ppo_loss(
-        out.log_prob, out.entropy, out.value, batch.log_probs, batch.values, batch.advantages, batch.returns, ppo
-    )
-
-
-def minibatch_gradients(
-    model: nn.Module,
-    batch: UpdateBatch,
-    columns: Tensor,
-    host_columns: Tensor,
-    ppo: PPOConfig,
-    autocast: Callable[[], contextlib.AbstractContextManager],
-    scaler: torch.amp.GradScaler | None,
-    phase: Callable[[str], contextlib.AbstractContextManager],
-) -> dict[str, Tensor]:
-    """Forward and backward of one minibatch, the env columns ``columns`` ``[k]`` (``host_columns`` on the CPU), in
-    ``gradient_accumulation_steps`` micro-batches: gradients accumulate, and DDP all-reduces them after the last
-    micro-batch only (``no_sync`` before it). Returns the loss parts averaged over the micro-batches."""
-    micro = ppo.gradient_accumulation_steps
-    size = len(columns) // micro
-    ddp = hasattr(model, "no_sync")
-    parts: dict[str, Tensor] = {}
-    for m in range(micro):
-        cut = slice(m * size, (m + 1) * size)
-        with contextlib.nullcontext() if (m == micro - 1 or not ddp) else model.no_sync():
-            with phase("forward"):
-                loss, micro_parts = minibatch_loss(model, batch.columns(columns[cut], host_columns[cut]), ppo, autocast)
-            with phase("backward"):
-                (scaler.scale(loss / micro) if scaler is not None else loss / micro).backward()
-        parts = {k: parts.get(k, 0.0) + v / micro for k, v in micro_parts.items()}
-    return parts
+    terms = (out.log_prob, out.entropy, out.value, batch.log_probs, batch.values, batch.advantages, batch.returns)
+    if cells == 1:
+        return ppo_loss(*terms, coefficients)
+    steps = batch.starts.shape[0]
+    return ppo_loss(*(t.view(steps, cells, -1) for t in terms), coefficients, mean=_per_cell_mean)
 
 
 def update_batch(
-    model: nn.Module, buf: RolloutBuffer, advantages: Tensor, returns: Tensor, ppo: PPOConfig, comm: Comm
-) -> tuple[UpdateBatch, tuple[float, float, float, float]]:
-    """The rollout as the update reads it (advantages normalised with all workers' statistics), and those
-    statistics (`advantage_statistics`)."""
-    statistics = advantage_statistics(advantages, returns, buf.values, comm)
-    adv_mean, adv_std = statistics[:2]
+    buf: RolloutBuffer, advantages: Tensor, returns: Tensor, ppo: PPOConfig, comm: Comm, cells: int = 1
+) -> tuple[UpdateBatch, list[tuple[float, float, float, float]]]:
+    """The rollout as the update reads it, each cell's advantages normalised with its own statistics over all
+    workers, and those statistics per cell (`advantage_statistics`)."""
+    statistics = advantage_statistics(advantages, returns, buf.values, comm, cells)
     if ppo.norm_adv:
-        advantages = (advantages - adv_mean) / (adv_std + 1e-8)
+        per = buf.num_envs // cells
+        advantages = (
+            torch.cat(
+                [(advantages[:, k * per : (k + 1) * per] - s[0]) / (s[1] + 1e-8) for k, s in enumerate(statistics)],
+                dim=1,
+            )
+            if cells > 1
+            else (advantages - statistics[0][0]) / (statistics[0][1] + 1e-8)
+        )
     batch = UpdateBatch(
         windows=buf.obs.windows(),  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
         starts=buf.starts,
@@ -345,73 +363,128 @@ def update_batch(
     return batch, statistics
 
 
-def shuffled_minibatches(
-    num_envs: int, per_minibatch: int, generator: torch.Generator, device: torch.device
-) -> Iterator[tuple[Tensor, Tensor]]:
-    """One epoch's minibatches: env columns in a fresh order from ``generator`` (CPU), ``per_minibatch`` at a time,
-    as ``(columns on device [k], the same on the CPU [k])``."""
-    host_order = torch.randperm(num_envs, generator=generator)
-    order = host_order.to(device)
-    for start in range(0, num_envs, per_minibatch):
-        yield order[start : start + per_minibatch], host_order[start : start + per_minibatch]
+def epoch_columns(orders: list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
+    """One epoch's env columns of every cell, ``[K, M]`` on the CPU (cell k's M columns in its own shuffled order,
+    offset to its block) and the same on ``device``, copied once per epoch: a (micro-)batch is a slice of both."""
+    per = orders[0].numel()
+    host = torch.stack([order + k * per for k, order in enumerate(orders)])
+    return host, host.to(device)
 
 
 def ppo_update(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
+    model: nn.Module | CellPolicy,
+    optimizer: torch.optim.Optimizer | CellAdam,
     buf: RolloutBuffer,
     advantages: Tensor,
     returns: Tensor,
-    ppo: PPOConfig,
+    ppo: PPOConfig | list[PPOConfig],
     comm: Comm,
     *,
-    generator: torch.Generator,
+    generators: list[torch.Generator],
+    active: list[bool] | None = None,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     scaler: torch.amp.GradScaler | None = None,
     timer: PhaseTimer | None = None,
-) -> UpdateStats:
-    """Run ``ppo.epochs`` epochs of PPO over this worker's rollout ``buf``.
+) -> list[UpdateStats | None]:
+    """``epochs`` epochs of PPO over this worker's rollout ``buf``: one run (K = 1: ``model`` the ActorCritic, possibly
+    wrapped by torch.compile and/or DDP, and its torch Adam) or K cells trained as one batch (``model`` their
+    `CellPolicy`, ``optimizer`` their `CellAdam`; ``buf``'s columns are K blocks).
 
-    Every minibatch is ``gradient_accumulation_steps`` micro-batches (gradients all-reduced after the last one
-    only: ``no_sync`` before it), then one optimizer step. With ``target_kl`` the epochs stop early once the
-    all-workers mean approx KL of an epoch exceeds it (one all-reduce per epoch, so every rank stops together).
+    Per cell, as its run alone: its advantages normalised with its own statistics (over all workers); its epochs'
+    minibatches in the order its own shuffle generator draws (a cell that stopped draws nothing more); its loss over
+    its own columns; its clip, entropy and value weights, gradient clip and KL target; its optimizer step, skipped
+    where its gradients are not finite. Every minibatch is ``gradient_accumulation_steps`` micro-batches (gradients
+    all-reduced after the last one only: ``no_sync`` before it), then one optimizer step. With ``target_kl`` a cell's
+    epochs stop once the all-workers mean approx KL of an epoch exceeds it (one all-reduce per epoch, so every rank
+    stops together); a stopped cell's weights and optimizer state stay where its epochs ended while the others go on.
 
-    :param model: the ActorCritic, possibly wrapped by torch.compile and/or DDP.
-    :param advantages: ``[S, B]``; :param returns: ``[S, B]`` (from `compute_gae`).
-    :param generator: CPU generator that shuffles env columns (per worker).
-    :param timer: optional `PhaseTimer` summing forward (with the loss), backward (with DDP's
-        overlapped gradient all-reduce) and optimizer (clip, step, zero_grad) seconds.
+    :param advantages: ``[S, E]``; :param returns: ``[S, E]`` (from `compute_gae`).
+    :param ppo: the run's PPO settings, or each cell's (they may differ in the numbers the loss and the optimizer
+        take, `clstm_ppo.training.cell_trainer.PER_CELL`).
+    :param generators: each cell's minibatch-shuffle generator (CPU; per worker).
+    :param active: the cells that train (finished and failed ones are computed but never step); default all.
+    :param timer: optional `PhaseTimer` summing forward (with the loss), backward (with DDP's overlapped gradient
+        all-reduce) and optimizer (clip, step, zero_grad) seconds.
+    :return: each active cell's `UpdateStats` over all workers (None for the others).
     """
     phase = timer if timer is not None else no_timer
-    device = buf.actions.device
-    batch, (_, adv_std, return_std, explained) = update_batch(model, buf, advantages, returns, ppo, comm)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    sums = {name: torch.zeros((), dtype=torch.float64, device=device) for name in SUMMED_STATS}
-    skipped = torch.zeros((), device=device)  # steps skipped for NaN/inf, counted on the device (no sync)
-    steps = epochs_run = 0
+    ppos = ppo if isinstance(ppo, list) else [ppo]
+    cells, device, ppo = len(ppos), buf.actions.device, ppos[0]
+    per = buf.num_envs // cells
+    active = list(active) if active is not None else [True] * cells
+    batch, statistics = update_batch(buf, advantages, returns, ppo, comm, cells)
+    coefficients: LossCoefficients = ppo if cells == 1 else CellCoefficients.of(ppos, device)
+    stacked = isinstance(optimizer, CellAdam)
+    clips = torch.tensor([p.max_grad_norm for p in ppos], dtype=torch.float32, device=device) if stacked else None
+    params = [] if stacked else [p for group in optimizer.param_groups for p in group["params"]]
+    micro = ppo.gradient_accumulation_steps
+    size = ppo.envs_per_minibatch // micro
+    ddp = hasattr(model, "no_sync")
+    running = list(active)  # cells still in their epochs
+    sums = {name: torch.zeros(cells, dtype=torch.float64, device=device) for name in SUMMED_STATS}
+    skipped = torch.zeros(cells, device=device)  # steps skipped for NaN/inf, counted on the device (no sync)
+    steps, epochs_run = [0] * cells, [0] * cells
     for _epoch in range(ppo.epochs):
-        epoch_kl = torch.zeros((), dtype=torch.float64, device=device)
-        for columns, host_columns in shuffled_minibatches(buf.num_envs, ppo.envs_per_minibatch, generator, device):
-            parts = minibatch_gradients(model, batch, columns, host_columns, ppo, autocast, scaler, phase)
+        if not any(running):
+            break
+        orders = [
+            torch.randperm(per, generator=g) if run else torch.arange(per)
+            for g, run in zip(generators, running, strict=True)
+        ]
+        host_cols, device_cols = epoch_columns(orders, device)
+        mask = torch.tensor(running, device=device)
+        epoch_kl = torch.zeros(cells, dtype=torch.float64, device=device)
+        for start in range(0, per, ppo.envs_per_minibatch):
+            parts: dict[str, Tensor] = {}
+            for m in range(micro):
+                cut = slice(start + m * size, start + (m + 1) * size)
+                columns = batch.columns(device_cols[:, cut].reshape(-1), host_cols[:, cut].reshape(-1))
+                with contextlib.nullcontext() if (m == micro - 1 or not ddp) else model.no_sync():
+                    with phase("forward"):
+                        loss, micro_parts = minibatch_loss(model, columns, coefficients, autocast, cells)
+                    with phase("backward"):
+                        loss = (loss if cells == 1 else loss.sum()) / micro
+                        (scaler.scale(loss) if scaler is not None else loss).backward()
+                parts = {k: parts.get(k, 0.0) + v / micro for k, v in micro_parts.items()}
             with phase("optimizer"):
-                grad_norm, skipped_now = optimizer_step(optimizer, params, ppo.max_grad_norm, scaler, ppo.weight_decay)
+                if stacked:
+                    grad_norm, skipped_now = optimizer.step(clips, mask)
+                else:
+                    grad_norm, skipped_now = optimizer_step(
+                        optimizer, params, ppo.max_grad_norm, scaler, ppo.weight_decay
+                    )
             skipped += skipped_now
             parts["grad_norm"] = grad_norm.detach().float()
             for name in SUMMED_STATS:
-                sums[name] += parts[name].double()
-            epoch_kl += parts["approx_kl"].double()
-            steps += 1
-        epochs_run += 1
-        if ppo.target_kl > 0:
-            mean_kl = comm.all_reduce_sum(epoch_kl / ppo.num_minibatches).item() / comm.world_size
-            if mean_kl > ppo.target_kl:
-                break
-    means = comm.all_reduce_named({k: v / max(steps, 1) for k, v in sums.items()})
-    return UpdateStats(
-        **{k: float(v) / comm.world_size for k, v in means.items()},
-        explained_variance=explained,
-        advantage_std=adv_std,
-        return_std=return_std,
-        epochs_run=epochs_run,
-        skipped_steps=int(skipped.item()),
-    )
+                sums[name] += parts[name].double() if cells == 1 else torch.where(mask, parts[name].double(), 0.0)
+            epoch_kl += (
+                parts["approx_kl"].double() if cells == 1 else torch.where(mask, parts["approx_kl"].double(), 0.0)
+            )
+            steps = [s + run for s, run in zip(steps, running, strict=True)]
+        epochs_run = [e + run for e, run in zip(epochs_run, running, strict=True)]
+        if any(p.target_kl > 0 for p in ppos):
+            mean_kl = (comm.all_reduce_sum(epoch_kl / ppo.num_minibatches) / comm.world_size).tolist()
+            running = [
+                run and not (p.target_kl > 0 and kl > p.target_kl)
+                for run, p, kl in zip(running, ppos, mean_kl, strict=True)
+            ]
+    means = comm.all_reduce_named({k: v / torch.tensor(steps, device=device).clamp_min(1) for k, v in sums.items()})
+    host = {k: (v / comm.world_size).tolist() for k, v in means.items()}
+    skips = skipped.tolist()
+    out: list[UpdateStats | None] = []
+    for k in range(cells):
+        if not active[k]:
+            out.append(None)
+            continue
+        _, adv_std, return_std, explained = statistics[k]
+        out.append(
+            UpdateStats(
+                **{name: host[name][k] for name in SUMMED_STATS},
+                explained_variance=explained,
+                advantage_std=adv_std,
+                return_std=return_std,
+                epochs_run=epochs_run[k],
+                skipped_steps=int(skips[k]),
+            )
+        )
+    return out

@@ -196,7 +196,7 @@ class Trainer:
             )
         t1 = time.perf_counter()
         with phase("update"):
-            stats = ppo_update(
+            (stats,) = ppo_update(
                 self.trained,
                 self.optimizer,
                 self.buf,
@@ -204,7 +204,7 @@ class Trainer:
                 returns,
                 ppo,
                 self.comm,
-                generator=self.shuffle_gen,
+                generators=[self.shuffle_gen],
                 autocast=self.autocast,
                 scaler=self.scaler,
                 timer=timer,
