@@ -101,7 +101,7 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     args = [*TINY, *then, "--num_episodes", "32", "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "pre"]
     today = parse_config([*args, "--resume", "latest"])  # synthetic:... now means generator 3: another market
     with pytest.raises(
-        UserError, match="trained on synthetic generator 1 .* give --data synthetic:tickers=4,days=400,generator=1"
+        UserError, match="trained on synthetic generator 1; give --data synthetic:tickers=4,days=400,generator=1 "
     ):
         check_resume(today, build_market(today.data, seed=today.run.seed), resolve_run_dir(today.run, "clstm"))
     then += ["--data", "synthetic:tickers=4,days=400,generator=1"]

@@ -240,6 +240,9 @@ def test_a_released_version_s_checkpoint_resumes_with_the_settings_it_was_traine
     cfg = parse_config(args)
     market = build_market(cfg.data, seed=cfg.run.seed)
     assert check_resume(cfg, market, run) == run / "latest.pt"
+    today = parse_config([*args, "--data", "synthetic:tickers=4,days=400"])  # today's generator: another market
+    with pytest.raises(UserError, match=f"trained on synthetic generator {generator}; give --data .*generator="):
+        check_resume(today, build_market(today.data, seed=today.run.seed), run)
     if name != "v010":
         return
     counters = Trainer(cfg, market, Comm(), run).train()

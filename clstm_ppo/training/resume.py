@@ -108,23 +108,21 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
 
 
 def other_market(ckpt: Checkpoint, cfg: TrainConfig, market: PreparedMarket) -> str | None:
-    """Why ``market``'s data is not the data ``ckpt`` was trained on (None when it is, as far as can be told): its
-    recorded fingerprint differs, or it records none (0.1.0 and before) and the synthetic source names another
-    generator than the recorded one (generator 1 then: `clstm_ppo.migrate.market_spec`)."""
+    """Why ``market``'s data is not the data ``ckpt`` was trained on (None when it is, as far as can be told): the
+    synthetic source names another generator than the recorded one (generator 1 where a file records none:
+    `clstm_ppo.migrate.market_spec`), or the recorded fingerprint differs."""
     record = ckpt.market_spec.get("data") or {}
-    if "fingerprint" in record:
-        if not recorded_data_matches(record, market.data):
-            found = data_fingerprint(market.data)
-            return (
-                f"this run's data (fingerprint {found}) is not the data it was trained on ({record['fingerprint']}, "
-                f"{record['first']} .. {record['last']}); use the same --data, dates and tickers"
-            )
-        return None
     source, trained_on = cfg.data.source, record.get("generator")
     if is_synthetic(source) and trained_on is not None and synthetic_version(source.partition(":")[2]) != trained_on:
         return (
-            f"it was trained on synthetic generator {trained_on} (clstm-ppo 0.1.0 and before); give --data "
-            f"{pin_synthetic(source, generator=trained_on)} to continue on that market"
+            f"it was trained on synthetic generator {trained_on}; give --data "
+            f"{pin_synthetic(source, generator=int(trained_on))} to continue on that market"
+        )
+    if "fingerprint" in record and not recorded_data_matches(record, market.data):
+        found = data_fingerprint(market.data)
+        return (
+            f"this run's data (fingerprint {found}) is not the data it was trained on ({record['fingerprint']}, "
+            f"{record['first']} .. {record['last']}); use the same --data, dates and tickers"
         )
     return None
 
