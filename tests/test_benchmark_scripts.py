@@ -28,3 +28,14 @@ def test_the_batched_study_benchmark_explains_itself():
         timeout=120,
     )
     assert proc.returncode == 0 and "--batch_cells 1" in proc.stdout
+
+
+def test_the_same_numbers_benchmark_explains_itself_and_names_its_yardstick():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "same_numbers.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "--before" in proc.stdout and "--presets" in proc.stdout

@@ -9,10 +9,14 @@ import torch
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from clstm_ppo.agent.build import make_policy
+from clstm_ppo.agent.model import RecurrentState
+from clstm_ppo.agent.stacked import CellPolicy, stack_policies
+from clstm_ppo.training.cell_adam import CellAdam
 from clstm_ppo.training.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
 from clstm_ppo.training.ppo import ppo_update
-from clstm_ppo.training.rollout import compute_gae
-from tests.conftest import fake_rollout, ppo_cfg, small_model
+from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
+from tests.conftest import fake_rollout, net_spec, ppo_cfg, small_model
 
 TOTAL_ENVS, STEPS = 8, 12
 
@@ -68,3 +72,103 @@ def test_bypassing_ddp_trains_replicas_apart(tmp_path):
     """The bug of the project this replaces: a loss computed outside the DDP wrapper never syncs."""
     rank0, rank1 = spawn_two_ranks(tmp_path, through_ddp=False)
     assert any(not torch.allclose(a, b) for a, b in zip(rank0, rank1, strict=True))
+
+
+# ------------------------------------------------------------------ K seeds as one batch on 2 ranks
+CELLS, PER_RANK = 2, 4  # two seeds; each rank holds 4 envs of each, one rank alone 8
+
+
+def cell_policy() -> CellPolicy:
+    """Two clstm networks of different seeds stacked (`clstm_ppo.agent.stacked`), the same on every rank."""
+    nets = []
+    for k in range(CELLS):
+        torch.manual_seed(100 + k)
+        nets.append(make_policy(net_spec("clstm", 16, 3, 5, stage1_hidden=8, feature_dim=8, stage2_hidden=12)))
+    return stack_policies(nets)
+
+
+def dense_cell_rollout(per_cell: int) -> tuple[dict[str, torch.Tensor], RecurrentState]:
+    """A rollout of the stacked network on random windows (`fake_rollout`'s) over CELLS x ``per_cell`` columns,
+    cell-major, kept dense so that any columns can be recorded into a buffer of their own."""
+    policy = cell_policy()
+    spec, envs = policy.spec, CELLS * per_cell
+    gen = torch.Generator().manual_seed(0)
+    gens = [torch.Generator().manual_seed(10 + k) for k in range(CELLS)]
+    state = policy.initial_state(envs)
+    initial = state.map(torch.Tensor.clone)
+    start = torch.ones(envs, dtype=torch.bool)
+    obs = torch.randn(envs, spec.window, spec.num_features, generator=gen)
+    out: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "starts", "actions", "log_probs", "values")}
+    out.update(rewards=[], dones=[])
+    for s in range(STEPS):
+        fresh = torch.randn(envs, spec.window, spec.num_features, generator=gen)
+        moved = torch.cat([obs[:, 1:], fresh[:, :1]], dim=1)
+        obs = torch.where(start.view(-1, 1, 1), fresh, moved) if s else fresh
+        action, log_prob, value, state = policy.act(obs, state, start, generators=gens)
+        done = torch.rand(envs, generator=gen) < 0.2
+        for name, value_ in zip(out, (obs, start, action, log_prob, value), strict=False):
+            out[name].append(value_.clone())
+        out["rewards"].append(torch.randn(envs, generator=gen))
+        out["dones"].append(done)
+        start = done
+    return {k: torch.stack(v) for k, v in out.items()}, initial
+
+
+def buffer_of(dense: dict[str, torch.Tensor], initial: RecurrentState, cols: torch.Tensor) -> RolloutBuffer:
+    """The rollout's columns ``cols`` as a buffer of their own (what a rank that ran only those envs holds)."""
+    _, _, window, features = dense["obs"].shape
+    buf = RolloutBuffer.allocate(STEPS, len(cols), (window, features), dense["actions"].shape[-1], "cpu")
+    buf.initial_state = initial.envs(cols)
+    for s in range(STEPS):
+        buf.obs.record(s, dense["obs"][s, cols], anchor=s == 0 or bool(dense["starts"][s].any()))
+        for name in ("starts", "actions", "log_probs", "values", "rewards", "dones"):
+            getattr(buf, name)[s] = dense[name][s, cols]
+    return buf
+
+
+def run_cell_update(buf: RolloutBuffer, comm, per_cell: int) -> list[torch.Tensor]:
+    """One update of the two seeds as one batch (`ppo_update` with their `CellAdam`); their stacked weights after."""
+    policy = cell_policy()
+    cfg = ppo_cfg(num_envs=per_cell, n_steps=STEPS, batch_size=STEPS * per_cell, epochs=3)
+    adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(buf.num_envs), cfg.gamma, cfg.gae_lambda)
+    adam = CellAdam(policy, [[3e-3, 3e-3], [1e-3, 2e-3]], eps=1e-8)
+    gens = [torch.Generator().manual_seed(k) for k in range(CELLS)]
+    ppo_update(policy, adam, buf, adv, ret, [cfg] * CELLS, comm, generators=gens)
+    return [flat.clone() for flat in policy.flat]
+
+
+def rank_columns(rank: int) -> torch.Tensor:
+    """Rank ``rank``'s envs of each seed among one rank's 2 x PER_RANK per seed (cell-major)."""
+    full = 2 * PER_RANK
+    return torch.cat([torch.arange(k * full + rank * PER_RANK, k * full + (rank + 1) * PER_RANK) for k in range(CELLS)])
+
+
+def _cells_rank_main(rank: int, port: int, out_dir: str) -> None:
+    layout = WorldLayout(2, "cpu", "gloo", "127.0.0.1", port, False)
+    comm = init_worker(layout, rank, rank)
+    try:
+        torch.set_num_threads(1)
+        dense, initial = dense_cell_rollout(2 * PER_RANK)
+        flat = run_cell_update(buffer_of(dense, initial, rank_columns(rank)), comm, PER_RANK)
+        torch.save(flat, Path(out_dir) / f"cells{rank}.pt")
+        comm.barrier()
+    finally:
+        shutdown_worker()
+
+
+@pytest.mark.slow
+def test_two_seeds_as_one_batch_on_two_ranks_equal_one_rank_with_twice_the_envs(tmp_path):
+    """Each rank holds the same two seeds and half of each seed's envs; their gradients are averaged over the ranks
+    per seed before each seed's step, so the replicas agree and equal one process with all the envs."""
+    mp.spawn(_cells_rank_main, args=(find_free_port(), str(tmp_path)), nprocs=2, join=True)
+    rank0, rank1 = (torch.load(tmp_path / f"cells{r}.pt", weights_only=True) for r in range(2))
+    for a, b in zip(rank0, rank1, strict=True):
+        assert torch.equal(a, b)
+    from clstm_ppo.training.distributed import Comm
+
+    dense, initial = dense_cell_rollout(2 * PER_RANK)
+    single = run_cell_update(buffer_of(dense, initial, torch.arange(CELLS * 2 * PER_RANK)), Comm(), 2 * PER_RANK)
+    for a, b in zip(rank0, single, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-5)
+    before = cell_policy().flat
+    assert all(not torch.equal(a[k], b[k]) for a, b in zip(single, before, strict=True) for k in range(CELLS))

@@ -388,7 +388,9 @@ def ppo_update(
 ) -> list[UpdateStats | None]:
     """``epochs`` epochs of PPO over this worker's rollout ``buf``: one run (K = 1: ``model`` the ActorCritic, possibly
     wrapped by torch.compile and/or DDP, and its torch Adam) or K cells trained as one batch (``model`` their
-    `CellPolicy`, ``optimizer`` their `CellAdam`; ``buf``'s columns are K blocks).
+    `CellPolicy`, ``optimizer`` their `CellAdam`; ``buf``'s columns are K blocks). On several ranks each holds the same
+    K cells and its own envs of each; a batch's gradients are averaged over the ranks per cell before its step, as
+    DDP averages a run's.
 
     Per cell, as its run alone: its advantages normalised with its own statistics (over all workers); its epochs'
     minibatches in the order its own shuffle generator draws (a cell that stopped draws nothing more); its loss over
@@ -448,6 +450,9 @@ def ppo_update(
                 parts = {k: parts.get(k, 0.0) + v / micro for k, v in micro_parts.items()}
             with phase("optimizer"):
                 if stacked:
+                    if comm.distributed:  # DDP's average over the ranks, per seed: one all-reduce per parameter group
+                        for grad in optimizer.grads:
+                            grad.copy_(comm.all_reduce_sum(grad).div_(comm.world_size))
                     grad_norm, skipped_now = optimizer.step(clips, mask)
                 else:
                     grad_norm, skipped_now = optimizer_step(
