@@ -227,6 +227,7 @@ def test_a_default_0_1_0_checkpoint_is_refused_in_one_line(tmp_path, capsys):
     assert "--skip True was removed in clstm-ppo 0.2.0" in err and "8bcb3cf" in err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RELEASED)
 def test_a_released_version_s_checkpoint_resumes_with_the_settings_it_was_trained_with(name, tmp_path):
     """It resumes on the market it was trained on (its generator named) with its settings repeated; the 0.1.0 one
