@@ -1,11 +1,13 @@
 """The prepared benchmark scripts parse: the GPU session's one script (run only on a lent GPU, so a syntax error would
-cost that session) and the batched-study benchmark's command line."""
+cost that session) and the other benchmarks' command lines."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+
+import pytest
 
 from tests.conftest import ROOT, clean_env
 
@@ -19,23 +21,19 @@ def test_the_gpu_check_script_parses_and_its_six_steps_fit_in_8_minutes():
     assert "tests/test_cuda.py" in text and "--batch_cells 12" in text and "--window_kernels shared" in text
 
 
-def test_the_batched_study_benchmark_explains_itself():
+@pytest.mark.parametrize(
+    "script, named",
+    [
+        ("study_batched.py", ["--batch_cells 1"]),  # the batched-study benchmark's ways
+        ("same_numbers.py", ["--before", "--presets"]),  # the same-numbers check's yardstick and presets
+    ],
+)
+def test_a_benchmark_explains_itself(script, named):
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "study_batched.py"), "--help"],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--help"],
         capture_output=True,
         text=True,
         env=clean_env(),
         timeout=120,
     )
-    assert proc.returncode == 0 and "--batch_cells 1" in proc.stdout
-
-
-def test_the_same_numbers_benchmark_explains_itself_and_names_its_yardstick():
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "same_numbers.py"), "--help"],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        timeout=60,
-    )
-    assert proc.returncode == 0 and "--before" in proc.stdout and "--presets" in proc.stdout
+    assert proc.returncode == 0 and all(flag in proc.stdout for flag in named), proc.stdout

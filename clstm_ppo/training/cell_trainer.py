@@ -1,10 +1,10 @@
 """K runs ("cells": a study's seeds, and settings that change no shape) trained in one process as one batch, each
 giving what it gives alone: `Trainer`'s loop with seeds as a batch dimension (PureJaxRL's idea; issue 49).
 
-`CellTrainer.update` is `Trainer.update` for K cells at once: one rollout of K x B envs (`clstm_ppo.training.rollout`, each cell a block of columns), one GAE
-over every column, one PPO update whose every minibatch is one forward and backward of the stacked network
-(`clstm_ppo.training.ppo.ppo_update`, the run's own, over `clstm_ppo.agent.stacked`) and one step of `cell_adam`. Everything that makes a cell's numbers is its
-own, as in its run alone: its initial weights (drawn after ``torch.manual_seed(seed)``), its envs' start days, its
+`CellTrainer.update` is `Trainer.update` for K cells at once: one rollout of K x B envs (the run's own
+`RolloutCollector`, each cell a block of columns), one GAE over every column, one PPO update (the run's own
+`ppo_update`) whose every minibatch is one forward and backward of the stacked network (`clstm_ppo.agent.stacked`)
+and one step of `cell_adam`. Everything that makes a cell's numbers is its own, as in its run alone: its initial weights (drawn after ``torch.manual_seed(seed)``), its envs' start days, its
 action noise and minibatch shuffles (its own generators, seeded as `Trainer` seeds them), its reward and advantage
 normalisation, its learning-rate schedule, gradient clip, KL early stop and optimizer state. Only float rounding
 differs (stacked matmuls; ``tests/test_cells.py``: weights within 1e-5 after 3 updates, metrics to 4 figures).

@@ -341,14 +341,8 @@ def update_batch(
     statistics = advantage_statistics(advantages, returns, buf.values, comm, cells)
     if ppo.norm_adv:
         per = buf.num_envs // cells
-        advantages = (
-            torch.cat(
-                [(advantages[:, k * per : (k + 1) * per] - s[0]) / (s[1] + 1e-8) for k, s in enumerate(statistics)],
-                dim=1,
-            )
-            if cells > 1
-            else (advantages - statistics[0][0]) / (statistics[0][1] + 1e-8)
-        )
+        normalised = [(advantages[:, k * per : (k + 1) * per] - s[0]) / (s[1] + 1e-8) for k, s in enumerate(statistics)]
+        advantages = normalised[0] if cells == 1 else torch.cat(normalised, dim=1)
     batch = UpdateBatch(
         windows=buf.obs.windows(),  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
         starts=buf.starts,
@@ -361,6 +355,12 @@ def update_batch(
         initial_state=buf.initial_state,
     )
     return batch, statistics
+
+
+def running_only(values: Tensor, running: Tensor) -> Tensor:
+    """A minibatch's figures ``[K]`` (0-dim for a run) as float64, 0 for the cells no longer ``running`` (``[K]``
+    bool): a run's single cell runs while its epochs do, so its figures pass as they are."""
+    return values.double() if values.dim() == 0 else torch.where(running, values.double(), 0.0)
 
 
 def epoch_columns(orders: list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
@@ -461,10 +461,8 @@ def ppo_update(
             skipped += skipped_now
             parts["grad_norm"] = grad_norm.detach().float()
             for name in SUMMED_STATS:
-                sums[name] += parts[name].double() if cells == 1 else torch.where(mask, parts[name].double(), 0.0)
-            epoch_kl += (
-                parts["approx_kl"].double() if cells == 1 else torch.where(mask, parts["approx_kl"].double(), 0.0)
-            )
+                sums[name] += running_only(parts[name], mask)
+            epoch_kl += running_only(parts["approx_kl"], mask)
             steps = [s + run for s, run in zip(steps, running, strict=True)]
         epochs_run = [e + run for e, run in zip(epochs_run, running, strict=True)]
         if any(p.target_kl > 0 for p in ppos):
