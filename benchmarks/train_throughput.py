@@ -137,7 +137,7 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
         rollout_s.append(seconds["rollout"])
         update_s.append(seconds["update"])
         phases.append(seconds)
-    numel = sum(p.numel() for p in trainer.model.parameters())
+    numel = sum(p.numel() for p in trainer.policy.parameters())
     allreduce = _grad_allreduce_seconds(comm, numel) if comm.distributed else 0.0
     if comm.device.type == "cuda":
         peak = torch.cuda.max_memory_allocated(comm.device)

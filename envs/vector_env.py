@@ -119,7 +119,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     before it. Without it (evaluation, the default) the env runs on the market alone.
 
     Cells: ``seed`` may be a list of C seeds; the B envs are then C equal blocks of consecutive envs ("cells", a
-    study's runs trained as one batch: `clstm_ppo.training.cell_trainer`), each drawing its start days from its
+    study's runs trained as one batch: `clstm_ppo.training.trainer`), each drawing its start days from its
     own generator in the order its envs need them, so block c behaves exactly as a ``B / C``-env ``VectorStockTradingEnv``
     seeded ``seed[c]`` (`cell_state_dict` gives that env's ``state_dict``).
     """

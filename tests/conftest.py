@@ -387,10 +387,11 @@ def assert_same_run(alone: Path, batched: Path) -> None:
         assert {k: (v.dtype, v.shape) for k, v in entry.items()} == {
             k: (v.dtype, v.shape) for k, v in b.optimizer_state["state"][index].items()
         }
-    (wa,), (wb,) = a.worker_states, b.worker_states
-    assert wa.keys() == wb.keys() and wa["env"].keys() == wb["env"].keys()
-    assert torch.equal(wa["shuffle_gen"], wb["shuffle_gen"]) and torch.equal(wa["action_gen"], wb["action_gen"])
-    assert torch.equal(wa["torch_rng"], wb["torch_rng"]) and torch.equal(wa["env"]["gen"], wb["env"]["gen"])
+    assert len(a.worker_states) == len(b.worker_states)  # one per rank
+    for wa, wb in zip(a.worker_states, b.worker_states, strict=True):
+        assert wa.keys() == wb.keys() and wa["env"].keys() == wb["env"].keys()
+        assert torch.equal(wa["shuffle_gen"], wb["shuffle_gen"]) and torch.equal(wa["action_gen"], wb["action_gen"])
+        assert torch.equal(wa["torch_rng"], wb["torch_rng"]) and torch.equal(wa["env"]["gen"], wb["env"]["gen"])
     assert (alone / "best.pt").is_file() == (batched / "best.pt").is_file()
     lines_a = [json.loads(x) for x in (alone / "metrics.jsonl").read_text().splitlines()]
     lines_b = [json.loads(x) for x in (batched / "metrics.jsonl").read_text().splitlines()]

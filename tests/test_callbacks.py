@@ -10,10 +10,9 @@ import pytest
 from clstm_ppo.cli.train import parse_config
 from clstm_ppo.market import build_market
 from clstm_ppo.training.callbacks import Callback, Checkpointer, Logger, RunState, default_callbacks
-from clstm_ppo.training.cell_trainer import CellTrainer, CellView
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.trainer import Trainer
+from clstm_ppo.training.trainer import RunView, Trainer
 from tests.conftest import TINY, read_metrics
 
 pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey the gradient layout contract")
@@ -58,30 +57,31 @@ def test_the_products_callbacks_read_only_what_run_state_declares(tmp_path):
     folder; a callback that reaches for the trainer's optimizer or model fails here."""
     cfg, market = tiny(tmp_path, "declared", "--norm_reward")
     trainer = Trainer(cfg, market, Comm(), tmp_path / "declared", callbacks=[])
-    run = DeclaredOnly(trainer)
+    run = DeclaredOnly(trainer.views[0])
+    (counters,) = trainer.counters
     callbacks = default_callbacks()
     for callback in callbacks:
         callback.on_training_start(run)
-    while trainer.counters.episodes < cfg.ppo.num_episodes:
-        result = trainer.gather(trainer.update())
+    while counters.episodes < cfg.ppo.num_episodes:
+        result = trainer.gather(0, trainer.update()[0])
         for callback in callbacks:
             callback.on_update_end(run, result)
     for callback in callbacks:
         callback.on_training_end(run)
     _, updates = read_metrics(tmp_path / "declared")
-    assert len(updates) == trainer.counters.update >= 2
+    assert len(updates) == counters.update >= 2
     assert {"policy_std", "reward_scale", "lr_clstm", "lr_actor_critic"} <= set(updates[-1])
-    assert load_checkpoint(tmp_path / "declared" / "latest.pt").counters["update"] == trainer.counters.update
+    assert load_checkpoint(tmp_path / "declared" / "latest.pt").counters["update"] == counters.update
     with pytest.raises(AttributeError, match="run.optimizer, which RunState does not declare"):
         run.optimizer  # noqa: B018
 
 
-def test_a_trainer_and_a_batched_cell_both_offer_every_declared_member(tmp_path):
+def test_a_run_and_a_batched_seed_both_offer_every_declared_member(tmp_path):
     cfg, market = tiny(tmp_path, "a")
     cfgs = [tiny(tmp_path, f"cell{k}", "--seed", str(k + 1))[0] for k in range(2)]
-    batch = CellTrainer(cfgs, market, [tmp_path / f"cell{k}" for k in range(2)])
-    for run in (Trainer(cfg, market, Comm(), tmp_path / "a"), *batch.views):
-        assert isinstance(run, Trainer | CellView)
+    batch = Trainer(cfgs, market, Comm(), [tmp_path / f"cell{k}" for k in range(2)])
+    for run in (*Trainer(cfg, market, Comm(), tmp_path / "a").views, *batch.views):
+        assert isinstance(run, RunView)
         missing = sorted(name for name in RUN_STATE if not hasattr(run, name))
         assert not missing, f"{type(run).__name__} lacks {missing}"
         assert set(run.figures()) == {"policy_std", "lr_clstm", "lr_actor_critic"}
@@ -93,12 +93,12 @@ def test_callbacks_add_to_the_products_and_never_replace_them(tmp_path):
     cfg, market = tiny(tmp_path, "alone")
     mine = Recorder()
     trainer = Trainer(cfg, market, Comm(), tmp_path / "alone", callbacks=[mine])
-    assert [type(c) for c in trainer.callbacks] == [*(type(c) for c in default_callbacks()), Recorder]
+    assert [type(c) for c in trainer.callbacks[0]] == [*(type(c) for c in default_callbacks()), Recorder]
     assert {Logger, Checkpointer} <= {type(c) for c in default_callbacks()}
     trainer.train()
     cfgs = [tiny(tmp_path, f"cell{k}", "--seed", str(k + 1))[0] for k in range(2)]
     hooks = [[Recorder()], [Recorder()]]
-    batch = CellTrainer(cfgs, market, [tmp_path / f"cell{k}" for k in range(2)], callbacks=hooks)
+    batch = Trainer(cfgs, market, Comm(), [tmp_path / f"cell{k}" for k in range(2)], callbacks=hooks)
     batch.train()
     for folder, recorder in [("alone", mine), ("cell0", hooks[0][0]), ("cell1", hooks[1][0])]:
         episodes, updates = read_metrics(tmp_path / folder)
@@ -114,5 +114,5 @@ def test_the_update_itself_merges_the_normalisers_statistics(tmp_path):
     trainer = Trainer(cfg, market, Comm(), tmp_path / "norm", callbacks=[])
     trainer.update()
     rows = cfg.ppo.num_envs * cfg.ppo.n_steps
-    assert trainer.model.obs_count.item() == rows
+    assert trainer.models[0].obs_count.item() == rows
     assert trainer.rollout.reward_norms[0].moments[0] == rows

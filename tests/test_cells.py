@@ -1,4 +1,4 @@
-"""Cells trained as one batch (`CellTrainer`) give what each gives alone (`Trainer`): weights after 3 updates, every
+"""Cells trained as one batch (`Trainer` of K seeds) give what each gives alone (K = 1): weights after 3 updates, every
 logged metric, the same on resume, checkpoints in the same format that backtest alike; and a cell fails alone."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ import torch
 from clstm_ppo.agent.build import build_model
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.market import build_market
-from clstm_ppo.training.cell_trainer import CellTrainer, check_batchable
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.trainer import Trainer
+from clstm_ppo.training.trainer import Trainer, check_batchable
 from envs.errors import UserError
 from tests.conftest import assert_same_run, read_metrics, same_number
 from tests.faults import FaultHook
@@ -76,13 +75,13 @@ def test_each_batched_cell_trains_as_it_does_alone_and_resumes_alike(policy, cel
     market = build_market(alone[0].data, seed=1)  # one market for all, as a study prepares it
     train_alone(alone, market)
     straight = configs(tmp_path, "batch", policy, cells)
-    CellTrainer(straight, market, run_dirs(straight)).train()
+    Trainer(straight, market, Comm(), run_dirs(straight)).train()
     # the same batch stopped after 2 updates and resumed from each cell's latest.pt for the third
     halfway = configs(tmp_path, "resumed", policy, cells, num_episodes=8)
-    CellTrainer(halfway, market, run_dirs(halfway)).train()
+    Trainer(halfway, market, Comm(), run_dirs(halfway)).train()
     assert load_checkpoint(run_dirs(halfway)[0] / "latest.pt").counters["update"] == 2
     resumed = configs(tmp_path, "resumed", policy, cells, resume="latest")
-    CellTrainer(resumed, market, run_dirs(resumed)).train()
+    Trainer(resumed, market, Comm(), run_dirs(resumed)).train()
     for a, b, c in zip(run_dirs(alone), run_dirs(straight), run_dirs(resumed), strict=True):
         assert_same_run(a, b)
         assert_same_run(a, c)
@@ -99,7 +98,7 @@ def test_a_cell_resumes_a_checkpoint_its_run_alone_wrote(tmp_path):
     half = configs(tmp_path, "mixed", "clstm", 2, num_episodes=8)
     train_alone(half, market)
     resumed = configs(tmp_path, "mixed", "clstm", 2, resume="latest")
-    CellTrainer(resumed, market, run_dirs(resumed)).train()
+    Trainer(resumed, market, Comm(), run_dirs(resumed)).train()
     for a, b in zip(run_dirs(alone), run_dirs(resumed), strict=True):
         assert_same_run(a, b)
 
@@ -108,7 +107,7 @@ def test_a_diverging_cell_fails_alone_and_the_others_train_on(tmp_path):
     cfgs = configs(tmp_path, "batch", "mlp", 3, max_bad_updates=2)
     market = build_market(cfgs[0].data, seed=1)
     hooks = [[], [FaultHook(update=2, kind="nan")], [FaultHook(update=1, kind="raise")]]
-    trainer = CellTrainer(cfgs, market, run_dirs(cfgs), callbacks=hooks)
+    trainer = Trainer(cfgs, market, Comm(), run_dirs(cfgs), callbacks=hooks)
     trainer.train()
     assert trainer.errors[0] is None
     assert isinstance(trainer.errors[1], UserError) and "2 updates in a row had NaN/inf" in str(trainer.errors[1])
@@ -118,7 +117,7 @@ def test_a_diverging_cell_fails_alone_and_the_others_train_on(tmp_path):
     torch.manual_seed(cfgs[2].run.seed)
     initial = build_model(cfgs[2], market)
     for name, weight in initial.state_dict().items():
-        assert torch.equal(weight, trainer.policy.cell(2).state_dict()[name]), name
+        assert torch.equal(weight, trainer.models[2].state_dict()[name]), name
     alone = configs(tmp_path, "alone", "mlp", 1, max_bad_updates=2)
     train_alone(alone, market)
     assert_same_run(run_dirs(alone)[0], run_dirs(cfgs)[0])
@@ -141,7 +140,7 @@ def test_a_batched_cells_checkpoint_backtests_as_its_run_alone(tmp_path):
     batch = configs(tmp_path, "batch", "clstm", 2)
     market = build_market(alone[0].data, seed=1)
     train_alone(alone, market)
-    CellTrainer(batch, market, run_dirs(batch)).train()
+    Trainer(batch, market, Comm(), run_dirs(batch)).train()
     reports = []
     for folder in (run_dirs(alone)[0], run_dirs(batch)[0]):
         out = tmp_path / f"report-{folder.name}"

@@ -89,7 +89,6 @@ def test_batched_cells_train_on_the_gpu_as_each_cell_alone(tmp_path, policy):
     to float rounding (TF32 matmuls on both sides), checkpoints that load on the CPU."""
     from clstm_ppo.config import TrainConfig
     from clstm_ppo.market import build_market
-    from clstm_ppo.training.cell_trainer import CellTrainer
     from clstm_ppo.training.checkpoint import restore_policy
     from clstm_ppo.training.distributed import Comm
     from clstm_ppo.training.trainer import Trainer
@@ -108,7 +107,7 @@ def test_batched_cells_train_on_the_gpu_as_each_cell_alone(tmp_path, policy):
     for s in (1, 2, 3):
         Trainer(cfgs[f"a{s}"], market, Comm(device=torch.device("cuda")), tmp_path / f"a{s}").train()
     batch = [cfgs[f"b{s}"] for s in (1, 2, 3)]
-    trainer = CellTrainer(batch, market, [tmp_path / f"b{s}" for s in (1, 2, 3)], "cuda")
+    trainer = Trainer(batch, market, Comm(device=torch.device("cuda")), [tmp_path / f"b{s}" for s in (1, 2, 3)])
     trainer.train()
     assert trainer.errors == [None, None, None]
     for s in (1, 2, 3):

@@ -67,6 +67,22 @@ def test_a_seed_range_trains_each_seed_as_its_run_alone_and_the_folder_is_an_ens
     assert abs(float(match.group(6)) - reports[0]["metrics"]["policy"]["sharpe"]) < 0.006
 
 
+def test_seeds_on_two_ranks_train_each_seed_as_its_run_alone_on_two_ranks(tmp_path):
+    """``--seed 1-2 --num_workers 2``: every rank holds both seeds and its own envs of each, and each seed's gradients
+    are averaged over the ranks in the update, as DDP averages a run's: seed 2 of the batch is seed 2 trained alone on
+    the same 2 ranks (DDP), its checkpoint holding both ranks' states, up to float rounding."""
+    data = ["--data", "synthetic:tickers=4,days=400,seed=1,generator=3"]
+    pair = train(tmp_path, *SHORT, *data, "--seed", "1-2", "--num_workers", "2", "--run_name", "pair")
+    assert pair.returncode == 0, pair.stderr
+    out = pair.stdout
+    assert "[seed 2] replicas in sync: 2 ranks hold identical weights" in out, out[-1500:]
+    assert "[seed 1] done: 8 episodes" in out and "world size 2" in out
+    alone = train(tmp_path, *SHORT, *data, "--seed", "2", "--num_workers", "2", "--run_name", "alone")
+    assert alone.returncode == 0, alone.stderr
+    assert_same_run(tmp_path / "ck" / "alone", tmp_path / "ck" / "pair" / "seed-2")
+    assert (tmp_path / "ck" / "pair" / "seeds.json").is_file()
+
+
 def test_a_folder_without_finished_seeds_is_named_in_one_line(tmp_path):
     (tmp_path / "run").mkdir()
     with pytest.raises(UserError, match="is a folder, not a checkpoint, and holds no finished seeds"):
@@ -88,12 +104,11 @@ def test_the_seed_flag_takes_the_studys_syntax():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--seed", "1-2", "--num_workers", "2"], "train as one batch in one process: drop --num_workers"),
         (["--seed", "1-2", "--resume", "latest"], "--resume needs --run_name"),
         (["--seed", "1-2", "--run_name", "x", "--resume", "a.pt"], "--resume takes latest or best"),
         (["--seed", "1,x"], "--seed '1,x': expected a number"),
     ],
-    ids=["ranks", "resume-name", "resume-path", "syntax"],
+    ids=["resume-name", "resume-path", "syntax"],
 )
 def test_what_several_seeds_cannot_do_is_one_line(tmp_path, args, message):
     result = train(tmp_path, *SHORT, *args)

@@ -210,9 +210,9 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
         Comm(),
         tmp_path / "b",
     )
-    assert all(torch.equal(v, warm.model.state_dict()[k]) for k, v in source.items())
+    assert all(torch.equal(v, warm.models[0].state_dict()[k]) for k, v in source.items())
     cold = Trainer(parse_config([*TINY, "--seed", "9"]), market, Comm(), tmp_path / "c")
-    assert not all(torch.equal(v, cold.model.state_dict()[k]) for k, v in source.items())
+    assert not all(torch.equal(v, cold.models[0].state_dict()[k]) for k, v in source.items())
     with pytest.raises(UserError, match="another network: --stage2_hidden 16 \\(now 24\\)"):
         Trainer(
             parse_config([*TINY, "--stage2_hidden", "24", *warm_start]),
@@ -636,18 +636,18 @@ def test_a_batch_out_of_memory_says_to_run_smaller_batches_and_its_cells_then_fi
     from clstm_ppo.study.batch import run_batch_guarded
     from clstm_ppo.study.cell import run_cell_guarded
     from clstm_ppo.study.spec import StudySpec
-    from clstm_ppo.training.cell_trainer import CellTrainer
+    from clstm_ppo.training.trainer import Trainer
 
     out, _ = full_study
     shutil.copytree(out, tmp_path / "study", ignore=shutil.ignore_patterns("cells", "ensembles"))
     study_dir = tmp_path / "study"
     mlp = [c for c in StudySpec.load(study_dir).cells() if c.policy == "mlp"]
 
-    def too_big(self):
+    def too_big(self, **_):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     with monkeypatch.context() as patch, torch_threads(1):
-        patch.setattr(CellTrainer, "update", too_big)
+        patch.setattr(Trainer, "update", too_big)
         assert run_batch_guarded(study_dir, mlp) == 1
     for cell in mlp:
         status = read_status(study_dir / "cells" / cell.name)

@@ -112,7 +112,7 @@ def evaluate_cells(
     of the stacked forward (bit for bit for ``shared``, whose cells run their own networks: ``tests/test_stacked.py``).
 
     :param models: the networks, whose parameters become views of the stacked weights (pass networks used for
-        nothing else), or networks already stacked (a `CellPolicy`: the batch a `CellTrainer` trains).
+        nothing else), or networks already stacked (a `CellPolicy`: the batch a `Trainer` of K seeds trains).
 
     A column whose network gives non-finite actions (a diverged cell of a training batch, which is never scored)
     holds its portfolio.

@@ -162,14 +162,14 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     if cfg.run.resume:
         check_resume(cfg, market, run_dir)
     remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
-    code = launch(layout, train_worker, (cfg, market, run_dir, layout, list(callbacks)))
+    code = launch(layout, train_worker, ([cfg], market, [run_dir], layout, list(callbacks)))
     if code == 0 and (not layout.torchrun or os.environ.get("RANK") == "0"):
         report_held_out(run_dir, market, cfg.run.deploy)
     return code
 
 
 def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tuple = ()) -> int:
-    """``--seed 1-8``: one run per seed in ``<run>/seed-<s>/``, trained as one batch in one process
+    """``--seed 1-8``: one run per seed in ``<run>/seed-<s>/``, trained as one batch on every worker
     (`clstm_ppo.training.seeds`), then ``<run>/seeds.json`` and the seeds' held-out line."""
     from clstm_ppo.config import format_seeds
     from clstm_ppo.market import build_market
@@ -186,9 +186,9 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tupl
         check_seed_run,
         seed_configs,
         shared_market,
-        train_seeds_worker,
         write_manifest,
     )
+    from clstm_ppo.training.trainer import train_worker
 
     check_seed_run(cfg, layout)
     cfg, shared = shared_market(cfg, seeds)
@@ -196,7 +196,7 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tupl
     if cfg.run.dry_run:
         print(json.dumps(seed_configs(cfg, seeds, folder)[0].to_dict(), indent=2))
         print(describe_data(cfg))  # cfg.run.seed is the first seed (split_seed_flag)
-        print(f"seeds: {format_seeds(seeds)}, as one batch in one {layout.device_type} process")
+        print(f"seeds: {format_seeds(seeds)}, as one batch on every worker ({layout.describe(cfg.ppo.num_envs)})")
         print(f"run folders: {folder}/seed-<s>")
         return 0
     if shared:
@@ -211,7 +211,7 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tupl
         if c.run.resume:
             check_resume(c, market, f)
         remove_stale_temp_files(f)
-    code = launch(layout, train_seeds_worker, (cfgs, market, folders, list(callbacks)))
+    code = launch(layout, train_worker, (cfgs, market, folders, layout, list(callbacks)))
     if code != 0:
         return code
     has_validation = market.splits.validation is not None

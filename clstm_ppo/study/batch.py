@@ -1,15 +1,15 @@
-"""Several cells of a study in one process, trained as one batch (`clstm_ppo.training.cell_trainer`): the groups
+"""Several cells of a study in one process, trained as one batch (`clstm_ppo.training.trainer`): the groups
 `batches` forms, and `run_batch`, which walks them forward together.
 
-Cells group when their settings differ only where a batch allows (`clstm_ppo.training.cell_trainer.PER_CELL`: the
+Cells group when their settings differ only where a batch allows (`clstm_ppo.training.trainer.PER_CELL`: the
 seed above all, and settings that change no shape, such as the learning rates or the entropy coefficient): then
 they share the data, the prepared markets and the walk-forward schedule (the study's), and the network's shape.
 Groups are formed from the whole grid in its order, whatever is done, and a shard takes whole groups
 (`clstm_ppo.study.runner`): a re-run and every shard put each cell beside the same batch mates in the same place, so
 an interrupted cell continues as it would have, and a sharded study gives the whole study's numbers bit for bit.
 
-`run_batch` does for each window what `clstm_ppo.study.cell.run_cell` does for one cell, with one `CellTrainer` for
-every cell of the group that still has to train that window (each resuming its own latest.pt or warm-starting from
+`run_batch` does for each window what `clstm_ppo.study.cell.run_cell` does for one cell, with one `clstm_ppo.training.trainer.Trainer`
+for every cell of the group that still has to train that window (each resuming its own latest.pt or warm-starting from
 its previous window, as alone), then trades the window of every live cell of the group at once (`trade_windows`:
 their checkpoints and untrained networks as one stacked network on one env of 2K columns), so each cell's traded
 record is what `clstm-ppo backtest` of its checkpoint gives up to the float rounding of the stacked forward (a cell
@@ -54,8 +54,9 @@ from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key
 from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.training.callbacks import Callback
-from clstm_ppo.training.cell_trainer import CellTrainer, batch_key
+from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.signals import StoppedBySignal
+from clstm_ppo.training.trainer import Trainer, batch_key
 from envs.errors import describe_exception
 
 AUTO_MAX = 64
@@ -272,11 +273,11 @@ def _train_together(
     for m in members:
         m.window(k).mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    trainer = CellTrainer(
+    trainer = Trainer(
         [configs[m.cell.name] for m in members],
         market,
+        Comm(device=device),
         [m.window(k) for m in members],
-        device,
         [callbacks.get(m.cell.name, []) for m in members],
     )
     trainer.train()

@@ -1,7 +1,7 @@
 """What hangs on the training loop besides the algorithm: Stable-Baselines3's ``BaseCallback`` shape.
 
-The loops (`clstm_ppo.training.trainer.Trainer` for one run, `clstm_ppo.training.cell_trainer.CellTrainer` for K
-seeds as one batch) call every callback's hooks at fixed points of each iteration, in list order, on every rank (so a
+The loop (`clstm_ppo.training.trainer.Trainer`, for a run and for K seeds as one batch, each seed with its own
+callbacks) calls every callback's hooks at fixed points of each iteration, in list order, on every rank (so a
 hook may issue collectives: every rank issues the same ones in the same order). A hook sees the run through
 `RunState`, declared here, and nothing else of the trainer:
 

@@ -402,7 +402,7 @@ def ppo_update(
 
     :param advantages: ``[S, E]``; :param returns: ``[S, E]`` (from `compute_gae`).
     :param ppo: the run's PPO settings, or each cell's (they may differ in the numbers the loss and the optimizer
-        take, `clstm_ppo.training.cell_trainer.PER_CELL`).
+        take, `clstm_ppo.training.trainer.PER_CELL`).
     :param generators: each cell's minibatch-shuffle generator (CPU; per worker).
     :param active: the cells that train (finished and failed ones are computed but never step); default all.
     :param timer: optional `PhaseTimer` summing forward (with the loss), backward (with DDP's overlapped gradient

@@ -1,30 +1,27 @@
-"""Several seeds from one command: ``--seed 1-8`` trains one run per seed as one batch in one process.
+"""Several seeds from one command: ``--seed 1-8`` trains one run per seed as one batch.
 
 The seeds take the study's syntax (``1-8``, ``1,3,5-7``). Each seed is the run it would be alone (its initial
 weights, its envs' start days, its action noise, minibatch shuffles, normalisers, learning-rate schedule, KL stop,
-optimizer and checkpoints: `clstm_ppo.training.cell_trainer.CellTrainer`), in its own folder ``<run>/seed-<s>/``
+optimizer and checkpoints: `clstm_ppo.training.trainer.Trainer`, K seeds), in its own folder ``<run>/seed-<s>/``
 holding what a run alone holds (config.json, metrics.jsonl, latest.pt, best.pt), and a seed that diverges fails
 alone. They share one market: a synthetic source that names no ``seed=`` would draw one market per seed, so the
 seeds train on the first seed's market, which the command names in one line (and each checkpoint's source names,
 so a backtest regenerates it). When they are done, ``<run>/seeds.json`` lists the checkpoint each seed deploys: a
 backtest, compare or trade given the folder takes those as one ensemble (`seed_members`).
 
-The batch runs in one process on the CPU or on one GPU, without DDP, an fp16 GradScaler or ``torch.compile``
-(issue 59 brings them to batches); those are refused in one line.
+The batch trains on the CPU or a GPU, on one worker or on several (``--num_workers`` / ``--num_gpus``: every rank
+holds the same seeds and its own envs of each, each seed's gradients averaged over the ranks), by the trainer a run
+uses (`clstm_ppo.training.trainer.train_worker`). Not yet with an fp16 GradScaler or ``torch.compile``, nor under
+torchrun: those are refused in one line.
 """
 
 from __future__ import annotations
 
-import copy
 import json
-import os
-import time
 from pathlib import Path
-from typing import Any
 
 from clstm_ppo.config import TrainConfig, format_seeds, parse_seeds
-from clstm_ppo.training.callbacks import Callback
-from clstm_ppo.training.distributed import Comm, WorldLayout
+from clstm_ppo.training.distributed import WorldLayout
 from envs.errors import UserError
 
 SEED_FOLDER = "seed-{}"
@@ -80,45 +77,21 @@ def seed_configs(cfg: TrainConfig, seeds: list[int], folder: Path) -> list[Train
 
 def check_seed_run(cfg: TrainConfig, layout: WorldLayout) -> None:
     """UserError when several seeds cannot train as one batch with these settings (one line each)."""
-    from clstm_ppo.training.cell_trainer import check_batchable
+    from clstm_ppo.training.trainer import check_batchable
 
-    if layout.world_size > 1 or layout.torchrun:
+    if layout.torchrun:
         raise UserError(
-            "several seeds (--seed 1-8) train as one batch in one process: drop --num_workers/--num_gpus above 1 "
-            "(or train each seed on its own ranks)"
+            "several seeds (--seed 1-8) are launched by this command (--num_workers/--num_gpus), not by torchrun: "
+            "it writes the seeds' manifest after they finish"
         )
     if cfg.run.resume and cfg.run.resume not in ("latest", "best"):
         raise UserError("with several seeds --resume takes latest or best (each seed continues its own folder)")
     if cfg.run.resume and not cfg.run.run_name:
         raise UserError("with several seeds --resume needs --run_name: the folder that holds the seeds")
     try:
-        check_batchable([cfg])
+        check_batchable([cfg], seeds=2)
     except ValueError as err:
         raise UserError(f"several seeds: {err}") from None
-
-
-def train_seeds_worker(comm: Comm, payload: tuple[list[TrainConfig], Any, list[Path], list[Callback]]) -> None:
-    """The one process's job (`clstm_ppo.training.launch.launch` with world size 1): the seeds as one batch on
-    ``comm.device``; raises UserError naming every seed that failed, after the others finished."""
-    import torch
-
-    from clstm_ppo.training.cell_trainer import CellTrainer
-    from clstm_ppo.training.trainer import done_line
-
-    cfgs, market, folders, extra = payload
-    if comm.device.type == "cpu":
-        torch.set_num_threads(cfgs[0].system.threads or max(1, os.cpu_count() or 1))
-    callbacks = [copy.deepcopy(list(extra)) for _ in cfgs]  # each seed's own hooks
-    trainer = CellTrainer(cfgs, market, folders, comm.device, callbacks)
-    start = time.perf_counter()
-    counters = trainer.train()
-    seconds = time.perf_counter() - start
-    failed = [(cfg.run.seed, err) for cfg, err in zip(cfgs, trainer.errors, strict=True) if err is not None]
-    for cfg, c, err in zip(cfgs, counters, trainer.errors, strict=True):
-        if err is None:
-            print(f"[seed {cfg.run.seed}] {done_line(c, cfg, 1, seconds)} | checkpoints: {trainer.run_dirs[0].parent}")
-    if failed:
-        raise UserError("; ".join(f"seed {seed} failed: {err}" for seed, err in failed))
 
 
 def write_manifest(folder: Path, cfgs: list[TrainConfig], deployed: list[Path]) -> Path:
