@@ -12,7 +12,6 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.model import RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy, stack_policies
-from clstm_ppo.training.cell_adam import CellAdam
 from clstm_ppo.training.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
 from clstm_ppo.training.ppo import ppo_update
 from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
@@ -26,7 +25,7 @@ def run_update(model, buf, comm, num_envs, through_ddp=True):
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(num_envs), cfg.gamma, cfg.gae_lambda)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     trained = DDP(model) if (comm.distributed and through_ddp) else model
-    ppo_update(trained, opt, buf, adv, ret, cfg, comm, generators=[torch.Generator().manual_seed(0)])[0]
+    ppo_update(trained, [opt], buf, adv, ret, cfg, comm, generators=[torch.Generator().manual_seed(0)])[0]
     return [p.detach().clone() for p in model.parameters()]
 
 
@@ -126,14 +125,22 @@ def buffer_of(dense: dict[str, torch.Tensor], initial: RecurrentState, cols: tor
     return buf
 
 
-def run_cell_update(buf: RolloutBuffer, comm, per_cell: int) -> list[torch.Tensor]:
-    """One update of the two seeds as one batch (`ppo_update` with their `CellAdam`); their stacked weights after."""
+def run_cell_update(buf: RolloutBuffer, comm, per_cell: int, scalers=None) -> list[torch.Tensor]:
+    """One update of the two seeds as one batch (`ppo_update`, each seed with its own fused Adam over its own
+    network's parameters, views of the stacked ones); their stacked weights after."""
     policy = cell_policy()
     cfg = ppo_cfg(num_envs=per_cell, n_steps=STEPS, batch_size=STEPS * per_cell, epochs=3)
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(buf.num_envs), cfg.gamma, cfg.gae_lambda)
-    adam = CellAdam(policy, [[3e-3, 3e-3], [1e-3, 2e-3]], eps=1e-8)
+    adams = [
+        torch.optim.Adam(
+            [{"params": net.stage1_parameters(), "lr": lr1}, {"params": net.stage2_parameters(), "lr": lr2}],
+            eps=1e-8,
+            fused=True,
+        )
+        for net, (lr1, lr2) in zip(policy.models, [(3e-3, 3e-3), (1e-3, 2e-3)], strict=True)
+    ]
     gens = [torch.Generator().manual_seed(k) for k in range(CELLS)]
-    ppo_update(policy, adam, buf, adv, ret, [cfg] * CELLS, comm, generators=gens)
+    ppo_update(policy, adams, buf, adv, ret, [cfg] * CELLS, comm, generators=gens, scalers=scalers)
     return [flat.clone() for flat in policy.flat]
 
 
@@ -172,3 +179,22 @@ def test_two_seeds_as_one_batch_on_two_ranks_equal_one_rank_with_twice_the_envs(
         torch.testing.assert_close(a, b, rtol=2e-4, atol=2e-5)
     before = cell_policy().flat
     assert all(not torch.equal(a[k], b[k]) for a, b in zip(single, before, strict=True) for k in range(CELLS))
+
+
+def test_each_seed_of_a_batch_scales_its_own_fp16_loss():
+    """fp16's dynamic loss scaling per seed: each seed's loss is multiplied by its own GradScaler's scale and its
+    gradients unscaled by it (a power of two: the same weights as without scaling, bit for bit), and a seed whose
+    scaled gradients overflow (an infinite scale: every step) skips its steps alone, the other's scale untouched
+    (CPU GradScalers, the arithmetic CUDA's do)."""
+    from clstm_ppo.training.distributed import Comm
+
+    dense, initial = dense_cell_rollout(PER_RANK)
+    buf = buffer_of(dense, initial, torch.arange(CELLS * PER_RANK))
+    plain = run_cell_update(buf, Comm(), PER_RANK)
+    scalers = [torch.amp.GradScaler("cpu", init_scale=2.0**12), torch.amp.GradScaler("cpu", init_scale=float("inf"))]
+    scaled = run_cell_update(buf, Comm(), PER_RANK, scalers)
+    before = cell_policy().flat
+    for mine, theirs, start in zip(scaled, plain, before, strict=True):
+        assert torch.equal(mine[0], theirs[0])  # seed 0: its scale undone exactly
+        assert torch.equal(mine[1], start[1]) and not torch.equal(theirs[1], start[1])  # seed 1 overflowed: no step
+    assert scalers[0].get_scale() == 2.0**12

@@ -102,7 +102,7 @@ def test_tanh_policy_log_prob_is_the_squashed_gaussians_and_the_env_gets_tanh():
     starts = torch.ones(4, dtype=torch.bool)
     u, log_prob, _, _ = model.act(obs, model.initial_state(4), starts, generator=torch.Generator().manual_seed(1))
     mean = model.act(obs, model.initial_state(4), starts, deterministic=True).action
-    oracle = TransformedDistribution(Normal(mean, model.policy_std().expand_as(mean)), [TanhTransform()])
+    oracle = TransformedDistribution(Normal(mean, model.std()[0].expand_as(mean)), [TanhTransform()])
     torch.testing.assert_close(log_prob, oracle.log_prob(torch.tanh(u)).sum(-1), rtol=1e-4, atol=1e-4)
     assert torch.equal(model.env_action(u), torch.tanh(u)) and (model.env_action(u).abs() < 1).all()
     # the entropy the update reports is the sample estimate -log pi at the scored actions
@@ -115,8 +115,8 @@ def test_a_bounded_log_std_caps_the_policy_std_and_the_gaussian_is_left_alone():
     with torch.no_grad():
         bounded.log_std.fill_(3.0)
         free.log_std.fill_(3.0)
-    assert torch.allclose(bounded.policy_std(), torch.ones(3)) and torch.allclose(
-        free.policy_std(), torch.full((3,), 20.0855), rtol=1e-4
+    assert torch.allclose(bounded.std()[0], torch.ones(3)) and torch.allclose(
+        free.std()[0], torch.full((3,), 20.0855), rtol=1e-4
     )
     u = torch.tensor([[2.0, -3.0, 0.5]])
     assert torch.equal(free.env_action(u), u)  # the env clips it

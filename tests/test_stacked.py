@@ -1,5 +1,5 @@
 """Seeds as a batch dimension, piece by piece: K networks stacked compute what each computes alone (forward, action,
-gradients), the stacked LSTM kernels against nn.LSTM and autograd, the cells' Adam against torch's, and the vector
+gradients), the stacked LSTM kernels against nn.LSTM and autograd, each seed's Adam over its views, and the vector
 env's per-cell start days against one env per cell. The whole loop is tests/test_cells.py."""
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from clstm_ppo.agent.stacked_lstm import StackedLSTM, stacked_lstm
 from clstm_ppo.agent.window_lstm import WindowLSTM, stacked_window_last_output, window_last_output
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import TrainConfig
-from clstm_ppo.training.cell_adam import AdamLayout, CellAdam
-from clstm_ppo.training.ppo import adam_groups, adam_options, build_optimizer, optimizer_step
+from clstm_ppo.training.ppo import build_optimizer, optimizer_step
 from envs.config import EnvConfig
 from envs.features import PreparedMarket
 from envs.vector_env import VectorStockTradingEnv
@@ -75,9 +74,9 @@ def relative(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize(
     "policy, obs_norm, kind",
     [
-        ("clstm", True, "StackedCLSTM"),
-        ("lstm", False, "StackedLSTMPolicy"),
-        ("mlp", True, "StackedMLP"),
+        ("clstm", True, "CellPolicy"),
+        ("lstm", False, "CellPolicy"),
+        ("mlp", True, "CellPolicy"),
         ("shared", False, "LoopedCells"),
     ],
 )
@@ -219,56 +218,47 @@ def test_stacked_window_lstm_is_each_networks_window_lstm(window_market):
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.01])
-def test_cell_adam_steps_each_cell_as_torch_fused_adam_with_optimizer_step(weight_decay):
-    """Per cell: its learning rates, clip, NaN skip and the active mask, against torch.optim.Adam(fused=True) driven
-    by `optimizer_step`; and each cell's state dict is the one its Adam alone holds."""
+def test_each_seeds_adam_steps_its_views_of_the_stacked_weights_as_its_network_alone(weight_decay):
+    """A seed of a batch has its own torch fused Adam over its own network's parameters, which are views of the
+    stacked weights (and its gradients views of the stacked gradients): `optimizer_step` on it moves the seed's rows
+    exactly as on the same network alone, its clip and NaN skip its own, and the other seeds' rows stay put."""
     nets, alone = cell_networks("clstm")
     lrs, clips = [(1e-3, 3e-4), (2e-3, 1e-3), (5e-4, 5e-4)], [0.5, 10.0, 0.1]
     ppos = [
         TrainConfig.from_dict(dict(learning_rate_clstm=a, learning_rate_actor_critic=b, weight_decay=weight_decay)).ppo
         for a, b in lrs
     ]
-    optimizers = [build_optimizer(ppo, twin, 1) for ppo, twin in zip(ppos, alone, strict=True)]
     cells = stack_policies(nets)
-    adam = CellAdam(cells, [list(lr) for lr in lrs], eps=1e-8, weight_decay=weight_decay)
+    mine = [build_optimizer(ppo, cells.cell(k), 1) for k, ppo in enumerate(ppos)]
+    theirs = [build_optimizer(ppo, twin, 1) for ppo, twin in zip(ppos, alone, strict=True)]
     gen = torch.Generator().manual_seed(0)
     for step in range(6):
-        active = torch.tensor([True, step % 2 == 0, step != 3])  # cell 1 skips every other step, cell 2 one
+        stepping = [True, step % 2 == 0, step != 3]  # seed 1 steps every other time, seed 2 all but once
+        before = [flat.clone() for flat in cells.flat]
         for k, twin in enumerate(alone):
             for name, param in twin.named_parameters():
-                grad = torch.randn(param.shape, generator=gen) * (3.0 if k == 0 else 0.1)  # cell 0 clips
+                grad = torch.randn(param.shape, generator=gen) * (3.0 if k == 0 else 0.1)  # seed 0 clips
                 if k == 2 and step == 1:
-                    grad.fill_(float("nan"))  # cell 2's step 1 is skipped; the others are not touched
+                    grad.fill_(float("nan"))  # seed 2's step 1 is skipped
                 param.grad = grad.clone()
-                cells.cell(k).get_parameter(name).grad.copy_(grad)
-            if active[k]:
-                params = [p for group in optimizers[k].param_groups for p in group["params"]]
-                optimizer_step(optimizers[k], params, clips[k], None, weight_decay)
-            else:
-                optimizers[k].zero_grad()
-        _, skipped = adam.step(torch.tensor(clips), active)
-        assert skipped.tolist() == [0.0, 0.0, 1.0 if step == 1 else 0.0]
+                cells.cell(k).get_parameter(name).grad.copy_(grad)  # lands in the stacked gradient buffer
+            if stepping[k]:
+                for opt in (mine[k], theirs[k]):
+                    params = [p for group in opt.param_groups for p in group["params"]]
+                    _, skipped = optimizer_step(opt, params, clips[k], None, weight_decay)
+                    assert skipped.item() == (k == 2 and step == 1)
+            twin.zero_grad()
+        cells.stepped()
+        for k in range(CELLS):
+            moved = any(not torch.equal(b[k], f[k]) for b, f in zip(before, cells.flat, strict=True))
+            assert moved == (stepping[k] and not (k == 2 and step == 1)), (step, k)
     for k, twin in enumerate(alone):
         for name, param in twin.named_parameters():
-            assert relative(param, cells.cell(k).get_parameter(name)) < 2e-6, (k, name)
-        mine = adam.cell_state_dict(k, AdamLayout(adam_groups(ppos[k], cells.cell(k), 1), adam_options(ppos[k])))
-        theirs = optimizers[k].state_dict()
-        assert mine["param_groups"] == theirs["param_groups"] and mine["state"].keys() == theirs["state"].keys()
-        assert all(mine["state"][i].keys() == entry.keys() for i, entry in theirs["state"].items())
-        for index, entry in theirs["state"].items():
-            assert (
-                entry["step"] == mine["state"][index]["step"]
-                and entry["step"].dtype == mine["state"][index]["step"].dtype
-            )
-            for key in ("exp_avg", "exp_avg_sq"):
-                assert relative(entry[key], mine["state"][index][key]) < 2e-6
-    unstepped = build_optimizer(ppos[0], alone[0], 1)  # the layout without building torch's Adam: the same dict
-    layout = AdamLayout(adam_groups(ppos[0], alone[0], 1), adam_options(ppos[0]))
-    assert layout.state_dict({}, layout.lrs) == unstepped.state_dict()
-    fresh = CellAdam(stack_policies(cell_networks("clstm")[0]), [[0.0, 0.0]] * CELLS, eps=1e-8)
-    fresh.load_cell_state_dict(1, optimizers[1].state_dict())  # a single run's optimizer, into a batch
-    assert fresh.lr[1].tolist() == list(lrs[1]) and float(fresh.steps[1]) == float(adam.steps[1])
-    assert relative(adam.exp_avg[0][1], fresh.exp_avg[0][1]) < 2e-6
+            assert torch.equal(param, cells.cell(k).get_parameter(name)), (k, name)
+        a, b = mine[k].state_dict(), theirs[k].state_dict()  # what each checkpoint holds: a run's own format
+        assert a["param_groups"] == b["param_groups"]
+        for index, entry in b["state"].items():
+            assert all(torch.equal(value, a["state"][index][key]) for key, value in entry.items())
 
 
 def test_a_vector_env_of_cells_gives_each_cell_the_episodes_of_its_own_env(window_market):

@@ -9,6 +9,8 @@ the value.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
@@ -26,9 +28,13 @@ class CLSTMPolicy(LSTMPolicy):
     def _stage1_width(self) -> int:
         return self.spec.stage1_hidden
 
-    def encode(self, windows: Windows) -> Tensor:
-        summary = window_last_output(self.window_lstm, windows, self.window_kernel)  # [L x E, stage1_hidden]
-        return self.features(summary)
+    @classmethod
+    def encode(cls, net: Any, windows: Windows) -> Tensor:
+        return net.layers("features", net.window_summary(windows))
+
+    def window_summary(self, windows: Windows) -> Tensor:
+        """The window LSTM of this network (K = 1) through ``window_kernel``: ``[1, L x E, stage1_hidden]``."""
+        return window_last_output(self.window_lstm, windows, self.window_kernel).unsqueeze(0)
 
     def stage1_parameters(self) -> list[nn.Parameter]:
         return [*self.features.parameters(), *self.window_lstm.parameters()]

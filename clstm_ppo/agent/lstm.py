@@ -7,10 +7,12 @@ row ``[F]``) goes through two tanh layers to ``feature_dim`` features, then stag
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
-from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState
+from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells, to_cells
 from clstm_ppo.agent.recurrence import cut_days, run_lstm
 from clstm_ppo.agent.windows import Windows
 
@@ -50,18 +52,33 @@ class LSTMPolicy(ActorCritic):
         """Width of what the tanh layers read: the day's state ``F`` here."""
         return self.spec.num_features
 
-    def encode(self, windows: Windows) -> Tensor:
-        """Stage 1: L x E windows -> features ``[L x E, feature_dim]`` (step-major)."""
-        return self.features(today(windows))
-
     def stage1_parameters(self) -> list[nn.Parameter]:
         return list(self.features.parameters())
 
-    def _means_and_values(
-        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    @classmethod
+    def encode(cls, net: Any, windows: Windows) -> Tensor:
+        """Stage 1 of the K networks ``net``: L x E windows -> features ``[K, L x M, feature_dim]``."""
+        return net.layers("features", to_cells(today(windows).view(windows.steps, windows.envs, -1), net.cells))
+
+    @classmethod
+    def forward_cells(
+        cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
-        feats = self.encode(windows).reshape(windows.steps, windows.envs, -1)  # [L, B, D]
+        steps, envs = windows.steps, windows.envs
+        feats = cls.encode(net, windows).view(net.cells, steps, envs // net.cells, -1)  # [K, L, M, D]
+        actor_out, critic_out, state = net.stage2(feats, state, starts, host_starts)  # [K, L x M, H] each
+        mean = net.layers("actor_mean", actor_out)
+        value = net.layers("critic", critic_out).squeeze(-1)
+        return from_cells(mean, steps), from_cells(value, steps), state
+
+    def stage2(
+        self, feats: Tensor, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        """Stage 2 of this network (K = 1), its LSTMs through `run_lstm` (cuDNN / oneDNN): features ``[1, L, B, D]``
+        -> the actor's and the critic's outputs ``[1, L x B, H]`` and the state after day L-1."""
+        x = feats[0]
         cuts = cut_days(starts if host_starts is None else host_starts)  # once for both LSTMs
-        actor_out, actor = run_lstm(self.actor_lstm, feats, state.actor, starts, cuts)
-        critic_out, critic = run_lstm(self.critic_lstm, feats, state.critic, starts, cuts)
-        return self.actor_mean(actor_out), self.critic(critic_out).squeeze(-1), RecurrentState(*actor, *critic)
+        actor_out, actor = run_lstm(self.actor_lstm, x, state.actor, starts, cuts)
+        critic_out, critic = run_lstm(self.critic_lstm, x, state.critic, starts, cuts)
+        width = actor_out.shape[-1]
+        return actor_out.reshape(1, -1, width), critic_out.reshape(1, -1, width), RecurrentState(*actor, *critic)

@@ -5,11 +5,13 @@ critic, each with its linear head. The recurrent state has zero width.
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.lstm import feature_layers, today
-from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState
+from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells, to_cells
 from clstm_ppo.agent.windows import Windows
 
 
@@ -29,9 +31,12 @@ class MLPPolicy(ActorCritic):
     def stage1_parameters(self) -> list[nn.Parameter]:
         return list(self.features.parameters())
 
-    def _means_and_values(
-        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    @classmethod
+    def forward_cells(
+        cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
-        feats = self.features(today(windows)).reshape(windows.steps, windows.envs, -1)  # [L, B, D]
-        mean = self.actor_mean(self.actor_body(feats))
-        return mean, self.critic(self.critic_body(feats)).squeeze(-1), state
+        steps = windows.steps
+        feats = net.layers("features", to_cells(today(windows).view(steps, windows.envs, -1), net.cells))
+        mean = net.layers("actor_mean", net.layers("actor_body", feats))
+        value = net.layers("critic", net.layers("critic_body", feats)).squeeze(-1)
+        return from_cells(mean, steps), from_cells(value, steps), state

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -172,11 +172,155 @@ class ActOutput(NamedTuple):
     state: RecurrentState
 
 
-# --------------------------------------------------------------------------------------- the interface
-class ActorCritic(nn.Module):
-    """A recurrent Gaussian actor-critic over windowed market observations: the interface of every policy family
-    (see the module docstring). A family builds its layers in ``__init__`` (then calls `_finish`) and gives
-    `_means_and_values` and `stage1_parameters`."""
+# ------------------------------------------------------------------------------ K >= 1 networks' columns
+def to_cells(t: Tensor, cells: int) -> Tensor:
+    """``[L, K x M, ...]`` (cell-major columns) -> ``[K, L x M, ...]`` (each network's rows step-major)."""
+    steps, cols = t.shape[:2]
+    return t.reshape(steps, cells, cols // cells, *t.shape[2:]).transpose(0, 1).reshape(cells, -1, *t.shape[2:])
+
+
+def from_cells(t: Tensor, steps: int) -> Tensor:
+    """The inverse of `to_cells`: ``[K, L x M, ...]`` -> ``[L, K x M, ...]``."""
+    cells, rows = t.shape[:2]
+    return t.reshape(cells, steps, rows // steps, *t.shape[2:]).transpose(0, 1).reshape(steps, -1, *t.shape[2:])
+
+
+def score(mean: Tensor, std: Tensor, actions: Tensor | None, action_dist: str) -> tuple[Tensor, Tensor]:
+    """log pi and the entropy ``[L, E]`` of actions ``[L, E, A]`` (None: the means) under K networks' Gaussians.
+
+    :param mean: ``[L, E, A]`` float32, E = K x M columns (cell-major); :param std: ``[K, A]`` (or ``[K, 1]``, one
+        number for every ticker) each network's standard deviation.
+    For ``tanh`` the entropy, which has no closed form, is the sample estimate ``-log pi`` at the scored actions.
+    """
+    steps, envs, width = mean.shape
+    cells = std.shape[0]
+    by_cell = mean.view(steps, cells, envs // cells, width)  # [L, K, M, A]
+    dist = gaussian(by_cell, std.view(1, cells, 1, -1).expand_as(by_cell))
+    scored = by_cell if actions is None else actions.float().view_as(by_cell)
+    lp = log_prob(dist, scored, action_dist)
+    entropy = -lp if action_dist == "tanh" else dist.entropy().sum(-1)
+    return lp.view(steps, envs), entropy.view(steps, envs)
+
+
+def sample(
+    mean: Tensor, std: Tensor, generators: list[torch.Generator | None], action_dist: str
+) -> tuple[Tensor, Tensor]:
+    """Gaussian samples ``u [E, A]`` (before any squashing) around ``mean [E, A]`` and their log pi ``[E]``: network
+    k's M columns drawn from ``generators[k]`` on its own device (a CPU generator gives the same noise whatever
+    device the network is on; None: torch's global generator on the means' device)."""
+    envs, width = mean.shape
+    cells = len(generators)
+    per = envs // cells
+    noise = torch.cat(
+        [
+            torch.randn((per, width), device=mean.device if g is None else g.device, generator=g, dtype=mean.dtype)
+            for g in generators
+        ]
+    )
+    by_cell = mean.view(cells, per, width)
+    std = std.view(cells, 1, -1)  # [K, 1, A]
+    action = by_cell + std * noise.to(mean.device, mean.dtype).view_as(by_cell)
+    lp = log_prob(gaussian(by_cell, std.expand_as(by_cell)), action, action_dist)
+    return action.view(envs, width), lp.view(envs)
+
+
+class Policy:
+    """The interface of a policy network (``initial_state``, ``evaluate``, ``act``, ``value``, ``env_action``),
+    written once for K >= 1 networks of one family: `ActorCritic` is K = 1, `clstm_ppo.agent.stacked.CellPolicy`
+    K seeds stacked, their E = K x M env columns cell-major. What differs is what gives the means and values
+    (``_means_and_values``: the family's forward, `ActorCritic.forward_cells`, on each one's kernels), each
+    network's standard deviation (``std``) and observation normaliser (``normalize``)."""
+
+    spec: ModelSpec
+    cells: int = 1  # K
+
+    def std(self) -> Tensor:
+        """Each network's standard deviation per action number ``[K, A]`` (``[K, 1]`` for ``shared``), float32."""
+        raise NotImplementedError
+
+    def normalize(self, windows: Windows) -> Windows:
+        raise NotImplementedError
+
+    def _means_and_values(
+        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        """L days of E columns -> action means ``[L, E, A]``, values ``[L, E]`` and the state after day L-1."""
+        raise NotImplementedError
+
+    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
+        """Zero recurrent state for ``batch_size`` env columns (zero width without recurrence across days)."""
+        return RecurrentState.zeros(batch_size, self.spec.recurrent_width, device)
+
+    def evaluate(
+        self,
+        obs: Tensor | Windows,
+        state: RecurrentState,
+        starts: Tensor,
+        actions: Tensor | None = None,
+        host_starts: Tensor | None = None,
+    ) -> PolicyOutput:
+        """Score L days of E env columns.
+
+        :param obs: ``[L, E, T, F]`` float observations, or the same as `Windows`.
+        :param state: recurrent state before day 0 (see `initial_state`).
+        :param starts: ``[L, E]`` bool episode-start flags (the state is zeroed before such a day).
+        :param actions: ``[L, E, A]`` actions to score; None scores the mean.
+        :param host_starts: optional CPU copy of ``starts`` (where to cut the sequence, found without a device sync).
+        :return: a `PolicyOutput`.
+        """
+        windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
+        mean, value, state = self._means_and_values(windows, state, starts, host_starts)
+        mean = mean.float()
+        lp, entropy = score(mean, self.std(), actions, self.spec.action_dist)
+        return PolicyOutput(lp, entropy, value.float(), mean, state)
+
+    @torch.no_grad()
+    def act(
+        self,
+        obs: Tensor,
+        state: RecurrentState,
+        starts: Tensor,
+        *,
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+        generators: list[torch.Generator] | None = None,
+    ) -> ActOutput:
+        """One rollout step for E env columns.
+
+        :param obs: ``[E, T, F]``; :param starts: ``[E]`` bool.
+        :return: an `ActOutput`: the Gaussian sample ``u`` before any squashing (what the rollout stores and PPO
+            scores; `env_action` turns it into the env's action), its log-probability, the value and the new state.
+            ``deterministic`` returns the mean. Network k's noise comes from ``generators[k]`` (K = 1: or
+            ``generator``) on its own device (training passes ones on the model's device, the backtest a CPU one so
+            sampled backtests match across devices).
+        """
+        out = self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0))
+        mean, value = out.mean[0], out.value[0]
+        if deterministic:
+            return ActOutput(mean, out.log_prob[0], value, out.state)
+        action, lp = sample(mean, self.std(), generators or [generator], self.spec.action_dist)
+        return ActOutput(action, lp, value, out.state)
+
+    @torch.no_grad()
+    def value(self, obs: Tensor, state: RecurrentState, starts: Tensor) -> Tensor:
+        """Value ``[E]`` of observations ``[E, T, F]`` from ``state`` (used to bootstrap)."""
+        return self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0)).value[0]
+
+    def env_action(self, u: Tensor) -> Tensor:
+        """What the env receives for a policy sample (or mean) ``u [E, A]``: ``tanh(u)`` for the tanh distribution,
+        ``u`` itself for the Gaussian (the env clips it to [-1, 1])."""
+        return torch.tanh(u) if self.spec.action_dist == "tanh" else u
+
+
+# --------------------------------------------------------------------------------------- one network
+class ActorCritic(nn.Module, Policy):
+    """A recurrent Gaussian actor-critic over windowed market observations, one network (K = 1 of `Policy`): what
+    every policy family shares (see the module docstring). A family builds its layers in ``__init__`` (then calls
+    `_finish`) and gives `forward_cells` (its forward, written once for K >= 1 networks through the kernels a `Net`
+    offers) and `stage1_parameters`. As a `Net` of one it offers its own layers (``layers``) and, where the family
+    has them, its window LSTM (``window_summary``) and stage-2 LSTMs (``stage2``), on torch's kernels."""
+
+    stackable: ClassVar[bool] = True  # `forward_cells` runs on a `CellPolicy`'s stacked kernels (else: in turn)
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -199,10 +343,14 @@ class ActorCritic(nn.Module):
             self.register_buffer("obs_var", torch.ones(spec.num_features, dtype=f64))
 
     # ------------------------------------------------------------------ what a family gives
-    def _means_and_values(
-        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    @classmethod
+    def forward_cells(
+        cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
-        """L days of B envs -> action means ``[L, B, A]``, values ``[L, B]`` and the state after day L-1."""
+        """The family's forward for the K >= 1 networks ``net`` (this network, or a `CellPolicy` of K): L days of
+        E = K x M columns -> action means ``[L, E, A]``, values ``[L, E]`` and the state after day L-1. It reads the
+        weights only through ``net``'s kernels (``net.cells``, ``net.layers(name, x [K, R, in])``, and the
+        family's ``net.window_summary`` / ``net.stage2``), so the arithmetic exists once whatever K."""
         raise NotImplementedError
 
     def stage1_parameters(self) -> list[nn.Parameter]:
@@ -214,10 +362,15 @@ class ActorCritic(nn.Module):
         stage1 = {id(p) for p in self.stage1_parameters()}
         return [p for p in self.parameters() if id(p) not in stage1]
 
-    # ------------------------------------------------------------------ the interface
-    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
-        """Zero recurrent state for ``batch_size`` envs (zero width without recurrence across days)."""
-        return RecurrentState.zeros(batch_size, self.spec.recurrent_width, device)
+    # ------------------------------------------------------------------ K = 1 of the interface
+    def _means_and_values(
+        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        return type(self).forward_cells(self, windows, state, starts, host_starts)
+
+    def layers(self, name: str, x: Tensor) -> Tensor:
+        """The module ``name`` on ``x [1, R, in]`` (a `Net`'s layer of one network: torch's own)."""
+        return self.get_submodule(name)(x)
 
     def forward(
         self,
@@ -230,84 +383,10 @@ class ActorCritic(nn.Module):
         """`evaluate` (the loss forward, which goes through the DDP wrapper when distributed)."""
         return self.evaluate(obs, state, starts, actions, host_starts)
 
-    def evaluate(
-        self,
-        obs: Tensor | Windows,
-        state: RecurrentState,
-        starts: Tensor,
-        actions: Tensor | None = None,
-        host_starts: Tensor | None = None,
-    ) -> PolicyOutput:
-        """Score L days of B envs.
-
-        :param obs: ``[L, B, T, F]`` float observations, or the same as `Windows`.
-        :param state: recurrent state before day 0 (see `initial_state`).
-        :param starts: ``[L, B]`` bool episode-start flags (the state is zeroed before such a day).
-        :param actions: ``[L, B, A]`` actions to score; None scores the mean.
-        :param host_starts: optional CPU copy of ``starts`` (where to cut the sequence, found without a device sync).
-        :return: a `PolicyOutput`.
-        """
-        windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
-        mean, value, state = self._means_and_values(windows, state, starts, host_starts)
-        std = self.policy_std().expand_as(mean)
-        scored = mean.float() if actions is None else actions.float()
-        log_prob = self._log_prob(gaussian(mean.float(), std), scored)
-        if self.spec.action_dist == "tanh":  # no closed form: the sample estimate -log pi(a) at the scored actions
-            entropy = -log_prob
-        else:
-            entropy = gaussian(mean.float(), std).entropy().sum(-1)
-        return PolicyOutput(log_prob, entropy, value.float(), mean.float(), state)
-
-    @torch.no_grad()
-    def act(
-        self,
-        obs: Tensor,
-        state: RecurrentState,
-        starts: Tensor,
-        *,
-        deterministic: bool = False,
-        generator: torch.Generator | None = None,
-    ) -> ActOutput:
-        """One rollout step for B envs.
-
-        :param obs: ``[B, T, F]``; :param starts: ``[B]`` bool.
-        :return: an `ActOutput`: the Gaussian sample ``u`` before any squashing (what the rollout stores and PPO
-            scores; `env_action` turns it into the env's action), its log-probability, the value and the new state.
-            ``deterministic`` returns the mean. Sampling noise comes from ``generator`` on its own device
-            (training passes one on the model's device, the backtest a CPU one so sampled backtests match
-            across devices).
-        """
-        out = self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0))
-        mean, value = out.mean[0], out.value[0]
-        if deterministic:
-            return ActOutput(mean, out.log_prob[0], value, out.state)
-        std = self.policy_std()
-        # Drawn on the generator's device: a CPU generator gives the same noise whatever device the model is on.
-        noise_device = generator.device if generator is not None else mean.device
-        noise = torch.randn(mean.shape, device=noise_device, generator=generator, dtype=mean.dtype)
-        action = mean + std * noise.to(mean.device, mean.dtype)
-        log_prob = self._log_prob(gaussian(mean, std.expand_as(mean)), action)
-        return ActOutput(action, log_prob, value, out.state)
-
-    @torch.no_grad()
-    def value(self, obs: Tensor, state: RecurrentState, starts: Tensor) -> Tensor:
-        """Value ``[B]`` of observations ``[B, T, F]`` from ``state`` (used to bootstrap)."""
-        return self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0)).value[0]
-
-    def env_action(self, u: Tensor) -> Tensor:
-        """What the env receives for a policy sample (or mean) ``u [B, A]``: ``tanh(u)`` for the tanh distribution,
-        ``u`` itself for the Gaussian (the env clips it to [-1, 1])."""
-        return torch.tanh(u) if self.spec.action_dist == "tanh" else u
-
-    # ------------------------------------------------------------------ the distribution
-    def policy_std(self) -> Tensor:
-        """The Gaussian's standard deviation per action number (``[A]``, one shared number for ``shared``) float32,
-        bounded when ``log_std_max`` is set."""
-        return bounded_std(self.log_std, self.spec.log_std_max)
-
-    def _log_prob(self, dist: Normal, u: Tensor) -> Tensor:
-        """`log_prob` under this policy's distribution."""
-        return log_prob(dist, u, self.spec.action_dist)
+    def std(self) -> Tensor:
+        """The Gaussian's standard deviation per action number ``[1, A]`` (``[1, 1]``: one shared number for
+        ``shared``) float32, bounded when ``log_std_max`` is set."""
+        return bounded_std(self.log_std, self.spec.log_std_max).unsqueeze(0)
 
     # ------------------------------------------------------------------ observation statistics
     @torch.no_grad()

@@ -21,6 +21,8 @@ the same weights act on a market of any N with the same K indicators (tests/test
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -82,6 +84,8 @@ class SharedTickerNet(nn.Module):
 class SharedPolicy(ActorCritic):
     """`SharedTickerNet` and one log-std for every ticker: no parameter is N wide."""
 
+    stackable = False  # its forward is one network's: a batch runs each in turn
+
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__(spec)
         if spec.obs_norm:
@@ -93,10 +97,12 @@ class SharedPolicy(ActorCritic):
     def stage1_parameters(self) -> list[nn.Parameter]:
         return self.shared.stage1_parameters()
 
-    def _means_and_values(
-        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    @classmethod
+    def forward_cells(
+        cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
+        """One network's (``net`` is this one: a batch of ``shared`` runs each network in turn, `LoopedCells`)."""
         dense = windows.dense()  # [L, B, T, F]
         steps, envs = dense.shape[:2]
-        mean, value = self.shared(dense.reshape(steps * envs, *dense.shape[2:]))
+        mean, value = net.shared(dense.reshape(steps * envs, *dense.shape[2:]))
         return mean.reshape(steps, envs, -1), value.reshape(steps, envs), state

@@ -7,19 +7,18 @@ minibatch selection are the single path's, and only the network itself knows the
 
 Weights. Each parameter group (stage 1, and the rest: the two learning rates, `ActorCritic.stage1_parameters`) is
 one buffer ``[K, N_g]`` (`CellPolicy.flat`); each parameter is a view ``[K, *shape]`` of it, and its gradient a
-view of a gradient buffer of the same layout (autograd adds into an existing gradient in place), so the optimizer
-(`clstm_ppo.training.cell_adam`) steps two ``[K, N]`` tensors whatever the number of parameters. Cell k's own
-`ActorCritic` (`CellPolicy.cell`) has its parameters and buffers rebound to views of the k-th rows: checkpoints,
-validation, ``--norm_obs``'s statistics and logs read it as they read a single run's network, and it always holds
-the current weights (a checkpoint copies them: `clstm_ppo.training.checkpoint.cpu_state`).
+view of a gradient buffer of the same layout (autograd adds into an existing gradient in place; the ranks average
+it per seed in one all-reduce per group). Cell k's own `ActorCritic` (`CellPolicy.cell`) has its parameters and
+buffers rebound to views of the k-th rows: its optimizer (a run's torch fused Adam), checkpoints, validation,
+``--norm_obs``'s statistics and logs read it as they read a single run's network, and it always holds the current
+weights (a checkpoint copies them: `clstm_ppo.training.checkpoint.cpu_state`).
 
-The forward. ``vmap`` has no batching rule for ``nn.LSTM`` (torch 2.13), so the families with one are written over
-stacked weights: every ``nn.Linear`` becomes one ``baddbmm`` over the K cells (`CellPolicy.layers` walks the single
-network's own modules, so the stacked network is the single one's layer for layer), the window LSTM is
-`clstm_ppo.agent.window_lstm.WindowLSTM` over stacked ``W_hh``, stage 2 is `clstm_ppo.agent.stacked_lstm` (the
-actor's and critic's LSTMs of all K cells as 2K networks in one recurrence), and the distribution is
-`clstm_ppo.agent.model`'s `bounded_std` / `log_prob` with each cell's log-std. ``clstm``, ``lstm`` and ``mlp`` run
-stacked; ``shared`` runs each cell's own network on its columns in turn (`LoopedCells`): its encoder is a batch of
+The forward is the family's own (`ActorCritic.forward_cells`, written once for K >= 1) on stacked kernels: ``vmap`` has
+no batching rule for ``nn.LSTM`` (torch 2.13), so every ``nn.Linear`` becomes one ``baddbmm`` over the K cells
+(`CellPolicy.layers` walks the single network's own modules, so the stacked network is the single one's layer for
+layer), the window LSTM is `clstm_ppo.agent.window_lstm.WindowLSTM` over stacked ``W_hh``, and stage 2 is
+`clstm_ppo.agent.stacked_lstm` (the actor's and critic's LSTMs of all K cells as 2K networks in one recurrence); the
+distribution is `clstm_ppo.agent.model.Policy`'s. ``clstm``, ``lstm`` and ``mlp`` run stacked; ``shared`` runs each cell's own network on its columns in turn (`LoopedCells`): its encoder is a batch of
 per-ticker LSTMs already, and batching it across cells too was not worth a third kernel. A cell's numbers equal
 those of the same network alone up to float rounding (``tests/test_stacked.py``). They do not depend on what the
 other cells learn, but their last bits may depend on the cell's place in the batch (a vectorised kernel's body and tail
@@ -34,15 +33,13 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from clstm_ppo.agent.lstm import today
 from clstm_ppo.agent.model import (
     ActorCritic,
     ActOutput,
+    Policy,
     PolicyOutput,
     RecurrentState,
     bounded_std,
-    gaussian,
-    log_prob,
     normalized_rows,
 )
 from clstm_ppo.agent.recurrence import cut_days
@@ -69,19 +66,7 @@ def _rebind(model: nn.Module, name: str, value: Tensor, parameter: bool) -> None
         module.register_buffer(leaf, value)
 
 
-def to_cells(t: Tensor, cells: int) -> Tensor:
-    """``[L, K x M, ...]`` (cell-major columns) -> ``[K, L x M, ...]`` (each cell's rows step-major)."""
-    steps, cols = t.shape[:2]
-    return t.reshape(steps, cells, cols // cells, *t.shape[2:]).transpose(0, 1).reshape(cells, -1, *t.shape[2:])
-
-
-def from_cells(t: Tensor, steps: int) -> Tensor:
-    """The inverse of `to_cells`: ``[K, L x M, ...]`` -> ``[L, K x M, ...]``."""
-    cells, rows = t.shape[:2]
-    return t.reshape(cells, steps, rows // steps, *t.shape[2:]).transpose(0, 1).reshape(steps, -1, *t.shape[2:])
-
-
-class CellPolicy:
+class CellPolicy(Policy):
     """K networks of one family and shape trained together (see the module docstring for the layout).
 
     :param models: the cells' networks, each initialised as its run alone would be; their parameters and buffers
@@ -96,6 +81,7 @@ class CellPolicy:
             if type(model) is not type(first) or not same or model.spec.action_dist != first.spec.action_dist:
                 raise ValueError("stacked cells need networks of one family, shape and distribution")
         self.models, self.cells = models, len(models)
+        self._joined: tuple[tuple[int, ...], list[Tensor]] | None = None  # (weights' versions, their join), no grad
         self.spec = first.spec  # shapes and distribution (a cell's own spec: `cell(k).spec`)
         names = {id(p): n for n, p in first.named_parameters()}
         self.group_names = [[names[id(p)] for p in group] for group in (first.stage1_parameters(),)]
@@ -136,9 +122,12 @@ class CellPolicy:
     def device(self) -> torch.device:
         return self.flat[0].device
 
-    def zero_grad(self) -> None:
+    def stepped(self) -> None:
+        """The seeds' optimizers moved the weights in place: zero the gradients (views of the stacked buffers, kept)
+        and forget the joined stage-2 weights (torch's fused Adam leaves the version counters where they were)."""
         for grad in self.grad:
             grad.zero_()
+        self._joined = None
 
     def columns(self, envs: int) -> int:
         """M: a cell's columns among ``envs``."""
@@ -146,71 +135,18 @@ class CellPolicy:
             raise ValueError(f"{envs} env columns do not split into {self.cells} cells")
         return envs // self.cells
 
-    # ------------------------------------------------------------------ the interface (ActorCritic's, K cells)
-    def initial_state(self, batch_size: int, device: torch.device | str = "cpu") -> RecurrentState:
-        """Zero recurrent state for ``batch_size`` columns (all cells)."""
-        return RecurrentState.zeros(batch_size, self.spec.recurrent_width, device)
-
-    def evaluate(
-        self,
-        obs: Tensor | Windows,
-        state: RecurrentState,
-        starts: Tensor,
-        actions: Tensor | None = None,
-        host_starts: Tensor | None = None,
-    ) -> PolicyOutput:
-        """`ActorCritic.evaluate` of every cell on its columns (same shapes, E = K x M columns, cell-major)."""
-        windows = self.normalize(obs if isinstance(obs, Windows) else Windows.from_dense(obs))
-        mean, value, state = self._means_and_values(windows, state, starts, host_starts)
-        steps, envs, width = mean.shape
-        cells = self.cells
-        mean = mean.float()
-        by_cell = mean.view(steps, cells, envs // cells, width)  # [L, K, M, A]
-        std = self.std().view(1, cells, 1, -1).expand_as(by_cell)
-        scored = by_cell if actions is None else actions.float().view_as(by_cell)
-        dist = gaussian(by_cell, std)
-        lp = log_prob(dist, scored, self.spec.action_dist)
-        entropy = -lp if self.spec.action_dist == "tanh" else dist.entropy().sum(-1)
-        return PolicyOutput(lp.view(steps, envs), entropy.view(steps, envs), value.float(), mean, state)
-
+    # ------------------------------------------------------------------ K of the interface (`Policy`)
     def forward(self, *args, **kwargs) -> PolicyOutput:
         """`evaluate` (the loss forward, as `ActorCritic`'s)."""
         return self.evaluate(*args, **kwargs)
 
     __call__ = forward
 
-    @torch.no_grad()
-    def act(
-        self,
-        obs: Tensor,
-        state: RecurrentState,
-        starts: Tensor,
-        *,
-        generators: list[torch.Generator],
-    ) -> ActOutput:
-        """One rollout step of every cell (`ActorCritic.act`): cell k's noise is drawn from ``generators[k]``, the
-        draw its run alone takes."""
-        out = self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0))
-        mean, value = out.mean[0], out.value[0]
-        envs, width = mean.shape
-        per = envs // self.cells
-        noise = torch.cat(
-            [torch.randn((per, width), device=g.device, generator=g, dtype=mean.dtype) for g in generators]
-        )
-        by_cell = mean.view(self.cells, per, width)
-        std = self.std().unsqueeze(1)  # [K, 1, A]
-        action = by_cell + std * noise.to(mean.device, mean.dtype).view_as(by_cell)
-        lp = log_prob(gaussian(by_cell, std.expand_as(by_cell)), action, self.spec.action_dist)
-        return ActOutput(action.view(envs, width), lp.view(envs), value, out.state)
-
-    @torch.no_grad()
-    def value(self, obs: Tensor, state: RecurrentState, starts: Tensor) -> Tensor:
-        """Value ``[E]`` of observations ``[E, T, F]`` (`ActorCritic.value`)."""
-        return self.evaluate(obs.unsqueeze(0), state, starts.unsqueeze(0)).value[0]
-
-    def env_action(self, u: Tensor) -> Tensor:
-        """`ActorCritic.env_action` (every cell has the same distribution)."""
-        return self.models[0].env_action(u)
+    def _means_and_values(
+        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        """The family's own forward (`ActorCritic.forward_cells`) on the stacked kernels below."""
+        return type(self.models[0]).forward_cells(self, windows, state, starts, host_starts)
 
     def std(self) -> Tensor:
         """Each cell's standard deviation per action number ``[K, A]`` (`bounded_std`)."""
@@ -226,7 +162,7 @@ class CellPolicy:
         mean, var = self.buffers["obs_mean"].unsqueeze(1), self.buffers["obs_var"].unsqueeze(1)
         return Windows(normalized_rows(by_cell, mean, var).view(envs, per_env, features), windows.index)
 
-    # ------------------------------------------------------------------ stacked layers
+    # ------------------------------------------------------------------ the kernels, stacked
     def linear(self, name: str, x: Tensor) -> Tensor:
         """The K cells' ``nn.Linear`` ``name``: ``[K, R, in] -> [K, R, out]``, one ``baddbmm``."""
         weight, bias = self.params[f"{name}.weight"], self.params[f"{name}.bias"]
@@ -246,56 +182,24 @@ class CellPolicy:
                 raise TypeError(f"no stacked form of {type(layer).__name__} ({name}.{child})")
         return x
 
-    def _means_and_values(
-        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    def window_summary(self, windows: Windows) -> Tensor:
+        """clstm's window LSTM of the K cells (`stacked_window_last_output`): ``[K, L x M, stage1_hidden]``."""
+        p = self.params
+        return stacked_window_last_output(
+            p["window_lstm.weight_ih_l0"],
+            p["window_lstm.weight_hh_l0"],
+            p["window_lstm.bias_ih_l0"],
+            p["window_lstm.bias_hh_l0"],
+            windows,
+            self.cells,
+        )
+
+    def stage2(
+        self, feats: Tensor, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
-        """L days of E columns -> action means ``[L, E, A]``, values ``[L, E]`` and the state (the family's)."""
-        raise NotImplementedError
-
-
-class StackedMLP(CellPolicy):
-    """`clstm_ppo.agent.mlp.MLPPolicy`, stacked."""
-
-    def _means_and_values(
-        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
-    ) -> tuple[Tensor, Tensor, RecurrentState]:
-        steps = windows.steps
-        feats = self.layers("features", to_cells(today(windows).view(steps, windows.envs, -1), self.cells))
-        mean = self.layers("actor_mean", self.layers("actor_body", feats))
-        value = self.layers("critic", self.layers("critic_body", feats)).squeeze(-1)
-        return from_cells(mean, steps), from_cells(value, steps), state
-
-
-class StackedLSTMPolicy(CellPolicy):
-    """`clstm_ppo.agent.lstm.LSTMPolicy`, stacked: the actor's and critic's LSTMs of the K cells run as 2K
-    networks in one `stacked_lstm`."""
-
-    _joined: tuple[tuple[int, ...], list[Tensor]] | None = None  # (the weights' versions, their join) without autograd
-
-    def stage2_weights(self) -> list[Tensor]:
-        """The 2K stage-2 LSTMs' weights, the K actors' then the K critics': ``W_ih [2K, 4H, D]``, ``W_hh [2K, 4H,
-        H]``, ``b_ih`` and ``b_hh [2K, 4H]``. Joined afresh under autograd (the gradients flow back to each cell's
-        parameters); without it, kept until a weight changes in place (an optimizer step, a load), so a backtest's or
-        a rollout's forward a day does not copy them every day (the paper network's seed ensemble: 13 of a report's
-        24 s, in the allocator)."""
-        parts = [(self.params[f"actor_lstm.{w}"], self.params[f"critic_lstm.{w}"]) for w in LSTM_WEIGHTS]
-        if torch.is_grad_enabled():
-            return [torch.cat(pair) for pair in parts]
-        versions = tuple(t._version for pair in parts for t in pair)
-        if self._joined is None or self._joined[0] != versions:
-            self._joined = (versions, [torch.cat(pair) for pair in parts])
-        return self._joined[1]
-
-    def encode(self, windows: Windows) -> Tensor:
-        """Stage 1: L x E windows -> features ``[K, L x M, D]``."""
-        return self.layers("features", to_cells(today(windows).view(windows.steps, windows.envs, -1), self.cells))
-
-    def _means_and_values(
-        self, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
-    ) -> tuple[Tensor, Tensor, RecurrentState]:
-        cells, steps, envs = self.cells, windows.steps, windows.envs
-        per = envs // cells
-        feats = self.encode(windows).view(cells, steps, per, -1)
+        """Stage 2 of the K cells: their actors' and critics' LSTMs as 2K networks in one `stacked_lstm`.
+        Features ``[K, L, M, D]`` -> the actors' and the critics' outputs ``[K, L x M, H]`` and the state."""
+        cells, steps, per = feats.shape[:3]
         both = torch.cat([feats, feats])  # [2K, L, M, D]: actors, then critics
 
         def pair(actor: Tensor, critic: Tensor) -> Tensor:
@@ -309,32 +213,30 @@ class StackedLSTMPolicy(CellPolicy):
             torch.cat([by_cell, by_cell], dim=1),
             cut_days(starts if host_starts is None else host_starts),
         )  # out [2K, L, M, H]
-        mean = self.linear("actor_mean", out[:cells].reshape(cells, steps * per, -1))
-        value = self.linear("critic", out[cells:].reshape(cells, steps * per, -1)).squeeze(-1)
         hidden = out.shape[-1]
-        new = RecurrentState(*(t.reshape(1, envs, hidden) for t in (h[:cells], c[:cells], h[cells:], c[cells:])))
-        return from_cells(mean, steps), from_cells(value, steps), new
+        new = RecurrentState(*(t.reshape(1, cells * per, hidden) for t in (h[:cells], c[:cells], h[cells:], c[cells:])))
+        return out[:cells].reshape(cells, steps * per, -1), out[cells:].reshape(cells, steps * per, -1), new
 
-
-class StackedCLSTM(StackedLSTMPolicy):
-    """`clstm_ppo.agent.clstm.CLSTMPolicy`, stacked: the window LSTM through `stacked_window_last_output`."""
-
-    def encode(self, windows: Windows) -> Tensor:
-        p = self.params
-        summary = stacked_window_last_output(
-            p["window_lstm.weight_ih_l0"],
-            p["window_lstm.weight_hh_l0"],
-            p["window_lstm.bias_ih_l0"],
-            p["window_lstm.bias_hh_l0"],
-            windows,
-            self.cells,
-        )  # [K, L x M, stage1_hidden]
-        return self.layers("features", summary)
+    def stage2_weights(self) -> list[Tensor]:
+        """The 2K stage-2 LSTMs' weights, the K actors' then the K critics': ``W_ih [2K, 4H, D]``, ``W_hh [2K, 4H,
+        H]``, ``b_ih`` and ``b_hh [2K, 4H]``. Joined afresh under autograd (the gradients flow back to each cell's
+        parameters); without it, kept until a weight changes in place (`stepped`, or a load, which moves the version
+        counters), so a backtest's or
+        a rollout's forward a day does not copy them every day (the paper network's seed ensemble: 13 of a report's
+        24 s, in the allocator)."""
+        parts = [(self.params[f"actor_lstm.{w}"], self.params[f"critic_lstm.{w}"]) for w in LSTM_WEIGHTS]
+        if torch.is_grad_enabled():
+            return [torch.cat(pair) for pair in parts]
+        versions = tuple(t._version for pair in parts for t in pair)
+        if self._joined is None or self._joined[0] != versions:
+            self._joined = (versions, [torch.cat(pair) for pair in parts])
+        return self._joined[1]
 
 
 class LoopedCells(CellPolicy):
     """Any family, each cell's own network on its columns in turn (the weights still stacked for the optimizer):
-    exactly what each network computes alone."""
+    exactly what each network computes alone. What a batch of a family without a stacked forward runs
+    (``shared``, whose encoder is a batch of per-ticker LSTMs already)."""
 
     def evaluate(
         self,
@@ -371,7 +273,9 @@ class LoopedCells(CellPolicy):
         state: RecurrentState,
         starts: Tensor,
         *,
-        generators: list[torch.Generator],
+        deterministic: bool = False,
+        generator: torch.Generator | None = None,
+        generators: list[torch.Generator] | None = None,
     ) -> ActOutput:
         per = self.columns(obs.shape[0])
         outs = []
@@ -382,7 +286,8 @@ class LoopedCells(CellPolicy):
                     obs[cols],
                     state.envs(cols),
                     starts[cols],
-                    generator=generators[k],
+                    deterministic=deterministic,
+                    generator=generators[k] if generators else generator,
                 )
             )
         return ActOutput(
@@ -391,12 +296,8 @@ class LoopedCells(CellPolicy):
         )
 
 
-STACKED: dict[str, type[CellPolicy]] = {"clstm": StackedCLSTM, "lstm": StackedLSTMPolicy, "mlp": StackedMLP}
-"""The families with a stacked forward; the others run as `LoopedCells`."""
-
-
 def stack_policies(models: list[ActorCritic], *, looped: bool = False) -> CellPolicy:
-    """The cells' networks as one `CellPolicy`: stacked where the family has a stacked forward (unless ``looped``),
-    else each network in turn."""
-    kind = STACKED.get(models[0].spec.policy) if not looped else None
-    return (kind or LoopedCells)(models)
+    """The cells' networks as one `CellPolicy`: stacked where the family's forward runs on stacked kernels
+    (``stackable``) unless ``looped``, else each network in turn (`LoopedCells`)."""
+    stacked = models[0].stackable and not looped
+    return (CellPolicy if stacked else LoopedCells)(models)

@@ -6,9 +6,10 @@ The loss forward always goes through ``model`` as given -- the DDP wrapper when 
 several workers -- so every backward all-reduces gradients.
 
 One update for a run and for K runs trained as one batch (seeds as a batch dimension, `ppo_update`): the K cells'
-columns are blocks of the rollout, their network is `clstm_ppo.agent.stacked.CellPolicy` and their optimizer
-`clstm_ppo.training.cell_adam.CellAdam`; each cell's statistics, minibatch order, loss, clip, KL stop and step are
-its own. A run is K = 1, with its ActorCritic (under DDP and torch.compile when asked) and torch's fused Adam.
+columns are blocks of the rollout and their network is `clstm_ppo.agent.stacked.CellPolicy`; each cell's
+statistics, minibatch order, loss, clip, KL stop, fp16 loss scale and optimizer step (`optimizer_step`: its own
+torch fused Adam over its own parameters) are its own. A run is K = 1, with its ActorCritic (under DDP and
+torch.compile when asked).
 
 Collectives per update, identical on every rank: one all-reduce of advantage/return statistics,
 the DDP gradient all-reduces (one per minibatch; micro-batches before the last run under
@@ -34,7 +35,6 @@ from clstm_ppo.agent.model import ActorCritic, RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import PPOConfig
-from clstm_ppo.training.cell_adam import CellAdam
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.rollout import RolloutBuffer
 from envs.errors import UserError
@@ -143,8 +143,8 @@ def optimizer_step(
     scaler: torch.amp.GradScaler | None = None,
     weight_decay: float = 0.0,
 ) -> tuple[Tensor, Tensor]:
-    """Clip the (already all-reduced) gradients, step unless they are NaN/inf, decay the weight matrices by
-    ``weight_decay`` (`decay_weights`), zero the gradients.
+    """Clip one run's (or one seed's) already all-reduced gradients, step unless they are NaN/inf, decay the weight
+    matrices by ``weight_decay`` (`decay_weights`); the caller zeroes the gradients.
 
     Every rank holds the same gradients after DDP's all-reduce, so every rank takes the same decision
     without a collective. With fp16 the GradScaler skips by itself (dynamic loss scaling); the fused
@@ -172,8 +172,17 @@ def optimizer_step(
         skipped = torch.ones((), device=grad_norm.device)
     if weight_decay > 0:
         decay_weights(optimizer, weight_decay, skipped)
-    optimizer.zero_grad(set_to_none=True)
     return grad_norm, skipped
+
+
+def scaled_loss(loss: Tensor, scalers: list[torch.amp.GradScaler | None]) -> Tensor:
+    """What to differentiate: a run's loss (0-dim) or K seeds' ``[K]`` summed (no seed's gradient depends on another
+    seed's loss), each times its own GradScaler's scale where fp16."""
+    if scalers[0] is None:
+        return loss if loss.dim() == 0 else loss.sum()
+    if loss.dim() == 0:
+        return scalers[0].scale(loss)
+    return torch.stack([scaler.scale(part) for scaler, part in zip(scalers, loss, strict=True)]).sum()
 
 
 STAT_SUMS = ("n", "a1", "a2", "r1", "r2", "e1", "e2")
@@ -373,7 +382,7 @@ def epoch_columns(orders: list[Tensor], device: torch.device) -> tuple[Tensor, T
 
 def ppo_update(
     model: nn.Module | CellPolicy,
-    optimizer: torch.optim.Optimizer | CellAdam,
+    optimizers: list[torch.optim.Optimizer],
     buf: RolloutBuffer,
     advantages: Tensor,
     returns: Tensor,
@@ -383,14 +392,14 @@ def ppo_update(
     generators: list[torch.Generator],
     active: list[bool] | None = None,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-    scaler: torch.amp.GradScaler | None = None,
+    scalers: list[torch.amp.GradScaler | None] | None = None,
     timer: PhaseTimer | None = None,
 ) -> list[UpdateStats | None]:
     """``epochs`` epochs of PPO over this worker's rollout ``buf``: one run (K = 1: ``model`` the ActorCritic, possibly
-    wrapped by torch.compile and/or DDP, and its torch Adam) or K cells trained as one batch (``model`` their
-    `CellPolicy`, ``optimizer`` their `CellAdam`; ``buf``'s columns are K blocks). On several ranks each holds the same
-    K cells and its own envs of each; a batch's gradients are averaged over the ranks per cell before its step, as
-    DDP averages a run's.
+    wrapped by torch.compile and/or DDP) or K cells trained as one batch (``model`` their `CellPolicy`; ``buf``'s
+    columns are K blocks), each cell with its own optimizer (``optimizers[k]``, over its own network's parameters)
+    and, with fp16, its own GradScaler (``scalers[k]``). On several ranks each holds the same K cells and its own envs
+    of each; a batch's gradients are averaged over the ranks per cell before its step, as DDP averages a run's.
 
     Per cell, as its run alone: its advantages normalised with its own statistics (over all workers); its epochs'
     minibatches in the order its own shuffle generator draws (a cell that stopped draws nothing more); its loss over
@@ -416,15 +425,16 @@ def ppo_update(
     active = list(active) if active is not None else [True] * cells
     batch, statistics = update_batch(buf, advantages, returns, ppo, comm, cells)
     coefficients: LossCoefficients = ppo if cells == 1 else CellCoefficients.of(ppos, device)
-    stacked = isinstance(optimizer, CellAdam)
-    clips = torch.tensor([p.max_grad_norm for p in ppos], dtype=torch.float32, device=device) if stacked else None
-    params = [] if stacked else [p for group in optimizer.param_groups for p in group["params"]]
+    stacked = cells > 1
+    scalers = scalers or [None] * cells
+    params = [[p for group in opt.param_groups for p in group["params"]] for opt in optimizers]
     micro = ppo.gradient_accumulation_steps
     size = ppo.envs_per_minibatch // micro
     ddp = hasattr(model, "no_sync")
     running = list(active)  # cells still in their epochs
     sums = {name: torch.zeros(cells, dtype=torch.float64, device=device) for name in SUMMED_STATS}
     skipped = torch.zeros(cells, device=device)  # steps skipped for NaN/inf, counted on the device (no sync)
+    zero = torch.zeros((), device=device)
     steps, epochs_run = [0] * cells, [0] * cells
     for _epoch in range(ppo.epochs):
         if not any(running):
@@ -445,21 +455,25 @@ def ppo_update(
                     with phase("forward"):
                         loss, micro_parts = minibatch_loss(model, columns, coefficients, autocast, cells)
                     with phase("backward"):
-                        loss = (loss if cells == 1 else loss.sum()) / micro
-                        (scaler.scale(loss) if scaler is not None else loss).backward()
+                        scaled_loss(loss / micro, scalers).backward()
                 parts = {k: parts.get(k, 0.0) + v / micro for k, v in micro_parts.items()}
             with phase("optimizer"):
+                if stacked and comm.distributed:  # DDP's average over the ranks, per seed: one all-reduce per group
+                    for grad in model.grad:
+                        grad.copy_(comm.all_reduce_sum(grad).div_(comm.world_size))
+                steps_taken = [
+                    optimizer_step(optimizers[k], params[k], ppos[k].max_grad_norm, scalers[k], ppos[k].weight_decay)
+                    if running[k]
+                    else (zero, zero)
+                    for k in range(cells)
+                ]
                 if stacked:
-                    if comm.distributed:  # DDP's average over the ranks, per seed: one all-reduce per parameter group
-                        for grad in optimizer.grads:
-                            grad.copy_(comm.all_reduce_sum(grad).div_(comm.world_size))
-                    grad_norm, skipped_now = optimizer.step(clips, mask)
+                    model.stepped()
                 else:
-                    grad_norm, skipped_now = optimizer_step(
-                        optimizer, params, ppo.max_grad_norm, scaler, ppo.weight_decay
-                    )
+                    optimizers[0].zero_grad(set_to_none=True)
+                grad_norm, skipped_now = (torch.stack(column) for column in zip(*steps_taken, strict=True))
             skipped += skipped_now
-            parts["grad_norm"] = grad_norm.detach().float()
+            parts["grad_norm"] = grad_norm.detach().float().view_as(parts["policy_loss"])
             for name in SUMMED_STATS:
                 sums[name] += running_only(parts[name], mask)
             epoch_kl += running_only(parts["approx_kl"], mask)

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from clstm_ppo.agent.model import ActorCritic, ActOutput, RecurrentState
+from clstm_ppo.agent.model import ActorCritic, RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.distributed import Comm
@@ -203,11 +203,6 @@ class RolloutCollector:
         """Cell ``cell``'s env columns."""
         return slice(cell * self.per_cell, (cell + 1) * self.per_cell)
 
-    def _act(self, obs: Tensor, state: RecurrentState, starts: Tensor) -> ActOutput:
-        if self.stacked:
-            return self.policy.act(obs, state, starts, generators=self.generators)
-        return self.policy.act(obs, state, starts, generator=self.generators[0])
-
     def _normalise(self, reward: Tensor, done: Tensor) -> Tensor:
         """Each cell's rewards through its own normaliser (or as they are, without ``--norm_reward``)."""
         if not self.reward_norms[0].enabled:
@@ -233,7 +228,9 @@ class RolloutCollector:
             for step in range(buf.n_steps):
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
-                action, log_prob, value, self.state = self._act(self.next_obs, self.state, self.next_start)
+                action, log_prob, value, self.state = self.policy.act(
+                    self.next_obs, self.state, self.next_start, generators=self.generators
+                )
                 env_action = self.policy.env_action(action)
                 obs, reward, terminated, truncated, info = self.env.step(env_action.to(self.env.device))
                 obs, reward = obs.to(device), reward.to(device)

@@ -13,10 +13,10 @@ checkpoints), which see the seed through a `RunView` as a run. Every worker issu
 order: the stop decision comes from the all-gathered episode counts and the all-reduced stop flag.
 
 What is chosen by K, and nothing else: K = 1 trains the family's own network (`clstm_ppo.agent.model.ActorCritic`,
-through torch.compile and DDP where asked) with torch's fused Adam and, with fp16, a GradScaler; K > 1 trains the
-seeds' networks stacked (`clstm_ppo.agent.stacked.CellPolicy`) with `clstm_ppo.training.cell_adam.CellAdam`, its
-gradients averaged over the ranks per seed in `ppo_update` (no fp16 and no compile yet: refused in one line). Per
-seed, as its run alone: initial weights (drawn after ``torch.manual_seed(seed)``), envs' start days, action noise,
+through torch.compile and DDP where asked); K > 1 trains the seeds' networks stacked
+(`clstm_ppo.agent.stacked.CellPolicy`), their gradients averaged over the ranks per seed in `ppo_update` (no
+torch.compile yet: refused in one line). Each seed has its own torch fused Adam over its own network's parameters and,
+with fp16, its own GradScaler. Per seed, as its run alone: initial weights (drawn after ``torch.manual_seed(seed)``), envs' start days, action noise,
 minibatch shuffles, reward and advantage normalisation, learning-rate schedule, gradient clip, KL early stop,
 optimizer state, counters, run folder and checkpoints (a seed's checkpoint is its run's, in the same format). A
 seed of a batch fails alone: ``max_bad_updates`` bad updates in a row, or (in one process) an error in one of its
@@ -49,14 +49,11 @@ from clstm_ppo.agent.moments import moment_sums
 from clstm_ppo.agent.stacked import stack_policies
 from clstm_ppo.config import OUTPUT_SETTINGS, PPOConfig, TrainConfig, format_seeds
 from clstm_ppo.training.callbacks import Callback, Logger, find, with_defaults
-from clstm_ppo.training.cell_adam import AdamLayout, CellAdam
 from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint
 from clstm_ppo.training.distributed import Comm, WorldLayout
 from clstm_ppo.training.ppo import (
     PhaseTimer,
     UpdateStats,
-    adam_groups,
-    adam_options,
     autocast_factory,
     build_optimizer,
     no_timer,
@@ -114,8 +111,8 @@ def check_batchable(cfgs: list[TrainConfig], *, seeds: int | None = None) -> Non
                     f"cells differ in --{flag} ({first[flag]!r}, {value!r}): they cannot train as one batch"
                 )
     system = cfgs[0].system
-    if (seeds or len(cfgs)) > 1 and (system.mixed_precision == "fp16" or system.compile):
-        raise ValueError("seeds trained as one batch take no fp16 GradScaler and no torch.compile yet")
+    if (seeds or len(cfgs)) > 1 and system.compile:
+        raise ValueError("seeds trained as one batch take no torch.compile yet")
 
 
 @dataclass
@@ -226,8 +223,8 @@ class RunView:
             cfg=self.cfg,
             model=self.model,
             market=self.market,
-            optimizer_state=t.optimizer_state(self.cell),
-            scaler_state=t.scaler.state_dict() if t.scaler is not None else None,
+            optimizer_state=t.optimizers[self.cell].state_dict(),
+            scaler_state=t.scalers[self.cell].state_dict() if t.scalers[self.cell] is not None else None,
             counters=self.counters.as_dict(),
             worker_states=worker_states,
             world_size=self.comm.world_size,
@@ -279,18 +276,12 @@ class Trainer:
             self.models.append(build_model(cfg, market).to(device))
             self.torch_rng.append(torch.get_rng_state())  # nothing draws from it after
         self.policy = self.models[0] if self.cells == 1 else stack_policies(self.models, looped=looped)
-        self.optimizer: torch.optim.Optimizer | CellAdam
-        if self.cells == 1:
-            self.optimizer = build_optimizer(ppo, self.models[0], comm.world_size)
-        else:
-            self.layouts = [
-                AdamLayout(adam_groups(cfg.ppo, model, comm.world_size), adam_options(cfg.ppo))
-                for cfg, model in zip(cfgs, self.models, strict=True)
-            ]
-            lrs = [layout.lrs for layout in self.layouts]
-            self.optimizer = CellAdam(self.policy, lrs, eps=ppo.adam_eps, weight_decay=ppo.weight_decay)
+        self.optimizers = [  # over each seed's own parameters (K > 1: views of the stacked ones)
+            build_optimizer(cfg.ppo, model, comm.world_size) for cfg, model in zip(cfgs, self.models, strict=True)
+        ]
         self.base_lrs = [self.lrs(k) for k in range(self.cells)]
-        self.scaler = torch.amp.GradScaler("cuda") if system.mixed_precision == "fp16" else None
+        fp16 = system.mixed_precision == "fp16"
+        self.scalers = [torch.amp.GradScaler("cuda") if fp16 else None for _ in cfgs]
         self.autocast = autocast_factory(system.mixed_precision, device)
         rank = comm.rank
         self.shuffle_gens = [torch.Generator().manual_seed(s * 6151 + 7877 * rank + 2) for s in seeds]
@@ -379,7 +370,7 @@ class Trainer:
         with phase("update"):
             stats = ppo_update(
                 self.trained,
-                self.optimizer,
+                self.optimizers,
                 self.buf,
                 advantages,
                 returns,
@@ -388,7 +379,7 @@ class Trainer:
                 active=list(self.active),
                 generators=self.shuffle_gens,
                 autocast=self.autocast,
-                scaler=self.scaler,
+                scalers=self.scalers,
                 timer=timer,
             )
             self.sync_normalisers()
@@ -554,22 +545,11 @@ class Trainer:
     # ------------------------------------------------------------------ the optimizer, per seed
     def lrs(self, cell: int) -> list[float]:
         """Seed ``cell``'s learning rate per parameter group (stage 1, the rest)."""
-        if isinstance(self.optimizer, CellAdam):
-            return [float(lr) for lr in self.optimizer.lr[cell]]
-        return [group["lr"] for group in self.optimizer.param_groups]
+        return [group["lr"] for group in self.optimizers[cell].param_groups]
 
     def set_lrs(self, cell: int, lrs: list[float]) -> None:
-        if isinstance(self.optimizer, CellAdam):
-            self.optimizer.lr[cell] = torch.tensor(lrs, dtype=torch.float64)
-        else:
-            for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
-                group["lr"] = lr
-
-    def optimizer_state(self, cell: int) -> dict[str, Any]:
-        """Seed ``cell``'s optimizer as its run alone saves it (a ``torch.optim.Adam`` state dict)."""
-        if isinstance(self.optimizer, CellAdam):
-            return self.optimizer.cell_state_dict(cell, self.layouts[cell])
-        return self.optimizer.state_dict()
+        for group, lr in zip(self.optimizers[cell].param_groups, lrs, strict=True):
+            group["lr"] = lr
 
     # ------------------------------------------------------------------ checkpoints
     def _resume(self, cell: int, path: Path) -> None:
@@ -578,12 +558,9 @@ class Trainer:
         ckpt = load_checkpoint(path, map_location="cpu")
         self.models[cell].load_state_dict(ckpt.model_state)
         if ckpt.optimizer_state is not None:
-            if isinstance(self.optimizer, CellAdam):
-                self.optimizer.load_cell_state_dict(cell, ckpt.optimizer_state)
-            else:
-                self.optimizer.load_state_dict(ckpt.optimizer_state)
-        if self.scaler is not None and ckpt.scaler_state:
-            self.scaler.load_state_dict(ckpt.scaler_state)
+            self.optimizers[cell].load_state_dict(ckpt.optimizer_state)
+        if self.scalers[cell] is not None and ckpt.scaler_state:
+            self.scalers[cell].load_state_dict(ckpt.scaler_state)
         self.counters[cell] = Counters.from_dict(ckpt.counters)
         states = ckpt.worker_states or []
         if len(states) == self.comm.world_size:
