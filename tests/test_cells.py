@@ -85,6 +85,9 @@ def test_each_batched_cell_trains_as_it_does_alone_and_resumes_alike(policy, cel
     for a, b, c in zip(run_dirs(alone), run_dirs(straight), run_dirs(resumed), strict=True):
         assert_same_run(a, b)
         assert_same_run(a, c)
+        uninterrupted, continued = (load_checkpoint(d / "latest.pt") for d in (b, c))  # a batch resumes bitwise
+        for name, weight in uninterrupted.model_state.items():
+            assert torch.equal(weight, continued.model_state[name]), (b.name, name)
     if cells > 2:  # the KL target stopped some update's epochs early: the mask kept that cell where it stopped
         _, updates = read_metrics(run_dirs(alone)[2])
         assert any(u["epochs_run"] < 2 for u in updates)

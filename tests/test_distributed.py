@@ -125,11 +125,13 @@ def buffer_of(dense: dict[str, torch.Tensor], initial: RecurrentState, cols: tor
     return buf
 
 
-def run_cell_update(buf: RolloutBuffer, comm, per_cell: int, scalers=None) -> list[torch.Tensor]:
+def run_cell_update(buf: RolloutBuffer, comm, per_cell: int, scalers=None, micro: int = 1) -> list[torch.Tensor]:
     """One update of the two seeds as one batch (`ppo_update`, each seed with its own fused Adam over its own
     network's parameters, views of the stacked ones); their stacked weights after."""
     policy = cell_policy()
-    cfg = ppo_cfg(num_envs=per_cell, n_steps=STEPS, batch_size=STEPS * per_cell, epochs=3)
+    cfg = ppo_cfg(
+        num_envs=per_cell, n_steps=STEPS, batch_size=STEPS * per_cell, epochs=3, gradient_accumulation_steps=micro
+    )
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(buf.num_envs), cfg.gamma, cfg.gae_lambda)
     adams = [
         torch.optim.Adam(
@@ -198,3 +200,16 @@ def test_each_seed_of_a_batch_scales_its_own_fp16_loss():
         assert torch.equal(mine[0], theirs[0])  # seed 0: its scale undone exactly
         assert torch.equal(mine[1], start[1]) and not torch.equal(theirs[1], start[1])  # seed 1 overflowed: no step
     assert scalers[0].get_scale() == 2.0**12
+
+
+def test_a_batch_accumulates_each_seeds_gradients_over_micro_batches():
+    """``--gradient_accumulation_steps 2`` for K seeds: each minibatch's two halves add into each seed's gradients
+    (each half's loss over half the columns, halved), then one step per seed: the weights of the whole minibatch."""
+    from clstm_ppo.training.distributed import Comm
+
+    dense, initial = dense_cell_rollout(PER_RANK)
+    buf = buffer_of(dense, initial, torch.arange(CELLS * PER_RANK))
+    whole, halves = (run_cell_update(buf, Comm(), PER_RANK, micro=m) for m in (1, 2))
+    for a, b, start in zip(whole, halves, cell_policy().flat, strict=True):
+        torch.testing.assert_close(b, a, rtol=2e-4, atol=2e-5)
+        assert not torch.equal(a, start)
