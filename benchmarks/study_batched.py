@@ -42,8 +42,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.train_throughput import machine_name  # noqa: E402
+from clstm_ppo.config import PRESETS  # noqa: E402
 
 EXAMPLE_DATA = ROOT / "examples" / "data" / "stocks_daily_6_ohlcv.csv"
+# The demo's market without its training pool (train_draws), which a study refuses: a window trains on its own days.
+DEMO_MARKET = ",".join(o for o in PRESETS["demo"]["data"].split(",") if not o.startswith("train_draws="))
 
 
 def run_study(
@@ -52,7 +55,7 @@ def run_study(
     """One ``clstm-ppo study`` command of the package in ``code`` (``batch_cells`` None: that version's default);
     its wall seconds and what its cells' status files say."""
     shape = (
-        ("--preset", "demo", "--policies", opts.policy)
+        ("--preset", "demo", "--data", DEMO_MARKET, "--policies", opts.policy)
         if opts.shape == "demo"
         else ("--data", f"csv:{EXAMPLE_DATA}", "--policies", "clstm,mlp")
     )
