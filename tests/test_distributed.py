@@ -125,10 +125,14 @@ def buffer_of(dense: dict[str, torch.Tensor], initial: RecurrentState, cols: tor
     return buf
 
 
-def run_cell_update(buf: RolloutBuffer, comm, per_cell: int, scalers=None, micro: int = 1) -> list[torch.Tensor]:
+def run_cell_update(
+    buf: RolloutBuffer, comm, per_cell: int, scalers=None, micro: int = 1, compile_options=None
+) -> list[torch.Tensor]:
     """One update of the two seeds as one batch (`ppo_update`, each seed with its own fused Adam over its own
     network's parameters, views of the stacked ones); their stacked weights after."""
     policy = cell_policy()
+    if compile_options is not None:
+        policy.compile(**compile_options)
     cfg = ppo_cfg(
         num_envs=per_cell, n_steps=STEPS, batch_size=STEPS * per_cell, epochs=3, gradient_accumulation_steps=micro
     )
@@ -213,3 +217,22 @@ def test_a_batch_accumulates_each_seeds_gradients_over_micro_batches():
     for a, b, start in zip(whole, halves, cell_policy().flat, strict=True):
         torch.testing.assert_close(b, a, rtol=2e-4, atol=2e-5)
         assert not torch.equal(a, start)
+
+
+def test_a_batch_compiles_its_loss_forward():
+    """``--compile`` for K seeds: the update's loss forward goes through ``torch.compile(evaluate)`` (torch's eager
+    backend here: the CPU suite cannot wait minutes for inductor, which the CUDA tests run), with the same weights."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from clstm_ppo.training.distributed import Comm
+
+    dense, initial = dense_cell_rollout(PER_RANK)
+    buf = buffer_of(dense, initial, torch.arange(CELLS * PER_RANK))
+    plain = run_cell_update(buf, Comm(), PER_RANK)
+    torch._dynamo.reset()
+    captured = counters["stats"]["calls_captured"]
+    compiled = run_cell_update(buf, Comm(), PER_RANK, compile_options={"backend": "eager"})
+    assert counters["stats"]["calls_captured"] > captured  # the loss forward went through dynamo
+    for a, b in zip(plain, compiled, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)

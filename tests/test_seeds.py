@@ -107,9 +107,8 @@ def test_the_seed_flag_takes_the_studys_syntax():
         (["--seed", "1-2", "--resume", "latest"], "--resume needs --run_name"),
         (["--seed", "1-2", "--run_name", "x", "--resume", "a.pt"], "--resume takes latest or best"),
         (["--seed", "1,x"], "--seed '1,x': expected a number"),
-        (["--seed", "1-2", "--compile"], "seeds trained as one batch take no torch.compile yet"),
     ],
-    ids=["resume-name", "resume-path", "syntax", "compile"],
+    ids=["resume-name", "resume-path", "syntax"],
 )
 def test_what_several_seeds_cannot_do_is_one_line(tmp_path, args, message):
     result = train(tmp_path, *SHORT, *args)

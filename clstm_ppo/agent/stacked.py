@@ -29,6 +29,7 @@ and every shard put each cell in the same place.
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -82,6 +83,7 @@ class CellPolicy(Policy):
                 raise ValueError("stacked cells need networks of one family, shape and distribution")
         self.models, self.cells = models, len(models)
         self._joined: tuple[tuple[int, ...], list[Tensor]] | None = None  # (weights' versions, their join), no grad
+        self._loss_forward: Any = None  # `evaluate` through torch.compile (`compile`)
         self.spec = first.spec  # shapes and distribution (a cell's own spec: `cell(k).spec`)
         names = {id(p): n for n, p in first.named_parameters()}
         self.group_names = [[names[id(p)] for p in group] for group in (first.stage1_parameters(),)]
@@ -137,8 +139,13 @@ class CellPolicy(Policy):
 
     # ------------------------------------------------------------------ K of the interface (`Policy`)
     def forward(self, *args, **kwargs) -> PolicyOutput:
-        """`evaluate` (the loss forward, as `ActorCritic`'s)."""
-        return self.evaluate(*args, **kwargs)
+        """`evaluate` (the loss forward, as `ActorCritic`'s), compiled after `compile`."""
+        return (self._loss_forward or self.evaluate)(*args, **kwargs)
+
+    def compile(self, **options: Any) -> None:
+        """``--compile``: the loss forward (`forward`) through ``torch.compile(evaluate, **options)``, as a run's is
+        through its compiled module; acting stays eager, as a run's does."""
+        self._loss_forward = torch.compile(self.evaluate, **options)
 
     __call__ = forward
 

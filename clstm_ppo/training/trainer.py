@@ -14,8 +14,8 @@ order: the stop decision comes from the all-gathered episode counts and the all-
 
 What is chosen by K, and nothing else: K = 1 trains the family's own network (`clstm_ppo.agent.model.ActorCritic`,
 through torch.compile and DDP where asked); K > 1 trains the seeds' networks stacked
-(`clstm_ppo.agent.stacked.CellPolicy`), their gradients averaged over the ranks per seed in `ppo_update` (no
-torch.compile yet: refused in one line). Each seed has its own torch fused Adam over its own network's parameters and,
+(`clstm_ppo.agent.stacked.CellPolicy`, its loss forward compiled where asked), their gradients averaged over the
+ranks per seed in `ppo_update`. Each seed has its own torch fused Adam over its own network's parameters and,
 with fp16, its own GradScaler. Per seed, as its run alone: initial weights (drawn after ``torch.manual_seed(seed)``), envs' start days, action noise,
 minibatch shuffles, reward and advantage normalisation, learning-rate schedule, gradient clip, KL early stop,
 optimizer state, counters, run folder and checkpoints (a seed's checkpoint is its run's, in the same format). A
@@ -100,9 +100,8 @@ def batch_key(cfg: TrainConfig) -> tuple[tuple[str, Any], ...]:
     return tuple((flag, value) for flag, value in cfg.to_dict().items() if flag not in PER_CELL)
 
 
-def check_batchable(cfgs: list[TrainConfig], *, seeds: int | None = None) -> None:
-    """ValueError naming the first setting two of ``cfgs`` differ in that a batch cannot (`batch_key`), or what a
-    batch of ``seeds`` (default ``len(cfgs)``) seeds cannot take yet."""
+def check_batchable(cfgs: list[TrainConfig]) -> None:
+    """ValueError naming the first setting two of ``cfgs`` differ in that a batch cannot (`batch_key`)."""
     first = dict(batch_key(cfgs[0]))
     for cfg in cfgs[1:]:
         for flag, value in batch_key(cfg):
@@ -110,9 +109,6 @@ def check_batchable(cfgs: list[TrainConfig], *, seeds: int | None = None) -> Non
                 raise ValueError(
                     f"cells differ in --{flag} ({first[flag]!r}, {value!r}): they cannot train as one batch"
                 )
-    system = cfgs[0].system
-    if (seeds or len(cfgs)) > 1 and system.compile:
-        raise ValueError("seeds trained as one batch take no torch.compile yet")
 
 
 @dataclass
@@ -314,7 +310,11 @@ class Trainer:
                 self._resume(k, resolve_resume(cfg.run.resume, self.run_dirs[k]))
             elif cfg.run.init_weights:
                 self.models[k].load_state_dict(load_weights(cfg.run.init_weights, cfg, market))
-        trained = torch.compile(self.policy) if system.compile else self.policy
+        trained = self.policy
+        if system.compile and self.cells == 1:
+            trained = torch.compile(trained)
+        elif system.compile:
+            self.policy.compile()  # its loss forward
         if comm.distributed and self.cells == 1:  # K > 1: ppo_update averages each seed's gradients itself
             trained = DDP(trained, device_ids=[device.index] if device.type == "cuda" else None)
         self.trained = trained  # the loss forward goes through this (DDP when distributed)
