@@ -5,15 +5,17 @@
 #   DRY=1 bash benchmarks/gpu_check.sh OUTDIR      # every step tiny on the CPU: checks the script, measures nothing
 #
 # Steps, each under its own timeout (seconds in brackets; they sum to 480) so one slow step cannot eat the budget:
-#   1. the CUDA tests: tests/test_cuda.py and the env's CUDA test                                     [160]
-#   2. training throughput, paper preset, bf16, 1,024 and 4,096 envs (benchmarks/train_throughput.py)  [55]
-#   3. the same at 4,096 envs with stage 1 on the shared window kernel instead of cuDNN's LSTM         [30]
+#   1. the CUDA tests: tests/test_cuda.py and the env's CUDA test                                     [250]
+#   2. training throughput, paper preset, bf16, 1,024 and 4,096 envs (benchmarks/train_throughput.py)  [50]
+#   3. the same at 4,096 envs with stage 1 on the shared window kernel instead of cuDNN's LSTM         [25]
 #      (its input projection once per day-row; its bias gradient a row sum, not cuDNN's kernel)
-#   4. the 10,000-episode run: paper preset, 4,096 envs, bf16, one GPU, timed                          [55]
-#   5. one study cell alone: paper preset, example data, 40 episodes, --retrain none                   [45]
-#   6. twelve such cells (seeds 1-12) trained as one batch in one process (--batch_cells 12)           [135]
+#   4. the 10,000-episode run: paper preset, 4,096 envs, bf16, one GPU, timed                          [50]
+#   5. one study cell alone: paper preset, example data, 24 episodes, --retrain none                   [30]
+#   6. twelve such cells (seeds 1-12) trained as one batch in one process (--batch_cells 12)           [75]
 # Limits from the H200 run at b54360f (wall s there): CUDA tests 148, throughput 44, shared kernel 23, 10,000
-# episodes 47; at 100 episodes one cell 70 and the 12 cells 220, so the cells now train 40 episodes each.
+# episodes 47; at 100 episodes one cell 70 and the 12 cells 220. Since 1ff4098 the CUDA tests also train --seed 1-2
+# with fp16 and with --compile (inductor over the stacked forward, never timed on a GPU: the K = 1 compile test took
+# 67 s), so they get 250 s and the cells train 24 episodes each.
 # then a summary table (summary.md). Every log lands in OUTDIR, with the studies' small files (study.md, cells.csv,
 # each cell's status.json); checkpoints stay in a scratch folder ($TMPDIR or /tmp), out of OUTDIR. Assumes python3
 # has torch with CUDA and the package's dependencies; run it from the repository root.
@@ -40,7 +42,7 @@ if [ "$dry" = 1 ]; then
     precision=none
 else
     device=cuda; gpus=1; envs=1024; big_envs=4096; tenk_envs=4096; tenk_batch=131072; tenk_episodes=10000
-    cell_episodes=40; net=(); where=(--cells_per_gpu 1); precision=bf16
+    cell_episodes=24; net=(); where=(--cells_per_gpu 1); precision=bf16
 fi
 
 {
@@ -63,19 +65,19 @@ step() {  # step NAME TIMEOUT_S LOG COMMAND...: run one step under its timeout, 
     echo "[gpu_check] $name: $status in $((SECONDS - start)) s"
 }
 
-step "CUDA tests" 160 pytest_cuda.log \
+step "CUDA tests" 250 pytest_cuda.log \
     python3 -m pytest -q -p no:cacheprovider -n 0 -m cuda tests/test_cuda.py "tests/test_env.py::test_cuda_matches_cpu"
 
-step "throughput, paper, $precision, $envs and $big_envs envs" 55 throughput.log \
+step "throughput, paper, $precision, $envs and $big_envs envs" 50 throughput.log \
     python3 benchmarks/train_throughput.py --preset paper --device "$device" --num_envs "$envs,$big_envs" \
     --minibatches 4 --mixed_precision "$precision" --updates 2 --timeout 30 --threads 1 --json "$out/throughput.json"
 
-step "throughput, paper, $precision, $big_envs envs, shared window kernel" 30 throughput_shared.log \
+step "throughput, paper, $precision, $big_envs envs, shared window kernel" 25 throughput_shared.log \
     python3 benchmarks/train_throughput.py --preset paper --device "$device" --num_envs "$big_envs" \
     --minibatches 4 --mixed_precision "$precision" --updates 1 --timeout 30 --threads 1 --window_kernels shared \
     --json "$out/throughput_shared.json"
 
-step "$tenk_episodes episodes, paper, $tenk_envs envs, $precision" 55 tenk.log \
+step "$tenk_episodes episodes, paper, $tenk_envs envs, $precision" 50 tenk.log \
     /usr/bin/time -f "wall %e s, max RSS %M KiB" python3 train_distributed_clstm_ppo.py --preset paper \
     --num_gpus "$gpus" --num_envs "$tenk_envs" --batch_size "$tenk_batch" --mixed_precision "$precision" \
     --num_episodes "$tenk_episodes" --eval_every 1000 --checkpoint_dir "$work/tenk" --run_name tenk --no-progress \
@@ -84,8 +86,8 @@ step "$tenk_episodes episodes, paper, $tenk_envs envs, $precision" 55 tenk.log \
 study=(python3 -m clstm_ppo.cli study --data "$data" --preset paper --policies clstm --num_episodes "$cell_episodes"
        --retrain none --trade_start 2023-01-03 --workers 1 --bootstrap 100 --ledger "$out/ledger.jsonl"
        "${where[@]}" ${net[@]+"${net[@]}"})
-step "1 cell alone, $cell_episodes episodes" 45 study_1.log "${study[@]}" --out "$work/study_1" --seeds 1 --batch_cells 1
-step "12 cells as one batch, $cell_episodes episodes each" 135 study_12.log \
+step "1 cell alone, $cell_episodes episodes" 30 study_1.log "${study[@]}" --out "$work/study_1" --seeds 1 --batch_cells 1
+step "12 cells as one batch, $cell_episodes episodes each" 75 study_12.log \
     "${study[@]}" --out "$work/study_12" --seeds 1-12 --batch_cells 12
 for n in 1 12; do  # the studies' small files
     (cd "$work" && find "study_$n" \( -name study.md -o -name cells.csv -o -name status.json \) -print0 \
