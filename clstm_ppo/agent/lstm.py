@@ -27,9 +27,10 @@ def feature_layers(width: int, feature_dim: int) -> nn.Sequential:
     )
 
 
-def today(windows: Windows) -> Tensor:
-    """Each window's last day, the current state: ``[L x E, F]`` (step-major)."""
-    return windows.last_rows().reshape(windows.steps * windows.envs, -1)
+def today(windows: Windows, cells: int) -> Tensor:
+    """Each window's last day, the current state, for K = ``cells`` networks: ``[K, L x M, F]`` (each network's M
+    columns of E = K x M, step-major)."""
+    return to_cells(windows.last_rows().reshape(windows.steps, windows.envs, -1), cells)
 
 
 class LSTMPolicy(ActorCritic):
@@ -58,7 +59,7 @@ class LSTMPolicy(ActorCritic):
     @classmethod
     def encode(cls, net: Any, windows: Windows) -> Tensor:
         """Stage 1 of the K networks ``net``: L x E windows -> features ``[K, L x M, feature_dim]``."""
-        return net.layers("features", to_cells(today(windows).view(windows.steps, windows.envs, -1), net.cells))
+        return net.layers("features", today(windows, net.cells))
 
     @classmethod
     def forward_cells(

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.lstm import feature_layers, today
-from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells, to_cells
+from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells
 from clstm_ppo.agent.windows import Windows
 
 
@@ -36,7 +36,7 @@ class MLPPolicy(ActorCritic):
         cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
         steps = windows.steps
-        feats = net.layers("features", to_cells(today(windows).view(steps, windows.envs, -1), net.cells))
+        feats = net.layers("features", today(windows, net.cells))
         mean = net.layers("actor_mean", net.layers("actor_body", feats))
         value = net.layers("critic", net.layers("critic_body", feats)).squeeze(-1)
         return from_cells(mean, steps), from_cells(value, steps), state

@@ -13,13 +13,14 @@ buffers rebound to views of the k-th rows: its optimizer (a run's torch fused Ad
 ``--norm_obs``'s statistics and logs read it as they read a single run's network, and it always holds the current
 weights (a checkpoint copies them: `clstm_ppo.training.checkpoint.cpu_state`).
 
-The forward is the family's own (`ActorCritic.forward_cells`, written once for K >= 1) on stacked kernels: ``vmap`` has
-no batching rule for ``nn.LSTM`` (torch 2.13), so every ``nn.Linear`` becomes one ``baddbmm`` over the K cells
+The forward is the family's own (`ActorCritic.forward_cells`, written once for K >= 1) on stacked kernels: ``vmap``
+has no batching rule for ``nn.LSTM`` (torch 2.13), so every ``nn.Linear`` becomes one ``baddbmm`` over the K cells
 (`CellPolicy.layers` walks the single network's own modules, so the stacked network is the single one's layer for
 layer), the window LSTM is `clstm_ppo.agent.window_lstm.WindowLSTM` over stacked ``W_hh``, and stage 2 is
 `clstm_ppo.agent.stacked_lstm` (the actor's and critic's LSTMs of all K cells as 2K networks in one recurrence); the
-distribution is `clstm_ppo.agent.model.Policy`'s. ``clstm``, ``lstm`` and ``mlp`` run stacked; ``shared`` runs each cell's own network on its columns in turn (`LoopedCells`): its encoder is a batch of
-per-ticker LSTMs already, and batching it across cells too was not worth a third kernel. A cell's numbers equal
+distribution is `clstm_ppo.agent.model.Policy`'s. ``clstm``, ``lstm`` and ``mlp`` run stacked; ``shared`` runs each
+cell's own network on its columns in turn (`LoopedCells`): its encoder is a batch of per-ticker LSTMs already, and
+batching it across cells too was not worth a third kernel. A cell's numbers equal
 those of the same network alone up to float rounding (``tests/test_stacked.py``). They do not depend on what the
 other cells learn, but their last bits may depend on the cell's place in the batch (a vectorised kernel's body and tail
 round a transcendental function differently), which is why a study forms its batches over the whole grid: a re-run
@@ -228,9 +229,8 @@ class CellPolicy(Policy):
         """The 2K stage-2 LSTMs' weights, the K actors' then the K critics': ``W_ih [2K, 4H, D]``, ``W_hh [2K, 4H,
         H]``, ``b_ih`` and ``b_hh [2K, 4H]``. Joined afresh under autograd (the gradients flow back to each cell's
         parameters); without it, kept until a weight changes in place (`stepped`, or a load, which moves the version
-        counters), so a backtest's or
-        a rollout's forward a day does not copy them every day (the paper network's seed ensemble: 13 of a report's
-        24 s, in the allocator)."""
+        counters), so a backtest's or a rollout's forward a day does not copy them every day (the paper network's
+        seed ensemble: 13 of a report's 24 s, in the allocator)."""
         parts = [(self.params[f"actor_lstm.{w}"], self.params[f"critic_lstm.{w}"]) for w in LSTM_WEIGHTS]
         if torch.is_grad_enabled():
             return [torch.cat(pair) for pair in parts]
