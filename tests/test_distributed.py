@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.model import RecurrentState
-from clstm_ppo.agent.stacked import CellPolicy, stack_policies
+from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.training.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
 from clstm_ppo.training.ppo import ppo_update
 from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
@@ -83,7 +83,7 @@ def cell_policy() -> CellPolicy:
     for k in range(CELLS):
         torch.manual_seed(100 + k)
         nets.append(make_policy(net_spec("clstm", 16, 3, 5, stage1_hidden=8, feature_dim=8, stage2_hidden=12)))
-    return stack_policies(nets)
+    return CellPolicy(nets)
 
 
 def dense_cell_rollout(per_cell: int) -> tuple[dict[str, torch.Tensor], RecurrentState]:

@@ -15,7 +15,6 @@ from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.lstm import LSTMPolicy
-from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
 
 
@@ -31,10 +30,6 @@ class CLSTMPolicy(LSTMPolicy):
     @classmethod
     def encode(cls, net: Any, windows: Windows) -> Tensor:
         return net.layers("features", net.window_summary(windows))
-
-    def window_summary(self, windows: Windows) -> Tensor:
-        """The window LSTM of this network (K = 1) through ``window_kernel``: ``[1, L x E, stage1_hidden]``."""
-        return window_last_output(self.window_lstm, windows, self.window_kernel).unsqueeze(0)
 
     def stage1_parameters(self) -> list[nn.Parameter]:
         return [*self.features.parameters(), *self.window_lstm.parameters()]

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.agent.model import ActorCritic, ActOutput, ModelSpec, RecurrentState
-from clstm_ppo.agent.stacked import CellPolicy, stack_policies
+from clstm_ppo.agent.stacked import CellPolicy
 from envs.kernel import actions_for_weights, target_weights
 
 
@@ -115,6 +115,6 @@ def _stacked(members: list[ActorCritic]) -> CellPolicy | None:
     if len(members) < 2 or len({id(m) for m in members}) < len(members):
         return None  # one member, or one network twice: acting in turn is as fast
     try:
-        return stack_policies(members)
+        return CellPolicy(members)
     except ValueError:
         return None

@@ -17,7 +17,7 @@ import torch
 
 from clstm_ppo.agent.ensemble import Ensemble, EnsembleState
 from clstm_ppo.agent.model import ActorCritic, RecurrentState, unwrap
-from clstm_ppo.agent.stacked import CellPolicy, stack_policies
+from clstm_ppo.agent.stacked import CellPolicy
 from envs.config import EnvConfig
 from envs.data import DayRange
 from envs.features import PreparedMarket
@@ -107,7 +107,7 @@ def evaluate_cells(
     start_portfolios: list[tuple[float, np.ndarray] | None] | None = None,
 ) -> list[PolicyRun]:
     """`evaluate_policy` (deterministic) of K networks of one family and shape at once, as a study trades a batch of
-    cells: one stacked forward (`clstm_ppo.agent.stacked.stack_policies`) and one env of K columns a day, network k
+    cells: one stacked forward (`clstm_ppo.agent.stacked.CellPolicy`) and one env of K columns a day, network k
     trading column k from ``start_portfolios[k]``. Run k is network k's `evaluate_policy` up to the float rounding
     of the stacked forward (bit for bit for ``shared``, whose cells run their own networks: ``tests/test_stacked.py``).
 
@@ -117,7 +117,7 @@ def evaluate_cells(
     A column whose network gives non-finite actions (a diverged cell of a training batch, which is never scored)
     holds its portfolio.
     """
-    cells = models if isinstance(models, CellPolicy) else stack_policies(models)
+    cells = models if isinstance(models, CellPolicy) else CellPolicy(models)
 
     def decide(obs: torch.Tensor, state: RecurrentState, start: torch.Tensor) -> tuple[torch.Tensor, RecurrentState]:
         out = cells.evaluate(obs.unsqueeze(0), state, start.unsqueeze(0))

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.distributions import Normal
 
 from clstm_ppo.agent.moments import merge_moments
+from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import ACTION_DISTS, POLICIES
 from envs.errors import UserError
@@ -320,8 +321,6 @@ class ActorCritic(nn.Module, Policy):
     offers) and `stage1_parameters`. As a `Net` of one it offers its own layers (``layers``) and, where the family
     has them, its window LSTM (``window_summary``) and stage-2 LSTMs (``stage2``), on torch's kernels."""
 
-    stackable: ClassVar[bool] = True  # `forward_cells` runs on a `CellPolicy`'s stacked kernels (else: in turn)
-
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         if spec.policy not in POLICIES:
@@ -371,6 +370,10 @@ class ActorCritic(nn.Module, Policy):
     def layers(self, name: str, x: Tensor) -> Tensor:
         """The module ``name`` on ``x [1, R, in]`` (a `Net`'s layer of one network: torch's own)."""
         return self.get_submodule(name)(x)
+
+    def window_summary(self, windows: Windows, name: str = "window_lstm") -> Tensor:
+        """The window LSTM ``name`` of this network (K = 1) through ``window_kernel``: ``[1, L x E, H]``."""
+        return window_last_output(self.get_submodule(name), windows, self.window_kernel).unsqueeze(0)
 
     def forward(
         self,

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.lstm import feature_layers
-from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState
+from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells, to_cells
 from clstm_ppo.agent.windows import Windows
 from envs.state import StateLayout
 
@@ -47,14 +47,11 @@ def ticker_windows(windows: Tensor, num_indicators: int) -> Tensor:
 
 
 class SharedTickerNet(nn.Module):
-    """Stages 1-3 of the module docstring: dense windows ``[M, T, F]`` -> action means ``[M, N]`` and values
-    ``[M]``."""
+    """The layers of stages 1-3 (module docstring); `SharedPolicy.forward_cells` is their forward."""
 
     def __init__(self, num_indicators: int, stage1_hidden: int, feature_dim: int, hidden: int) -> None:
         super().__init__()
-        self.num_indicators = num_indicators
-        k = 3 + num_indicators
-        self.window_lstm = orthogonal(nn.LSTM(k, stage1_hidden, batch_first=True), 1.0)
+        self.window_lstm = orthogonal(nn.LSTM(3 + num_indicators, stage1_hidden, batch_first=True), 1.0)
         self.features = feature_layers(stage1_hidden, feature_dim)
         self.mix = nn.Sequential(orthogonal(nn.Linear(2 * feature_dim, hidden)), nn.Tanh())
         self.actor_mean = orthogonal(nn.Linear(hidden, 1), 0.01)
@@ -65,26 +62,9 @@ class SharedTickerNet(nn.Module):
         """The per-ticker encoder's parameters (trained at ``learning_rate_clstm``)."""
         return [*self.window_lstm.parameters(), *self.features.parameters()]
 
-    def embed(self, tickers: Tensor) -> Tensor:
-        """Stages 1-2: per-ticker windows ``[M, N, T, k]`` -> per-ticker embeddings ``[M, N, D]``."""
-        m, n, t, k = tickers.shape
-        out, _ = self.window_lstm(tickers.reshape(m * n, t, k))
-        return self.features(out[:, -1]).reshape(m, n, -1)
-
-    def forward(self, windows: Tensor) -> tuple[Tensor, Tensor]:
-        """Dense windows ``[M, T, F]`` -> (action means ``[M, N]``, values ``[M]``)."""
-        e = self.embed(ticker_windows(windows, self.num_indicators))  # [M, N, D]
-        pooled = e.mean(dim=1, keepdim=True)  # [M, 1, D]
-        z = self.mix(torch.cat([e, pooled.expand_as(e)], dim=-1))  # [M, N, H]
-        mean = self.actor_mean(z).squeeze(-1)
-        value = self.critic(self.critic_body(torch.cat([pooled.squeeze(1), e.amax(dim=1)], dim=-1))).squeeze(-1)
-        return mean, value
-
 
 class SharedPolicy(ActorCritic):
     """`SharedTickerNet` and one log-std for every ticker: no parameter is N wide."""
-
-    stackable = False  # its forward is one network's: a batch runs each in turn
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__(spec)
@@ -101,8 +81,20 @@ class SharedPolicy(ActorCritic):
     def forward_cells(
         cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
-        """One network's (``net`` is this one: a batch of ``shared`` runs each network in turn, `LoopedCells`)."""
-        dense = windows.dense()  # [L, B, T, F]
-        steps, envs = dense.shape[:2]
-        mean, value = net.shared(dense.reshape(steps * envs, *dense.shape[2:]))
-        return mean.reshape(steps, envs, -1), value.reshape(steps, envs), state
+        """Stages 1-3 (module docstring) of K >= 1 networks (here K counts networks): each network's R = L x M
+        observations, of N tickers each (any N: the state's width says it)."""
+        spec, cells, steps = net.spec, net.cells, windows.steps
+        indicators = StateLayout.of_width(spec.num_features, spec.num_tickers).num_indicators
+        dense = to_cells(windows.dense(), cells)  # [K, R, T, F]
+        rows, days = dense.shape[1:3]
+        tickers = ticker_windows(dense.reshape(cells * rows, days, -1), indicators)  # [K R, N, T, k]
+        n = tickers.shape[1]
+        each_ticker = Windows.from_dense(tickers.reshape(1, cells * rows * n, days, -1))  # one window per ticker
+        e = net.layers("shared.features", net.window_summary(each_ticker, "shared.window_lstm"))
+        e = e.view(cells, rows, n, -1)  # [K, R, N, D]
+        pooled = e.mean(dim=2, keepdim=True)  # [K, R, 1, D]
+        z = net.layers("shared.mix", torch.cat([e, pooled.expand_as(e)], dim=-1).view(cells, rows * n, -1))
+        mean = net.layers("shared.actor_mean", z).view(cells, rows, n)
+        pooled_both = torch.cat([pooled.squeeze(2), e.amax(dim=2)], dim=-1)  # [K, R, 2D]
+        value = net.layers("shared.critic", net.layers("shared.critic_body", pooled_both)).squeeze(-1)
+        return from_cells(mean, steps), from_cells(value, steps), state

@@ -18,10 +18,9 @@ has no batching rule for ``nn.LSTM`` (torch 2.13), so every ``nn.Linear`` become
 (`CellPolicy.layers` walks the single network's own modules, so the stacked network is the single one's layer for
 layer), the window LSTM is `clstm_ppo.agent.window_lstm.WindowLSTM` over stacked ``W_hh``, and stage 2 is
 `clstm_ppo.agent.stacked_lstm` (the actor's and critic's LSTMs of all K cells as 2K networks in one recurrence); the
-distribution is `clstm_ppo.agent.model.Policy`'s. ``clstm``, ``lstm`` and ``mlp`` run stacked; ``shared`` runs each
-cell's own network on its columns in turn (`LoopedCells`): its encoder is a batch of per-ticker LSTMs already, and
-batching it across cells too was not worth a third kernel. A cell's numbers equal
-those of the same network alone up to float rounding (``tests/test_stacked.py``). They do not depend on what the
+distribution is `clstm_ppo.agent.model.Policy`'s. Every family runs stacked (``shared``'s per-ticker window LSTM is
+the window kernel over the tickers' dense windows). A cell's numbers equal those of the same network alone up to
+float rounding (``tests/test_stacked.py``). They do not depend on what the
 other cells learn, but their last bits may depend on the cell's place in the batch (a vectorised kernel's body and tail
 round a transcendental function differently), which is why a study forms its batches over the whole grid: a re-run
 and every shard put each cell in the same place.
@@ -37,7 +36,6 @@ from torch import Tensor, nn
 
 from clstm_ppo.agent.model import (
     ActorCritic,
-    ActOutput,
     Policy,
     PolicyOutput,
     RecurrentState,
@@ -190,17 +188,17 @@ class CellPolicy(Policy):
                 raise TypeError(f"no stacked form of {type(layer).__name__} ({name}.{child})")
         return x
 
-    def window_summary(self, windows: Windows) -> Tensor:
-        """clstm's window LSTM of the K cells (`stacked_window_last_output`): ``[K, L x M, stage1_hidden]``."""
-        p = self.params
-        return stacked_window_last_output(
-            p["window_lstm.weight_ih_l0"],
-            p["window_lstm.weight_hh_l0"],
-            p["window_lstm.bias_ih_l0"],
-            p["window_lstm.bias_hh_l0"],
-            windows,
-            self.cells,
-        )
+    def window_summary(self, windows: Windows, name: str = "window_lstm") -> Tensor:
+        """The K cells' window LSTM ``name``: ``[K, L x M, H]``. One stacked kernel (`stacked_window_last_output`),
+        except for dense windows on the CPU (a rollout step's, ``shared``'s tickers'), which go through each cell's
+        own ``nn.LSTM`` as a run's do (`resolve_kernel`: oneDNN is faster where windows share no rows)."""
+        if windows.given_dense is None or self.device.type != "cpu":
+            weights = [self.params[f"{name}.{w}"] for w in LSTM_WEIGHTS]
+            return stacked_window_last_output(*weights, windows, self.cells)
+        per = windows.envs // self.cells
+        dense = windows.dense()  # [L, E, T, F]
+        mine = [Windows.from_dense(dense[:, k * per : (k + 1) * per]) for k in range(self.cells)]
+        return torch.cat([model.window_summary(w, name) for model, w in zip(self.models, mine, strict=True)])
 
     def stage2(
         self, feats: Tensor, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
@@ -238,73 +236,3 @@ class CellPolicy(Policy):
         if self._joined is None or self._joined[0] != versions:
             self._joined = (versions, [torch.cat(pair) for pair in parts])
         return self._joined[1]
-
-
-class LoopedCells(CellPolicy):
-    """Any family, each cell's own network on its columns in turn (the weights still stacked for the optimizer):
-    exactly what each network computes alone. What a batch of a family without a stacked forward runs
-    (``shared``, whose encoder is a batch of per-ticker LSTMs already)."""
-
-    def evaluate(
-        self,
-        obs: Tensor | Windows,
-        state: RecurrentState,
-        starts: Tensor,
-        actions: Tensor | None = None,
-        host_starts: Tensor | None = None,
-    ) -> PolicyOutput:
-        windows = obs if isinstance(obs, Windows) else Windows.from_dense(obs)
-        per = self.columns(windows.envs)
-        outs = []
-        for k, model in enumerate(self.models):
-            cols = slice(k * per, (k + 1) * per)
-            index = torch.arange(k * per, (k + 1) * per, device=windows.rows.device)
-            outs.append(
-                model.evaluate(
-                    windows.select(index),
-                    state.envs(cols),
-                    starts[:, cols],
-                    None if actions is None else actions[:, cols],
-                    None if host_starts is None else host_starts[:, cols],
-                )
-            )
-        return PolicyOutput(
-            *(torch.cat([getattr(o, f) for o in outs], dim=1) for f in ("log_prob", "entropy", "value", "mean")),
-            RecurrentState(*(torch.cat([o.state[i] for o in outs], dim=1) for i in range(4))),
-        )
-
-    @torch.no_grad()
-    def act(
-        self,
-        obs: Tensor,
-        state: RecurrentState,
-        starts: Tensor,
-        *,
-        deterministic: bool = False,
-        generator: torch.Generator | None = None,
-        generators: list[torch.Generator] | None = None,
-    ) -> ActOutput:
-        per = self.columns(obs.shape[0])
-        outs = []
-        for k, model in enumerate(self.models):
-            cols = slice(k * per, (k + 1) * per)
-            outs.append(
-                model.act(
-                    obs[cols],
-                    state.envs(cols),
-                    starts[cols],
-                    deterministic=deterministic,
-                    generator=generators[k] if generators else generator,
-                )
-            )
-        return ActOutput(
-            *(torch.cat([getattr(o, f) for o in outs]) for f in ("action", "log_prob", "value")),
-            RecurrentState(*(torch.cat([o.state[i] for o in outs], dim=1) for i in range(4))),
-        )
-
-
-def stack_policies(models: list[ActorCritic], *, looped: bool = False) -> CellPolicy:
-    """The cells' networks as one `CellPolicy`: stacked where the family's forward runs on stacked kernels
-    (``stackable``) unless ``looped``, else each network in turn (`LoopedCells`)."""
-    stacked = models[0].stackable and not looped
-    return (CellPolicy if stacked else LoopedCells)(models)

@@ -46,7 +46,7 @@ from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_cells, evaluate_policy
 from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.moments import moment_sums
-from clstm_ppo.agent.stacked import stack_policies
+from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.config import OUTPUT_SETTINGS, PPOConfig, TrainConfig, format_seeds
 from clstm_ppo.training.callbacks import Callback, Logger, find, with_defaults
 from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint
@@ -241,7 +241,6 @@ class Trainer:
     :param run_dirs: the run's folder, or each seed's.
     :param callbacks: hooks run after the product's (`clstm_ppo.training.callbacks.default_callbacks`), which they
         never replace: the run's list, or one list per seed (tests add a fault injector).
-    :param looped: K > 1: run each seed's own network in turn instead of the stacked forward (`LoopedCells`).
     """
 
     def __init__(
@@ -251,8 +250,6 @@ class Trainer:
         comm: Comm,
         run_dirs: Path | list[Path],
         callbacks: list[Callback] | list[list[Callback]] | None = None,
-        *,
-        looped: bool = False,
     ) -> None:
         if isinstance(cfgs, TrainConfig):
             cfgs, run_dirs, callbacks = [cfgs], [run_dirs], [list(callbacks or ())]  # type: ignore[list-item]
@@ -271,7 +268,7 @@ class Trainer:
             torch.manual_seed(cfg.run.seed)  # identical initial weights on every rank (DDP also broadcasts rank 0's)
             self.models.append(build_model(cfg, market).to(device))
             self.torch_rng.append(torch.get_rng_state())  # nothing draws from it after
-        self.policy = self.models[0] if self.cells == 1 else stack_policies(self.models, looped=looped)
+        self.policy = self.models[0] if self.cells == 1 else CellPolicy(self.models)
         self.optimizers = [  # over each seed's own parameters (K > 1: views of the stacked ones)
             build_optimizer(cfg.ppo, model, comm.world_size) for cfg, model in zip(cfgs, self.models, strict=True)
         ]
