@@ -39,7 +39,6 @@ from envs.source_spec import alpaca_options
 from envs.state import MAX_PRICE_RATIO
 from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
 
-SCHEMES: tuple[str, ...] = ("synthetic", "csv", "parquet", "alpaca")
 # option name -> (generate_market argument, parser), for each generator version
 SYNTHETIC_OPTIONS: dict[int, dict[str, tuple[str, type]]] = {
     1: {

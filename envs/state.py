@@ -44,7 +44,7 @@ class StateLayout:
     - ``holdings`` = [1+N, 1+2N): each ticker's holding (shares / HOLDINGS_SCALE, or its weight)
     - then K blocks of N: each indicator, ticker by ticker
 
-    so every column but cash belongs to a block of N, one column per ticker (`ticker_blocks`).
+    so every column but cash belongs to a block of N, one column per ticker.
     """
 
     def __init__(self, num_tickers: int, num_indicators: int) -> None:
@@ -73,11 +73,6 @@ class StateLayout:
     @property
     def indicators(self) -> slice:
         return slice(1 + 2 * self.num_tickers, self.num_features)
-
-    @property
-    def ticker_blocks(self) -> list[int]:
-        """First column of each block of N (prices, holdings, then each indicator)."""
-        return [1 + k * self.num_tickers for k in range(2 + self.num_indicators)]
 
 
 EXECUTIONS = ("auto", "close", "next_open", "next_close")

@@ -26,6 +26,8 @@ decided at day t's close earns at the backtest's next-open fills, ``log(open[t+2
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from envs.data import MarketData
@@ -73,7 +75,11 @@ GENERATOR_VERSION = 3
 GENERATOR_VERSIONS: tuple[int, ...] = (1, 2, 3)
 
 
-def _plant(drawn: list[SyntheticParts], signal: SignalSpec) -> list[SyntheticParts]:
+Planting = Callable[[list[SyntheticParts], SignalSpec], list[SyntheticParts]]
+"""How a generator plants its signal in markets of one size: generator 3's `plant`, generator 2's hidden one."""
+
+
+def plant(drawn: list[SyntheticParts], signal: SignalSpec) -> list[SyntheticParts]:
     """Markets of the same size ``drawn`` with the signal planted day by day (module docstring), all at once."""
     kappa = signal_coefficient(signal.ic, signal.overnight, signal.persistence)
     if kappa <= 0:
@@ -95,6 +101,7 @@ def synthetic_parts_of_seeds(
     num_days: int = 2520,
     signal: SignalSpec = NO_SIGNAL,
     model: MarketModel = DEFAULT_MODEL,
+    planting: Planting = plant,
 ) -> list[SyntheticParts]:
     """`synthetic_parts` of each seed with the same other arguments, the signals planted together (one pass over the
     days for all of them: what a training pool of many draws costs about one draw's time)."""
@@ -102,7 +109,7 @@ def synthetic_parts_of_seeds(
     if signal.lag >= num_days:
         raise UserError(f"synthetic lag {signal.lag} must be shorter than the {num_days} days")
     drawn = [draw_factor_market(np.random.Generator(np.random.PCG64(s)), d, n, model) for n, d, s in sizes]
-    return _plant(drawn, signal)
+    return planting(drawn, signal)
 
 
 def synthetic_parts(
@@ -112,9 +119,11 @@ def synthetic_parts(
     seed: int = 0,
     signal: SignalSpec = NO_SIGNAL,
     model: MarketModel = DEFAULT_MODEL,
+    planting: Planting = plant,
 ) -> SyntheticParts:
     """The parts of the market `generate_market` with these arguments draws (its closes compound ``returns``)."""
-    return synthetic_parts_of_seeds([seed], num_tickers=num_tickers, num_days=num_days, signal=signal, model=model)[0]
+    options = {"num_tickers": num_tickers, "num_days": num_days, "signal": signal, "model": model}
+    return synthetic_parts_of_seeds([seed], **options, planting=planting)[0]
 
 
 def markets_of_seeds(seeds: list[int], *, start: str = "2014-01-02", **options: object) -> list[MarketData]:
@@ -143,10 +152,12 @@ def market_and_parts(
     signal_overnight: float = 0.3,
     lag: int = 1,
     model: MarketModel = DEFAULT_MODEL,
+    planting: Planting = plant,
 ) -> tuple[MarketData, SyntheticParts]:
     """`generate_market`'s market and the parts it was built from (one draw), for the same arguments."""
     signal = SignalSpec(signal_ic, signal_kind, signal_halflife, signal_overnight, lag)
-    parts = synthetic_parts(num_tickers=num_tickers, num_days=num_days, seed=seed, signal=signal, model=model)
+    options = {"num_tickers": num_tickers, "num_days": num_days, "seed": seed, "model": model, "planting": planting}
+    parts = synthetic_parts(signal=signal, **options)
     return bars_from_parts(parts, business_days(start, parts.returns.shape[0])), parts
 
 
@@ -162,6 +173,7 @@ def generate_market(
     signal_overnight: float = 0.3,
     lag: int = 1,
     model: MarketModel = DEFAULT_MODEL,
+    planting: Planting = plant,
 ) -> MarketData:
     """A synthetic OHLCV market, deterministic in its arguments (see the module docstring for the model).
 
@@ -175,6 +187,7 @@ def generate_market(
     :param signal_overnight: share in [0, 1) of the planted move in the overnight gap.
     :param lag: the driving return's age plus one, in days (1: the day's own return).
     :param model: the market's parameters (`MarketModel`; default: calibrated to real daily US stocks).
+    :param planting: how the signal is planted (`plant`; generator 2 passes its own).
     :returns: MarketData with [D, N] float64 prices (dollars) and volumes (whole shares).
     """
     return market_and_parts(**locals())[0]

@@ -14,24 +14,13 @@ market's prices: generator 2's predictor is hidden, and its markets have no orac
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from envs.data import MarketData
-from envs.errors import UserError
-from envs.factor_market import (
-    NO_SIGNAL,
-    MarketModel,
-    SignalSpec,
-    SyntheticParts,
-    ar1_filter,
-    bars_from_parts,
-    business_days,
-    checked_size,
-    draw_factor_market,
-    signal_coefficient,
-)
+from envs import synthetic
+from envs.factor_market import MarketModel, SignalSpec, SyntheticParts, ar1_filter, signal_coefficient
 
 VERSION = 2
 
@@ -54,11 +43,14 @@ MODEL = MarketModel(
 """Generator 2's parameters (its excess kurtosis: a median over tickers of about 11, 6.3 after winsorising)."""
 
 
-def _plant(parts: SyntheticParts, signal: SignalSpec, d: int, n: int) -> SyntheticParts:
-    """``parts`` with generator 2's hidden-shock signal planted (module docstring)."""
+def plant_hidden(drawn: list[SyntheticParts], signal: SignalSpec) -> list[SyntheticParts]:
+    """Markets ``drawn`` with generator 2's hidden-shock signal planted, each on its own (module docstring)."""
     kappa = signal_coefficient(signal.ic, signal.overnight, signal.persistence)
-    if kappa <= 0:
-        return parts
+    return drawn if kappa <= 0 else [_plant(parts, signal, kappa) for parts in drawn]
+
+
+def _plant(parts: SyntheticParts, signal: SignalSpec, kappa: float) -> SyntheticParts:
+    d, n = parts.returns.shape
     own = parts.own_shocks  # [D, N] each ticker's idiosyncratic normal shock
     driver = own if signal.kind == "momentum" else np.roll(own, 1, axis=1)  # lead_lag: ticker i - 1's
     driver = np.vstack([np.zeros((signal.lag - 1, n)), driver[: d - signal.lag + 1]])  # the shock of t - lag + 1
@@ -70,53 +62,7 @@ def _plant(parts: SyntheticParts, signal: SignalSpec, d: int, n: int) -> Synthet
     return parts.with_signal(predictor, planted, signal.overnight, kappa * parts.daily_vol)
 
 
-def synthetic_parts(
-    *,
-    num_tickers: int = 30,
-    num_days: int = 2520,
-    seed: int = 0,
-    signal: SignalSpec = NO_SIGNAL,
-    model: MarketModel = MODEL,
-) -> SyntheticParts:
-    """The parts of the market `generate_market` with these arguments draws (its closes compound ``returns``)."""
-    n, d, seed = checked_size(num_tickers, num_days, seed, model)
-    if signal.lag >= d:
-        raise UserError(f"synthetic lag {signal.lag} must be shorter than the {d} days")
-    return _plant(draw_factor_market(np.random.Generator(np.random.PCG64(seed)), d, n, model), signal, d, n)
-
-
-def market_and_parts(
-    *,
-    num_tickers: int = 30,
-    num_days: int = 2520,
-    start: str = "2014-01-02",
-    seed: int = 0,
-    signal_ic: float = 0.0,
-    signal_kind: str = "lead_lag",
-    signal_halflife: float = 20.0,
-    signal_overnight: float = 0.3,
-    lag: int = 1,
-    model: MarketModel = MODEL,
-) -> tuple[MarketData, SyntheticParts]:
-    """`generate_market`'s market and the parts it was built from (one draw), for the same arguments."""
-    signal = SignalSpec(signal_ic, signal_kind, signal_halflife, signal_overnight, lag)
-    parts = synthetic_parts(num_tickers=num_tickers, num_days=num_days, seed=seed, signal=signal, model=model)
-    return bars_from_parts(parts, business_days(start, parts.returns.shape[0])), parts
-
-
-def generate_market(
-    *,
-    num_tickers: int = 30,
-    num_days: int = 2520,
-    start: str = "2014-01-02",
-    seed: int = 0,
-    signal_ic: float = 0.0,
-    signal_kind: str = "lead_lag",
-    signal_halflife: float = 20.0,
-    signal_overnight: float = 0.3,
-    lag: int = 1,
-    model: MarketModel = MODEL,
-) -> MarketData:
-    """A generator-2 market, deterministic in its arguments (module docstring; the same options as generator 3's
-    `envs.synthetic.generate_market`)."""
-    return market_and_parts(**locals())[0]
+# generator 3's driver (`envs.synthetic`) with this version's parameters and planting: the same options
+synthetic_parts = functools.partial(synthetic.synthetic_parts, model=MODEL, planting=plant_hidden)
+market_and_parts = functools.partial(synthetic.market_and_parts, model=MODEL, planting=plant_hidden)
+generate_market = functools.partial(synthetic.generate_market, model=MODEL, planting=plant_hidden)

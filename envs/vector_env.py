@@ -199,7 +199,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._buf = torch.zeros((self.num_envs, 2 * T, F), dtype=torch.float32, device=dev)
         self._q = T - 1
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)
-        self._started = False
         self._reset_all(None)
 
     # ---------------------------------------------------------------- episode starts
@@ -344,7 +343,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         if options and options.get("start_day") is not None:
             starts = self._check_starts(options["start_day"])
         obs = self._reset_all(starts, self._check_portfolio(options or {}))
-        self._started = True
         s = self._s
         return obs, {"portfolio_value": s["value"].clone(), "cash": s["cash"].clone(), "day": self._day.clone()}
 
@@ -539,7 +537,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         gens = state["gen"] if isinstance(state["gen"], list) else [state["gen"]]
         for gen, saved in zip(self._gens, gens, strict=True):
             gen.set_state(saved)
-        self._started = True
 
     # ---------------------------------------------------------------- cells
     def cell_state_dict(self, cell: int) -> dict[str, Any]:
@@ -569,7 +566,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._day_np[envs] = state["day_np"].numpy()
         self._needs_reset[envs] = state["needs_reset"].numpy()
         self._gens[cell].set_state(state["gen"])
-        self._started = True
 
     def close_extras(self, **kwargs: Any) -> None:
         """Nothing to release: the env holds only tensors."""

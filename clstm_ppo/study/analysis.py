@@ -33,7 +33,6 @@ from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.ledger import TrialCount
 
-EXTRA_METRICS = ("exposure", "beta", "alpha", "information_ratio", "psr", "psr_active")
 TABLE = (  # (key, column, kind): the study's table, the paper's Table 6 first
     ("cumulative_return", "CR", "pct"),
     ("max_earning_rate", "MER", "pct"),

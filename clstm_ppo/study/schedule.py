@@ -120,11 +120,6 @@ def walk_forward(
     return periods
 
 
-def traded_days(periods: list[WalkPeriod]) -> DayRange:
-    """Days ``s_0 .. e`` of the stitched out-of-sample series (each period's last day is the next one's first)."""
-    return DayRange(periods[0].trade.start, periods[-1].trade.stop)
-
-
 def _date(text: str, flag: str) -> pd.Timestamp:
     try:
         return pd.Timestamp(text).normalize()
