@@ -83,7 +83,7 @@ def test_sampled_actions_match_across_devices_with_a_cpu_generator():
     torch.testing.assert_close(actions[0], actions[1], rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("policy", ["clstm", "mlp"])
+@pytest.mark.parametrize("policy", ["clstm", "mlp", "shared"])
 def test_batched_cells_train_on_the_gpu_as_each_cell_alone(tmp_path, policy):
     """Three cells (seeds) trained as one batch on the GPU against each trained alone on the GPU: the same weights up
     to float rounding (TF32 matmuls on both sides), checkpoints that load on the CPU."""
