@@ -122,8 +122,9 @@ def synthetic_parts(
     planting: Planting = plant,
 ) -> SyntheticParts:
     """The parts of the market `generate_market` with these arguments draws (its closes compound ``returns``)."""
-    options = {"num_tickers": num_tickers, "num_days": num_days, "signal": signal, "model": model}
-    return synthetic_parts_of_seeds([seed], **options, planting=planting)[0]
+    return synthetic_parts_of_seeds(
+        [seed], num_tickers=num_tickers, num_days=num_days, signal=signal, model=model, planting=planting
+    )[0]
 
 
 def markets_of_seeds(seeds: list[int], *, start: str = "2014-01-02", **options: object) -> list[MarketData]:
@@ -156,8 +157,9 @@ def market_and_parts(
 ) -> tuple[MarketData, SyntheticParts]:
     """`generate_market`'s market and the parts it was built from (one draw), for the same arguments."""
     signal = SignalSpec(signal_ic, signal_kind, signal_halflife, signal_overnight, lag)
-    options = {"num_tickers": num_tickers, "num_days": num_days, "seed": seed, "model": model, "planting": planting}
-    parts = synthetic_parts(signal=signal, **options)
+    parts = synthetic_parts(
+        num_tickers=num_tickers, num_days=num_days, seed=seed, signal=signal, model=model, planting=planting
+    )
     return bars_from_parts(parts, business_days(start, parts.returns.shape[0])), parts
 
 

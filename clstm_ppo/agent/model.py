@@ -375,16 +375,9 @@ class ActorCritic(nn.Module, Policy):
         """The window LSTM ``name`` of this network (K = 1) through ``window_kernel``: ``[1, L x E, H]``."""
         return window_last_output(self.get_submodule(name), windows, self.window_kernel).unsqueeze(0)
 
-    def forward(
-        self,
-        obs: Tensor | Windows,
-        state: RecurrentState,
-        starts: Tensor,
-        actions: Tensor | None = None,
-        host_starts: Tensor | None = None,
-    ) -> PolicyOutput:
+    def forward(self, *args: Any, **kwargs: Any) -> PolicyOutput:
         """`evaluate` (the loss forward, which goes through the DDP wrapper when distributed)."""
-        return self.evaluate(obs, state, starts, actions, host_starts)
+        return self.evaluate(*args, **kwargs)
 
     def std(self) -> Tensor:
         """The Gaussian's standard deviation per action number ``[1, A]`` (``[1, 1]``: one shared number for

@@ -44,7 +44,7 @@ from clstm_ppo.agent.model import (
 )
 from clstm_ppo.agent.recurrence import cut_days
 from clstm_ppo.agent.stacked_lstm import stacked_lstm
-from clstm_ppo.agent.window_lstm import stacked_window_last_output
+from clstm_ppo.agent.window_lstm import resolve_kernel, stacked_window_last_output
 from clstm_ppo.agent.windows import Windows
 
 # A cell's gradients are views of its row of the [K, N] gradient buffer, by design (the optimizer steps the buffer):
@@ -189,13 +189,16 @@ class CellPolicy(Policy):
         return x
 
     def window_summary(self, windows: Windows, name: str = "window_lstm") -> Tensor:
-        """The K cells' window LSTM ``name``: ``[K, L x M, H]``. One stacked kernel (`stacked_window_last_output`),
-        except for dense windows on the CPU (a rollout step's, ``shared``'s tickers'), which go through each cell's
-        own ``nn.LSTM`` as a run's do (`resolve_kernel`: oneDNN is faster where windows share no rows)."""
-        if windows.given_dense is None or self.device.type != "cpu":
+        """The K cells' window LSTM ``name``: ``[K, L x M, H]``. On the CPU the kernel is chosen as a run's is
+        (`resolve_kernel` of the cells' ``window_kernel``): ``fused`` (``auto`` for windows that share no rows, a
+        rollout step's and ``shared``'s tickers') runs each cell's own ``nn.LSTM``, oneDNN; ``shared`` one stacked
+        kernel (`stacked_window_last_output`), which is also what runs on CUDA."""
+        rows_shared = windows.given_dense is None
+        kernel = resolve_kernel(self.models[0].window_kernel, self.device, rows_shared)
+        if self.device.type != "cpu" or kernel == "shared":
             weights = [self.params[f"{name}.{w}"] for w in LSTM_WEIGHTS]
             return stacked_window_last_output(*weights, windows, self.cells)
-        per = windows.envs // self.cells
+        per = self.columns(windows.envs)
         dense = windows.dense()  # [L, E, T, F]
         mine = [Windows.from_dense(dense[:, k * per : (k + 1) * per]) for k in range(self.cells)]
         return torch.cat([model.window_summary(w, name) for model, w in zip(self.models, mine, strict=True)])
