@@ -109,7 +109,7 @@ def evaluate_cells(
     """`evaluate_policy` (deterministic) of K networks of one family and shape at once, as a study trades a batch of
     cells: one stacked forward (`clstm_ppo.agent.stacked.CellPolicy`) and one env of K columns a day, network k
     trading column k from ``start_portfolios[k]``. Run k is network k's `evaluate_policy` up to the float rounding
-    of the stacked forward (bit for bit for ``shared``, whose cells run their own networks: ``tests/test_stacked.py``).
+    of the stacked forward (``tests/test_stacked.py``).
 
     :param models: the networks, whose parameters become views of the stacked weights (pass networks used for
         nothing else), or networks already stacked (a `CellPolicy`: the batch a `Trainer` of K seeds trains).
