@@ -58,8 +58,6 @@ Tickers are "SYN00", "SYN01", ... (zero-padded to at least two digits).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
@@ -95,30 +93,11 @@ def _regime_path(rng: np.random.Generator, num_days: int) -> np.ndarray:
     return path
 
 
-@dataclass(frozen=True)
-class SyntheticReturns:
-    """The parts of a synthetic market's daily log returns (see the module docstring for the model).
-
-    A benchmark that asks what the best possible forecast of a planted signal earns reads them; the env never does.
-    Shapes: D days, N tickers, S sectors.
-    """
-
-    regime: np.ndarray  # [D] int regime index (0 bull, 1 bear, 2 high_vol)
-    drift: np.ndarray  # [D] market drift, log return per day
-    vol_multiplier: np.ndarray  # [D] the regime's volatility multiplier v[t]
-    sector: np.ndarray  # [N] int sector of each ticker
-    market_loading: np.ndarray  # [N] beta_i * 1% (daily)
-    sector_loading: np.ndarray  # [N] gamma_i * 0.7% (daily)
-    idio_vol: np.ndarray  # [N] sigma_i (daily)
-    calm_var: np.ndarray  # [N] q_i, the calm-regime (v = 1) daily return variance without the signal
-    signal_share: float  # share = 0.5 s: the planted term's variance as a share of q_i
-    shocks: np.ndarray  # [D, N] ze, the idiosyncratic standard normal shocks
-    planted: np.ndarray  # [D, N] the planted signal's term x (log return per day; zeros without a signal)
-    returns: np.ndarray  # [D, N] close-to-close log returns: base + planted
-
-
-def _draw_returns(rng: np.random.Generator, d: int, n: int, strength: float, signal: str, lag: int) -> SyntheticReturns:
-    """Draw the returns' parts from ``rng`` (advancing it by the same draws in the same order, always)."""
+def _draw_returns(
+    rng: np.random.Generator, d: int, n: int, strength: float, signal: str, lag: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(returns, daily_vol)``, both [D, N]: the close-to-close log returns drawn from ``rng`` (advancing it by the
+    same draws in the same order, always) and each day's volatility without the signal, ``sqrt(q_i) v[t]``."""
     num_sectors = max(1, min(5, n // 4))
     sector = np.arange(n) % num_sectors
 
@@ -152,20 +131,7 @@ def _draw_returns(rng: np.random.Generator, d: int, n: int, strength: float, sig
         # ze has unit variance, so the coefficient sets the term's variance to share * q_{i+1}
         coef = np.sqrt(share * calm_var[1:])
         planted[lag:, 1:] = coef[None, :] * ze[:-lag, :-1]
-    return SyntheticReturns(
-        regime=regime,
-        drift=drift,
-        vol_multiplier=vmult,
-        sector=sector,
-        market_loading=beta * MARKET_VOL,
-        sector_loading=gamma * SECTOR_VOL,
-        idio_vol=sigma,
-        calm_var=calm_var,
-        signal_share=share,
-        shocks=ze,
-        planted=planted,
-        returns=base + planted,
-    )
+    return base + planted, np.sqrt(calm_var)[None, :] * vmult[:, None]
 
 
 def _checked(
@@ -216,9 +182,7 @@ def generate_market(
         raise UserError(f"synthetic start date {start!r} is not a date (use YYYY-MM-DD)") from None
 
     rng = np.random.Generator(np.random.PCG64(seed))
-    parts = _draw_returns(rng, d, n, strength, signal, lag)
-    ret = parts.returns  # [D, N] close-to-close log returns
-    daily_vol = np.sqrt(parts.calm_var)[None, :] * parts.vol_multiplier[:, None]  # [D, N]
+    ret, daily_vol = _draw_returns(rng, d, n, strength, signal, lag)
 
     start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))
     close = start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
@@ -245,23 +209,3 @@ def generate_market(
         close=close,
         volume=volume,
     )
-
-
-def synthetic_returns(
-    *,
-    num_tickers: int = 30,
-    num_days: int = 2520,
-    seed: int = 0,
-    signal_strength: float = 0.0,
-    signal: str = "momentum",
-    lag: int = 1,
-) -> SyntheticReturns:
-    """The parts of the returns ``generate_market`` with these arguments draws (its ``close`` compounds ``returns``)."""
-    n, d, seed, strength, lag = _checked(num_tickers, num_days, seed, signal_strength, signal, lag)
-    return _draw_returns(np.random.Generator(np.random.PCG64(seed)), d, n, strength, signal, lag)
-
-
-def regime_path(*, num_days: int = 2520, seed: int = 0) -> np.ndarray:
-    """[D] regime index per day (0 bull, 1 bear, 2 high_vol) that ``generate_market`` with this seed used."""
-    rng = np.random.Generator(np.random.PCG64(whole_number(seed, "seed", 0)))
-    return _regime_path(rng, whole_number(num_days, "num_days", 2))
