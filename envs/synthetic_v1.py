@@ -59,16 +59,15 @@ Tickers are "SYN00", "SYN01", ... (zero-padded to at least two digits).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from envs.data import MarketData
 from envs.errors import UserError
-from envs.synthetic import TICKER_PREFIX, whole_number
+from envs.factor_market import DEFAULT_MODEL, business_days, checked_size, ticker_names, whole_number
+from envs.predictor import SIGNALS
+from envs.returns import TRADING_DAYS
 
 VERSION = 1
 
-SIGNALS: tuple[str, ...] = ("momentum", "lead_lag")
-REGIMES: tuple[str, ...] = ("bull", "bear", "high_vol")
 REGIME_STAY = np.array([0.990, 0.980, 0.960])
 REGIME_DRIFT_ANNUAL = np.array([0.15, -0.20, -0.05])
 REGIME_VOL_MULT = np.array([0.8, 1.2, 2.2])
@@ -76,7 +75,6 @@ MARKET_VOL = 0.010  # daily
 SECTOR_VOL = 0.007  # daily
 SIGNAL_SHARE_AT_FULL = 0.5  # share of return variance carried by the signal at strength 1 (0.1: subtle, 0.5: strong)
 MOMENTUM_PHI = 0.90
-TRADING_DAYS = 252
 
 
 def _regime_path(rng: np.random.Generator, num_days: int) -> np.ndarray:
@@ -134,26 +132,6 @@ def _draw_returns(
     return base + planted, np.sqrt(calm_var)[None, :] * vmult[:, None]
 
 
-def _checked(
-    num_tickers: object, num_days: object, seed: object, signal_strength: object, signal: str, lag: object
-) -> tuple[int, int, int, float, int]:
-    """The generator's arguments, validated: ``(n, d, seed, strength, lag)``; one `UserError` per bad value."""
-    n, d, seed = (
-        whole_number(num_tickers, "num_tickers", 1),
-        whole_number(num_days, "num_days", 2),
-        whole_number(seed, "seed", 0),
-    )
-    lag = whole_number(lag, "lag", 1)
-    if lag >= d:
-        raise UserError(f"synthetic lag {lag} must be shorter than the {d} days")
-    strength = float(signal_strength)  # type: ignore[arg-type]
-    if not (0.0 <= strength < 1.0):
-        raise UserError(f"signal strength must be in [0, 1), got {signal_strength!r}")
-    if signal not in SIGNALS:
-        raise UserError(f"unknown synthetic signal {signal!r}; choose one of {', '.join(SIGNALS)}")
-    return n, d, seed, strength, lag
-
-
 def generate_market(
     *,
     num_tickers: int = 30,
@@ -175,11 +153,16 @@ def generate_market(
     :param lag: k, the days by which a leader's shock precedes its follower's move ("lead_lag" only).
     :returns: MarketData with [D, N] float64 prices (dollars) and volumes (whole shares).
     """
-    n, d, seed, strength, lag = _checked(num_tickers, num_days, seed, signal_strength, signal, lag)
-    try:
-        dates = pd.bdate_range(start=pd.Timestamp(start), periods=d)
-    except (ValueError, TypeError, OverflowError):
-        raise UserError(f"synthetic start date {start!r} is not a date (use YYYY-MM-DD)") from None
+    n, d, seed = checked_size(num_tickers, num_days, seed, DEFAULT_MODEL)  # a model that fixes no N
+    lag = whole_number(lag, "lag", 1)
+    if lag >= d:
+        raise UserError(f"synthetic lag {lag} must be shorter than the {d} days")
+    strength = float(signal_strength)  # type: ignore[arg-type]
+    if not (0.0 <= strength < 1.0):
+        raise UserError(f"signal strength must be in [0, 1), got {signal_strength!r}")
+    if signal not in SIGNALS:
+        raise UserError(f"unknown synthetic signal {signal!r}; choose one of {', '.join(SIGNALS)}")
+    dates = business_days(start, d)
 
     rng = np.random.Generator(np.random.PCG64(seed))
     ret, daily_vol = _draw_returns(rng, d, n, strength, signal, lag)
@@ -198,11 +181,9 @@ def generate_market(
     volume = np.round(
         median_volume[None, :] * np.exp(0.25 * np.abs(ret) / daily_vol + 0.3 * rng.standard_normal((d, n)))
     )
-    width = max(2, len(str(n - 1)))
-    tickers = tuple(f"{TICKER_PREFIX}{i:0{width}d}" for i in range(n))
     return MarketData(
-        dates=dates.to_numpy(dtype="datetime64[ns]"),
-        tickers=tickers,
+        dates=dates,
+        tickers=ticker_names(n),
         open=open_,
         high=high,
         low=low,
