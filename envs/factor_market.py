@@ -51,8 +51,8 @@ import pandas as pd
 from envs.data import MarketData
 from envs.errors import UserError
 from envs.predictor import SIGNALS, SignalRule
+from envs.returns import TRADING_DAYS
 
-TRADING_DAYS = 252
 TICKER_PREFIX = "SYN"  # names "SYN00", "SYN01", ...: letters then digits, unlike any listed US stock
 MAX_SIGNAL_IC = 0.5
 

@@ -1,4 +1,4 @@
-"""Fit the synthetic generator (`envs.synthetic.MarketModel`) to a user's market: ``clstm-ppo data generate --like``.
+"""Fit the synthetic generator (`envs.factor_market.MarketModel`) to a user's market: ``clstm-ppo data generate --like``.
 
 Two kinds of estimate, both on daily log returns (`envs.facts`):
 
@@ -38,8 +38,10 @@ from scipy.optimize import brentq
 
 from envs.data import MarketData
 from envs.errors import UserError
+from envs.factor_market import DEFAULT_MODEL, MarketModel
 from envs.facts import Facts, abs_acf1, excess_kurtosis, leverage, log_returns, market_facts, winsorize
-from envs.synthetic import DEFAULT_MODEL, TRADING_DAYS, MarketModel, generate_market
+from envs.returns import TRADING_DAYS
+from envs.synthetic import generate_market
 
 MIN_FIT_DAYS = 250
 """Fewer trading days than this (a year) are too few to estimate tails and volatility clustering from."""

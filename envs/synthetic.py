@@ -34,10 +34,7 @@ from envs.data import MarketData
 from envs.errors import UserError
 from envs.factor_market import (
     DEFAULT_MODEL,
-    MAX_SIGNAL_IC,
     NO_SIGNAL,
-    TICKER_PREFIX,
-    TRADING_DAYS,
     MarketModel,
     SignalSpec,
     SyntheticParts,
@@ -45,30 +42,9 @@ from envs.factor_market import (
     business_days,
     checked_size,
     draw_factor_market,
-    is_synthetic_ticker,
     signal_coefficient,
-    ticker_names,
-    whole_number,
 )
-from envs.predictor import SIGNALS, PredictorFilter
-
-__all__ = [
-    "DEFAULT_MODEL",
-    "GENERATOR_VERSION",
-    "GENERATOR_VERSIONS",
-    "MAX_SIGNAL_IC",
-    "SIGNALS",
-    "TICKER_PREFIX",
-    "TRADING_DAYS",
-    "MarketModel",
-    "SignalSpec",
-    "generate_market",
-    "is_synthetic_ticker",
-    "market_and_parts",
-    "synthetic_parts",
-    "ticker_names",
-    "whole_number",
-]
+from envs.predictor import PredictorFilter
 
 GENERATOR_VERSION = 3
 """The generator a ``synthetic:...`` source without ``generator=`` means."""

@@ -17,8 +17,6 @@ from envs.data import DayRange
 from envs.features import PreparedMarket
 from envs.vector_env import VectorStockTradingEnv
 
-__all__ = ["StockTradingEnv", "default_market"]
-
 
 def default_market(window: int = 30, seed: int = 0) -> PreparedMarket:
     """The synthetic market ``gymnasium.make("envs/StockTrading-v0")`` uses without arguments:

@@ -48,8 +48,6 @@ from envs.kernel import portfolio_value, trade_step
 from envs.returns import annualised_sharpe
 from envs.state import StateLayout
 
-__all__ = ["VectorStockTradingEnv", "EPISODE_KEYS", "write_portfolio_columns"]
-
 EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs", "exposure")
 """Fields of ``info["episode"]``, in the order the trainer packs them for its all-gather."""
 

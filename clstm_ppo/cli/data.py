@@ -24,8 +24,9 @@ from envs.atomic import atomic_write
 from envs.data import GAP_POLICIES, MarketData, coverage_gaps, read_frame, standardize_frame
 from envs.errors import UserError
 from envs.facts import FACT_LABELS, market_facts
+from envs.predictor import SIGNALS
 from envs.sources import load_market_data
-from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS, SIGNALS
+from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
 
 
 class _Parser(argparse.ArgumentParser):

@@ -53,9 +53,9 @@ from envs.config import EnvConfig
 from envs.data import DayRange, parse_date
 from envs.errors import UserError, shown_list
 from envs.execution import FILLS_AT, resolve_execution
+from envs.factor_market import is_synthetic_ticker
 from envs.features import PreparedMarket
 from envs.kernel import orders_from_actions, portfolio_value, target_weights, trade_step
-from envs.synthetic import is_synthetic_ticker
 from envs.vector_env import write_portfolio_columns
 
 
