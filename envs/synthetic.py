@@ -79,28 +79,14 @@ def synthetic_parts_of_seeds(
     model: MarketModel = DEFAULT_MODEL,
     planting: Planting = plant,
 ) -> list[SyntheticParts]:
-    """`synthetic_parts` of each seed with the same other arguments, the signals planted together (one pass over the
-    days for all of them: what a training pool of many draws costs about one draw's time)."""
+    """The parts of the market `generate_market` draws from each seed with the same other arguments (its closes
+    compound ``returns``), the signals planted together (one pass over the days for all of them: what a training
+    pool of many draws costs about one draw's time)."""
     sizes = [checked_size(num_tickers, num_days, seed, model) for seed in seeds]
     if signal.lag >= num_days:
         raise UserError(f"synthetic lag {signal.lag} must be shorter than the {num_days} days")
     drawn = [draw_factor_market(np.random.Generator(np.random.PCG64(s)), d, n, model) for n, d, s in sizes]
     return planting(drawn, signal)
-
-
-def synthetic_parts(
-    *,
-    num_tickers: int = 30,
-    num_days: int = 2520,
-    seed: int = 0,
-    signal: SignalSpec = NO_SIGNAL,
-    model: MarketModel = DEFAULT_MODEL,
-    planting: Planting = plant,
-) -> SyntheticParts:
-    """The parts of the market `generate_market` with these arguments draws (its closes compound ``returns``)."""
-    return synthetic_parts_of_seeds(
-        [seed], num_tickers=num_tickers, num_days=num_days, signal=signal, model=model, planting=planting
-    )[0]
 
 
 def markets_of_seeds(seeds: list[int], *, start: str = "2014-01-02", **options: object) -> list[MarketData]:
@@ -133,8 +119,8 @@ def market_and_parts(
 ) -> tuple[MarketData, SyntheticParts]:
     """`generate_market`'s market and the parts it was built from (one draw), for the same arguments."""
     signal = SignalSpec(signal_ic, signal_kind, signal_halflife, signal_overnight, lag)
-    parts = synthetic_parts(
-        num_tickers=num_tickers, num_days=num_days, seed=seed, signal=signal, model=model, planting=planting
+    (parts,) = synthetic_parts_of_seeds(
+        [seed], num_tickers=num_tickers, num_days=num_days, signal=signal, model=model, planting=planting
     )
     return bars_from_parts(parts, business_days(start, parts.returns.shape[0])), parts
 

@@ -63,6 +63,5 @@ def _plant(parts: SyntheticParts, signal: SignalSpec, kappa: float) -> Synthetic
 
 
 # generator 3's driver (`envs.synthetic`) with this version's parameters and planting: the same options
-synthetic_parts = functools.partial(synthetic.synthetic_parts, model=MODEL, planting=plant_hidden)
 market_and_parts = functools.partial(synthetic.market_and_parts, model=MODEL, planting=plant_hidden)
 generate_market = functools.partial(synthetic.generate_market, model=MODEL, planting=plant_hidden)

@@ -18,7 +18,7 @@ from envs.factor_market import MarketModel, ar1_filter, signal_coefficient
 from envs.facts import Facts, market_facts
 from envs.predictor import fill_returns, information_coefficient
 from envs.sources import load_market_data, parse_synthetic_options
-from envs.synthetic_v2 import generate_market, market_and_parts, synthetic_parts
+from envs.synthetic_v2 import generate_market, market_and_parts
 from tests.conftest import (
     CHECKSUM_RTOL,
     REAL_STOCK_RANGES,
@@ -121,7 +121,7 @@ def test_the_ar1_recursion_is_scipys_linear_filter_bit_for_bit(gain, phi):
 
 
 def test_volatility_is_its_parameter_and_a_fall_raises_tomorrows_volatility():
-    parts = synthetic_parts(num_tickers=30, num_days=20000, seed=2)
+    _, parts = market_and_parts(num_tickers=30, num_days=20000, seed=2)
     measured = (parts.returns - parts.returns.mean(axis=0)).std(axis=0)
     np.testing.assert_allclose(measured, parts.daily_vol, rtol=0.12)  # E[h] = 1: sigma_i is the unconditional vol
     market = parts.returns.mean(axis=1)
