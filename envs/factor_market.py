@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -55,6 +55,8 @@ from envs.returns import TRADING_DAYS
 
 TICKER_PREFIX = "SYN"  # names "SYN00", "SYN01", ...: letters then digits, unlike any listed US stock
 MAX_SIGNAL_IC = 0.5
+PER_TICKER: tuple[str, ...] = ("ticker_vol", "ticker_drift", "ticker_market_share")
+"""`MarketModel`'s per-ticker parameters (a fitted market's)."""
 
 
 def is_synthetic_ticker(name: str) -> bool:
@@ -124,26 +126,17 @@ class MarketModel:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise UserError(f"synthetic market parameters out of range: {', '.join(bad)}")
-        lengths = {len(v) for v in (self.ticker_vol, self.ticker_drift, self.ticker_market_share) if v is not None}
+        lengths = {len(v) for name in PER_TICKER if (v := getattr(self, name)) is not None}
         if len(lengths) > 1:
             raise UserError("a fitted synthetic market needs one value per ticker in each per-ticker parameter")
 
     @property
     def num_fitted_tickers(self) -> int | None:
         """N of a fitted market (its per-ticker values), None when the tickers are drawn."""
-        for values in (self.ticker_vol, self.ticker_drift, self.ticker_market_share):
-            if values is not None:
+        for name in PER_TICKER:
+            if (values := getattr(self, name)) is not None:
                 return len(values)
         return None
-
-    def to_dict(self) -> dict[str, object]:
-        """JSON-able parameters (tuples as lists)."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in values.items() if v is not None}
-
-    def with_values(self, **values: object) -> MarketModel:
-        """A copy with these parameters replaced."""
-        return replace(self, **values)
 
 
 DEFAULT_MODEL = MarketModel()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 from scipy.optimize import brentq
@@ -105,7 +106,8 @@ def fit_market(data: MarketData, *, what: str = "the data") -> tuple[MarketModel
     var = r.var(axis=0)
     vol = np.sqrt(var * TRADING_DAYS)
     drift = (r.mean(axis=0) + var / 2) * TRADING_DAYS
-    model = DEFAULT_MODEL.with_values(
+    model = replace(
+        DEFAULT_MODEL,
         ticker_vol=tuple(float(v) for v in vol),
         ticker_drift=tuple(float(v) for v in drift),
         ticker_market_share=tuple(float(v) for v in market_loadings(r)),
@@ -142,7 +144,7 @@ def fit_market(data: MarketData, *, what: str = "the data") -> tuple[MarketModel
     if not math.isnan(facts.overnight_share):  # the jumps (all overnight) taken out; the closes do not depend on it
         jump_share = model.jump_rate * model.jump_size**2
         share = (facts.overnight_share - jump_share) / (1 - jump_share)
-        model = model.with_values(overnight_share=float(np.clip(share, 0.0, 0.95)))
+        model = replace(model, overnight_share=float(np.clip(share, 0.0, 0.95)))
     return model, facts
 
 
@@ -156,7 +158,7 @@ def _with_log_variance_var(model: MarketModel, var: float, persistence: float | 
     persistence (or at ``persistence``, which replaces it)."""
     phi = model.vol_persistence if persistence is None else persistence
     v = math.sqrt(var * (1 - phi**2))
-    return model.with_values(vol_persistence=phi, vol_of_vol=v, market_vol_of_vol=v)
+    return replace(model, vol_persistence=phi, vol_of_vol=v, market_vol_of_vol=v)
 
 
 def _with_persistence(model: MarketModel, phi: float) -> MarketModel:
@@ -165,7 +167,7 @@ def _with_persistence(model: MarketModel, phi: float) -> MarketModel:
 
 
 def _with_jump_size(model: MarketModel, size: float) -> MarketModel:
-    return model.with_values(jump_size=size)
+    return replace(model, jump_size=size)
 
 
 def _max_jump_size(model: MarketModel) -> float:
@@ -175,4 +177,4 @@ def _max_jump_size(model: MarketModel) -> float:
 
 def _with_leverage(model: MarketModel, rho: float) -> MarketModel:
     """``model`` with the tickers' leverage ``rho`` and the market's `MARKET_LEVERAGE_RATIO` times it."""
-    return model.with_values(leverage=rho, market_leverage=float(np.clip(rho * MARKET_LEVERAGE_RATIO, -0.95, 0.95)))
+    return replace(model, leverage=rho, market_leverage=float(np.clip(rho * MARKET_LEVERAGE_RATIO, -0.95, 0.95)))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from envs import synthetic, synthetic_v1, synthetic_v2
 from envs.atomic import atomic_write
 from envs.data import GAP_POLICIES, MarketData, coverage_gaps, read_frame, standardize_frame
 from envs.errors import UserError
+from envs.factor_market import PER_TICKER, MarketModel
 from envs.facts import FACT_LABELS, market_facts
 from envs.predictor import SIGNALS
 from envs.sources import load_market_data
@@ -291,8 +293,8 @@ def _generate(args: argparse.Namespace) -> int:
         like = load_market_data(args.like)
         model, _ = fit_market(like, what=args.like)
         if args.tickers is not None and args.tickers != like.num_tickers:  # the fitted tickers, taken in turn
-            model = model.with_values(
-                **{k: tuple(v[i % like.num_tickers] for i in range(args.tickers)) for k, v in _per_ticker(model)}
+            model = replace(
+                model, **{k: tuple(v[i % like.num_tickers] for i in range(args.tickers)) for k, v in _per_ticker(model)}
             )
     tickers = args.tickers if args.tickers is not None else (like.num_tickers if like else 30)
     days = args.days if args.days is not None else (like.num_days if like else 2520)
@@ -337,12 +339,11 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _per_ticker(model: synthetic.MarketModel) -> list[tuple[str, tuple[float, ...]]]:
-    names = ("ticker_vol", "ticker_drift", "ticker_market_share")
-    return [(k, v) for k in names if (v := getattr(model, k)) is not None]
+def _per_ticker(model: MarketModel) -> list[tuple[str, tuple[float, ...]]]:
+    return [(k, v) for k in PER_TICKER if (v := getattr(model, k)) is not None]
 
 
-def _fitted(model: synthetic.MarketModel) -> str:
+def _fitted(model: MarketModel) -> str:
     """The fitted parameters in one line (the per-ticker ones as their means)."""
     shares = model.ticker_market_share or (model.market_share,)
     return (
