@@ -56,12 +56,17 @@ def alpaca_options(source: str) -> dict[str, str]:
 
 
 def describe_source(source: str) -> str:
-    """What a data source is, in words for a console line: ``synthetic market (no planted signal)``, ``a synthetic
-    market with a planted lead_lag signal of strength 0.9``, ``CSV file prices.csv``, ``Alpaca daily bars (iex
-    feed, all adjustment)``."""
+    """What a data source is, in words for a console line: ``synthetic market, no planted signal``, ``synthetic
+    market, planted lead_lag signal of IC 0.04``, ``CSV file prices.csv``, ``Alpaca 1Day bars (iex feed, all
+    adjustment)``. A synthetic source's signal kind defaults to its generator's (`envs.sources.default_signal_kind`,
+    imported for a synthetic source only: it needs numpy)."""
     scheme, options = split_source(source)
     if scheme == "synthetic":
-        kind = options.get("signal_kind", "momentum")
+        from envs.sources import default_signal_kind, synthetic_version
+
+        # signal= (a strength) is generator 1's alone; an older checkpoint's source names it without generator=1
+        version = 1 if "signal" in options else synthetic_version(str(source).partition(":")[2])
+        kind = options.get("signal_kind") or default_signal_kind(version)
         ic = float(options.get("signal_ic", 0))
         if ic >= TOY_IC:
             return f"toy synthetic market, planted {kind} signal of IC {ic:g} (real daily stocks: about 0.02)"

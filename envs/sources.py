@@ -25,6 +25,7 @@ move the generated calendar).
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,13 @@ def synthetic_version(text: str) -> int:
             f"synthetic generator={named[-1]!r} is unknown; versions: {', '.join(map(str, GENERATOR_VERSIONS))}"
         )
     return version
+
+
+def default_signal_kind(version: int) -> str:
+    """The kind of signal generator ``version`` plants where its options name none: its ``generate_market``'s
+    default (``momentum`` for generator 1, ``lead_lag`` for 2 and 3)."""
+    argument = SYNTHETIC_OPTIONS[version]["signal_kind"][0]
+    return inspect.signature(GENERATORS[version]).parameters[argument].default
 
 
 def parse_synthetic_options(text: str) -> dict[str, Any]:

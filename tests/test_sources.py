@@ -10,7 +10,8 @@ import pytest
 
 from envs.data import _ROUND_TRIP, MarketData
 from envs.errors import UserError
-from envs.sources import load_market_data, parse_synthetic_options, pin_synthetic
+from envs.source_spec import describe_source
+from envs.sources import default_signal_kind, load_market_data, parse_synthetic_options, pin_synthetic
 from envs.synthetic import generate_market
 from envs.synthetic_v1 import generate_market as generate_market_v1
 
@@ -46,6 +47,24 @@ def test_synthetic_options_are_passed_to_the_generator():
     old = load_market_data("synthetic:generator=1,tickers=10,days=1000,signal=0.5,signal_kind=momentum,seed=3")
     assert old.equals(generate_market_v1(num_tickers=10, num_days=1000, signal_strength=0.5, signal="momentum", seed=3))
     assert parse_synthetic_options("signal_kind=lead_lag,generator=1") == {"signal": "lead_lag"}
+
+
+def test_a_source_is_described_with_the_signal_kind_its_generator_plants():
+    """Generators 2 and 3 plant lead_lag where the source names no kind, generator 1 momentum; the words say so."""
+    assert describe_source("synthetic:signal_ic=0.04") == "synthetic market, planted lead_lag signal of IC 0.04"
+    assert describe_source("synthetic:generator=2,signal_ic=0.2").startswith("toy synthetic market, planted lead_lag")
+    assert describe_source("synthetic:signal_ic=0.04,signal_kind=momentum") == (
+        "synthetic market, planted momentum signal of IC 0.04"
+    )
+    for old in ("synthetic:generator=1,signal=0.5", "synthetic:signal=0.5"):  # generator 1's, named or not
+        assert describe_source(old) == "synthetic market, planted momentum signal of strength 0.5"
+    assert describe_source("synthetic:tickers=3") == "synthetic market, no planted signal"
+    # the default is the generator's own: naming it draws the same market
+    for version, ic in ((1, "signal=0.5"), (2, "signal_ic=0.2"), (3, "signal_ic=0.2")):
+        source = f"synthetic:generator={version},tickers=3,days=60,{ic}"
+        named = f"{source},signal_kind={default_signal_kind(version)}"
+        assert load_market_data(source, seed=1).equals(load_market_data(named, seed=1))
+    assert default_signal_kind(1) != default_signal_kind(3)
 
 
 def test_pin_synthetic_fixes_what_a_source_string_meant_and_keeps_what_it_names():
