@@ -20,14 +20,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from envs import synthetic, synthetic_v1, synthetic_v2
 from envs.atomic import atomic_write
 from envs.data import GAP_POLICIES, MarketData, coverage_gaps, read_frame, standardize_frame
 from envs.errors import UserError
-from envs.factor_market import PER_TICKER, MarketModel
+from envs.factor_market import DEFAULT_MODEL, PER_TICKER, MarketModel, SignalSpec
 from envs.facts import FACT_LABELS, market_facts
 from envs.predictor import SIGNALS
-from envs.sources import load_market_data
+from envs.sources import GENERATORS, default_signal_kind, load_market_data
 from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
 
 
@@ -280,11 +279,10 @@ def _generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".csv", ".parquet"):  # before any fit, so a typo costs nothing
         raise UserError(f"cannot tell the format of {out} (use .csv or .parquet)")
-    kind = args.signal_kind or ("lead_lag" if args.generator != 1 else "momentum")
+    kind = args.signal_kind or default_signal_kind(args.generator)
     if args.generator != 1:  # checked before a fit, which takes seconds
-        synthetic.SignalSpec(args.signal_ic, kind, args.signal_halflife, args.signal_overnight)
-    generate = synthetic_v2.generate_market if args.generator == 2 else synthetic.generate_market
-    model, like = synthetic.DEFAULT_MODEL, None
+        SignalSpec(args.signal_ic, kind, args.signal_halflife, args.signal_overnight)
+    model, like = DEFAULT_MODEL, None
     if args.like:
         if args.generator != GENERATOR_VERSION:
             raise UserError(f"--like fits generator {GENERATOR_VERSION}; drop --generator {args.generator}")
@@ -301,14 +299,7 @@ def _generate(args: argparse.Namespace) -> int:
     if args.generator == 1:
         if args.signal_ic:
             raise UserError("--signal_ic is generators 2 and 3's; generator 1 takes --signal (a strength in [0, 1))")
-        data = synthetic_v1.generate_market(
-            num_tickers=tickers,
-            num_days=days,
-            start=args.start,
-            seed=args.seed,
-            signal_strength=args.signal,
-            signal=kind,
-        )
+        options: dict[str, object] = {"signal_strength": args.signal, "signal": kind}
         signal = f"signal {kind} {args.signal:g}"
     else:
         if args.signal:
@@ -316,18 +307,15 @@ def _generate(args: argparse.Namespace) -> int:
                 "--signal is generator 1's strength; give --signal_ic, the predictor's correlation with the next "
                 "open-to-open return in [0, 0.5) (0.02-0.05 realistic, 0.3 a toy), or add --generator 1"
             )
-        data = generate(
-            num_tickers=tickers,
-            num_days=days,
-            start=args.start,
-            seed=args.seed,
-            signal_ic=args.signal_ic,
-            signal_kind=kind,
-            signal_halflife=args.signal_halflife,
-            signal_overnight=args.signal_overnight,
-            **({"model": model} if args.generator != 2 else {}),
-        )
+        options = {
+            "signal_ic": args.signal_ic,
+            "signal_kind": kind,
+            "signal_halflife": args.signal_halflife,
+            "signal_overnight": args.signal_overnight,
+            **({"model": model} if args.generator == 3 else {}),  # generator 2 draws with its own
+        }
         signal = f"signal {kind} IC {args.signal_ic:g}" if args.signal_ic else "no signal"
+    data = GENERATORS[args.generator](num_tickers=tickers, num_days=days, start=args.start, seed=args.seed, **options)
     data.to_path(out)
     print(
         f"wrote {data.num_days * data.num_tickers} rows ({data.num_tickers} tickers x {data.num_days} days, "
