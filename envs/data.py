@@ -41,7 +41,7 @@ Gap policy (tickers not all trading on the same dates):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +54,7 @@ from envs.state import MAX_PRICE_RATIO
 COLUMNS: tuple[str, ...] = ("date", "tic", "open", "high", "low", "close", "volume")
 
 PRICE_COLUMNS: tuple[str, ...] = ("open", "high", "low", "close")
+_ARRAYS: tuple[str, ...] = (*PRICE_COLUMNS, "volume", "dividends")  # MarketData's [D, N] fields
 GAP_POLICIES: tuple[str, ...] = ("fail", "intersect", "ffill")
 
 # canonical name <- accepted spellings (compared lower-cased and stripped)
@@ -317,7 +318,7 @@ class MarketData:
         shape = (len(dates), len(self.tickers))
         if self.dividends is None:
             object.__setattr__(self, "dividends", np.zeros(shape))
-        for name in ("open", "high", "low", "close", "volume", "dividends"):
+        for name in _ARRAYS:
             arr = np.asarray(getattr(self, name), dtype=np.float64)
             if arr.shape != shape:
                 raise ValueError(f"MarketData.{name} has shape {arr.shape}, expected {shape} (days, tickers)")
@@ -394,18 +395,9 @@ class MarketData:
         )
 
     @classmethod
-    def from_csv(cls, path: str | Path, **kw: Any) -> MarketData:
-        """Read a long-format CSV (see :meth:`from_frame` for ``kw``)."""
-        return cls.from_frame(read_frame(path, kind="csv"), **kw)
-
-    @classmethod
-    def from_parquet(cls, path: str | Path, **kw: Any) -> MarketData:
-        """Read a long-format Parquet file (see :meth:`from_frame` for ``kw``)."""
-        return cls.from_frame(read_frame(path, kind="parquet"), **kw)
-
-    @classmethod
     def from_path(cls, path: str | Path, **kw: Any) -> MarketData:
-        """CSV or Parquet by extension (.csv, .csv.gz, .parquet, .pq)."""
+        """Read a long-format CSV or Parquet file, by extension (.csv, .csv.gz, .parquet, .pq; see :meth:`from_frame`
+        for ``kw``)."""
         return cls.from_frame(read_frame(path), **kw)
 
     # ------------------------------------------------------------------ export and views
@@ -444,17 +436,7 @@ class MarketData:
         if not (0 <= start < stop <= self.num_days):
             raise UserError(f"day range [{start}, {stop}) is empty or outside 0..{self.num_days}")
         sl = slice(start, stop)
-        return MarketData(
-            dates=self.dates[sl].copy(),
-            tickers=self.tickers,
-            open=self.open[sl].copy(),
-            high=self.high[sl].copy(),
-            low=self.low[sl].copy(),
-            close=self.close[sl].copy(),
-            volume=self.volume[sl].copy(),
-            close_only=self.close_only,
-            dividends=self.dividends[sl].copy(),
-        )
+        return replace(self, dates=self.dates[sl].copy(), **{k: getattr(self, k)[sl].copy() for k in _ARRAYS})
 
     def select_tickers(self, tickers: Iterable[str]) -> MarketData:
         """The given tickers, in the given order; UserError naming any unknown or repeated ticker."""
@@ -471,29 +453,12 @@ class MarketData:
         if repeated:
             raise UserError(f"tickers selected more than once: {', '.join(repeated)}")
         cols = [index[t] for t in wanted]
-        return MarketData(
-            dates=self.dates.copy(),
-            tickers=tuple(wanted),
-            open=self.open[:, cols],
-            high=self.high[:, cols],
-            low=self.low[:, cols],
-            close=self.close[:, cols],
-            volume=self.volume[:, cols],
-            close_only=self.close_only,
-            dividends=self.dividends[:, cols],
-        )
+        arrays = {k: getattr(self, k)[:, cols] for k in _ARRAYS}
+        return replace(self, dates=self.dates.copy(), tickers=tuple(wanted), **arrays)
 
     def select_dates(self, start: str | None = None, end: str | None = None) -> MarketData:
         """Days with start <= date <= end (either bound optional); UserError when none remain."""
-        lo = parse_date(start, "start") if start is not None else None
-        hi = parse_date(end, "end") if end is not None else None
-        if lo is not None and hi is not None and lo > hi:
-            raise UserError(f"start {lo.date()} is after end {hi.date()}")
-        keep = np.ones(self.num_days, dtype=bool)
-        if lo is not None:
-            keep &= self.dates >= lo.to_datetime64()
-        if hi is not None:
-            keep &= self.dates <= hi.to_datetime64()
+        keep = date_mask(self.dates, start, end)
         if not keep.any():
             raise UserError(
                 f"no trading days between {start or 'the start'} and {end or 'the end'}; "
@@ -520,10 +485,7 @@ class MarketData:
             and self.tickers == other.tickers
             and self.close_only == other.close_only
             and np.array_equal(self.dates, other.dates)
-            and all(
-                same(getattr(self, c), getattr(other, c))
-                for c in ("open", "high", "low", "close", "volume", "dividends")
-            )
+            and all(same(getattr(self, c), getattr(other, c)) for c in _ARRAYS)
         )
 
 
@@ -623,6 +585,21 @@ def parse_date(value: Any, what: str) -> pd.Timestamp:
     if ts.tzinfo is not None:
         ts = ts.tz_localize(None)
     return ts.normalize()
+
+
+def date_mask(dates: np.ndarray, start: str | None, end: str | None) -> np.ndarray:
+    """``[n]`` bool: which of ``dates`` (``[n]`` datetime64[ns]) fall within start <= date <= end, inclusive ISO dates
+    (either optional); UserError for a bound that is not a date or a start after the end."""
+    lo = parse_date(start, "start") if start is not None else None
+    hi = parse_date(end, "end") if end is not None else None
+    if lo is not None and hi is not None and lo > hi:
+        raise UserError(f"start {lo.date()} is after end {hi.date()}")
+    keep = np.ones(len(dates), dtype=bool)
+    if lo is not None:
+        keep &= dates >= lo.to_datetime64()
+    if hi is not None:
+        keep &= dates <= hi.to_datetime64()
+    return keep
 
 
 def _kind_of(path: Path) -> str:

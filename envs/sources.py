@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from envs import synthetic, synthetic_v1, synthetic_v2
-from envs.data import MarketData, parse_date, read_frame, standardize_frame
+from envs.data import MarketData, date_mask, read_frame, standardize_frame
 from envs.errors import UserError, shown_list
 from envs.fingerprint import data_fingerprint, market_witness
 from envs.source_spec import alpaca_options
@@ -239,16 +239,8 @@ def _filter_frame(
         if unknown:
             raise UserError(f"unknown tickers {', '.join(unknown)} in {what}; it has {shown_list(have, 10)}")
         frame = frame[frame["tic"].isin(wanted)]
-    lo = parse_date(start, "start") if start is not None else None
-    hi = parse_date(end, "end") if end is not None else None
-    if lo is not None and hi is not None and lo > hi:
-        raise UserError(f"start {lo.date()} is after end {hi.date()}")
     dates = frame["date"].to_numpy()
-    keep = np.ones(len(frame), dtype=bool)
-    if lo is not None:
-        keep &= dates >= lo.to_datetime64()
-    if hi is not None:
-        keep &= dates <= hi.to_datetime64()
+    keep = date_mask(dates, start, end)
     if not keep.any():
         first, last = (str(pd.Timestamp(x).date()) for x in (dates.min(), dates.max()))
         raise UserError(

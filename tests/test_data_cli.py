@@ -62,19 +62,19 @@ def test_generate_csv_is_deterministic_and_loads(tmp_path, capsys):
     expected = generate_market(
         num_tickers=4, num_days=60, seed=5, signal_ic=0.2, signal_kind="momentum", start="2020-01-01"
     )
-    assert MarketData.from_csv(a).equals(expected)
+    assert MarketData.from_path(a).equals(expected)
     old = tmp_path / "old.csv"  # generator 1, with its signal strength
     assert (
         main(["generate", "--out", str(old), "--generator", "1", "--tickers", "4", "--days", "60", "--signal", "0.5"])
         == 0
     )
-    assert MarketData.from_csv(old).equals(generate_market_v1(num_tickers=4, num_days=60, signal_strength=0.5))
+    assert MarketData.from_path(old).equals(generate_market_v1(num_tickers=4, num_days=60, signal_strength=0.5))
 
 
 def test_generate_parquet_into_new_folder(tmp_path):
     out = tmp_path / "new" / "dir" / "m.parquet"
     assert main(["generate", "--out", str(out), "--tickers", "3", "--days", "20"]) == 0
-    assert MarketData.from_parquet(out).equals(generate_market(num_tickers=3, num_days=20))
+    assert MarketData.from_path(out).equals(generate_market(num_tickers=3, num_days=20))
 
 
 def test_generate_bad_flags_are_user_errors(tmp_path):
@@ -224,7 +224,7 @@ def test_real_cli_generate_then_inspect(tmp_path):
     assert bad.returncode == 2 and bad.stderr.startswith("error: num_days must be a whole number >= 2")
     missing = run_cli("inspect", str(tmp_path / "missing.csv"))
     assert missing.returncode == 2 and missing.stderr == f"error: data file not found: {tmp_path / 'missing.csv'}\n"
-    assert np.isfinite(MarketData.from_parquet(out).close).all()
+    assert np.isfinite(MarketData.from_path(out).close).all()
 
 
 # ---------------------------------------------------------------------- stylized facts and --like
@@ -259,7 +259,7 @@ def test_like_fits_the_generator_to_a_file_and_reproduces_its_facts(tmp_path, ca
     assert main(["generate", "--out", str(out), "--like", str(FIXTURE), "--seed", "1"]) == 0
     printed = capsys.readouterr().out
     assert "wrote 16194 rows (6 tickers x 2699 days" in printed and f"fitted to {FIXTURE}: " in printed
-    data, like = load_market_data(str(FIXTURE)), MarketData.from_parquet(out)
+    data, like = load_market_data(str(FIXTURE)), MarketData.from_path(out)
     assert like.tickers == tuple(f"SYN{i:02d}" for i in range(6))
     real, fake = market_facts(data), market_facts(like)
     assert real.kurtosis / 2 < fake.kurtosis < real.kurtosis * 2
@@ -275,7 +275,7 @@ def test_like_fits_the_generator_to_a_file_and_reproduces_its_facts(tmp_path, ca
     # another count of tickers takes the fitted tickers in turn
     more = tmp_path / "more.csv"
     assert main(["generate", "--out", str(more), "--like", str(FIXTURE), "--tickers", "8", "--days", "300"]) == 0
-    assert MarketData.from_csv(more).close.shape == (300, 8)
+    assert MarketData.from_path(more).close.shape == (300, 8)
 
 
 def _fixture_frame() -> pd.DataFrame:

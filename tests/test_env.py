@@ -485,7 +485,7 @@ def test_the_shipped_csv_builds_an_env_without_any_warning() -> None:
     from envs import MarketData, PreparedMarket, VectorStockTradingEnv  # the package exports the classes
     from tests.conftest import ROOT
 
-    data = MarketData.from_csv(ROOT / "examples" / "data" / "stocks_daily_6_ohlcv.csv")
+    data = MarketData.from_path(ROOT / "examples" / "data" / "stocks_daily_6_ohlcv.csv")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         market = PreparedMarket.prepare(data, split_days(data, window=5), window=5)

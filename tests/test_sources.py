@@ -120,7 +120,7 @@ def test_file_ticker_and_date_filters():
     assert data.tickers == ("NVDA", "AAPL")
     assert data.date_str(0) == "2020-01-02" and data.date_str(-1) == "2020-12-31"
     assert data.num_days == 253
-    full = MarketData.from_csv(FIXTURE)
+    full = MarketData.from_path(FIXTURE)
     i0 = int(np.searchsorted(full.dates, np.datetime64("2020-01-02")))
     np.testing.assert_array_equal(data.close[:, 1], full.close[i0 : i0 + 253, 0])
 
