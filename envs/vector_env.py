@@ -201,27 +201,15 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
     # ---------------------------------------------------------------- episode starts
     def _sample_starts(self, envs: np.ndarray) -> np.ndarray:
-        """Start days [n] int64 of the envs ``envs`` ([n] ascending): uniform over starts that leave a full episode,
-        else the split's first day; each cell's envs drawn together from its own generator. With a training pool,
-        uniform over those days of all its markets (`_pool_starts`)."""
+        """Start days [n] int64 of the envs ``envs`` ([n] ascending), as stacked day indices k D + t: day lo..hi of
+        one of the K markets (K = 1 without a training pool), all K (hi - lo + 1) choices equally likely, hi the
+        latest start that leaves a full episode (lo, the split's first day, when none does); each cell's envs drawn
+        together from its own generator, which a single choice leaves untouched."""
         lo, stop = self.split.start, self.split.stop
         length = self.config.episode_days
-        if self._num_draws > 1:
-            return self._pool_starts(envs, lo, lo if length is None else max(lo, stop - 1 - length))
-        if length is None or stop - 1 - length <= lo:
+        span = 1 if length is None else max(1, stop - length - lo)  # hi - lo + 1
+        if self._num_draws * span == 1:
             return np.full(envs.size, lo, dtype=np.int64)
-        hi = stop - 1 - length  # latest start whose episode_length steps all fit in the split
-        cells = envs // self._cell_size
-        draws = [
-            torch.randint(lo, hi + 1, (int((cells == c).sum()),), generator=self._gens[c]).numpy()
-            for c in np.unique(cells)
-        ]
-        return np.concatenate(draws).astype(np.int64)
-
-    def _pool_starts(self, envs: np.ndarray, lo: int, hi: int) -> np.ndarray:
-        """Start days [n] of a training pool's envs: day lo..hi of one of its K markets, all K (hi - lo + 1) choices
-        equally likely, as stacked day indices k D + t."""
-        span = hi - lo + 1
         cells = envs // self._cell_size
         draws = np.concatenate(
             [
