@@ -29,51 +29,22 @@ def default_market(window: int = 30, seed: int = 0) -> PreparedMarket:
 
 
 class StockTradingEnv(gymnasium.Env):
-    """Trade N stocks daily, FinRL / CLSTM-PPO style: one episode over one split of a PreparedMarket.
-
-    ## Action space
-    ``Box(-1, 1, (N,), float32)``: per stock, the fraction of ``hmax`` shares to buy (> 0) or sell
-    (< 0) at today's close, clipped to [-1, 1] and truncated toward zero to whole shares. Sells run
-    first (never more than held); buys are then scaled down pro rata, one factor for all stocks,
-    when they would cost more than the cash (costs included). No shorting, cash never below 0.
-
-    ## Observation space
-    ``Box(-f32max, f32max, (T, F), float32)`` (any finite float32), T = ``market.window`` days (oldest first, today last),
-    F = 1 + N + N + K*N. Row j describes day t - T + 1 + j:
-
-    - ``[0]`` cash / initial_amount, >= 0 (1.0 at the start)
-    - ``[1 : 1+N]`` price feature per ticker z-scored with the training split's mean/std (unbounded): the
-      daily log return by default (``envs.features.DEFAULT_PRICE_MODE``), or the close itself ("level")
-    - ``[1+N : 1+2N]`` shares held / 1,000, >= 0
-    - ``[1+2N + k*N + i]`` indicator k (macd, rsi, cci, adx) of ticker i, z-scored with training stats
-
-    Rows before the episode's first day hold that day's market history with the starting
-    portfolio. Nothing after day t is in the observation of day t.
-
-    ## Reward
-    ``(value_{t+1} - value_t) * reward_scaling`` (1e-4), value = cash + shares x close: trades
-    execute at day t's close, the reward is the resulting value change to day t+1's close,
-    transaction costs (0.1% per side) included.
-
-    ## Starting state
-    ``initial_amount`` ($1,000,000) cash and no shares on a seeded uniform day that leaves a full
-    ``episode_length`` before the split ends (the split's first day with ``episode_length="full"``); ``reset(options={"start_day": d})`` picks the day (a day index into the market's data).
-
-    ## Episode end
-    Terminated on the split's last day (there is no next close to trade into); truncated after
-    ``episode_length`` steps ("full": never). On a day whose turbulence index is at or above the
-    market's threshold, every position is sold and nothing is bought (the episode goes on).
+    """Trade N stocks daily: one episode over one split of a PreparedMarket. It is `VectorStockTradingEnv` with one
+    env, so that class and its module docstring give the action and observation spaces, the reward, the starting day
+    and the episode's end (`envs.kernel` the trading rules, `envs.config` the defaults); observations come as numpy
+    arrays, rewards and flags as Python numbers.
 
     ## Arguments
     - ``market``: a ``PreparedMarket``; default: ``default_market()`` (synthetic, 30 stocks, 10 years)
     - ``split``: "train" | "validation" | "test" or a ``DayRange``
-    - ``config``: ``EnvConfig`` (actions, costs, reward, episode length: `envs.config`)
+    - ``config``: ``EnvConfig`` (actions, costs, reward, fills, episode length: `envs.config`)
     - ``seed``: seed of the start-day generator until ``reset(seed=...)`` reseeds it
 
     ``info`` (reset and step): date (numpy datetime64 of the observed day), day (index), portfolio_value,
-    cash ($), holdings [N] (shares), prices [N] (that day's closes, $); after a step also trades
-    [N] (shares bought + / sold -), num_trades, costs ($ this step); at the episode's end "episode"
-    with the same summary as the vector env.
+    cash ($), holdings [N] (shares), prices [N] (that day's closes, $); after a step also trades [N] (shares
+    bought + / sold -), num_trades, costs ($ this step), fill_prices [N] ($ per share the step's orders filled at),
+    dividends ($ received for the new day), fill_date (the day they filled: the day before under ``execution``
+    "close", else the new day); at the episode's end "episode" with the same summary as the vector env.
     """
 
     metadata = {"render_modes": []}

@@ -79,13 +79,17 @@ def write_portfolio_columns(
 class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     """B stock-trading episodes on one device, same-step auto-reset.
 
-    Action space: Box(-1, 1, (B, N), float32). Per stock, the fraction of ``hmax`` shares to buy
-    (> 0) or sell (< 0); clipped to [-1, 1], truncated toward zero to whole shares.
+    Action space: Box(-1, 1, (B, N), float32), one number per stock, clipped to [-1, 1], read as
+    ``EnvConfig.action_mode`` says (`envs.kernel`): "weights" (the default) a target portfolio, softmax of 5 x action
+    over the stocks and a cash logit 0; "shares" the fraction of ``hmax`` shares to buy (> 0) or sell (< 0),
+    truncated toward zero to whole shares.
 
     Observation space: Box(-f32max, f32max, (B, T, F), float32); the layout is in the module docstring.
     Returned as torch tensors on ``device``.
 
-    Reward: [B] float32, (value_{t+1} - value_t) x reward_scaling, value = cash + shares x close.
+    Reward: [B] float32 from value = cash + shares x close at t's close and t+1's (module docstring): 100 x its log
+    change with ``EnvConfig.reward`` "log_return" (the default), its change x reward_scaling with "value"; the
+    ``turnover_penalty`` lowers the later value by that fraction of the dollars traded.
 
     Starting state: cash = initial_amount, no shares, on a day drawn uniformly (seeded
     ``torch.Generator``) from the split's days that leave a full ``episode_length`` before the split's
@@ -345,7 +349,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         return (value - value_before) * cfg.reward_scaling
 
     def step(self, actions: Tensor | np.ndarray) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        """Trade at each env's current close, move one day on, auto-reset finished envs.
+        """Trade on each env's current close (orders filled as ``EnvConfig.execution`` says), move one day on,
+        auto-reset finished envs.
 
         :param actions: [B, N] float in [-1, 1] (clipped), tensor on any device or
             numpy
@@ -552,6 +557,3 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._day_np[envs] = state["day_np"].numpy()
         self._needs_reset[envs] = state["needs_reset"].numpy()
         self._gens[cell].set_state(state["gen"])
-
-    def close_extras(self, **kwargs: Any) -> None:
-        """Nothing to release: the env holds only tensors."""
