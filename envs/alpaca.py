@@ -38,11 +38,10 @@ from urllib.parse import urlsplit, urlunsplit
 import pandas as pd
 
 from envs.atomic import atomic_write
+from envs.data import COLUMNS
 from envs.errors import UserError, first_line
+from envs.source_spec import ALPACA_OPTIONS
 
-COLUMNS = ("date", "tic", "open", "high", "low", "close", "volume")
-ADJUSTMENTS = ("raw", "split", "dividend", "all")
-FEEDS = ("iex", "sip")
 EXCHANGE_TZ = "America/New_York"
 DEFAULT_DATA_URL = "https://data.alpaca.markets"
 DEFAULT_MAX_RETRIES = 3
@@ -273,11 +272,6 @@ def _read_cache(path: Path, tickers: Sequence[str]) -> pd.DataFrame | None:
         return None
 
 
-def _write_cache(path: Path, frame: pd.DataFrame) -> None:
-    """Write atomically: a temp file in the same folder, flushed, then renamed over ``path``."""
-    atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
-
-
 # --------------------------------------------------------------------------------------------- download
 
 
@@ -488,8 +482,8 @@ def fetch_bars(
     """
     symbols = _normalise_tickers(tickers)
     frame_spec = parse_timeframe(timeframe)
-    adjustment = _choice(adjustment, ADJUSTMENTS, "adjustment")
-    feed = _choice(feed, FEEDS, "feed")
+    adjustment = _choice(adjustment, ALPACA_OPTIONS["adjustment"], "adjustment")
+    feed = _choice(feed, ALPACA_OPTIONS["feed"], "feed")
     window = _request_window(start, end)
     path = cache_path(cache_dir, symbols, start, end, frame_spec.value, adjustment, feed)
 
@@ -517,7 +511,7 @@ def fetch_bars(
             f"Alpaca returned no bars for {', '.join(missing)} {span}: unknown ticker, or not trading in that range"
         )
     if window[1] < pd.Timestamp.now(tz="UTC"):
-        _write_cache(path, frame)
+        atomic_write(path, lambda handle: frame.to_parquet(handle, index=False))
     else:
         # The range is not over: today's bar is still forming and later bars will come, so a cache
         # file would freeze an incomplete answer under a name that says "complete".

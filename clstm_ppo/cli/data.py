@@ -26,6 +26,7 @@ from envs.errors import UserError
 from envs.factor_market import DEFAULT_MODEL, PER_TICKER, MarketModel, SignalSpec
 from envs.facts import FACT_LABELS, market_facts
 from envs.predictor import SIGNALS
+from envs.source_spec import ALPACA_OPTIONS
 from envs.sources import GENERATORS, default_signal_kind, load_market_data
 from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
 
@@ -163,8 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="the days traded: the default splits' (70 / 15 / 15 %% of the days, as training's); default test",
     )
 
-    from envs.alpaca import ADJUSTMENTS, FEEDS  # names only: alpaca-py itself is imported on download
-
     dl = sub.add_parser(
         "download",
         help="download Alpaca bars into the local cache (optionally write the long table)",
@@ -177,12 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     dl.add_argument("--end", required=True, help="last calendar day, included (YYYY-MM-DD)")
     dl.add_argument("--timeframe", default="1Day", help="bar length: 1Day, 1Hour, 15Min, 1Week, ...")
     dl.add_argument(
-        "--adjustment", default="all", choices=ADJUSTMENTS, help="corporate-action adjustment (default all)"
+        "--adjustment",
+        default="all",
+        choices=ALPACA_OPTIONS["adjustment"],
+        help="corporate-action adjustment (default all)",
     )
     dl.add_argument(
         "--feed",
         default="iex",
-        choices=FEEDS,
+        choices=ALPACA_OPTIONS["feed"],
         help="iex (free plan, default) or sip (all US exchanges; paid for recent data)",
     )
     dl.add_argument("--cache_dir", default="data_cache/alpaca", help="folder of cached Parquet files")
