@@ -32,15 +32,9 @@ def load_data(
         checks them, e.g. against a checkpoint's universe).
     """
     source = source or cfg.source
-    alpaca_kwargs = (
-        dict(
-            cache_dir=cfg.data_cache_dir,
-            refresh=cfg.refresh_data,
-            data_url=cfg.data_url or None,
-        )
-        if is_alpaca(source)
-        else {}
-    )
+    alpaca_kwargs: dict[str, Any] = {}
+    if is_alpaca(source):
+        alpaca_kwargs = {"cache_dir": cfg.data_cache_dir, "refresh": cfg.refresh_data, "data_url": cfg.data_url or None}
     names = tickers if tickers is not None else cfg.ticker_list
     return load_market_data(
         source,
