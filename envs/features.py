@@ -43,8 +43,6 @@ from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError
 from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, PRICE_MODES, StateLayout
 
-"""Indicator names in their state order (FinRL/stockstats: macd, rsi_30, cci_30, dx_30)."""
-
 INDICATOR_WINDOW = 30
 """Window of RSI, CCI and DX in trading days (FinRL's ``_30`` indicators)."""
 
