@@ -24,7 +24,7 @@ setup(
         "gymnasium>=1.0",
         "numpy>=1.24",
         "pandas>=2.0",
-        "scipy>=1.10",  # envs.synthetic's volatility filter, envs.facts' moments, envs.market_fit's root finding
+        "scipy>=1.10",  # envs.facts' moments, envs.market_fit's root finding, the study statistics' t quantiles
         "alpaca-py>=0.30",
         "python-dotenv>=1.0",
         "pyarrow>=14",

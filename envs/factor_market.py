@@ -91,9 +91,9 @@ class MarketModel:
     sector_share: float = 0.10  # mean share from its sector
     overnight_share: float = 0.35  # w: share of each diffusive day's variance in the overnight gap
     vol_persistence: float = 0.985  # phi: daily AR(1) coefficient of log variance (half-life ~46 days)
-    # v = 0.17 (generator 2: 0.22): var(log variance) = v^2 / (1 - phi^2) = 0.97 (1.6 before), the body's weight:
-    # excess kurtosis 3.2 after winsorising 0.1% per side (real stocks ~3) and the ACF(1) of |r| still ~0.17. A
-    # higher phi at the same var(log variance) gives no more clustering over ten-year samples (it lowers it a little).
+    # v = 0.17: var(log variance) = v^2 / (1 - phi^2) = 0.97 (generator 2's v = 0.22: 1.6), the body's weight:
+    # excess kurtosis 3.2 after winsorising 0.1% per side (real stocks ~3), and the ACF(1) of |r| ~0.17. A higher
+    # phi at the same var(log variance) gives no more clustering over ten-year samples (it lowers it a little).
     market_vol_of_vol: float = 0.17  # v of the market's log variance (per day)
     vol_of_vol: float = 0.17  # v of the sectors' and tickers' own log variance (per day)
     market_leverage: float = -0.7  # rho of the market: corr(today's shock, tomorrow's log-variance innovation)
@@ -101,7 +101,7 @@ class MarketModel:
     common_vol: float = 0.4  # loading of a sector's / ticker's log variance on the market's
     tail_dof: float = 8.0  # nu of the Student-t shocks (> 2)
     # Rare large jumps carry the extreme tail (median excess kurtosis ~6, as on real stocks) and barely the body:
-    # a ticker has about 2.5 in ten years, which winsorising 0.1% per side mostly removes (generator 2: 0.006, 4.2).
+    # a ticker has about 2.5 in ten years, which winsorising 0.1% per side mostly removes (generator 2: 0.006 and 4.2).
     jump_rate: float = 0.001  # p: idiosyncratic jumps a day (0.001: one in four years)
     jump_size: float = 6.5  # J: a jump's standard deviation in the ticker's daily sigmas
     # Per-ticker values (a fitted market): each tuple has one number per ticker and replaces the drawn ones.

@@ -1,4 +1,4 @@
-"""Fit the synthetic generator (`envs.factor_market.MarketModel`) to a user's market: ``clstm-ppo data generate --like``.
+"""Fit the synthetic generator (`envs.factor_market.MarketModel`) to a user's market: ``data generate --like``.
 
 Two kinds of estimate, both on daily log returns (`envs.facts`):
 

@@ -16,8 +16,8 @@ On day t, with r[t, i] = log(close[t, i] / close[t-1, i]) (day 0 has no return: 
    (ticker 1 follows ticker 0, ticker 3 ticker 2, ...) the leader's z minus the mean z of the other leaders (the
    even tickers), and 0 for the leaders themselves, which follow none: their returns carry no planted move, so their
    followers' drivers are white. (With one ticker, or one leader, there is no other to compare with: the z itself.)
-3. An exponential average of the driver, ``u[t] = phi u[t-1] + sqrt(1 - phi^2) d[t]`` (phi = 0.5^(1 / halflife)), of
-   unit variance when d is white and of unit variance.
+3. An exponential average of the driver, ``u[t] = phi u[t-1] + sqrt(1 - phi^2) d[t]`` (phi = 0.5^(1 / halflife)):
+   of unit variance when d is white with unit variance.
 4. Kept at unit variance by its own trailing root mean square: ``a[t] = u[t] / q[t]``, ``q[t]^2 = lambda q[t-1]^2 +
    (1 - lambda) u[t]^2`` (half-life `SCALE_HALFLIFE` days) from ``q^2 = 1`` before day 1. Under momentum a ticker's
    returns carry its own planted move, so d is persistent and u wider than 1; q brings it back, so the signal's
@@ -166,7 +166,8 @@ def fill_returns(open_: np.ndarray | None, close: np.ndarray) -> np.ndarray:
 
 def information_coefficient(predictor: np.ndarray, ahead: np.ndarray) -> float:
     """The mean over tickers of the correlation over days t of ``predictor[t]`` ``[D, N]`` with ``ahead[t]``
-    (`fill_returns`): the IC a planted signal is set by. Tickers whose predictor never moves (a lead-lag pair's leader) are left out; days where ``ahead`` is NaN too. NaN when no ticker has a predictor."""
+    (`fill_returns`): the IC a planted signal is set by. Tickers whose predictor never moves (a lead-lag pair's
+    leader) are left out, and so are days where ``ahead`` is NaN. NaN when no ticker has a predictor."""
     rows = ~np.isnan(ahead).any(axis=1)
     a = predictor[rows] - predictor[rows].mean(axis=0)
     r = ahead[rows] - ahead[rows].mean(axis=0)

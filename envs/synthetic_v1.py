@@ -1,10 +1,11 @@
 """Generator version 1 of the seeded synthetic markets (``synthetic:...,generator=1``): correlated Gaussian assets,
 regime switching, an optional planted learnable signal of strength ``signal`` in [0, 1).
 
-Kept byte-identical behind its version (``tests/test_synthetic_v1.py`` pins a hash of its markets): checkpoints
+Kept byte-identical behind its version (``tests/test_synthetic_v1.py`` pins checksums of its markets): checkpoints
 written before generator versions were recorded backtest on the markets they were trained on. New markets come from
-`envs.synthetic` (version 2), whose docstring says why: this one's daily returns are close to Gaussian (excess
-kurtosis about 2.5), with no leverage effect, a 9% overnight gap and a planted signal far stronger than real ones.
+generator 3 (`envs.synthetic`, the current one; docs/changes.md has the history). This one's daily returns are close
+to Gaussian (excess kurtosis about 2.5), with no leverage effect, a 9% overnight gap and a planted signal far
+stronger than real ones.
 
 Model (all returns are daily log returns; one ``numpy.random.Generator(PCG64(seed))`` draws everything in
 a fixed order, so equal arguments give byte-identical arrays):

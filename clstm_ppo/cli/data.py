@@ -6,7 +6,7 @@ clstm-ppo data inspect examples/data/stocks_daily_6_ohlcv.csv
 clstm-ppo data inspect --facts csv:examples/data/stocks_daily_6_ohlcv.csv synthetic:tickers=20
 clstm-ppo data oracle synthetic:tickers=6,signal_ic=0.3,signal_halflife=5 --seed 3
 clstm-ppo data oracle examples/data/stocks_daily_6_ohlcv.csv --signal momentum,halflife=20
-clstm-ppo data download ...     (delegates to clstm_ppo.cli.data_download)
+clstm-ppo data download --tickers AAPL,MSFT --start 2015-01-01 --end 2024-12-31 --out bars.csv
 """
 
 from __future__ import annotations
