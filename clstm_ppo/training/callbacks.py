@@ -12,7 +12,7 @@ hook may issue collectives: every rank issues the same ones in the same order). 
   update);
 - ``on_training_end(run)``: in the loop's ``finally``, also after an error.
 
-The product's callbacks, `default_callbacks`, are `Logger` (rank 0: metrics.jsonl, TensorBoard, the tracker, the
+The product's callbacks (`with_defaults`) are `Logger` (rank 0: metrics.jsonl, TensorBoard, the tracker, the
 console) and `Checkpointer` (validation, best.pt, latest.pt, periodic checkpoints); a loop's ``callbacks=`` runs
 after them and never replaces them. Tests add theirs through the same interface (a fault injector in
 ``tests/faults.py``); nothing in the loop reads a test switch.
@@ -45,6 +45,9 @@ class RunState(Protocol):
     market: PreparedMarket  # the prepared market it trains on
     comm: Comm  # its ranks (one seed of a batch: a single process)
     run_dir: Path  # its run folder (rank 0 writes it)
+    steps_per_update: int  # env steps of one update over all ranks
+    tag: str  # its console lines' prefix: [Rank 0] for a run, [seed s] for one seed of a batch
+    layout_line: str  # one line on where and how the run trains (world size, devices, envs, policy, market)
 
     @property
     def counters(self) -> Counters:
@@ -58,18 +61,6 @@ class RunState(Protocol):
     @property
     def stopping(self) -> bool:
         """Every rank agreed to stop after the current update."""
-
-    @property
-    def steps_per_update(self) -> int:
-        """Env steps of one update over all ranks."""
-
-    @property
-    def tag(self) -> str:
-        """Its console lines' prefix: ``[Rank 0]`` for a run, ``[seed s]`` for one seed of a batch."""
-
-    @property
-    def layout_line(self) -> str:
-        """One line on where and how the run trains (world size, devices, envs, policy, market)."""
 
     def figures(self) -> dict[str, float]:
         """The run's own figures after an update, beside its losses: ``policy_std`` (mean action std),
@@ -217,18 +208,9 @@ class Checkpointer(Callback):
         return self.logger.mean_recent_return()
 
 
-def default_callbacks() -> list[Callback]:
-    """The product's callbacks, in the order they run after each update: the log, then the checkpoint (which
-    scores a run without a validation split by the log's recent returns)."""
-    logger = Logger()
-    return [logger, Checkpointer(logger)]
-
-
 def with_defaults(extra: list[Callback] | tuple[Callback, ...] = ()) -> list[Callback]:
-    """A loop's callbacks: the product's (`default_callbacks`), then ``extra``; no ``callbacks=`` replaces them."""
-    return [*default_callbacks(), *extra]
-
-
-def find(callbacks: list[Callback], kind: type) -> Any:
-    """The first callback of type ``kind`` in ``callbacks`` (None if there is none)."""
-    return next((cb for cb in callbacks if isinstance(cb, kind)), None)
+    """A loop's callbacks: the product's, then ``extra`` (no ``callbacks=`` replaces them). The product's run in this
+    order after each update: the log, then the checkpoint (which scores a run without a validation split by the
+    log's recent returns)."""
+    logger = Logger()
+    return [logger, Checkpointer(logger), *extra]

@@ -48,17 +48,10 @@ from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.moments import moment_sums
 from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.config import OUTPUT_SETTINGS, PPOConfig, TrainConfig, format_seeds
-from clstm_ppo.training.callbacks import Callback, Logger, find, with_defaults
+from clstm_ppo.training.callbacks import Callback, Logger, with_defaults
 from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint
 from clstm_ppo.training.distributed import Comm, WorldLayout
-from clstm_ppo.training.ppo import (
-    PhaseTimer,
-    UpdateStats,
-    autocast_factory,
-    build_optimizer,
-    no_timer,
-    ppo_update,
-)
+from clstm_ppo.training.ppo import PhaseTimer, UpdateStats, autocast_factory, build_optimizer, no_timer, ppo_update
 from clstm_ppo.training.resume import load_weights
 from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, compute_gae
 from clstm_ppo.training.run_folder import LATEST, resolve_resume
@@ -165,6 +158,8 @@ class RunView:
         self.trainer, self.cell = trainer, cell
         self.cfg, self.market, self.comm = trainer.cfgs[cell], trainer.market, trainer.comm
         self.run_dir = trainer.run_dirs[cell]
+        self.steps_per_update = trainer.steps_per_update
+        self.tag, self.layout_line = trainer.tag(cell), trainer.layout_line(cell)
 
     @property
     def model(self) -> ActorCritic:
@@ -180,20 +175,8 @@ class RunView:
         return self.trainer.stopping
 
     @property
-    def steps_per_update(self) -> int:
-        return self.trainer.steps_per_update
-
-    @property
     def buf(self) -> RolloutBuffer:
         return self.trainer.cell_buffer(self.cell)
-
-    @property
-    def tag(self) -> str:
-        return self.trainer.tag(self.cell)
-
-    @property
-    def layout_line(self) -> str:
-        return self.trainer.layout_line(self.cell)
 
     def figures(self) -> dict[str, float]:
         lrs = self.trainer.lrs(self.cell)
@@ -210,8 +193,9 @@ class RunView:
         return self.trainer.validation_runs()[self.cell]
 
     def worker_state(self) -> dict[str, Any]:
+        """The global RNG, the minibatch shuffle's generator and the rollout's state (`RolloutCollector.state_dict`)."""
         t, k = self.trainer, self.cell
-        return worker_state(t.shuffle_gens[k], t.rollout.state_dict(k), t.torch_rng[k])
+        return {"torch_rng": t.torch_rng[k], "shuffle_gen": t.shuffle_gens[k].get_state(), **t.rollout.state_dict(k)}
 
     def checkpoint_payload(self, worker_states: list[dict[str, Any]]) -> dict[str, Any]:
         t = self.trainer
@@ -227,7 +211,7 @@ class RunView:
         )
 
     def line(self, text: str) -> None:
-        logger = find(self.trainer.callbacks[self.cell], Logger)
+        logger = next((cb for cb in self.trainer.callbacks[self.cell] if isinstance(cb, Logger)), None)
         if logger is not None:
             logger.line(text)
 
@@ -239,7 +223,7 @@ class Trainer:
     :param cfgs: the run's settings, or each seed's (they may differ in `PER_CELL` only); a seed's ``resume`` and
         ``init_weights`` continue or seed it as they would its run alone.
     :param run_dirs: the run's folder, or each seed's.
-    :param callbacks: hooks run after the product's (`clstm_ppo.training.callbacks.default_callbacks`), which they
+    :param callbacks: hooks run after the product's (`clstm_ppo.training.callbacks.with_defaults`), which they
         never replace: the run's list, or one list per seed (tests add a fault injector).
     """
 
@@ -593,12 +577,6 @@ def diverged(counters: Counters, run_dir: Path) -> UserError:
         f"stopped: {counters.bad_updates} updates in a row had NaN/inf loss or gradients (their optimizer steps "
         f"were skipped); {kept}; try a lower learning rate or --max_grad_norm"
     )
-
-
-def worker_state(shuffle_gen: torch.Generator, rollout: dict[str, Any], torch_rng: Tensor) -> dict[str, Any]:
-    """What a checkpoint keeps per rank to make its next update bitwise reproducible: the global RNG, the minibatch
-    shuffle's generator and the rollout's state (`RolloutCollector.state_dict`)."""
-    return {"torch_rng": torch_rng, "shuffle_gen": shuffle_gen.get_state(), **rollout}
 
 
 def train_worker(
