@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.ensemble import Ensemble, EnsembleState
-from clstm_ppo.agent.model import ActorCritic, RecurrentState, unwrap
+from clstm_ppo.agent.model import ActorCritic, RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from envs.config import EnvConfig
 from envs.data import DayRange
@@ -59,7 +59,7 @@ class PolicyRun:
 
 
 def evaluate_policy(
-    model: torch.nn.Module | Ensemble,
+    model: ActorCritic | Ensemble,
     market: PreparedMarket,
     split: str | DayRange,
     config: EnvConfig,
@@ -79,20 +79,17 @@ def evaluate_policy(
     :param start_portfolio: ``(cash in dollars, shares [N])`` held on the first day instead of the config's
         ``initial_amount`` in cash (a walk-forward study hands one period's last portfolio to the next).
     """
-    policy: ActorCritic | Ensemble = unwrap(model) if isinstance(model, torch.nn.Module) else model
 
     def decide(obs: torch.Tensor, state: Any, start: torch.Tensor) -> tuple[torch.Tensor, Any]:
-        action, _, _, state = policy.act(obs, state, start, deterministic=deterministic, generator=generator)
-        return policy.env_action(action), state
+        action, _, _, state = model.act(obs, state, start, deterministic=deterministic, generator=generator)
+        return model.env_action(action), state
 
-    was_training = policy.training
-    policy.eval()
+    was_training = model.training
+    model.eval()
     try:
-        (run,), state = _trade(
-            decide, policy.initial_state(1, device), market, split, config, device, [start_portfolio]
-        )
+        (run,), state = _trade(decide, model.initial_state(1, device), market, split, config, device, [start_portfolio])
     finally:
-        policy.train(was_training)
+        model.train(was_training)
     run.last_state = state.map(lambda t: t.detach().clone())
     return run
 

@@ -403,14 +403,3 @@ class ActorCritic(nn.Module, Policy):
         if not self.spec.obs_norm:
             return windows
         return Windows(normalized_rows(windows.rows, self.obs_mean, self.obs_var), windows.index)
-
-
-def unwrap(model: nn.Module) -> ActorCritic:
-    """The raw ActorCritic under DDP (``.module``) and torch.compile (``._orig_mod``) wrappers."""
-    while True:
-        if hasattr(model, "module"):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
-        else:
-            return model  # type: ignore[return-value]

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from clstm_ppo.agent.model import ActorCritic, unwrap
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation.backtest import Period, load_backtest_data, run_policy
 from clstm_ppo.market import is_alpaca
 from clstm_ppo.training.checkpoint import Checkpoint, restore_market
@@ -300,16 +300,15 @@ def decide(
         env,
         market.normalization.holdings_scale,
     )
-    policy = unwrap(model)
     with torch.no_grad():
-        action, _, _, _ = policy.act(
+        action, _, _, _ = model.act(
             obs.unsqueeze(0).to(device),
             run.last_state,
             torch.zeros(1, dtype=torch.bool, device=device),
             deterministic=True,
         )
     # As the env hands it to the rule: the env's action, float32 on the CPU.
-    action_np = policy.env_action(action)[0].float().cpu().numpy()
+    action_np = model.env_action(action)[0].float().cpu().numpy()
 
     turbulence, threshold = float(market.turbulence[t]), float(market.turbulence_threshold)
     stopped = bool(market.stopped_days()[t])  # the backtest's stop

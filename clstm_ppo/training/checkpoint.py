@@ -74,21 +74,10 @@ class Checkpoint:
         return self.model_config.get("policy")
 
 
-def strip_prefixes(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Remove DDP's ``module.`` and torch.compile's ``_orig_mod.`` key prefixes."""
-    out = {}
-    for key, value in state.items():
-        while key.startswith(("module.", "_orig_mod.")):
-            key = key.split(".", 1)[1]
-        out[key] = value
-    return out
-
-
 def cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """``model``'s state dict as a checkpoint stores it: detached copies on the CPU, without wrapper prefixes. Copies,
-    because a tensor is saved with its whole storage: a stacked cell's weights are views of every cell's
-    (`clstm_ppo.agent.stacked`)."""
-    return strip_prefixes({k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()})
+    """``model``'s state dict as a checkpoint stores it: detached copies on the CPU. Copies, because a tensor is saved
+    with its whole storage: a stacked cell's weights are views of every cell's (`clstm_ppo.agent.stacked`)."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
 
 def save_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
