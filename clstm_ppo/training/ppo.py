@@ -26,7 +26,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -101,27 +101,18 @@ def autocast_factory(mixed_precision: str, device: torch.device) -> Callable[[],
 
 
 def build_optimizer(ppo: PPOConfig, model: ActorCritic, world_size: int) -> torch.optim.Adam:
-    """Adam with two parameter groups: stage 1 at learning_rate_clstm, the rest at learning_rate_actor_critic
-    (`adam_groups`, `adam_options`).
+    """Adam with two parameter groups, ``name``d clstm (stage 1, at learning_rate_clstm) and actor_critic (the rest,
+    at learning_rate_actor_critic), each rate times the world size under ``scale_lr``.
 
-    ``fused=True`` (CPU and CUDA): the per-parameter Python loop of the default implementation cost
-    ~6% of a paper-preset update on a CPU (clip + Adam 16.6 -> 2.6 ms on a core; benchmarks/README.md).
+    ``fused=True`` (CPU and CUDA): the default implementation's per-parameter Python loop costs a measurable share
+    of an update (benchmarks/README.md), and `optimizer_step` skips a NaN/inf step on the device through it.
     """
-    return torch.optim.Adam(adam_groups(ppo, model, world_size), **adam_options(ppo))
-
-
-def adam_groups(ppo: PPOConfig, model: ActorCritic, world_size: int) -> list[dict[str, Any]]:
-    """`build_optimizer`'s parameter groups: ``params``, ``lr`` (scaled by the world size under ``scale_lr``), ``name``."""
     scale = world_size if ppo.scale_lr else 1
-    return [
+    groups = [
         {"params": model.stage1_parameters(), "lr": ppo.learning_rate_clstm * scale, "name": "clstm"},
         {"params": model.stage2_parameters(), "lr": ppo.learning_rate_actor_critic * scale, "name": "actor_critic"},
     ]
-
-
-def adam_options(ppo: PPOConfig) -> dict[str, Any]:
-    """`build_optimizer`'s keyword arguments to ``torch.optim.Adam`` besides the groups."""
-    return {"eps": ppo.adam_eps, "fused": True}
+    return torch.optim.Adam(groups, eps=ppo.adam_eps, fused=True)
 
 
 @torch.no_grad()

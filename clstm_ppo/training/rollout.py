@@ -125,13 +125,6 @@ class RolloutStats:
     refused_buy_value: Tensor  # [] dollars
     exposure_sum: Tensor  # [] fraction x env steps
 
-    @classmethod
-    def zeros(cls, num_tickers: int, device: torch.device | str) -> RolloutStats:
-        def z(*shape: int) -> Tensor:
-            return torch.zeros(shape, dtype=torch.float64, device=device)
-
-        return cls(z(num_tickers), z(num_tickers), z(), z(), z(), z(), z())
-
     def named(self) -> dict[str, Tensor]:
         return dict(self.__dict__)
 
@@ -221,8 +214,10 @@ class RolloutCollector:
         buf.initial_state = self.state.map(torch.Tensor.clone)
         ep_masks, ep_fields = [], []  # finished episodes stay on the device until the rollout ends
         reset_before = True  # some env's window is not its previous one moved on a day (host-known)
-        width = buf.actions.shape[2]
-        sums = {k: torch.zeros(cells, *v.shape, dtype=torch.float64, device=device) for k, v in _zero_stats(width)}
+        # each cell's `RolloutStats` sums of its actions; the env's three come from env_sums after the steps
+        wide, one = (cells, buf.actions.shape[2]), (cells,)
+        shapes = {"action_sum": wide, "action_square_sum": wide, "clipped": one, "actions": one}
+        sums = {name: torch.zeros(shape, dtype=torch.float64, device=device) for name, shape in shapes.items()}
         env_sums = torch.zeros(cells, 3, dtype=torch.float64, device=self.env.device)  # wanted, refused, exposure
         with torch.no_grad(), self.autocast():
             for step in range(buf.n_steps):
@@ -324,8 +319,3 @@ class RolloutCollector:
         else:
             self.env.load_cell_state_dict(cell, state["env"])
         self.reward_norms[cell].load_state_dict(state["reward_norm"])
-
-
-def _zero_stats(width: int) -> list[tuple[str, Tensor]]:
-    """`RolloutStats`'s fields and their shapes for ``width`` tickers (zeros)."""
-    return list(RolloutStats.zeros(width, "cpu").named().items())
