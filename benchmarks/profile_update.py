@@ -177,7 +177,7 @@ def profile_one(opts: dict[str, Any], trace_dir: Path | None) -> list[str]:
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
     cfg = bench_config(opts)
     market = build_market(cfg.data, seed=cfg.run.seed)
-    comm = Comm(rank=0, world_size=1, local_rank=0, device=device)
+    comm = Comm(rank=0, world_size=1, device=device)
     if not cuda:
         torch.set_num_threads(opts["threads"])
     trainer = Trainer(cfg, market, comm, Path(opts["tmp"]) / "profile")

@@ -394,11 +394,6 @@ SECTIONS: dict[str, tuple[str, type]] = {
 """Section attribute -> (its heading in ``--help``, its dataclass), in the order ``--help`` shows them."""
 
 
-def flag_name(f: Any) -> str:
-    """The flag (and flat-dict key) of a section field: its name unless the field says otherwise."""
-    return f.metadata.get("flag", f.name)
-
-
 def scalar_type(annotation: Any) -> type:
     """The scalar type of a setting's annotation (``int | None`` -> int)."""
     if isinstance(annotation, str):
@@ -426,7 +421,7 @@ def _settings() -> dict[str, Setting]:
     out: dict[str, Setting] = {}
     for section, (_title, cls) in SECTIONS.items():
         for f in fields(cls):
-            flag = flag_name(f)
+            flag = f.metadata.get("flag", f.name)  # flag and flat-dict key: the name unless the field says otherwise
             if flag in out:
                 raise TypeError(f"setting {flag} is declared twice ({out[flag].section} and {section})")
             parse = f.metadata.get("parse") or scalar_type(f.type)

@@ -42,15 +42,12 @@ def forward_flops(policy: str, F: int, N: int, T: int, H1: int, D: int, H2: int,
     return features + 2 * linear_flops(D, H2) + heads
 
 
-def config_forward_flops(cfg: Any, num_tickers: int) -> float:
-    """`forward_flops` of the network ``cfg`` (a `clstm_ppo.config.TrainConfig`) builds for ``num_tickers`` tickers."""
+def training_flops_per_step(cfg: Any, num_tickers: int) -> float:
+    """Matmul FLOPs of training per env step of the network ``cfg`` (a `clstm_ppo.config.TrainConfig`) builds for
+    ``num_tickers`` tickers: one rollout forward and ``epochs`` x (forward + backward)."""
     features = StateLayout(num_tickers, len(cfg.data.indicator_list)).num_features
     m = cfg.model
-    return forward_flops(
+    forward = forward_flops(
         m.policy, features, num_tickers, cfg.data.window, m.stage1_hidden, m.feature_dim, m.stage2_hidden
     )
-
-
-def training_flops_per_step(cfg: Any, num_tickers: int) -> float:
-    """Matmul FLOPs of training per env step: one rollout forward and ``epochs`` x (forward + backward)."""
-    return config_forward_flops(cfg, num_tickers) * (1 + 3 * cfg.ppo.epochs)
+    return forward * (1 + 3 * cfg.ppo.epochs)

@@ -144,10 +144,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path} is not a readable clstm-ppo checkpoint (truncated or corrupt, "
             f"{path.stat().st_size:,} bytes): {reason[:160]}"
         ) from None
-    if not isinstance(raw, dict) or not all(k in raw for k in REQUIRED_KEYS):
-        raise UserError(
-            f"{path} is not a clstm-ppo checkpoint (missing {', '.join(k for k in REQUIRED_KEYS if not isinstance(raw, dict) or k not in raw)})"
-        )
+    missing = [k for k in REQUIRED_KEYS if not isinstance(raw, dict) or k not in raw]
+    if missing:
+        raise UserError(f"{path} is not a clstm-ppo checkpoint (missing {', '.join(missing)})")
     if raw["format_version"] != FORMAT_VERSION:
         raise UserError(f"{path} has checkpoint format {raw['format_version']}, this version reads {FORMAT_VERSION}")
     raw = migrate.checkpoint(raw, str(path))  # an earlier release's file in this release's shape

@@ -32,7 +32,6 @@ class Comm:
     """
 
     rank: int = 0
-    local_rank: int = 0
     world_size: int = 1
     device: torch.device = torch.device("cpu")
     backend: str = "none"
@@ -114,10 +113,6 @@ def find_free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def launched_by_torchrun() -> bool:
-    return all(name in os.environ for name in TORCHRUN_VARS)
-
-
 @dataclass(frozen=True)
 class WorldLayout:
     """How many workers, on what, and where they meet."""
@@ -141,7 +136,7 @@ class WorldLayout:
 def resolve_layout(num_gpus: int | None, num_workers: int, backend: str, master_port: int) -> WorldLayout:
     """Decide world size, device and backend from the flags and what the machine has."""
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if launched_by_torchrun():
+    if all(name in os.environ for name in TORCHRUN_VARS):  # launched by torchrun
         world = int(os.environ["WORLD_SIZE"])
         device_type = "cuda" if visible and num_gpus != 0 else "cpu"
         addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
@@ -184,7 +179,7 @@ def init_worker(layout: WorldLayout, rank: int, local_rank: int) -> Comm:
             timeout=timedelta(minutes=10),
             **({"device_id": device} if layout.backend == "nccl" else {}),
         )
-    return Comm(rank=rank, local_rank=local_rank, world_size=layout.world_size, device=device, backend=layout.backend)
+    return Comm(rank=rank, world_size=layout.world_size, device=device, backend=layout.backend)
 
 
 def shutdown_worker() -> None:
