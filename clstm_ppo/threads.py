@@ -15,8 +15,7 @@ def torch_threads(count: int) -> Iterator[None]:
     report) leaves the process's setting as it found it.
 
     The study's report trades the seeds' ensembles on one thread: these networks gain nothing from a second, and on
-    a box whose cores another job keeps busy, torch's OpenMP threads spin-wait for each other (a 12-seed ensemble
-    that took seconds on an idle box took minutes there)."""
+    a box whose cores another job keeps busy, torch's OpenMP threads spin-wait for each other."""
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:

@@ -16,9 +16,8 @@ the kernel:
 ``auto`` picks ``shared`` on the CPU for windows that share rows (the PPO update) and ``fused``
 otherwise: on CUDA, where the GPU figures in the README were measured, and for a rollout step's
 dense windows, which share nothing. Measured effect on one CPU core: ``benchmarks/README.md``.
-(A hand-written kernel for stage 2 was tried and dropped: for its batch-1, 128-day sequences
-oneDNN's LSTM was ~1.7x faster; stage 2 is near its memory-bound floor, ``benchmarks/lstm_kernels.py``.) ``tests/test_window_lstm.py`` checks the
-kernels against each other and the hand-written gradients against autograd in float64.
+``tests/test_window_lstm.py`` checks the kernels against each other and the hand-written gradients against
+autograd in float64.
 """
 
 from __future__ import annotations

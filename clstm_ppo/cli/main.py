@@ -45,8 +45,8 @@ def freeze_imports() -> None:
     one command and exits; call it once the command's imports are done.
 
     Those are the imported modules' objects (torch alone makes ~170k), which live until the process ends, and every
-    full collection during the run and the interpreter's collections as it exits would walk them all again: the exit
-    alone took 0.75 s of a 64-episode demo run's 4.0 s on the 2-core box. Objects made later are collected as before.
+    full collection during the run and the interpreter's collections as it exits would walk them all again (the
+    exit's share of a short run: benchmarks/README.md). Objects made later are collected as before.
     A test calling commands in its own interpreter keeps its collector as it is.
     """
     if _ONE_COMMAND:

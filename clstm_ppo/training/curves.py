@@ -1,12 +1,7 @@
 """A training run's curves from RUN_DIR/metrics.jsonl to one PNG (what `clstm-ppo plot` draws).
 
-The trainer appends one JSON object per line, of two kinds (other kinds are ignored):
-
-    {"kind": "episode", "episode", "global_step", "reward", "final_value", "return", "trades", "sharpe",
-     "max_drawdown", "length", "time", ...}
-    {"kind": "update", "update", "global_step", "policy_loss", "value_loss", "entropy", "approx_kl",
-     "clip_fraction", "explained_variance", "lr_clstm", "lr_actor_critic", "grad_norm", "aux_loss",
-     "steps_per_second", "time", ...}
+The trainer appends one JSON object per line, of the two kinds `clstm_ppo.training.run_log` lists (other kinds are
+ignored).
 
 Ten panels against the global step (env steps across all ranks): episode reward, final portfolio value,
 policy and value loss, entropy and approximate KL, clip fraction and explained variance, the scales of
@@ -87,8 +82,7 @@ def load_training_log(run_dir: str | Path) -> TrainingLog:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError:
-                log.skipped += 1
-                continue
+                row = None
             if not isinstance(row, dict):
                 log.skipped += 1
                 continue

@@ -22,7 +22,7 @@ FLAG_OF_SPEC_FIELD = {"obs_norm": "norm_obs"}
 
 INIT_ONLY = ("init_log_std",)
 """Network fields that set only the initial weights, which a checkpoint's weights replace: a run that continues or
-starts from a checkpoint may differ there (0.2.1 changed the default; its checkpoints of 0.2.0 resume)."""
+starts from a checkpoint may differ there."""
 
 RESUME_ALSO_MATCH = ("price_features", "use_turbulence")
 """Settings beyond the env's that give a state its meaning: the state's price column and the turbulence stop."""
@@ -31,8 +31,7 @@ RESUME_ALSO_MATCH = ("price_features", "use_turbulence")
 def resume_must_match(then: TrainConfig, now: TrainConfig) -> tuple[str, ...]:
     """The settings a resumed run must keep from its checkpoint, as they give an action, a state or a reward its
     meaning: every env setting but the episode length, less those both runs leave inert (`EnvConfig.inert`: the
-    band when both trade shares, so a paper-preset run of 0.2.3 resumes under 0.2.4's band), and
-    `RESUME_ALSO_MATCH`."""
+    band when both trade shares), and `RESUME_ALSO_MATCH`."""
     return (*then.env.in_effect(now.env, skip=frozenset({"episode_length"})), *RESUME_ALSO_MATCH)
 
 
