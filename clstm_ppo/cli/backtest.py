@@ -56,15 +56,20 @@ def _common_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def device_flag(name: str) -> torch.device:
+    """A ``--device`` flag's device (backtest, compare, trade): cpu, or cuda where torch sees one."""
+    if name not in ("cpu", "cuda"):
+        raise UserError(f"--device must be cpu or cuda, got {name!r}")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
+    return torch.device(name)
+
+
 def _device(args: argparse.Namespace) -> torch.device:
     """The ``--device`` to run on, after checking it and ``--threads``."""
     if args.threads < 0:
         raise UserError(f"--threads must be >= 0, got {args.threads}")
-    if args.device not in ("cpu", "cuda"):
-        raise UserError(f"--device must be cpu or cuda, got {args.device!r}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
-    return torch.device(args.device)
+    return device_flag(args.device)
 
 
 def main(argv: list[str]) -> int:

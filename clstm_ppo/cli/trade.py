@@ -11,12 +11,10 @@ import argparse
 import sys
 from pathlib import Path
 
-import torch
-
+from clstm_ppo.cli.backtest import device_flag
 from clstm_ppo.trading.broker import Endpoint
 from clstm_ppo.trading.report import report_table, trade_report
 from clstm_ppo.trading.run import TradeOptions, default_journal, run_trade
-from envs.errors import UserError
 
 DESCRIPTION = """\
 Trade a checkpoint on Alpaca, one decision per session, exactly as its backtest decides: run it once a day
@@ -31,14 +29,6 @@ Keys: ALPACA_API_KEY/ALPACA_SECRET_KEY (or APCA_API_KEY_ID/APCA_API_SECRET_KEY) 
 ./.env; ALPACA_TRADING_URL and ALPACA_DATA_URL override the endpoints; ALPACA_TIMEOUT_SECONDS,
 ALPACA_MAX_RETRIES and ALPACA_RETRY_WAIT_SECONDS tune the HTTP timeout and 429/504 retries.
 `clstm-ppo trade report --help` compares the paper account with the backtest."""
-
-
-def _device(name: str) -> torch.device:
-    if name not in ("cpu", "cuda"):
-        raise UserError(f"--device must be cpu or cuda, got {name!r}")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is visible to torch (use --device cpu)")
-    return torch.device(name)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--confirm_live_trading",
+        dest="confirm_live",
         action="store_true",
         help="the second flag --live needs: without both, live trading is refused",
     )
@@ -125,24 +116,9 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["report"]:
         return report_main(argv[1:])
     args = build_parser().parse_args(argv)
-    result = run_trade(
-        TradeOptions(
-            checkpoint=args.checkpoint if len(args.checkpoint) > 1 else args.checkpoint[0],
-            submit=args.submit,
-            live=args.live,
-            confirm_live=args.confirm_live_trading,
-            journal=args.journal,
-            replay_start=args.replay_start,
-            history_start=args.history_start,
-            wait_seconds=args.wait_seconds,
-            poll_seconds=args.poll_seconds,
-            order_tag=args.order_tag,
-            trading_url=args.trading_url,
-            data_url=args.data_url,
-            data_cache_dir=args.data_cache_dir,
-            device=str(_device(args.device)),
-        )
-    )
+    checkpoint = args.checkpoint if len(args.checkpoint) > 1 else args.checkpoint[0]
+    device = str(device_flag(args.device))
+    result = run_trade(TradeOptions(**{**vars(args), "checkpoint": checkpoint, "device": device}))  # a flag per field
     return 2 if result.problems else 0
 
 

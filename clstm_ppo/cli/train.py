@@ -134,13 +134,7 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     from clstm_ppo.market import build_market
     from clstm_ppo.training.distributed import resolve_layout
     from clstm_ppo.training.launch import launch
-    from clstm_ppo.training.resume import check_resume
-    from clstm_ppo.training.run_folder import (
-        check_writable,
-        claim_run_dir,
-        remove_stale_temp_files,
-        resolve_run_dir,
-    )
+    from clstm_ppo.training.run_folder import claim_run_dir, resolve_run_dir
     from clstm_ppo.training.trainer import train_worker
 
     freeze_imports()
@@ -158,10 +152,7 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     market = build_market(cfg.data, seed=cfg.run.seed)
     if not (cfg.run.run_name or cfg.run.resume or layout.torchrun):  # a generated name: claim it (torchrun: --run_name)
         run_dir = claim_run_dir(run_dir)
-    check_writable(run_dir)
-    if cfg.run.resume:
-        check_resume(cfg, market, run_dir)
-    remove_stale_temp_files(run_dir)  # left by a process killed while writing a checkpoint
+    prepare_run_dir(cfg, market, run_dir)
     code = launch(layout, train_worker, ([cfg], market, [run_dir], layout, list(callbacks)))
     if code == 0 and (not layout.torchrun or os.environ.get("RANK") == "0"):
         report_held_out(run_dir, market, cfg.run.deploy)
@@ -174,20 +165,8 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tupl
     from clstm_ppo.config import format_seeds
     from clstm_ppo.market import build_market
     from clstm_ppo.training.launch import launch
-    from clstm_ppo.training.resume import check_resume
-    from clstm_ppo.training.run_folder import (
-        check_writable,
-        claim_run_dir,
-        deployed_checkpoint,
-        remove_stale_temp_files,
-        resolve_run_dir,
-    )
-    from clstm_ppo.training.seeds import (
-        check_seed_run,
-        seed_configs,
-        shared_market,
-        write_manifest,
-    )
+    from clstm_ppo.training.run_folder import claim_run_dir, deployed_checkpoint, resolve_run_dir
+    from clstm_ppo.training.seeds import check_seed_run, seed_configs, shared_market, write_manifest
     from clstm_ppo.training.trainer import train_worker
 
     check_seed_run(cfg, layout)
@@ -207,10 +186,7 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tupl
     cfgs = seed_configs(cfg, seeds, folder)
     folders = [folder / c.run.run_name for c in cfgs]
     for c, f in zip(cfgs, folders, strict=True):
-        check_writable(f)
-        if c.run.resume:
-            check_resume(c, market, f)
-        remove_stale_temp_files(f)
+        prepare_run_dir(c, market, f)
     code = launch(layout, train_worker, (cfgs, market, folders, layout, list(callbacks)))
     if code != 0:
         return code
@@ -223,6 +199,18 @@ def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tupl
     if line is not None:
         print(f"[seeds] {line}", flush=True)
     return 0
+
+
+def prepare_run_dir(cfg: TrainConfig, market: Any, run_dir: Path) -> None:
+    """Before any worker starts: ``run_dir`` writable, a ``--resume`` checkpoint fit to continue the run, and the
+    temp files left by a process killed while writing a checkpoint removed."""
+    from clstm_ppo.training.resume import check_resume
+    from clstm_ppo.training.run_folder import check_writable, remove_stale_temp_files
+
+    check_writable(run_dir)
+    if cfg.run.resume:
+        check_resume(cfg, market, run_dir)
+    remove_stale_temp_files(run_dir)
 
 
 def report_held_out(run_dir: Path, market: Any, deploy: str) -> None:
