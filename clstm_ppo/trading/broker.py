@@ -134,10 +134,9 @@ class Position:
 
 @dataclass(frozen=True)
 class Session:
-    """One regular session of the exchange: its date and open/close instants (aware, New York)."""
+    """One regular session of the exchange: its date and closing instant (aware, New York)."""
 
     day: date
-    open: datetime
     close: datetime
 
 
@@ -209,18 +208,10 @@ def _session_time(day: date, text: Any) -> datetime:
 class Broker:
     """The calls `clstm-ppo trade` makes, on one ``TradingClient`` (see the module docstring for errors)."""
 
-    def __init__(
-        self,
-        creds: Credentials,
-        endpoint: Endpoint,
-        *,
-        max_retries: int | None = None,
-        retry_wait_seconds: float | None = None,
-        timeout_seconds: float | None = None,
-    ) -> None:
+    def __init__(self, creds: Credentials, endpoint: Endpoint) -> None:
         from alpaca.trading.client import TradingClient
 
-        retries, wait, timeout = retry_settings(max_retries, retry_wait_seconds, timeout_seconds)
+        retries, wait, timeout = retry_settings(None, None)  # from the environment (see the module docstring)
         self.endpoint = endpoint
         self.timeout = timeout
         self._secrets = (creds.key, creds.secret)
@@ -250,7 +241,7 @@ class Broker:
             out = []
             for item in raw or []:
                 day = date.fromisoformat(str(item["date"]))
-                out.append(Session(day, _session_time(day, item["open"]), _session_time(day, item["close"])))
+                out.append(Session(day, _session_time(day, item["close"])))
             return sorted(out, key=lambda s: s.day)
         except (KeyError, TypeError, ValueError):
             raise self._malformed("calendar") from None
