@@ -47,6 +47,16 @@ TRADES_FILE, EQUITY_FILE = "trades.jsonl", "equity.csv"
 EQUITY_COLUMNS = ("date", "equity", "cash", "long_market_value", "backtest_value", "recorded_at")
 
 
+def write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+    """``rows`` under a ``columns`` header (other keys ignored), UTF-8 with "\\n" line ends, written atomically."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    data = buffer.getvalue().encode("utf-8")
+    atomic_write(path, lambda handle: handle.write(data))
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -125,10 +135,4 @@ class Journal:
             "backtest_value": f"{backtest_value:.6f}",
             "recorded_at": utc_now(),
         }
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=EQUITY_COLUMNS, lineterminator="\n", extrasaction="ignore")
-        writer.writeheader()
-        for key in sorted(rows):
-            writer.writerow(rows[key])
-        data = buffer.getvalue().encode("utf-8")
-        atomic_write(self.equity_path, lambda handle: handle.write(data))
+        write_csv(self.equity_path, EQUITY_COLUMNS, [rows[key] for key in sorted(rows)])

@@ -19,16 +19,13 @@ Deposits and withdrawals move the equity and are not separated out: the report a
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from clstm_ppo.trading.journal import Journal
-from envs.atomic import atomic_write
+from clstm_ppo.trading.journal import Journal, write_csv
 from envs.errors import UserError
 
 REPORT_FILE = "report.csv"
@@ -109,14 +106,8 @@ def trade_report(folder: str | Path, out: str | Path | None = None) -> TradeRepo
         for r, e, b, p, q in zip(rows, equity, backtest, paper_r, bt_r, strict=True)
     ]
     path = Path(out) if out else journal.folder / REPORT_FILE
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=REPORT_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in out_rows:
-        writer.writerow({k: "" if v is None else v for k, v in row.items()})
-    data = buffer.getvalue().encode("utf-8")
     try:
-        atomic_write(path, lambda handle: handle.write(data))
+        write_csv(path, REPORT_COLUMNS, [{k: "" if v is None else v for k, v in row.items()} for row in out_rows])
     except OSError as err:
         raise UserError(f"cannot write {path}: {err.strerror or err}") from None
     return TradeReport(
@@ -134,10 +125,21 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.2f}%"
 
 
-def _money(x: float | None) -> str:
+def money(x: float | None) -> str:
+    """Dollars as the console shows them: ``$1,234.50``, ``-$12.00``; ``-`` for None."""
     if x is None:
         return "-"
     return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
+
+
+def text_table(rows: list[tuple[str, ...]], align: str) -> list[str]:
+    """``rows`` (the header first) as lines, columns two spaces apart: column i left-aligned where ``align[i]`` is
+    "l", else right-aligned; no line ends in spaces."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(align))]
+    return [
+        "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align, strict=True)).rstrip()
+        for row in rows
+    ]
 
 
 def report_table(report: TradeReport) -> str:
@@ -146,27 +148,23 @@ def report_table(report: TradeReport) -> str:
     body = [
         (
             r["date"],
-            _money(r["paper_equity"]),
+            money(r["paper_equity"]),
             _pct(r["paper_return"]),
-            _money(r["backtest_value"]),
+            money(r["backtest_value"]),
             _pct(r["backtest_return"]),
             _pct(r["gap"]),
-            _money(r["execution_cost"]),
+            money(r["execution_cost"]),
         )
         for r in report.rows
     ]
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = [
-        "  ".join([row[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]])
-        for row in [header, *body]
-    ]
+    lines = text_table([header, *body], "lrrrrrr")
     n = len(report.rows)
     te = "-" if report.tracking_error is None else f"{report.tracking_error * 100:.2f}% per day"
     lines += [
         "",
         f"over {n} session(s) {report.rows[0]['date']} .. {report.rows[-1]['date']}: paper {_pct(report.paper_return)}, "
         f"backtest {_pct(report.backtest_return)}, gap {report.gap * 100:+.2f} pp; tracking error {te}",
-        f"fills vs decision closes: {_money(report.execution_cost)} over {report.fills} filled order(s) "
+        f"fills vs decision closes: {money(report.execution_cost)} over {report.fills} filled order(s) "
         "(positive = lost to trading at the next open)",
     ]
     return "\n".join(lines)

@@ -38,6 +38,7 @@ from clstm_ppo.trading.orders import (
     send_orders,
     wait_for_fills,
 )
+from clstm_ppo.trading.report import money, text_table
 from clstm_ppo.trading.schedule import NoSessionToday, decision_session
 from envs.alpaca import load_credentials, redact_url
 from envs.errors import UserError
@@ -266,10 +267,6 @@ def _fill_text(o: OrderOutcome) -> str:
     return ""
 
 
-def _money(x: float) -> str:
-    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
-
-
 def plan_lines(
     d: Decision,
     *,
@@ -287,8 +284,8 @@ def plan_lines(
     lines = [
         f"trade {d.day.isoformat()} (after the close) | {ck_path} | {endpoint.label} account {account_number} at "
         f"{redact_url(endpoint.url)} | {mode}",
-        f"account: equity {_money(equity)} | cash {_money(d.cash)} | buying power {_money(buying_power)} | "
-        f"backtest replay from {d.replay_start.isoformat()} ({days} days): value {_money(d.backtest_value)}",
+        f"account: equity {money(equity)} | cash {money(d.cash)} | buying power {money(buying_power)} | "
+        f"backtest replay from {d.replay_start.isoformat()} ({days} days): value {money(d.backtest_value)}",
     ]
     threshold = f"{d.threshold:.2f}" if np.isfinite(d.threshold) else "off"
     lines.append(
@@ -298,21 +295,10 @@ def plan_lines(
     lines += [f"note: {n}" for n in d.notes]
     if d.orders:
         header = ("ticker", "side", "shares", "last price", "value", "reason")
-        rows = [(o.ticker, o.side, f"{o.shares:g}", _money(o.price), _money(o.value), o.reason) for o in d.orders]
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(5)]
-        for r in [header, *rows]:
-            lines.append(
-                "  ".join(
-                    [
-                        r[0].ljust(widths[0]),
-                        r[1].ljust(widths[1]),
-                        *[c.rjust(w) for c, w in zip(r[2:5], widths[2:5], strict=True)],
-                        r[5],
-                    ]
-                )
-            )
-        lines.append(f"expected after the orders at the close: cash {_money(d.cash_after)}, costs {_money(d.costs)}")
+        rows = [(o.ticker, o.side, f"{o.shares:g}", money(o.price), money(o.value), o.reason) for o in d.orders]
+        lines += text_table([header, *rows], "llrrrl")
+        lines.append(f"expected after the orders at the close: cash {money(d.cash_after)}, costs {money(d.costs)}")
     if unknown:
-        held = ", ".join(f"{s} {q:g} shares ({_money(v)})" for s, (q, v) in sorted(unknown.items()))
+        held = ", ".join(f"{s} {q:g} shares ({money(v)})" for s, (q, v) in sorted(unknown.items()))
         lines.append(f"left alone (not among the checkpoint's tickers): {held}")
     return lines
