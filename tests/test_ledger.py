@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clstm_ppo.evaluation.fingerprint import agreeing_tickers, data_fingerprint, market_witness
 from clstm_ppo.evaluation.holdout import guard, make_seal, sealed_hits
 from clstm_ppo.evaluation.ledger import Ledger, count_trials, record, same_data_trials
 from envs.errors import UserError
+from envs.fingerprint import agreeing_tickers, data_fingerprint, market_witness
 from envs.sources import load_market_data
 from envs.synthetic import generate_market
 from tests.conftest import clean_env

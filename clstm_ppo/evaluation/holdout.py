@@ -23,10 +23,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.evaluation.fingerprint import agreeing_tickers, data_fingerprint, market_witness
 from clstm_ppo.evaluation.ledger import Ledger, overlaps, record
 from envs.data import MarketData
 from envs.errors import UserError
+from envs.fingerprint import agreeing_tickers, data_fingerprint, market_witness
 
 
 def _day(text: str, flag: str) -> str:

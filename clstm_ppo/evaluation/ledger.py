@@ -35,8 +35,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from clstm_ppo.evaluation.fingerprint import agreeing_tickers
 from envs.errors import UserError
+from envs.fingerprint import agreeing_tickers
 
 LEDGER_ENV = "CLSTM_PPO_LEDGER"
 DEFAULT_LEDGER = "~/.clstm_ppo/ledger.jsonl"

@@ -32,7 +32,6 @@ from typing import Any
 
 import torch
 
-from clstm_ppo.evaluation.fingerprint import data_fingerprint
 from clstm_ppo.evaluation.holdout import describe, guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS
@@ -48,6 +47,7 @@ from clstm_ppo.study.trials import record_cells, record_study, study_key
 from clstm_ppo.training.run_folder import check_writable
 from envs.data import MarketData
 from envs.errors import UserError
+from envs.fingerprint import data_fingerprint
 
 STOP_GRACE_S = 60.0
 

@@ -22,7 +22,6 @@ import numpy as np
 from clstm_ppo.config import OUTPUT_SETTINGS, SETTINGS
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.baselines import buy_and_hold
-from clstm_ppo.evaluation.fingerprint import data_fingerprint, market_witness
 from clstm_ppo.evaluation.holdout import iso_days
 from clstm_ppo.evaluation.ledger import Ledger, record
 from clstm_ppo.evaluation.metrics import daily_returns, sharpe_from_returns
@@ -33,6 +32,7 @@ from clstm_ppo.study.markets import load_markets, market_key, traded_window
 from clstm_ppo.study.spec import StudySpec
 from envs.data import MarketData
 from envs.execution import Terms
+from envs.fingerprint import data_fingerprint, market_witness
 
 SCHEDULE = ("trade_start", "trade_end", "retrain", "retrain_from", "validation_days", "retrain_episodes")
 # Settings that do not change a cell's numbers, or name the data (which the fingerprint identifies instead).
