@@ -57,9 +57,7 @@ def test_the_oracle_beats_buy_and_hold_where_a_signal_is_planted_and_not_where_n
     actions = oracle_actions(predictor_from_prices(market.data.close, rule))
     run = evaluate_policy(OracleRule(actions, test.start), null, test, cfg0.env)
     terms = Terms.of(null.data, cfg0.env.execution, 0.0).days(test.start, test.stop)
-    metrics = compute_metrics(
-        BacktestResult.from_run(run, initial_amount=1e6, buy_cost_pct=1e-3, sell_cost_pct=1e-3, terms=terms)
-    )
+    metrics = compute_metrics(BacktestResult.from_run(run, cfg0.env, terms))
     null_edge = metrics["policy"]["sharpe"] - metrics["baseline"]["sharpe"]
     assert null_edge < 1.0
     assert result.sharpe - result.buy_and_hold_sharpe > null_edge + 1.0

@@ -12,7 +12,9 @@ import pytest
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import report as R
 from clstm_ppo.evaluation.baselines import buy_and_hold
+from envs.config import EnvConfig
 from envs.errors import UserError
+from envs.execution import Terms
 
 TICKERS = ["AAA", "BBB", "CCC"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -208,7 +210,9 @@ def test_from_run_rebuilds_trades_and_checks_costs(tmp_path):
         fill_prices=np.vstack([prices[:1], prices[:-1]]),  # --execution close: at the deciding row's close
     )
     run.fill_dates = np.r_[run.dates[:1], run.dates[:-1]]
-    result = R.BacktestResult.from_run(run, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
+    env = EnvConfig(initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
+    terms = Terms("close", prices, np.zeros_like(prices), 0.0)  # an order decided on row t fills at its close
+    result = R.BacktestResult.from_run(run, env, terms)
     assert list(result.trades["side"]) == ["buy", "sell", "buy"]
     assert list(result.trades["date"]) == list(run.dates[[1, 5, 5]])
     np.testing.assert_allclose(result.trades["price"], prices[[1, 5, 5], [0, 0, 1]])
@@ -220,7 +224,7 @@ def test_from_run_rebuilds_trades_and_checks_costs(tmp_path):
     # a record priced the other way (trade at the same row's close): the cost check catches it
     shifted = SimpleNamespace(**{**vars(run), "fill_prices": prices})
     with pytest.raises(ValueError, match="misaligned"):
-        R.BacktestResult.from_run(shifted, initial_amount=1000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3)
+        R.BacktestResult.from_run(shifted, env, terms)
 
 
 @pytest.mark.parametrize("execution", ["close", "next_open", "next_close"])
@@ -229,7 +233,6 @@ def test_from_run_on_the_real_env_record(tmp_path, execution):
     trade is dated and priced at its fill (the deciding day's close, the next day's open or its close)."""
     from types import SimpleNamespace
 
-    from envs.config import EnvConfig
     from envs.data import split_days
     from envs.features import PreparedMarket
     from envs.synthetic import generate_market
@@ -256,9 +259,8 @@ def test_from_run_on_the_real_env_record(tmp_path, execution):
         fill_prices=np.stack([r.get("fill_prices", r["prices"]) for r in record]),
         fill_dates=np.array([r.get("fill_date", r["date"]) for r in record], dtype="datetime64[ns]"),
     )
-    result = R.BacktestResult.from_run(
-        run, initial_amount=cfg.initial_amount, buy_cost_pct=cfg.buy_cost_pct, sell_cost_pct=cfg.sell_cost_pct
-    )
+    test = market.splits.test
+    result = R.BacktestResult.from_run(run, cfg, Terms.of(data, execution, cfg.risk_free).days(test.start, test.stop))
     assert len(result.trades["side"]) == sum(r.get("num_trades", 0) for r in record) > 0
     index = {d: i for i, d in enumerate(np.asarray(data.dates, dtype="datetime64[ns]"))}
     source = data.open if execution == "next_open" else data.close

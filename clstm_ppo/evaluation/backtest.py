@@ -315,15 +315,8 @@ def result_of(
 ) -> BacktestResult:
     """The backtest result of ``run`` over ``period``, its baseline on the same days and terms."""
     env = ck.cfg.env
-    return BacktestResult.from_run(
-        run,
-        initial_amount=env.initial_amount,
-        buy_cost_pct=env.buy_cost_pct,
-        sell_cost_pct=env.sell_cost_pct,
-        metadata=metadata,
-        index_values=index_values,
-        terms=Terms.of(market.data, env.execution, env.risk_free).days(period.days.start, period.days.stop),
-    )
+    terms = Terms.of(market.data, env.execution, env.risk_free).days(period.days.start, period.days.stop)
+    return BacktestResult.from_run(run, env, terms, metadata=metadata, index_values=index_values)
 
 
 def read_index(path: str | Path, dates: np.ndarray) -> np.ndarray:

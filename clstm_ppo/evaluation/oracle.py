@@ -114,13 +114,8 @@ def oracle_run(market: PreparedMarket, split: str | DayRange, env: EnvConfig, ru
 def run_figures(run: PolicyRun, market: PreparedMarket, days: DayRange, env: EnvConfig) -> OracleRun:
     """``run``'s Sharpe, return, turnover a year and exposure over ``days`` of ``market`` as the backtest counts them
     (costs, fills, cash interest), beside equal-weight buy-and-hold's on the same days and terms."""
-    result = BacktestResult.from_run(
-        run,
-        initial_amount=env.initial_amount,
-        buy_cost_pct=env.buy_cost_pct,
-        sell_cost_pct=env.sell_cost_pct,
-        terms=Terms.of(market.data, env.execution, env.risk_free).days(days.start, days.stop),
-    )
+    terms = Terms.of(market.data, env.execution, env.risk_free).days(days.start, days.stop)
+    result = BacktestResult.from_run(run, env, terms)
     metrics = compute_metrics(result, risk_free=env.risk_free)
     return OracleRun(
         run=run,

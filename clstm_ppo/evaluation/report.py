@@ -28,6 +28,7 @@ import pandas as pd
 
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.baselines import buy_and_hold
+from envs.config import EnvConfig
 from envs.errors import UserError
 from envs.execution import Terms
 
@@ -90,13 +91,11 @@ class BacktestResult:
     def from_run(
         cls,
         run: Any,
+        env: EnvConfig,
+        terms: Terms,
         *,
-        initial_amount: float,
-        buy_cost_pct: float,
-        sell_cost_pct: float,
         metadata: Mapping[str, Any] | None = None,
         index_values: Any | None = None,
-        terms: Terms | None = None,
     ) -> BacktestResult:
         """Build a result from a day-by-day policy record (`clstm_ppo.agent.evaluate.PolicyRun`'s fields).
 
@@ -107,10 +106,9 @@ class BacktestResult:
         were decided on row i-1's close and filled as ``--execution`` says (`envs.execution`). So the
         trades table is dated and priced at their fills. ``costs [D]`` (dollars, row i holding the costs of
         those trades), when present, is checked against the rebuilt table, so a record that breaks this
-        convention fails loudly instead of mis-reporting. The baseline decides equal weights on row 0's close
-        and trades on ``terms`` (the run's days' fills, dividends and interest: `envs.execution.Terms`; default:
-        the run's own fills, no dividends, no interest), with ``buy_cost_pct``, starting at ``initial_amount``
-        like the policy.
+        convention fails loudly instead of mis-reporting. The costs are ``env``'s; the baseline decides equal weights
+        on row 0's close and trades on ``terms`` (the run's days' fills, dividends and interest:
+        `envs.execution.Terms`), with ``env.buy_cost_pct``, starting at ``env.initial_amount`` like the policy.
         """
         prices = np.asarray(run.prices, dtype=np.float64)
         fills = np.asarray(run.fill_prices, dtype=np.float64)
@@ -120,8 +118,8 @@ class BacktestResult:
             run.tickers,
             holdings[1:],
             fills[1:],
-            buy_cost_pct=buy_cost_pct,
-            sell_cost_pct=sell_cost_pct,
+            buy_cost_pct=env.buy_cost_pct,
+            sell_cost_pct=env.sell_cost_pct,
             initial_holdings=holdings[0],
         )
         recorded = getattr(run, "costs", None)
@@ -132,15 +130,13 @@ class BacktestResult:
                     f"trades rebuilt from holdings cost ${got:,.2f} but the run recorded ${want:,.2f}: "
                     "holdings and execution prices are misaligned"
                 )
-        if terms is None:  # row t: where an order decided on row t fills
-            terms = Terms("close", np.vstack([fills[1:], prices[-1:]]), np.zeros_like(prices), 0.0)
-        baseline = buy_and_hold(prices, terms, initial_amount, buy_cost_pct)
+        baseline = buy_and_hold(prices, terms, env.initial_amount, env.buy_cost_pct)
         baseline_trades = M.trades_from_holdings(
             np.asarray(run.fill_dates)[1:],
             run.tickers,
             baseline.holdings[1:],
             fills[1:],
-            buy_cost_pct=buy_cost_pct,
+            buy_cost_pct=env.buy_cost_pct,
             sell_cost_pct=0.0,
         )
         return cls(

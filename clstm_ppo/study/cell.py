@@ -384,14 +384,7 @@ def finish_cell(
     :param terms: the traded days' fills, dividends and interest (the baseline trades on them too).
     """
     folder = study_dir / "cells" / cell.name
-    result = BacktestResult.from_run(
-        policy,
-        initial_amount=cfg.env.initial_amount,
-        buy_cost_pct=cfg.env.buy_cost_pct,
-        sell_cost_pct=cfg.env.sell_cost_pct,
-        metadata={"cell": cell.to_dict()},
-        terms=terms,
-    )
+    result = BacktestResult.from_run(policy, cfg.env, terms, metadata={"cell": cell.to_dict()})
     write_report(
         result,
         folder / "report",
