@@ -48,17 +48,15 @@ import torch
 
 from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
-from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.holdout import guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.oracle import OracleRun, oracle_run, oracle_words
 from clstm_ppo.evaluation.regenerate import check_regenerated, own_source
 from clstm_ppo.evaluation.report import (
-    METRIC_ROWS,
     BacktestResult,
     Report,
-    format_metric,
+    compare_table,
     jsonable,
     write_comparison,
     write_report,
@@ -276,25 +274,11 @@ def _date(text: str, flag: str) -> np.datetime64:
 
 
 def run_policy(
-    ck: Checkpoint,
-    model: ActorCritic,
-    market: PreparedMarket,
-    period: Period,
-    device: torch.device,
-    *,
-    deterministic: bool = True,
-    generator: torch.Generator | None = None,
+    ck: Checkpoint, model: Any, market: PreparedMarket, period: Period, device: torch.device | str, **sampling: Any
 ) -> PolicyRun:
-    """One pass of the policy over ``period`` with the run's env settings (full period, fixed start)."""
-    return evaluate_policy(
-        model,
-        market,
-        period.days,
-        ck.cfg.env,
-        device=device,
-        deterministic=deterministic,
-        generator=generator,
-    )
+    """One pass of the policy over ``period`` with the run's env settings (full period, fixed start); ``sampling``:
+    `evaluate_policy`'s ``deterministic`` and ``generator``."""
+    return evaluate_policy(model, market, period.days, ck.cfg.env, device=device, **sampling)
 
 
 def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:
@@ -367,18 +351,8 @@ def _episode_summary(rows: list[dict[str, float]]) -> dict[str, dict[str, float]
 
 def distribution_table(summary: dict[str, dict[str, float]]) -> str:
     """Console table of `_episode_summary`: one row per metric, columns mean / std / min / max."""
-    header = ["metric", "mean", "std", "min", "max"]
-    rows = []
-    for key, stats in summary.items():
-        label, kind = METRIC_ROWS.get(key, (key, "float"))
-        rows.append([label, *[format_metric(stats[s], kind) for s in header[1:]]])
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join([r[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)]])
-        for r in [header, *rows]
-    ]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    stats = ("mean", "std", "min", "max")
+    return compare_table({s: {key: row[s] for key, row in summary.items()} for s in stats}, keys=list(summary))
 
 
 # ------------------------------------------------------------------------------------------ backtests
