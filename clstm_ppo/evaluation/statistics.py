@@ -10,8 +10,8 @@ Conventions shared by every function here:
   `envs.returns.annualised_sharpe` (``mean / std(ddof=1) * sqrt(252)``, 0 where the std is ~0 or there
   are fewer than two returns). Means are annualised arithmetically (``x 252``).
 * The Sharpe-inference formulas of Bailey & López de Prado (PSR, DSR) are stated in PER-PERIOD (daily)
-  units: ``SR_daily = SR_annual / sqrt(252)``; `to_daily_sharpe` and `to_daily_sharpe_variance` convert
-  annualised figures (with the periods per year as an argument, since papers differ).
+  units: ``SR_daily = SR_annual / sqrt(252)`` (`to_daily_sharpe` converts an annualised Sharpe ratio, with the
+  periods per year as an argument, since papers differ) and a variance of Sharpe ratios divides by 252.
 * Randomised functions take a ``seed`` (or a ``numpy.random.Generator``) and are deterministic given it.
 """
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from statistics import NormalDist
 from typing import Any
 
@@ -84,14 +83,6 @@ def to_daily_sharpe(annual_sharpe: float, periods_per_year: float = TRADING_DAYS
     DSR example uses 250).
     """
     return float(annual_sharpe) / math.sqrt(periods_per_year)
-
-
-def to_daily_sharpe_variance(annual_variance: float, periods_per_year: float = TRADING_DAYS) -> float:
-    """Variance of annualised Sharpe ratios -> variance of per-period ones: ``V_annual / periods_per_year``.
-
-    For the ``sharpe_variance`` of `expected_max_sharpe` / `deflated_sharpe_ratio`.
-    """
-    return float(annual_variance) / periods_per_year
 
 
 # --------------------------------------------------------------------------------- benchmark-relative
@@ -447,9 +438,15 @@ def percentile_interval(draws: np.ndarray, confidence: float, family: int | None
     return out
 
 
-def _check_returns_matrix(p: np.ndarray, name: str) -> None:
+def _check_draws(p: np.ndarray, name: str, confidence: float, n_boot: int) -> None:
+    """The checks of a bootstrap of the ``[S, D]`` returns ``p`` (S >= 1, D >= 2, finite) and of its settings."""
+    _check_confidence(confidence)
     if p.ndim != 2 or p.shape[0] < 1 or p.shape[1] < 2:
         raise ValueError(f"{name} must be [S, D] with S >= 1 and D >= 2, got shape {p.shape}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"{name} contain NaN or inf")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
 
 
 def paired_sharpe_difference(
@@ -513,16 +510,12 @@ def paired_sharpe_difference(
     Cost: ``n_boot x S x D`` gathered floats, processed in chunks of about ``_CHUNK_ELEMENTS``
     (`block_bootstrap_sharpe` draws them; `sharpe_interval` is the same draw without a baseline).
     """
-    _check_confidence(confidence)
-    p = np.asarray(policy, dtype=np.float64)
-    b = np.asarray(baseline, dtype=np.float64)
-    _check_returns_matrix(p, "policy")
+    p, b = np.asarray(policy, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    _check_draws(p, "policy returns", confidence, n_boot)
     if b.shape not in ((p.shape[1],), p.shape):
         raise ValueError(f"baseline must be [D] or [S, D] matching policy {p.shape}, got {b.shape}")
-    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(b))):
-        raise ValueError("policy or baseline returns contain NaN or inf")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    if not np.all(np.isfinite(b)):
+        raise ValueError("baseline returns contain NaN or inf")
     s, d = p.shape
     block = float(default_block_length(d) if mean_block is None else mean_block)
 
@@ -543,19 +536,15 @@ def paired_sharpe_difference(
 
 
 def sharpe_interval(
-    returns: Any,
-    confidence: float = 0.95,
-    n_boot: int = BOOTSTRAP_DRAWS,
-    mean_block: float | None = None,
-    seed: int = 0,
-    resample_seeds: bool = True,
+    returns: Any, confidence: float = 0.95, n_boot: int = BOOTSTRAP_DRAWS, seed: int = 0
 ) -> dict[str, Any]:
     """An annualised Sharpe ratio with an interval that includes the market's noise, not only the seeds'.
 
     :param returns: ``[D]`` daily simple returns of one series (a baseline: only days are resampled), or
-        ``[S, D]`` S seeds of one policy on the same D days (days and, with ``resample_seeds``, seeds).
-    :param confidence: / :param n_boot: / :param mean_block: / :param seed: as in `paired_sharpe_difference` (the
-        same default `BOOTSTRAP_DRAWS`: one curve costs about what a pair does, so it keeps the same count).
+        ``[S, D]`` S seeds of one policy on the same D days (days and seeds), in blocks of the default mean length
+        (`default_block_length`).
+    :param confidence: / :param n_boot: / :param seed: as in `paired_sharpe_difference` (the same default
+        `BOOTSTRAP_DRAWS`: one curve costs about what a pair does, so it keeps the same count).
     :return: dict with ``sharpe`` (``mean_s SR(returns_s)`` on the original days), ``lo``, ``hi`` (percentile
         interval of the same statistic over `block_bootstrap_sharpe` draws), ``lo_mcse``, ``hi_mcse`` (each bound's
         Monte Carlo standard error, `quantile_mcse`), ``num_seeds``, ``mean_block``, ``n_boot`` and ``resamples``
@@ -566,24 +555,18 @@ def sharpe_interval(
     the market's noise alone gives an annualised Sharpe a standard error of about ``sqrt(252 / 680) = 0.6``,
     which an interval over seeds on fixed days (`bootstrap_mean_ci`) leaves out.
     """
-    _check_confidence(confidence)
     x = np.asarray(returns, dtype=np.float64)
     p = x[None, :] if x.ndim == 1 else x
-    _check_returns_matrix(p, "returns")
-    if not np.all(np.isfinite(p)):
-        raise ValueError("returns contain NaN or inf")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
-    block = float(default_block_length(p.shape[1]) if mean_block is None else mean_block)
-    stats = block_bootstrap_sharpe(p, None, n_boot=n_boot, mean_block=block, seed=seed, resample_seeds=resample_seeds)
-    seeds_too = resample_seeds and p.shape[0] > 1
+    _check_draws(p, "returns", confidence, n_boot)
+    block = float(default_block_length(p.shape[1]))
+    stats = block_bootstrap_sharpe(p, None, n_boot=n_boot, mean_block=block, seed=seed)
     return {
         "sharpe": float(np.mean(_sharpe(p))),
         **percentile_interval(stats, confidence),
         "num_seeds": int(p.shape[0]),
         "mean_block": block,
         "n_boot": int(n_boot),
-        "resamples": "days and seeds" if seeds_too else "days",
+        "resamples": "days and seeds" if p.shape[0] > 1 else "days",
     }
 
 
@@ -692,8 +675,8 @@ def expected_max_sharpe(num_trials: float, sharpe_variance: float) -> float:
 
     :param num_trials: N >= 1, the number of (independent) configurations tried.
     :param sharpe_variance: V >= 0, the variance across the trials of their Sharpe estimates; SR0 comes
-        out in the same units (pass a per-period variance to get a per-period SR0;
-        `to_daily_sharpe_variance` converts a variance of annualised Sharpe ratios).
+        out in the same units (pass a per-period variance to get a per-period SR0: a variance of annualised
+        Sharpe ratios divided by the periods per year).
     :return: SR0. ``N == 1``: 0 (nothing was selected, so nothing to deflate).
     """
     if num_trials < 1:
@@ -712,28 +695,12 @@ def deflated_sharpe_ratio(returns: Any, num_trials: float, sharpe_variance: floa
 
     :param returns: ``[D]`` daily simple returns of the selected strategy (fractions).
     :param num_trials: N, how many configurations were tried before selecting this one (>= 1).
-    :param sharpe_variance: V, the variance across those trials of their DAILY Sharpe ratios
-        (`to_daily_sharpe_variance` converts one of annualised Sharpe ratios).
+    :param sharpe_variance: V, the variance across those trials of their DAILY Sharpe ratios (one of annualised
+        Sharpe ratios divided by 252).
     :return: probability in [0, 1] that the true Sharpe exceeds the expected maximum of N unskilled trials
         `expected_max_sharpe(N, V)`. ``N == 1``: SR0 = 0, so DSR = PSR(0).
     """
     return probabilistic_sharpe_ratio(returns, expected_max_sharpe(num_trials, sharpe_variance))
-
-
-def deflated_sharpe_from_trials(returns_of_chosen: Any, trial_returns: Any) -> float:
-    """`deflated_sharpe_ratio` with N and V estimated from the trials themselves.
-
-    :param returns_of_chosen: ``[D]`` daily returns of the selected configuration.
-    :param trial_returns: ``[N, D]`` daily returns of every configuration tried, the chosen one included.
-    :return: DSR with ``N`` = the number of rows and ``V`` = the sample variance (ddof = 1) of the rows'
-        daily Sharpe ratios (the project's formula / sqrt(252)). One row: V = 0 and DSR = PSR(0).
-    """
-    t = np.asarray(trial_returns, dtype=np.float64)
-    if t.ndim != 2 or t.shape[0] < 1 or t.shape[1] < 2:
-        raise ValueError(f"trial_returns must be [N, D] with N >= 1 and D >= 2, got shape {t.shape}")
-    sr = _sharpe(t) / math.sqrt(TRADING_DAYS)
-    v = float(np.var(sr, ddof=1)) if t.shape[0] > 1 else 0.0
-    return deflated_sharpe_ratio(returns_of_chosen, t.shape[0], v)
 
 
 # ------------------------------------------------------------------------------------------------- PBO
@@ -758,9 +725,7 @@ def _cscv_sharpe(r: np.ndarray, blocks: list[np.ndarray], masks: np.ndarray) -> 
     return annualised_sharpe(mu + s / n, np.sqrt(var), n)
 
 
-def probability_of_backtest_overfitting(
-    returns: Any, num_splits: int = 16, metric: Callable[[np.ndarray], np.ndarray] | None = None
-) -> dict[str, Any]:
+def probability_of_backtest_overfitting(returns: Any, num_splits: int = 16) -> dict[str, Any]:
     """Probability of backtest overfitting by combinatorially symmetric cross-validation (CSCV) of
     Bailey, Borwein, López de Prado & Zhu (2015/2017), "The Probability of Backtest Overfitting",
     Journal of Computational Finance 20(4).
@@ -768,17 +733,14 @@ def probability_of_backtest_overfitting(
     :param returns: ``[D, N]`` daily returns (fractions) of N configurations on the same D days.
     :param num_splits: S, even, >= 2: the rows are cut into S contiguous blocks (``numpy.array_split``:
         sizes differ by at most one day when S does not divide D).
-    :param metric: performance of every configuration on a subset of days, ``[rows, N] -> [N]``; None
-        (default) is the annualised Sharpe ratio (the project's formula), computed for all
-        combinations at once from per-block sums. A callable is applied combination by combination
-        (slower: 2 x C(S, S/2) calls).
     :return: dict with ``pbo`` (fraction of combinations with logit <= 0), ``logits`` (``[C]``, in the
         order of ``itertools.combinations(range(S), S/2)`` for the in-sample blocks),
         ``num_combinations`` C = C(S, S/2) (12,870 for S = 16) and ``num_splits`` S.
 
-    For every choice of S/2 blocks as in-sample (IS), the rest out-of-sample (OOS): pick the
-    configuration ``n*`` with the best IS metric (ties: the lowest index), rank its OOS metric among the
-    N OOS metrics (1 = worst ... N = best; tied values share their average rank), ``w = rank / (N + 1)``,
+    The metric is the annualised Sharpe ratio (the project's formula), computed for all combinations at once from
+    per-block sums. For every choice of S/2 blocks as in-sample (IS), the rest out-of-sample (OOS): pick the
+    configuration ``n*`` with the best IS Sharpe (ties: the lowest index), rank its OOS Sharpe among the
+    N OOS Sharpe ratios (1 = worst ... N = best; tied values share their average rank), ``w = rank / (N + 1)``,
     ``logit = ln(w / (1 - w))``. PBO is the fraction of combinations where the IS winner is at or below
     the OOS median (logit <= 0). ~0: selection carries to OOS; ~0.5: the IS ranking is noise; ~1: the IS
     winner is systematically an OOS loser.
@@ -804,15 +766,8 @@ def probability_of_backtest_overfitting(
     in_sample = np.zeros((len(combos), num_splits), dtype=bool)
     in_sample[np.arange(len(combos))[:, None], combos] = True
 
-    if metric is None:
-        is_metric = _cscv_sharpe(r, blocks, in_sample)
-        oos_metric = _cscv_sharpe(r, blocks, ~in_sample)
-    else:
-        is_metric = np.empty((len(combos), n_cfg))
-        oos_metric = np.empty((len(combos), n_cfg))
-        for c, row in enumerate(in_sample):
-            is_metric[c] = metric(r[np.concatenate([blocks[k] for k in np.flatnonzero(row)])])
-            oos_metric[c] = metric(r[np.concatenate([blocks[k] for k in np.flatnonzero(~row)])])
+    is_metric = _cscv_sharpe(r, blocks, in_sample)
+    oos_metric = _cscv_sharpe(r, blocks, ~in_sample)
 
     best = np.argmax(is_metric, axis=1)  # first index on ties
     chosen = oos_metric[np.arange(len(combos)), best][:, None]
