@@ -57,8 +57,8 @@ from clstm_ppo.evaluation.report import (
     BacktestResult,
     Report,
     compare_table,
-    jsonable,
     write_comparison,
+    write_json,
     write_report,
 )
 from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS, paired_sharpe_difference, sharpe_interval, t_interval
@@ -490,9 +490,9 @@ def _write_episodes(
     (one column of [D] dollar values per episode)."""
     path = report.paths["report"]
     payload = json.loads(path.read_text(encoding="utf-8"))
-    payload["stochastic"] = jsonable(summary)
+    payload["stochastic"] = summary
     payload["files"]["episodes"] = "equity_episodes.csv"
-    path.write_text(json.dumps(payload, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    write_json(path, payload)
     frame = pd.DataFrame({"date": pd.to_datetime(dates).strftime("%Y-%m-%d")})
     for k, r in enumerate(runs):
         frame[f"episode_{k + 1}"] = r.values

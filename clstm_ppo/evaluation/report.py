@@ -231,8 +231,20 @@ def _prepare_out_dir(out_dir: str | Path) -> Path:
     return out
 
 
-def _write_json(path: Path, payload: Mapping[str, Any]) -> None:
+def write_json(path: Path, payload: Mapping[str, Any]) -> None:
+    """``payload`` as indented JSON (`jsonable`: NaN and inf as null) in ``path``."""
     path.write_text(json.dumps(jsonable(payload), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+def _finish_report(
+    out: Path, paths: dict[str, Path], metadata: Mapping[str, Any], dates: list[str], risk_free: float, metrics: Any
+) -> Report:
+    """Write the report's JSON (``paths["report"]``: metadata, ISO ``dates``' period, rate, metrics, other files)."""
+    period = {"start": dates[0], "end": dates[-1], "num_days": len(dates)}
+    files = {k: p.name for k, p in paths.items() if k != "report"}
+    payload = {"metadata": dict(metadata), "period": period, "risk_free": risk_free, "metrics": metrics}
+    write_json(paths["report"], {**payload, "files": files})
+    return Report(out_dir=out, metrics=metrics, paths=paths, table=compare_table(metrics))
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -354,20 +366,17 @@ def compute_metrics(result: BacktestResult, *, risk_free: float = 0.0) -> dict[s
     The index gets only value-based metrics (no trades); its dollar keys are in index points.
     """
     out = {
-        "policy": M.summarize(
-            result.values,
-            trades=None if result.trades is None else _trades_frame(result.trades),
-            risk_free=risk_free,
-        ),
-        "baseline": M.summarize(
-            result.baseline_values,
-            trades=None if result.baseline_trades is None else _trades_frame(result.baseline_trades),
-            risk_free=risk_free,
-        ),
+        "policy": _summarize(result.values, result.trades, risk_free),
+        "baseline": _summarize(result.baseline_values, result.baseline_trades, risk_free),
     }
     if result.index_values is not None:
-        out["index"] = M.summarize(result.index_values, risk_free=risk_free)
+        out["index"] = _summarize(result.index_values, None, risk_free)
     return out
+
+
+def _summarize(values: Any, trades: Any, risk_free: float) -> dict[str, float]:
+    """`clstm_ppo.evaluation.metrics.summarize` of ``[D]`` dollar ``values`` and their trades table (None: unknown)."""
+    return M.summarize(values, trades=None if trades is None else _trades_frame(trades), risk_free=risk_free)
 
 
 def _title(metadata: Mapping[str, Any], dates: list[str]) -> str:
@@ -421,17 +430,7 @@ def write_report(
         rescale=("index",),
     )
 
-    _write_json(
-        paths["report"],
-        {
-            "metadata": dict(result.metadata),
-            "period": {"start": dates[0], "end": dates[-1], "num_days": len(dates)},
-            "risk_free": risk_free,
-            "metrics": metrics,
-            "files": {k: p.name for k, p in paths.items() if k != "report"},
-        },
-    )
-    return Report(out_dir=out, metrics=metrics, paths=paths, table=compare_table(metrics))
+    return _finish_report(out, paths, result.metadata, dates, risk_free, metrics)
 
 
 def write_comparison(
@@ -453,28 +452,11 @@ def write_comparison(
     out = _prepare_out_dir(out_dir)
     iso = _iso_dates(dates)
     trades = trades or {}
-    metrics = {
-        name: M.summarize(
-            v,
-            trades=None if trades.get(name) is None else _trades_frame(trades[name]),
-            risk_free=risk_free,
-        )
-        for name, v in curves.items()
-    }
+    metrics = {name: _summarize(v, trades.get(name), risk_free) for name, v in curves.items()}
     paths = {"report": out / "compare.json", "equity": out / "compare.csv", "plot": out / "compare.png"}
     frame = pd.DataFrame({"date": iso})
     for name, v in curves.items():
         frame[name] = np.asarray(v, dtype=np.float64)
     frame.to_csv(paths["equity"], index=False)
     plot_comparison(iso, curves, paths["plot"], title=title or f"{len(curves)} runs: {iso[0]} .. {iso[-1]}")
-    _write_json(
-        paths["report"],
-        {
-            "metadata": dict(metadata or {}),
-            "period": {"start": iso[0], "end": iso[-1], "num_days": len(iso)},
-            "risk_free": risk_free,
-            "metrics": metrics,
-            "files": {k: p.name for k, p in paths.items() if k != "report"},
-        },
-    )
-    return Report(out_dir=out, metrics=metrics, paths=paths, table=compare_table(metrics))
+    return _finish_report(out, paths, metadata or {}, iso, risk_free, metrics)

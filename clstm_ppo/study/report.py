@@ -35,7 +35,7 @@ from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, BaselineRun, rule_basel
 from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
 from clstm_ppo.evaluation.ledger import Ledger, TrialCount, count_trials, same_data_trials
 from clstm_ppo.evaluation.oracle import ORACLE, OracleRule, excess_share, planted
-from clstm_ppo.evaluation.report import jsonable
+from clstm_ppo.evaluation.report import write_json
 from clstm_ppo.study import analysis as A
 from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, stitch
 from clstm_ppo.study.grid import Cell
@@ -139,7 +139,7 @@ def build_report(
         "overfitting": pbo,
         "best_cell": _best_cell(cells),
     }
-    (study_dir / "study.json").write_text(json.dumps(jsonable(report), indent=2) + "\n", encoding="utf-8")
+    write_json(study_dir / "study.json", report)
     pd.DataFrame(rows).to_csv(study_dir / "cells.csv", index=False)
     (study_dir / "study.md").write_text(_markdown(report, spec, rows), encoding="utf-8")
     _plot(study_dir / "study.png", dates, by_group, baselines)
