@@ -49,7 +49,7 @@ import torch
 from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
 from clstm_ppo.evaluation import metrics as M
-from clstm_ppo.evaluation.holdout import guard, iso_days
+from clstm_ppo.evaluation.holdout import guard, iso_days, parse_day
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.oracle import OracleRun, oracle_run, oracle_words
 from clstm_ppo.evaluation.regenerate import check_regenerated, own_source
@@ -187,6 +187,10 @@ class Period:
     source: str  # how it was chosen, for the report: "test split" or "--start/--end"
 
 
+def _day(text: str, flag: str) -> np.datetime64:
+    return np.datetime64(parse_day(text, flag).date(), "D")
+
+
 def _iso(day: Any) -> str:
     return str(np.datetime_as_string(np.datetime64(day, "D"), unit="D"))
 
@@ -218,8 +222,8 @@ def resolve_period(
                 f"({_iso(dates[0])} .. {_iso(dates[-1])} loaded); pass --start/--end for another period"
             )
         return Period(days=r, label=split, source=f"{split} split")
-    lo = int(np.searchsorted(dates, _date(start, "--start"), side="left")) if start else lookback
-    hi = int(np.searchsorted(dates, _date(end, "--end"), side="right")) if end else len(dates)
+    lo = int(np.searchsorted(dates, _day(start, "--start"), side="left")) if start else lookback
+    hi = int(np.searchsorted(dates, _day(end, "--end"), side="right")) if end else len(dates)
     if start and lo < lookback:
         first_ok = _iso(dates[lookback]) if lookback < len(dates) else "none"
         raise UserError(
@@ -261,13 +265,6 @@ def check_holdout(
         look=",".join(sorted(file_digest(p) for p in checkpoints)) + f"@{first}..{last}",
         what=", ".join(str(p) for p in checkpoints),
     )
-
-
-def _date(text: str, flag: str) -> np.datetime64:
-    try:
-        return np.datetime64(pd.Timestamp(text).date(), "D")
-    except (ValueError, TypeError):
-        raise UserError(f"{flag} {text!r} is not a date (YYYY-MM-DD)") from None
 
 
 # ----------------------------------------------------------------------------------------------- runs

@@ -29,10 +29,11 @@ from envs.errors import UserError
 from envs.fingerprint import agreeing_tickers, data_fingerprint, market_witness
 
 
-def _day(text: str, flag: str) -> str:
+def parse_day(text: str, flag: str) -> pd.Timestamp:
+    """``text`` as a day (a timestamp at midnight); UserError naming ``flag`` where it is none."""
     try:
-        return pd.Timestamp(text).strftime("%Y-%m-%d")
-    except (ValueError, TypeError):
+        return pd.Timestamp(text).normalize()
+    except (ValueError, TypeError, AttributeError):  # AttributeError: "" and "nat" read as NaT, which has no day
         raise UserError(f"{flag} {text!r} is not a date (YYYY-MM-DD)") from None
 
 
@@ -54,8 +55,8 @@ def make_seal(data: MarketData, source: str, start: str, end: str = "") -> dict[
     """
     days = iso_days(data)
     first, last = str(days[0]), str(days[-1])
-    lo = _day(start, "--from")
-    hi = _day(end, "--to") if end else ""
+    lo = parse_day(start, "--from").strftime("%Y-%m-%d")
+    hi = parse_day(end, "--to").strftime("%Y-%m-%d") if end else ""
     for flag, day in (("--from", lo), ("--to", hi)):
         if day and not first <= day <= last:
             raise UserError(f"{flag} {day} is outside the data ({first} .. {last}); a seal covers days the data holds")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from clstm_ppo.evaluation.holdout import parse_day
 from envs.data import DayRange, Splits
 from envs.errors import UserError
 from envs.features import INDICATOR_WINDOW
@@ -77,7 +78,8 @@ def walk_forward(
         raise UserError(f"--validation_days must be >= 0, got {validation_days}")
     index = pd.DatetimeIndex(pd.to_datetime(np.asarray(dates))).normalize()
     first_day, last_day = index[0].date(), index[-1].date()
-    start, end = _date(trade_start, "--trade_start"), _date(trade_end, "--trade_end") if trade_end else index[-1]
+    start = parse_day(trade_start, "--trade_start")
+    end = parse_day(trade_end, "--trade_end") if trade_end else index[-1]
     if start > index[-1]:
         raise UserError(f"--trade_start {start.date()} is after the data's last day {last_day}")
     if end < start:
@@ -118,10 +120,3 @@ def walk_forward(
             )
         )
     return periods
-
-
-def _date(text: str, flag: str) -> pd.Timestamp:
-    try:
-        return pd.Timestamp(text).normalize()
-    except (ValueError, TypeError):
-        raise UserError(f"{flag} {text!r} is not a date (YYYY-MM-DD)") from None
