@@ -2,34 +2,23 @@
 checkpoints on one period). The commands `clstm-ppo backtest` and `clstm-ppo compare` (`clstm_ppo.cli.backtest`)
 are their flags.
 
-How a backtest is put together (the same code paths as training, so nothing is re-implemented):
-
-1. The checkpoint's config names the data (``data``, ``tickers``, ``start``, ``end`` and the Alpaca bar
-   settings), loaded by the training's own loader (`clstm_ppo.market.load_data`); ``data`` swaps the
-   source. Its market spec supplies the normalisation statistics and turbulence threshold fitted on
-   the training split (`clstm_ppo.training.checkpoint.restore_market`): nothing is refitted on backtest data.
-   The data must hold exactly the checkpoint's tickers (extra tickers are dropped only when the run
-   itself selected tickers with ``--tickers``), otherwise one `UserError` names the difference.
-   With ``new_universe`` (a ``shared`` policy only: no weight of it is sized by the tickers) the data keeps all
-   its own tickers and the market is prepared as training prepares one, its normalisation and turbulence threshold
-   refitted on the new data's days of the checkpoint's training split
-   (`clstm_ppo.training.checkpoint.refit_market`); the policy is rebuilt for that many tickers.
-2. The period is the checkpoint's test split (``--split`` picks another), mapped onto the data by date;
-   ``--start``/``--end`` give a custom period instead, whose first observation looks back
-   ``window - 1`` trading days before ``--start`` -- those days must be in the data.
-3. The policy is rebuilt from the stored model config and weights and run through the period by
-   `clstm_ppo.agent.evaluate.evaluate_policy` (the training env, recurrent state carried day to day):
-   the mean action by default, or ``--episodes K`` sampled runs with ``--stochastic`` (seeded).
-4. `clstm_ppo.evaluation.report` turns the day-by-day record into report.json, equity.csv, trades.csv and
-   equity.png, with equal-weight buy-and-hold (same costs, same capital) as the baseline.
+A backtest goes through the training's own code, so nothing is re-implemented: its data (`load_backtest_data`), the
+market spec's normalisation statistics and turbulence threshold fitted on the training split
+(`clstm_ppo.training.checkpoint.restore_market`: nothing is refitted on backtest data), its period
+(`resolve_period`), the policy rebuilt from the stored model config and weights and run through the period by
+`clstm_ppo.agent.evaluate.evaluate_policy` (the training env, recurrent state carried day to day), and the report
+files (`clstm_ppo.evaluation.report`) with equal-weight buy-and-hold (same costs, same capital) as the baseline.
+With ``new_universe`` (a ``shared`` policy only: no weight of it is sized by the tickers) the data keeps all its own
+tickers and the market is prepared as training prepares one, refitted on the new data's days of the checkpoint's
+training split (`clstm_ppo.training.checkpoint.refit_market`); the policy is rebuilt for that many tickers.
 
 Before the policy runs, `clstm_ppo.evaluation.holdout.guard` refuses a period that trades days sealed in the trials
 ledger, unless ``unseal`` (then the unseal is recorded, and report.json's metadata says how many times those days
 have been unsealed).
 
 With ``--stochastic`` the report files describe the episode with the median cumulative return, and
-report.json gains a ``"stochastic"`` section: the seed, every episode's metrics and the mean / std /
-min / max of each metric over the episodes; equity_episodes.csv holds every episode's value series.
+report.json gains a ``"stochastic"`` section: the seed, every episode's metrics and the mean / std / min /
+max of each metric over the episodes; equity_episodes.csv holds every episode's value series.
 """
 
 from __future__ import annotations
@@ -525,7 +514,7 @@ def backtest(
     :param ledger: the trials ledger holding the seals (None: `clstm_ppo.evaluation.ledger.ledger_path`'s default).
     :param unseal: trade sealed days anyway (recorded in the ledger); without it, sealed days are refused.
     :param new_universe: trade a ``shared`` policy on all of the data's tickers, the market refitted on the data's
-        training days (module docstring, step 1).
+        training days (module docstring).
     """
     if episodes < 1:
         raise UserError(f"--episodes must be >= 1, got {episodes}")
