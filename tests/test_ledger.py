@@ -59,39 +59,39 @@ def trial(key: str, sharpe_daily: float, **fields) -> dict:
 # ---------------------------------------------------------------------------------------------- the file
 
 
-def test_appends_are_idempotent_and_a_torn_last_line_is_reported_skipped_and_never_glued_to(tmp_path):
+def test_appends_are_idempotent_and_a_torn_last_line_is_reported_skipped_and_never_glued_to(tmp_path, capsys):
     path = tmp_path / "deep" / "ledger.jsonl"
-    warnings: list[str] = []
-    ledger = Ledger(path, warn=warnings.append)
+    ledger = Ledger(path)
     assert ledger.records() == [] and not path.exists()  # reading never creates the file
     assert ledger.append([trial("a", 0.1), trial("b", 0.2)]) == 2
     assert Ledger(path).append([trial("a", 0.1)]) == 0  # the same key again: not counted twice
     with open(path, "ab") as f:  # a process killed half-way through a record
         f.write(b'{"kind": "trial", "key": "c", "sharpe_da')
-    again = Ledger(path, warn=warnings.append)
+    again = Ledger(path)
     assert [r["key"] for r in again.records()] == ["a", "b"]
-    assert warnings == [
-        f"{path} line 3: the last line is cut short (a write interrupted, e.g. by a killed process); skipped"
-    ]
+    assert capsys.readouterr().err == (
+        f"warning: {path} line 3: the last line is cut short (a write interrupted, e.g. by a killed process); skipped\n"
+    )
     assert again.append([trial("d", 0.3)]) == 1
-    warnings.clear()
-    assert [r["key"] for r in Ledger(path, warn=warnings.append).records()] == ["a", "b", "d"]
-    assert warnings == [f"{path} line 3: not JSON; skipped"]  # still reported, now as a damaged middle line
+    capsys.readouterr()
+    assert [r["key"] for r in Ledger(path).records()] == ["a", "b", "d"]
+    # still reported, now as a damaged middle line
+    assert capsys.readouterr().err == f"warning: {path} line 3: not JSON; skipped\n"
     assert all(json.loads(line) for line in path.read_text().splitlines()[3:])
 
 
-def test_a_ledger_sees_what_another_process_appended_and_reports_a_bad_line_once(tmp_path):
+def test_a_ledger_sees_what_another_process_appended_and_reports_a_bad_line_once(tmp_path, capsys):
     path = tmp_path / "ledger.jsonl"
     path.write_text("garbage\n")
-    warnings: list[str] = []
-    mine, theirs = Ledger(path, warn=warnings.append), Ledger(path, warn=lambda _: None)
+    mine, theirs = Ledger(path), Ledger(path)
     assert mine.records() == []
     theirs.append([trial("a", 0.1)])  # another study, appending at the same time
+    assert capsys.readouterr().err == f"warning: {path} line 1: not JSON; skipped\n" * 2  # each ledger's own
     assert [r["key"] for r in mine.records()] == ["a"]
     mine.append([trial("b", 0.2)])
     theirs.append([trial("c", 0.3)])
     assert [r["key"] for r in mine.records("trial")] == ["a", "b", "c"]
-    assert warnings == [f"{path} line 1: not JSON; skipped"]  # once, however often the file is read again
+    assert capsys.readouterr().err == ""  # once, however often the file is read again
 
 
 @pytest.mark.parametrize(
@@ -103,12 +103,12 @@ def test_a_ledger_sees_what_another_process_appended_and_reports_a_bad_line_once
         ('{"kind": "trial", "key": "x", "config": "c"}', "a trial record without study, fingerprint"),
     ],
 )
-def test_a_corrupt_line_is_reported_with_its_number_and_skipped(tmp_path, line, problem):
+def test_a_corrupt_line_is_reported_with_its_number_and_skipped(tmp_path, capsys, line, problem):
     path = tmp_path / "ledger.jsonl"
     path.write_text(json.dumps(trial("a", 0.1)) + "\n" + line + "\n" + json.dumps(trial("b", 0.2)) + "\n")
-    warnings: list[str] = []
-    assert [r["key"] for r in Ledger(path, warn=warnings.append).records()] == ["a", "b"]
-    assert len(warnings) == 1 and warnings[0].startswith(f"{path} line 2: {problem}")
+    assert [r["key"] for r in Ledger(path).records()] == ["a", "b"]
+    warnings = capsys.readouterr().err.splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: {path} line 2: {problem}")
 
 
 @pytest.mark.slow

@@ -151,7 +151,6 @@ def test_fifo_closed_trades_and_win_rate():
     np.testing.assert_allclose(m.closed_trade_pnl(HAND_TRADES), [1.5, -7.0, -0.5])
     assert m.win_rate(HAND_TRADES) == pytest.approx(1 / 3)
     assert m.num_trades(HAND_TRADES) == 6
-    assert m.traded_value(HAND_TRADES) == pytest.approx(100 + 100 + 120 + 165 + 95 + 60)
     assert m.total_costs(HAND_TRADES) == pytest.approx(6.0)
 
 
@@ -185,7 +184,7 @@ def test_bad_trades_table():
     with pytest.raises(ValueError, match="side"):
         m.win_rate({"ticker": ["A"], "side": ["hold"], "shares": [1], "price": [1], "cost": [0]})
     with pytest.raises(ValueError, match="price"):
-        m.traded_value({"ticker": ["A"], "side": ["buy"], "shares": [1], "cost": [0]})
+        m.summarize(HAND, trades={"ticker": ["A"], "side": ["buy"], "shares": [1], "cost": [0]})
 
 
 def test_summarize_with_trades_table_count_and_overrides():
@@ -193,7 +192,7 @@ def test_summarize_with_trades_table_count_and_overrides():
     s = m.summarize(v, trades=HAND_TRADES)
     assert s["num_trades"] == 6 and s["appt"] == pytest.approx(30 / 6)
     assert s["total_costs"] == pytest.approx(6.0)
-    assert s["turnover"] == pytest.approx(640 / np.mean(v))
+    assert s["turnover"] == pytest.approx((100 + 100 + 120 + 165 + 95 + 60) / np.mean(v))  # sum(shares * price)
     assert s["annual_turnover"] == pytest.approx(640 / np.mean(v) * 252 / 3)
     assert s["win_rate"] == pytest.approx(1 / 3)
     s2 = m.summarize(v, trades=4, costs=2.5, traded_value=500.0)

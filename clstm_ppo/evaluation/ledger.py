@@ -29,7 +29,7 @@ import datetime as dt
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -82,15 +82,13 @@ def _stderr(message: str) -> None:
 
 
 class Ledger:
-    """One ledger file: `records` reads it (warning once per problem line), `append` adds records durably.
+    """One ledger file: `records` reads it (warning once per problem line, on stderr), `append` adds records durably.
 
     :param path: the file (`ledger_path` resolves the flag, the environment variable and the default).
-    :param warn: where the one-line warnings about skipped lines go (stderr by default).
     """
 
-    def __init__(self, path: str | Path | None = None, *, warn: Callable[[str], None] = _stderr) -> None:
+    def __init__(self, path: str | Path | None = None) -> None:
         self.path = ledger_path(path)
-        self.warn = warn
         self._records: list[dict[str, Any]] | None = None
         self._keys: set[tuple[str, str]] = set()
         self._size = -1  # the file's size when last read or written: another process may append meanwhile
@@ -136,12 +134,12 @@ class Ledger:
             elif number in self._warned:
                 continue
             elif torn and number == len(lines):
-                self.warn(
+                _stderr(
                     f"{self.path} line {number}: the last line is cut short (a write interrupted, e.g. by a killed "
                     f"process); skipped"
                 )
             else:
-                self.warn(f"{self.path} line {number}: {problem}; skipped")
+                _stderr(f"{self.path} line {number}: {problem}; skipped")
             self._warned.add(number)
         return out
 

@@ -219,7 +219,7 @@ def num_trades(trades: TradesLike) -> int:
     return int(len(_column(trades, "shares")))
 
 
-def traded_value(trades: TradesLike) -> float:
+def _traded_value(trades: TradesLike) -> float:
     """Dollar value traded, buys and sells together: ``sum(shares * price)``."""
     shares = np.asarray(_column(trades, "shares"), dtype=np.float64)
     price = np.asarray(_column(trades, "price"), dtype=np.float64)
@@ -424,7 +424,3 @@ def summarize(
     }
     assert tuple(out) == METRIC_NAMES
     return out
-
-
-# `summarize`'s keyword `traded_value` shadows the function inside it
-_traded_value = traded_value
