@@ -91,14 +91,14 @@ def assert_report_consistent(out: Path) -> dict:
     report = json.loads((out / "report.json").read_text())
     equity = pd.read_csv(out / "equity.csv")
     trades = pd.read_csv(out / "trades.csv")
-    policy = M.summarize(equity["value"].to_numpy(), trades=trades)
+    policy = M.summarize(equity["value"].to_numpy(), trades=trades, risk_free=report["risk_free"])
     for key, want in policy.items():
         got = report["metrics"]["policy"][key]
         if np.isnan(want):
             assert got is None, key
         else:
             assert got == pytest.approx(want, rel=1e-9, abs=1e-9), key
-    baseline = M.summarize(equity["baseline_value"].to_numpy())
+    baseline = M.summarize(equity["baseline_value"].to_numpy(), risk_free=report["risk_free"])
     for key in ("cumulative_return", "sharpe", "max_drawdown", "final_value"):
         assert report["metrics"]["baseline"][key] == pytest.approx(baseline[key], rel=1e-9, abs=1e-12), key
     assert np.allclose(equity["cash"] + equity["holdings_value"], equity["value"], rtol=1e-9)
@@ -324,6 +324,14 @@ def test_stochastic_episodes_are_seeded_and_reported(ckpts, tmp_path, capsys, on
     assert (tmp_path / "s1" / "equity_episodes.csv").read_bytes() == (
         tmp_path / "s2" / "equity_episodes.csv"
     ).read_bytes()
+
+    # at another rate, each episode's Sharpe and Sortino are in excess of it, as the report's are
+    code, _, err = in_process(capsys, *args, "--risk_free", "0.05", "--out", str(tmp_path / "s3"))
+    assert code == 0, err
+    report = assert_report_consistent(tmp_path / "s3")
+    shown = report["stochastic"]["runs"][report["stochastic"]["episode_shown"] - 1]
+    for key in ("cumulative_return", "sharpe", "sortino"):
+        assert shown[key] == pytest.approx(report["metrics"]["policy"][key], rel=1e-12), key
 
     code, _, err = in_process(capsys, "backtest", "--checkpoint", ck, "--episodes", "3")
     assert code == 2 and "needs --stochastic" in err

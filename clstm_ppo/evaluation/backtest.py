@@ -453,7 +453,11 @@ def _sampled_episodes(
     rows = [
         {
             "episode": k + 1,
-            **M.summarize(r.values, trades=pd.DataFrame(result_of(ck, r, market, period, metadata={}).trades)),
+            **M.summarize(
+                r.values,
+                trades=pd.DataFrame(result_of(ck, r, market, period, metadata={}).trades),
+                risk_free=ck.cfg.env.risk_free,
+            ),
         }
         for k, r in enumerate(runs)
     ]
