@@ -634,7 +634,6 @@ def test_a_batch_out_of_memory_says_to_run_smaller_batches_and_its_cells_then_fi
     too small for the batch does): both cells are recorded failed with the error and a line saying to run again
     with a smaller --batch_cells; run so (each cell alone), both finish."""
     from clstm_ppo.study.batch import run_batch_guarded
-    from clstm_ppo.study.cell import run_cell_guarded
     from clstm_ppo.study.spec import StudySpec
     from clstm_ppo.training.trainer import Trainer
 
@@ -655,7 +654,7 @@ def test_a_batch_out_of_memory_says_to_run_smaller_batches_and_its_cells_then_fi
         assert status["error"].startswith("OutOfMemoryError: CUDA out of memory"), status["error"]
         assert "a batch of 2 cells: run the study again with --batch_cells 1 or fewer" in status["error"]
     with torch_threads(1):
-        assert [run_cell_guarded(study_dir, cell) for cell in mlp] == [0, 0]
+        assert [run_batch_guarded(study_dir, [cell]) for cell in mlp] == [0, 0]
     assert all(read_status(study_dir / "cells" / c.name)["status"] == "done" for c in mlp)
 
 

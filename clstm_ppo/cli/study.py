@@ -247,7 +247,6 @@ def _cell(args: dict[str, Any]) -> int:
     import torch
 
     from clstm_ppo.study.batch import run_batch_guarded
-    from clstm_ppo.study.cell import run_cell_guarded
     from clstm_ppo.study.runner import STOP_GRACE_S
     from clstm_ppo.study.spec import StudySpec
     from clstm_ppo.training.signals import stop_when_orphaned
@@ -264,8 +263,6 @@ def _cell(args: dict[str, Any]) -> int:
     device = os.environ.get(DEVICE_ENV, "cpu")
     if device == "cuda" and not torch.cuda.is_available():
         raise UserError("the study gave this cell a GPU, but torch sees none")
-    if len(names) == 1:
-        return run_cell_guarded(folder, cells[names[0]], device)
     return run_batch_guarded(folder, [cells[n] for n in names], device)
 
 

@@ -8,9 +8,9 @@ Groups are formed from the whole grid in its order, whatever is done, and a shar
 (`clstm_ppo.study.runner`): a re-run and every shard put each cell beside the same batch mates in the same place, so
 an interrupted cell continues as it would have, and a sharded study gives the whole study's numbers bit for bit.
 
-`run_batch` does for each window what `clstm_ppo.study.cell.run_cell` does for one cell, with one
-`clstm_ppo.training.trainer.Trainer` for every cell of the group that still has to train that window (each resuming
-its own latest.pt or warm-starting from its previous window, as alone), then trades the window of every live cell of
+`run_batch` walks each window (`clstm_ppo.study.cell`) with one `clstm_ppo.training.trainer.Trainer` for every
+cell of the group that still has to train that window (each resuming its own latest.pt or warm-starting from its
+previous window, as alone; a cell alone is a group of one, which a one-seed Trainer trains as a run), then trades the window of every live cell of
 the group at once (`trade_windows`: their checkpoints and untrained networks as one stacked network on one env of 2K
 columns), so each cell's traded record is what `clstm-ppo backtest` of its checkpoint gives up to the float rounding
 of the stacked forward (a cell alone trades through the single-network code, bit for bit the backtest's). A cell's
@@ -164,9 +164,10 @@ def _bounds(total: int, parts: int, i: int) -> slice:
 
 
 class _Member:
-    """One cell of the group as `run_batch` walks it forward: its settings, windows so far, failure."""
+    """One cell of the group as `run_batch` walks it forward: its settings, windows so far, failure, and when its
+    process started."""
 
-    def __init__(self, study_dir: Path, cell: Cell, cfg: TrainConfig) -> None:
+    def __init__(self, study_dir: Path, cell: Cell, cfg: TrainConfig, started: float) -> None:
         self.cell, self.cfg = cell, cfg
         self.folder = study_dir / "cells" / cell.name
         self.policy_runs: list[PolicyRun] = []
@@ -174,31 +175,31 @@ class _Member:
         self.train_seconds: list[float] = []
         self.previous: Path | None = None
         self.error: BaseException | None = None
-        self.trace = ""
+        self.started = started
 
     def window(self, k: int) -> Path:
         return self.folder / "periods" / f"{k:03d}"
-
-    def before(self) -> tuple[PolicyRun, PolicyRun] | None:
-        return (self.policy_runs[-1], self.untrained_runs[-1]) if self.policy_runs else None
 
 
 def run_batch(
     study_dir: Path,
     cells: list[Cell],
-    device: torch.device | str = "cpu",
+    device: torch.device | str,
+    started: float,
     *,
     callbacks: dict[str, list[Callback]] | None = None,
 ) -> dict[str, dict[str, Any] | BaseException]:
-    """Walk ``cells`` (one group of `batches`) forward together; each cell's result.json content, or the error it
-    failed with.
+    """Walk ``cells`` (one group of `batches`, or one cell) forward together; each cell's result.json content, or the
+    error it failed with.
 
+    :param started: when the process started (`time.time()`), for the status.json of a cell that fails.
     :param callbacks: per cell name, hooks on its training (tests: a fault injector on one cell).
     :raises StoppedBySignal: on SIGINT/SIGTERM, after every training cell saved (`run_batch_guarded` records it).
+    :raises Exception: whatever one cell alone raises (a run of one seed raises, `clstm_ppo.training.trainer`).
     """
     device = torch.device(device)
     spec = StudySpec.load(study_dir)
-    members = [_Member(study_dir, cell, cell.config(spec.base_config)) for cell in cells]
+    members = [_Member(study_dir, cell, cell.config(spec.base_config), started) for cell in cells]
     markets = load_markets(study_dir / "prepared", market_key(members[0].cfg))
     tickers = markets[0].data.tickers
     for k, market in enumerate(markets):
@@ -254,9 +255,9 @@ def _alone(member: _Member) -> Iterator[None]:
 
 def _fail(member: _Member, err: BaseException, trace: str, batch: int = 1) -> None:
     """Record ``member``'s failure (in a batch of ``batch`` cells) in memory and in its status.json."""
-    member.error, member.trace = err, trace
+    member.error = err
     error = describe_exception(err, 500) + _smaller_batches_hint(err, batch)
-    write_status(member.folder, "failed", finished=time.time(), error=error, traceback=trace)
+    write_status(member.folder, "failed", started=member.started, finished=time.time(), error=error, traceback=trace)
 
 
 def _train_together(
@@ -291,10 +292,13 @@ def _trade_together(
     members: list[_Member], market: Any, k: int, device: torch.device
 ) -> dict[str, tuple[PolicyRun, PolicyRun]]:
     """Window ``k``'s traded days of ``members`` (`trade_windows`; each from the portfolios its window k - 1 left);
-    when that fails, each cell on its own (`trade_window`), where an error fails that cell alone."""
+    when that fails, each cell on its own (`trade_window`), where an error fails that cell alone. A cell alone trades
+    through `trade_window` (the single network's code: bit for bit its backtest)."""
     befores = [
         (m.policy_runs[k - 1], m.untrained_runs[k - 1]) if k else None for m in members
     ]  # a cell whose window k was traded already holds k + 1 records
+    if len(members) == 1:
+        return {members[0].cell.name: trade_window(members[0].cfg, market, members[0].window(k), device, befores[0])}
     try:
         runs = trade_windows([m.cfg for m in members], market, [m.window(k) for m in members], device, befores)
         return {m.cell.name: run for m, run in zip(members, runs, strict=True)}
@@ -315,17 +319,18 @@ def run_batch_guarded(
     *,
     callbacks: dict[str, list[Callback]] | None = None,
 ) -> int:
-    """`run_batch` with each cell's status kept in its status.json, as `clstm_ppo.study.cell.run_cell_guarded`
-    keeps one cell's: done, failed (with the error), or interrupted.
+    """`run_batch` with each cell's status kept in its status.json: running, then done, failed (with the error), or
+    interrupted; a cell of a batch of several names them all (``batch``).
 
     :return: exit status for the group's process: 0 all done, 1 some failed, 128 + signal when stopped.
     """
     started = time.time()
     folders = {c.name: study_dir / "cells" / c.name for c in cells}
+    batch = {"batch": [c.name for c in cells]} if len(cells) > 1 else {}
     for cell in cells:
-        write_status(folders[cell.name], "running", started=started, pid=os.getpid(), batch=[c.name for c in cells])
+        write_status(folders[cell.name], "running", started=started, pid=os.getpid(), **batch)
     try:
-        results = run_batch(study_dir, cells, device, callbacks=callbacks)
+        results = run_batch(study_dir, cells, device, started, callbacks=callbacks)
     except StoppedBySignal as stop:
         _settle_unfinished(folders, "interrupted", started=started, stopped=time.time())
         return 128 + stop.signum
@@ -349,7 +354,7 @@ def run_batch_guarded(
             finished=time.time(),
             seconds=time.time() - started,
             train_seconds=float(sum(result["train_seconds"])),
-            batch=[c.name for c in cells],
+            **batch,
         )
     return 1 if any(isinstance(r, BaseException) for r in results.values()) else 0
 

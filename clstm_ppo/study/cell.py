@@ -1,4 +1,5 @@
-"""One cell of a study: a full walk-forward run of one policy, seed and variant, through the real trainer.
+"""One cell of a study: a full walk-forward run of one policy, seed and variant, through the real trainer
+(`clstm_ppo.study.batch.run_batch` walks it, alone or beside its batch mates).
 
 For each retraining window k (see `clstm_ppo.study.schedule`): train with `clstm_ppo.training.trainer.Trainer`
 on the window's prepared market (warm-started from window k-1's selected weights, or from scratch), select the
@@ -25,8 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +46,7 @@ from clstm_ppo.study.markets import load_markets, market_key
 from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import keep_weights_only, load_checkpoint, restore_policy
-from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.run_folder import BEST, LATEST, deployed_checkpoint
-from clstm_ppo.training.signals import StoppedBySignal
-from clstm_ppo.training.trainer import Trainer
-from envs.errors import describe_exception
 from envs.execution import Terms
 from envs.features import PreparedMarket
 
@@ -146,15 +141,6 @@ def trained(cfg: TrainConfig, folder: Path) -> bool:
     return latest.is_file() and load_checkpoint(latest).counters.get("episodes", 0) >= cfg.ppo.num_episodes
 
 
-def _train(cfg: TrainConfig, market: PreparedMarket, folder: Path, device: torch.device) -> float:
-    """Train (or finish training) one window's model in ``folder``; return the seconds spent training."""
-    if trained(cfg, folder):
-        return 0.0
-    start = time.perf_counter()
-    Trainer(cfg, market, Comm(device=device), folder).train()
-    return time.perf_counter() - start
-
-
 def selected(folder: Path, market: PreparedMarket, cfg: TrainConfig) -> Path:
     """The window's checkpoint under ``--deploy`` (`clstm_ppo.training.run_folder.deployed_checkpoint`)."""
     return deployed_checkpoint(folder, market.splits.validation is not None, cfg.run.deploy)
@@ -180,21 +166,10 @@ def trade_window(
 ) -> tuple[PolicyRun, PolicyRun]:
     """Window ``pdir``'s traded days: its selected checkpoint, and the untrained network (the seed's initial
     weights), each from the portfolio its previous window (``before``: policy's, untrained's) left."""
-    policy = evaluate_policy(
-        deployed_network(cfg, market, pdir, device),
-        market,
-        market.splits.test,
-        cfg.env,
-        device=device,
-        start_portfolio=_portfolio(before[0]) if before else None,
-    )
-    untrained = evaluate_policy(
-        untrained_network(cfg, market, device),
-        market,
-        market.splits.test,
-        cfg.env,
-        device=device,
-        start_portfolio=_portfolio(before[1]) if before else None,
+    networks = (lambda: deployed_network(cfg, market, pdir, device), lambda: untrained_network(cfg, market, device))
+    policy, untrained = (  # in turn: the trained network trades before the untrained one reseeds torch
+        evaluate_policy(network(), market, market.splits.test, cfg.env, device=device, start_portfolio=start)
+        for network, start in zip(networks, [_portfolio(b) for b in before] if before else (None, None), strict=True)
     )
     return policy, untrained
 
@@ -217,42 +192,6 @@ def trade_windows(
         trained_nets + untrained_nets, market, market.splits.test, cfgs[0].env, device=device, start_portfolios=starts
     )
     return list(zip(runs[: len(cfgs)], runs[len(cfgs) :], strict=True))
-
-
-def run_cell(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Run (or finish) ``cell`` of the study in ``study_dir``; return its result.json content.
-
-    Raises whatever training raises (`StoppedBySignal` on SIGINT/SIGTERM); `run_cell_guarded` records it.
-    """
-    device = torch.device(device)
-    spec = StudySpec.load(study_dir)
-    cfg = cell.config(spec.base_config)
-    markets = load_markets(study_dir / "prepared", market_key(cfg))
-    folder = study_dir / "cells" / cell.name
-    tickers = markets[0].data.tickers
-    policy_runs: list[PolicyRun] = []
-    untrained_runs: list[PolicyRun] = []
-    train_seconds: list[float] = []
-    previous: Path | None = None
-    for k, market in enumerate(markets):
-        pdir = folder / "periods" / f"{k:03d}"
-        done = pdir / "trade.npz"
-        if done.is_file():
-            policy, untrained, seconds = load_run(done, tickers)
-        else:
-            pdir.mkdir(parents=True, exist_ok=True)
-            seconds = _train(period_config(cfg, spec, pdir, k, previous), market, pdir, device)
-            before = (policy_runs[-1], untrained_runs[-1]) if policy_runs else None
-            policy, untrained = trade_window(cfg, market, pdir, device, before)
-            keep_traded_weights(pdir)
-            save_run(done, policy, untrained, seconds)
-        previous = selected(pdir, market, cfg)
-        policy_runs.append(policy)
-        untrained_runs.append(untrained)
-        train_seconds.append(seconds)
-    return finish_cell(
-        study_dir, cell, cfg, stitch(policy_runs), stitch(untrained_runs), train_seconds, traded_terms(markets, cfg)
-    )
 
 
 def traded_terms(markets: list[PreparedMarket], cfg: TrainConfig) -> Terms:
@@ -410,37 +349,3 @@ def finish_cell(
     )
     (folder / "result.json").write_text(json.dumps(payload, indent=2, allow_nan=True) + "\n", encoding="utf-8")
     return payload
-
-
-def run_cell_guarded(study_dir: Path, cell: Cell, device: torch.device | str = "cpu") -> int:
-    """`run_cell` with its status kept in status.json: done, failed (with the error), or interrupted.
-
-    :return: exit status for the cell's process: 0 done, 1 failed, 128 + signal when stopped by a signal.
-    """
-    folder = study_dir / "cells" / cell.name
-    started = time.time()
-    write_status(folder, "running", started=started, pid=os.getpid())
-    try:
-        result = run_cell(study_dir, cell, device)
-    except StoppedBySignal as stop:
-        write_status(folder, "interrupted", started=started, stopped=time.time())
-        return 128 + stop.signum
-    except Exception as err:  # a failed cell is recorded and the study goes on
-        write_status(
-            folder,
-            "failed",
-            started=started,
-            finished=time.time(),
-            error=describe_exception(err, 500),
-            traceback=traceback.format_exc()[-4000:],
-        )
-        return 1
-    write_status(
-        folder,
-        "done",
-        started=started,
-        finished=time.time(),
-        seconds=time.time() - started,
-        train_seconds=float(sum(result["train_seconds"])),
-    )
-    return 0
