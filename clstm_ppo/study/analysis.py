@@ -153,24 +153,6 @@ def add_deflated_sharpe(cells: list[dict[str, Any]], trials: TrialCount, benchma
         )
 
 
-def compare(
-    policy_returns: np.ndarray,
-    baseline_returns: np.ndarray,
-    *,
-    confidence: float,
-    n_boot: int = S.BOOTSTRAP_DRAWS,
-    seed: int = 0,
-    family: int | None = None,
-) -> dict[str, Any]:
-    """Paired block-bootstrap interval and p-value of the Sharpe difference: ``[S, D-1]`` policy vs ``[D-1]`` or
-    ``[S, D-1]``, each bound with its Monte Carlo standard error, and with ``family`` m the Bonferroni interval for m
-    configurations from the same draws (`S.paired_sharpe_difference`)."""
-    out = S.paired_sharpe_difference(
-        policy_returns, baseline_returns, confidence=confidence, n_boot=n_boot, seed=seed, family=family
-    )
-    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in out.items()}
-
-
 def overfitting(cell_returns: np.ndarray) -> dict[str, Any] | None:
     """PBO by CSCV over the cells' daily returns ``[D-1, N]``; None with fewer than 4 cells or too few days."""
     days, n = cell_returns.shape

@@ -339,7 +339,7 @@ def _group_statistics(
         seed=seed,
     )
     against = {
-        name: A.compare(
+        name: S.paired_sharpe_difference(
             policy_returns,
             M.excess_returns(b["values"], rf),
             confidence=confidence,
@@ -349,7 +349,7 @@ def _group_statistics(
         )
         for name, b in baselines.items()
     }
-    against[f"{UNTRAINED} {group}"] = A.compare(
+    against[f"{UNTRAINED} {group}"] = S.paired_sharpe_difference(
         policy_returns, untrained_returns, confidence=confidence, n_boot=n_boot, seed=seed, family=tried
     )
     return {
@@ -423,7 +423,7 @@ def _between_groups(
             common = sorted(seeds_a.keys() & seeds_b.keys())
             if not common:
                 continue
-            d = A.compare(
+            d = S.paired_sharpe_difference(
                 np.stack([seeds_a[s]["returns"] for s in common]),
                 np.stack([seeds_b[s]["returns"] for s in common]),
                 confidence=confidence,
