@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from clstm_ppo.study.spec import StudySpec
 from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import keep_weights_only, load_checkpoint, restore_policy
 from clstm_ppo.training.run_folder import BEST, LATEST, deployed_checkpoint
+from envs.config import EnvConfig
 from envs.execution import Terms
 from envs.features import PreparedMarket
 
@@ -201,53 +203,38 @@ def traded_terms(markets: list[PreparedMarket], cfg: TrainConfig) -> Terms:
     )
 
 
-def trade_deployed(
-    study_dir: Path, cells: list[Cell], cfg: TrainConfig, markets: list[PreparedMarket], device: torch.device | str
+def walk_windows(
+    markets: list[PreparedMarket], env: EnvConfig, acting: Callable[[int, PreparedMarket], Any], device: Any = "cpu"
 ) -> PolicyRun:
-    """The finished ``cells`` traded again on the study's days: in each window the checkpoint ``cfg.run.deploy``
-    picks of each cell, one cell's network alone or several acting as one (`clstm_ppo.agent.ensemble`), the portfolio
-    carried from window to window; the windows stitched into one record."""
+    """``acting(k, market)`` (a policy) traded on each window k's days through ``env``, the portfolio carried from
+    window to window as a cell's is; the windows stitched into one record."""
     runs: list[PolicyRun] = []
     for k, market in enumerate(markets):
-        members = []
-        for cell in cells:
-            pdir = study_dir / "cells" / cell.name / "periods" / f"{k:03d}"
-            members.append(deployed_network(cfg, market, pdir, device))
-        runs.append(
-            evaluate_policy(
-                members[0] if len(members) == 1 else Ensemble(members, cfg.env.action_mode),
-                market,
-                market.splits.test,
-                cfg.env,
-                device=device,
-                start_portfolio=_portfolio(runs[-1]) if runs else None,
-            )
-        )
+        policy, start = acting(k, market), _portfolio(runs[-1]) if runs else None
+        runs.append(evaluate_policy(policy, market, market.splits.test, env, device=device, start_portfolio=start))
     return stitch(runs)
 
 
-def run_ensemble(
-    study_dir: Path, cells: list[Cell], device: torch.device | str = "cpu", deploy: str | None = None
-) -> PolicyRun:
-    """The ensemble of ``cells`` (the seeds of one configuration, all finished): in each window their selected
-    checkpoints (the study's ``--deploy``, or ``deploy`` when given) act as one (`clstm_ppo.agent.ensemble`) on the
-    window's traded days, the portfolio carried from window to window as each cell's is; the windows stitched into
-    one record. Kept in ``ensembles/<digest>.npz``, the digest of the member cells' names and of ``deploy`` where it
-    is not the study's own (12 seeds of a varied configuration outgrow a file name)."""
+def run_ensemble(study_dir: Path, cells: list[Cell]) -> PolicyRun:
+    """The ensemble of ``cells`` (the seeds of one configuration, all finished): in each window their checkpoints
+    that the study's ``--deploy`` selects act as one (`clstm_ppo.agent.ensemble`; one cell's network alone) on the
+    window's traded days (`walk_windows`). Kept in ``ensembles/<digest>.npz``, the digest of the member cells' names
+    (12 seeds of a varied configuration outgrow a file name)."""
     spec = StudySpec.load(study_dir)
     cfg = cells[0].config(spec.base_config)
-    if deploy is not None and deploy != cfg.run.deploy:
-        cfg = cfg.with_settings(deploy=deploy)
-        suffix = f"@{deploy}"
-    else:
-        suffix = ""
     markets = load_markets(study_dir / "prepared", market_key(cfg))
-    members_key = hashlib.sha256(("+".join(c.name for c in cells) + suffix).encode()).hexdigest()[:16]
-    path = study_dir / "ensembles" / f"{members_key}.npz"
+    path = study_dir / "ensembles" / f"{hashlib.sha256('+'.join(c.name for c in cells).encode()).hexdigest()[:16]}.npz"
     if path.is_file():
         return load_run(path, markets[0].data.tickers)[0]
+
+    def acting(k: int, market: PreparedMarket) -> Any:
+        nets = [
+            deployed_network(cfg, market, study_dir / "cells" / c.name / "periods" / f"{k:03d}", "cpu") for c in cells
+        ]
+        return nets[0] if len(nets) == 1 else Ensemble(nets, cfg.env.action_mode)
+
     with torch_threads(1):  # in the study's own process, beside its cells or other jobs (`torch_threads`)
-        run = trade_deployed(study_dir, cells, cfg, markets, device)
+        run = walk_windows(markets, cfg.env, acting)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_run(path, run, run, 0.0)
     return run

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.agent.evaluate import PolicyRun
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import statistics as S
@@ -37,7 +37,7 @@ from clstm_ppo.evaluation.ledger import Ledger, TrialCount, count_trials, same_d
 from clstm_ppo.evaluation.oracle import ORACLE, OracleRule, excess_share, planted
 from clstm_ppo.evaluation.report import write_json
 from clstm_ppo.study import analysis as A
-from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, stitch
+from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, walk_windows
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key, paper_stop_days, traded_window
 from clstm_ppo.study.spec import StudySpec
@@ -174,13 +174,11 @@ def _oracle(base: TrainConfig, markets: list[PreparedMarket]) -> PolicyRun:
     window's closes, on the study's traded days: each window's days through that window's env, the portfolio carried
     over, as a cell's trades are."""
     signal = require_planted_rule(base.data.source)
-    runs: list[PolicyRun] = []
-    for market in markets:
-        actions = oracle_actions(predictor_from_prices(market.data.close, signal))
-        rule = OracleRule(actions, market.splits.test.start)
-        start = None if not runs else (float(runs[-1].cash[-1]), runs[-1].holdings[-1].copy())
-        runs.append(evaluate_policy(rule, market, market.splits.test, base.env, start_portfolio=start))
-    return stitch(runs)
+
+    def rule(_: int, market: PreparedMarket) -> OracleRule:
+        return OracleRule(oracle_actions(predictor_from_prices(market.data.close, signal)), market.splits.test.start)
+
+    return walk_windows(markets, base.env, rule)
 
 
 def _rule_metrics(run: BaselineRun, bench: np.ndarray, turbulent: np.ndarray, rf: float) -> dict[str, float]:
