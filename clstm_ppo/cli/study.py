@@ -47,7 +47,6 @@ STUDY_OWNED = frozenset(
 )
 STUDY_NUM_EPISODES = 400
 """The study's default training episodes per cell (first window); `train` defaults to 10,000."""
-DEVICE_ENV = "CLSTM_PPO_STUDY_DEVICE"  # set by the runner for each cell process: cpu or cuda
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,7 +246,7 @@ def _cell(args: dict[str, Any]) -> int:
     import torch
 
     from clstm_ppo.study.batch import run_batch_guarded
-    from clstm_ppo.study.runner import STOP_GRACE_S
+    from clstm_ppo.study.runner import DEVICE_ENV, STOP_GRACE_S
     from clstm_ppo.study.spec import StudySpec
     from clstm_ppo.training.signals import stop_when_orphaned
 

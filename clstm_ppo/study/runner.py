@@ -50,6 +50,7 @@ from envs.errors import UserError
 from envs.fingerprint import data_fingerprint
 
 STOP_GRACE_S = 60.0
+DEVICE_ENV = "CLSTM_PPO_STUDY_DEVICE"  # set for each cell process: cpu or cuda
 
 
 @dataclass
@@ -63,10 +64,9 @@ class Layout:
 
 
 def plan_layout(workers: int, cells_per_gpu: int, threads: int, use_gpus: bool, batch_cells: int = 0) -> Layout:
-    """``workers`` (0: all it is given): GPUs x cells_per_gpu, or CPU cores / threads."""
+    """``workers`` (0: all it is given): GPUs x cells_per_gpu, or CPU cores / threads (the flags as
+    `clstm_ppo.study.config.StudyConfig` validated them)."""
     gpus = torch.cuda.device_count() if use_gpus and torch.cuda.is_available() else 0
-    if cells_per_gpu < 1 or threads < 0 or workers < 0 or batch_cells < 0:
-        raise UserError("--workers, --threads and --batch_cells must be >= 0 and --cells_per_gpu >= 1")
     cores = os.cpu_count() or 1
     threads = threads or (1 if gpus else max(1, cores // max(1, workers or cores)))
     if not workers:
@@ -74,11 +74,10 @@ def plan_layout(workers: int, cells_per_gpu: int, threads: int, use_gpus: bool, 
     return Layout(workers=workers, gpus=gpus, threads=threads, batch_cells=batch_cells)
 
 
-def plan(spec: StudySpec, cells: list[Cell], data: MarketData | None = None) -> tuple[MarketData, list[WalkPeriod]]:
-    """Load the data once (unless given) and make the walk-forward schedule (nothing is written)."""
+def plan(spec: StudySpec, cells: list[Cell], data: MarketData) -> list[WalkPeriod]:
+    """The walk-forward schedule of ``cells`` on ``data`` (nothing is written)."""
     base = spec.base_config
-    data = data if data is not None else load_data(base.data, seed=base.run.seed)
-    periods = walk_forward(
+    return walk_forward(
         data.dates,
         window=max([base.data.window, *[c.config(base).data.window for c in cells]]),
         trade_start=spec.trade_start,
@@ -86,7 +85,6 @@ def plan(spec: StudySpec, cells: list[Cell], data: MarketData | None = None) -> 
         retrain=spec.retrain,
         validation_days=spec.validation_days,
     )
-    return data, periods
 
 
 def prepare(study_dir: Path, spec: StudySpec, cells: list[Cell], data: MarketData, periods: list[WalkPeriod]) -> None:
@@ -123,20 +121,6 @@ def _episodes_done(cell_dir: Path) -> int:
         except OSError:
             pass
     return done
-
-
-def _cell_command(study_dir: Path, cells: list[Cell], threads: int) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "clstm_ppo.cli",
-        "study",
-        "_cell",
-        str(study_dir),
-        ",".join(c.name for c in cells),
-        "--threads",
-        str(threads),
-    ]
 
 
 def run_cells(
@@ -209,11 +193,7 @@ class _Job:
 def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) -> subprocess.Popen:
     """Start the process of ``cells`` in worker ``slot``, its output appended to the first cell's log.txt (the
     others' log.txt say where it is)."""
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "CLSTM_PPO_STUDY_DEVICE": "cuda" if layout.gpus else "cpu",
-    }
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", DEVICE_ENV: "cuda" if layout.gpus else "cpu"}
     if layout.gpus:  # the job sees one GPU; slots go round the GPUs
         env["CUDA_VISIBLE_DEVICES"] = str(slot % layout.gpus)
     for cell in cells:
@@ -223,8 +203,9 @@ def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) ->
         with open(study_dir / "cells" / cell.name / "log.txt", "a", encoding="utf-8") as note:
             note.write(f"trained in one batch with {', '.join(c.name for c in cells)}: its output is in {log}\n")
     with open(log, "ab") as out:
+        names, threads = ",".join(c.name for c in cells), str(layout.threads)
         return subprocess.Popen(
-            _cell_command(study_dir, cells, layout.threads),
+            [sys.executable, "-m", "clstm_ppo.cli", "study", "_cell", str(study_dir), names, "--threads", threads],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
@@ -321,9 +302,8 @@ class _CellPool:
         if episodes >= max(1, left // 10):
             took = time.perf_counter() - first.began
             self.estimated = True
-            what = "first cell" if len(first.cells) == 1 else f"first batch of {len(first.cells)} cells"
             self.measure(first.cells, took / episodes * left)
-            self.log_estimate(first.cells, f"{what}: {episodes} episodes in {took:,.0f} s")
+            self.log_estimate(first.cells, f": {episodes} episodes in {took:,.0f} s")
 
     def cost(self, cells: list[Cell]) -> float:
         """A job's work (its cells' `cell_cost`s; 1 a cell without them)."""
@@ -340,11 +320,13 @@ class _CellPool:
         return self.cost(cells) * sum(rates) / len(rates) if rates else math.nan
 
     def log_estimate(self, cells: list[Cell], what: str) -> None:
-        """Print the estimated time per cell of the measured job's family and for all the cells to run."""
+        """Print what the first job, of ``cells``, did (``what``, after its name), the estimated time per cell of its
+        family and for all the cells to run."""
         per_job = self.predicted(cells)
         batched = f" (in batches of up to {max(len(j) for j in self.jobs)})" if len(cells) > 1 else ""
+        first = "first cell" if len(cells) == 1 else f"first batch of {len(cells)} cells"
         self.log(
-            f"[study] {what}: about {_duration(per_job / len(cells))} per {cells[0].policy} cell{batched}, "
+            f"[study] {first}{what}: about {_duration(per_job / len(cells))} per {cells[0].policy} cell{batched}, "
             f"{_duration(self.eta())} for the {len(self.todo)} cell(s) on {self.layout.workers} worker(s)"
         )
 
@@ -400,8 +382,7 @@ class _CellPool:
             self.on_done(cell)
         if not self.estimated:
             self.estimated = True
-            what = "first cell" if len(job.cells) == 1 else f"first batch of {len(job.cells)} cells"
-            self.log_estimate(job.cells, f"{what} done in {seconds:,.0f} s")
+            self.log_estimate(job.cells, f" done in {seconds:,.0f} s")
 
     def log_progress(self, job: _Job, cell: Cell, state: str, status: dict[str, Any]) -> None:
         """Print how a cell ended, the counts so far and the ETA of the cells left (`eta`)."""
@@ -486,8 +467,7 @@ def run_study(
     """
     cells = spec.cells()
     _check_before_writing(study_dir, spec, cells, ledger, max_cells, log)
-    # Batches are formed over the whole grid and shards take whole batches: a cell trains with the same batch mates,
-    # in the same place, in a shard as in the whole study (the same numbers, bit for bit, given the same batches).
+    # batches over the whole grid, shards of whole batches (`clstm_ppo.study.batch`: the same numbers in a shard)
     shards = shard_of[1] if shard_of else 1
     t0 = time.perf_counter()
     base = spec.base_config
@@ -497,7 +477,7 @@ def run_study(
     )
     groups = shard(groups, *shard_of) if shard_of else groups
     mine = [c for group in groups for c in group]
-    data, periods = plan(spec, mine, data)
+    periods = plan(spec, mine, data)
     _guard_holdout(study_dir, spec, ledger, data, periods, unseal=unseal, log=log)
     prepare(study_dir, spec, mine, data, periods)
     spec.save(study_dir)
@@ -629,11 +609,10 @@ def merge_shards(
     for folder in shards:
         if folder.resolve() == out.resolve():
             continue
-        for name in ("prepared",):
-            for f in (folder / name).glob("*"):
-                (out / name).mkdir(parents=True, exist_ok=True)
-                if not (out / name / f.name).exists():
-                    shutil.copy2(f, out / name / f.name)
+        for f in (folder / "prepared").glob("*"):
+            (out / "prepared").mkdir(parents=True, exist_ok=True)
+            if not (out / "prepared" / f.name).exists():
+                shutil.copy2(f, out / "prepared" / f.name)
         for cell_dir in (folder / "cells").glob("*"):
             if (
                 read_status(cell_dir)["status"] == "done"
