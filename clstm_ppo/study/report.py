@@ -538,14 +538,8 @@ def _ensemble(
     }
 
 
-TABLE6 = (
-    ("cumulative_return", "pct"),
-    ("max_earning_rate", "pct"),
-    ("max_drawdown", "pct"),
-    ("appt", "dollars"),
-    ("sharpe", "ratio"),
-    ("exposure", "pct"),
-)  # the paper's Table 6 columns (CR, MER, MPB, APPT, SR) and the exposure, with their formats
+TABLE6 = tuple(t for t in A.TABLE if t[1] in ("CR", "MER", "MPB", "APPT", "SR", "exposure"))
+"""The paper's Table 6 columns and the exposure (`A.TABLE` entries, in its order)."""
 
 
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
@@ -644,28 +638,21 @@ def _md_sharpe_table(report: dict[str, Any]) -> list[str]:
 
 def _md_table6(report: dict[str, Any]) -> list[str]:
     """The paper's Table 6 metrics table: mean over seeds with intervals, the untrained networks, the baselines."""
-    lines = [
-        "",
-        "## The paper's Table 6 metrics (mean over seeds [interval over seeds, days fixed]; SR: see above)",
-        "",
-        "| | CR | MER | MPB | APPT | SR | exposure |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for group, g in report["groups"].items():
-        summary, untrained = g["summary"], g["untrained"]
-        lines.append(
-            f"| {group} ({len(g['seeds'])} seeds) | " + " | ".join(_ci(summary[k], kind) for k, kind in TABLE6) + " |"
-        )
-        lines.append(f"| {UNTRAINED} {group} | " + " | ".join(_ci(untrained[k], kind) for k, kind in TABLE6) + " |")
-    for name, m in report["baselines"].items():
-        lines.append(f"| {name} | " + " | ".join(_fmt(m.get(k, math.nan), kind) for k, kind in TABLE6) + " |")
-    return lines
+        rows.append((f"{group} ({len(g['seeds'])} seeds)", [_ci(g["summary"][k], kind) for k, _, kind in TABLE6]))
+        rows.append((f"{UNTRAINED} {group}", [_ci(g["untrained"][k], kind) for k, _, kind in TABLE6]))
+    head = "## The paper's Table 6 metrics (mean over seeds [interval over seeds, days fixed]; SR: see above)"
+    return ["", head, "", *_md_grid(report, TABLE6, rows)]
 
 
 def _md_other_metrics(report: dict[str, Any]) -> list[str]:
     """The table of every metric not in Table 6 (PSR and DSR among them): mean over seeds, and the baselines."""
-    rest = [t for t in A.TABLE if t[0] not in dict(TABLE6)]
-    lines = [
+    rest = tuple(t for t in A.TABLE if t not in TABLE6)
+    rows = [
+        (group, [_fmt(g["summary"][k]["mean"], kind) for k, _, kind in rest]) for group, g in report["groups"].items()
+    ]
+    return [
         "",
         "## Every other metric (mean over seeds)",
         "",
@@ -673,14 +660,21 @@ def _md_other_metrics(report: dict[str, Any]) -> list[str]:
         'equal-weight buy-and-hold on the same days (a long-only book in a rising market passes "vs 0" by its '
         f"exposure alone). The DSRs deflate by the {report['trials']['num_trials']} trials on these days in the ledger.",
         "",
-        "| | " + " | ".join(col for _, col, _ in rest) + " |",
-        "|---|" + "---:|" * len(rest),
+        *_md_grid(report, rest, rows),
     ]
-    for group, g in report["groups"].items():
-        lines.append(f"| {group} | " + " | ".join(_fmt(g["summary"][k]["mean"], kind) for k, _, kind in rest) + " |")
-    for name, m in report["baselines"].items():
-        lines.append(f"| {name} | " + " | ".join(_fmt(m.get(k, math.nan), kind) for k, _, kind in rest) + " |")
-    return lines
+
+
+def _md_grid(report: dict[str, Any], columns: tuple[tuple[str, str, str], ...], rows: list[Any]) -> list[str]:
+    """A markdown table of ``columns`` (`A.TABLE` entries) across: its header, ``rows`` (label, cells), then each
+    baseline's row."""
+    rows += [
+        (name, [_fmt(m.get(k, math.nan), kind) for k, _, kind in columns]) for name, m in report["baselines"].items()
+    ]
+    return [
+        "| | " + " | ".join(col for _, col, _ in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+        *(f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows),
+    ]
 
 
 def _level(confidence: float) -> str:
