@@ -1033,7 +1033,7 @@ def test_batches_are_sized_by_the_cells_work():
     """On the CPU paper-sized clstm cells train alone (4 as one batch on one core took 56 min against 12.5 each alone)
     and the mlp cells share batches, the costliest jobs first; small cells share a job's overhead, one batch per
     worker; a set is split only where that shortens the busiest worker's work."""
-    from clstm_ppo.study.batch import batches, job_cost, makespan
+    from clstm_ppo.study.batch import _cost, _work, batches, makespan
 
     def policies(groups):
         return [[c.policy for c in g] for g in groups]
@@ -1045,7 +1045,8 @@ def test_batches_are_sized_by_the_cells_work():
     many = build_grid(["clstm"], list(range(1, 33)), [()])
     assert [len(g) for g in batches(many, base, 0, 16)] == [1] * 32
     clstm = mixed[:4]
-    assert job_cost(clstm, base, 20) > sum(job_cost([c], base, 20) for c in clstm)  # a batch of them is slower
+    works = [_work(c.config(base), 20) for c in clstm]
+    assert _cost(works, "cpu") > sum(_cost([w], "cpu") for w in works)  # a batch of them is slower
     assert makespan([3.0, 2.0, 2.0, 1.0], 2) == 4.0
     demo = preset("demo")
     eight = build_grid(["clstm"], list(range(1, 9)), [()])

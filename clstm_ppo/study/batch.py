@@ -80,12 +80,6 @@ def cell_cost(cell: Cell, base: TrainConfig, num_tickers: int) -> float:
     return _cost([_work(cell.config(base), num_tickers)], "cpu")
 
 
-def job_cost(cells: list[Cell], base: TrainConfig, num_tickers: int, device: str = "cpu") -> float:
-    """The work of ``cells`` trained as one batch: one `STEP_OVERHEAD` a step for the job and each cell's matmuls,
-    slower by `BATCHED_SLOWDOWN` when batched."""
-    return _cost([_work(c.config(base), num_tickers) for c in cells], device)
-
-
 def _work(cfg: TrainConfig, num_tickers: int) -> tuple[float, float]:
     """A cell's env steps (its first window's) and its training matmul FLOPs over them."""
     days = cfg.env.episode_length if isinstance(cfg.env.episode_length, int) else 252
@@ -94,7 +88,8 @@ def _work(cfg: TrainConfig, num_tickers: int) -> tuple[float, float]:
 
 
 def _cost(works: list[tuple[float, float]], device: str) -> float:
-    """`job_cost` of cells whose `_work` is ``works``."""
+    """The work of cells whose `_work` is ``works`` trained as one batch: one `STEP_OVERHEAD` a step for the job and
+    each cell's matmuls, slower by `BATCHED_SLOWDOWN` when batched."""
     slowdown = BATCHED_SLOWDOWN[device] if len(works) > 1 else 1.0
     return max(steps for steps, _ in works) * STEP_OVERHEAD + slowdown * sum(flops for _, flops in works)
 
@@ -111,7 +106,7 @@ def makespan(costs: list[float], workers: int) -> float:
 def batches(
     cells: list[Cell], base: TrainConfig, size: int, workers: int, *, num_tickers: int = 20, gpus: bool = False
 ) -> list[list[Cell]]:
-    """``cells`` in groups that train as one batch each, the costliest first (`job_cost`: the longest jobs start
+    """``cells`` in groups that train as one batch each, the costliest first (`_cost`: the longest jobs start
     first, and no worker waits on one started last). Each set of cells that may share a batch (`batch_key`) is split
     evenly: into groups of at most ``size``; 1: every cell alone; 0: automatic, sized by cost. Then each set in turn
     takes the number of groups (of at most `AUTO_MAX` cells) that gives the busiest worker the least work

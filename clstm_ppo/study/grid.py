@@ -59,11 +59,6 @@ class Cell:
             "variant": dict(self.variant),
         }
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Cell:
-        """The cell `to_dict` wrote (a cell's ``result.json`` holds it under "cell")."""
-        return cls(values["policy"], int(values["seed"]), tuple(values["variant"].items()))
-
 
 def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:
     """``["window=5,30", "ent_coef=0,0.01"]`` -> the cartesian product of the settings, as variant tuples
