@@ -183,10 +183,9 @@ def trade_windows(
     device: torch.device,
     befores: list[tuple[PolicyRun, PolicyRun] | None],
 ) -> list[tuple[PolicyRun, PolicyRun]]:
-    """`trade_window` of the cells of one batch (settings ``cfgs``, window folders ``pdirs``) at once: their
-    selected checkpoints and untrained networks as one stacked network on one env of 2K columns
-    (`clstm_ppo.agent.evaluate.evaluate_cells`). Each record is the cell's `trade_window` up to the float rounding of
-    the stacked forward; the batch's composition and order fix its last bits, so a batch trades alike on a re-run."""
+    """`trade_window` of the cells of one batch (settings ``cfgs``, window folders ``pdirs``) at once, as one stacked
+    network (`clstm_ppo.agent.evaluate.evaluate_cells`; `clstm_ppo.study.batch` says what its records are); the
+    batch's composition and order fix their last bits, so a batch trades alike on a re-run."""
     trained_nets = [deployed_network(c, market, p, device) for c, p in zip(cfgs, pdirs, strict=True)]
     untrained_nets = [untrained_network(c, market, device) for c in cfgs]
     starts = [_portfolio(b[0]) if b else None for b in befores] + [_portfolio(b[1]) if b else None for b in befores]

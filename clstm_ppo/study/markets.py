@@ -119,9 +119,8 @@ def load_markets(folder: Path, key: str) -> list[PreparedMarket]:
 
 
 SAME_MARKET_RTOL, SAME_MARKET_ATOL = 1e-9, 1e-12
-"""How close two preparations' numbers must be to count as one market. numpy on another CPU or version rounds the
-last bits of a synthetic market differently: a study prepared on a lent GPU machine (numpy 2.5) and continued on a
-2-core box differed by 2e-13 dollars in its prices. That is float rounding, not other data."""
+"""How close two preparations' numbers must be to count as one market: numpy on another CPU or version rounds the
+last bits of a synthetic market differently (prices 2e-13 dollars apart), which is float rounding, not other data."""
 
 
 def _close(x: Any, y: Any) -> bool:

@@ -74,10 +74,8 @@ def build_report(
 ) -> dict[str, Any]:
     """Compute the statistics and write study.md, study.json, cells.csv and study.png; return study.json.
 
-    The study and its finished cells are added to ``ledger`` first (once: keys make it idempotent, so an old
-    study reported again is not counted twice), and the deflated Sharpe ratios count every trial the ledger holds
-    on these days of this data; the number of configurations among them is the m of each difference's Bonferroni
-    interval.
+    The study and its finished cells go into ``ledger`` first (module docstring); the number of configurations among
+    its trials on these days is the m of each difference's Bonferroni interval.
 
     :param n_boot: the draws of every bootstrap of the report: the Sharpe intervals, the paired Sharpe differences
         and the intervals over seeds (default `S.BOOTSTRAP_DRAWS`, 10,000; tests pass fewer, and study.md states
