@@ -299,12 +299,10 @@ def _groups(
     """Per configuration: its statistics over seeds, then the ensemble of its seeds where it has two or more;
     ``n_boot`` draws each bootstrap, and ``tried`` (the configurations on these days) widens the differences'
     Bonferroni intervals."""
-    rf = base.env.risk_free
+    rf, bench = base.env.risk_free, baselines[BUY_AND_HOLD]["values"]
     groups: dict[str, Any] = {}
     for i, (group, entries) in enumerate(by_group.items()):
         groups[group] = _group_statistics(group, entries, baselines, rf, confidence, n_boot, tried, i)
-    bench = baselines[BUY_AND_HOLD]["values"]
-    for i, (group, entries) in enumerate(by_group.items()):
         if len(entries) >= 2:
             groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, n_boot, i)
     return groups
@@ -482,32 +480,6 @@ def oracle_lines(report: dict[str, Any]) -> list[str]:
     ]
 
 
-def resampling_words(report: dict[str, Any]) -> list[str]:
-    """What each interval of the report resamples, in words (study.md says it above the tables)."""
-    c = f"{report['confidence']:.0%}"
-    groups = list(report["groups"].values())
-    block = groups[0]["sharpe_interval"]["mean_block"] if groups else None
-    days = (
-        f"the traded days by the stationary block bootstrap (blocks of {block:.0f} days on average, so runs of calm "
-        f"and turbulent days stay together)"
-        if block
-        else "the traded days by the stationary block bootstrap"
-    )
-    return [
-        f"- **Sharpe, days and seeds**: a {c} interval that resamples {days} and the seeds (with replacement): "
-        "what a freshly trained seed could show on another stretch of market like this one. This is the headline "
-        "interval.",
-        f"- **Sharpe, seeds only**: a {c} percentile bootstrap over the seeds with the days held fixed: how much "
-        "training runs differ on these very days. It leaves the market's noise out, so it is much narrower.",
-        "- **Baselines** (buy-and-hold, the turbulence stop, 1/N, an index) have no seeds: their intervals resample "
-        "the days only.",
-        "- **Differences** (against a baseline, or between configurations paired by seed): the same resampled days "
-        "for both sides (so the market's common moves cancel) and the seeds resampled; the p-value is the "
-        "bootstrap's two-sided tail beyond 0.",
-        f"- **Every other metric**: mean over seeds with a {c} percentile bootstrap over seeds (days fixed).",
-    ]
-
-
 ENSEMBLE_KEYS = ("sharpe", "max_drawdown", "annual_turnover", "cumulative_return")
 
 
@@ -587,11 +559,30 @@ def _md_head(report: dict[str, Any], spec: StudySpec) -> list[str]:
 def _md_resampling(report: dict[str, Any]) -> list[str]:
     """The section "What the intervals resample", Holm's correction for the verdicts included."""
     mc = report["multiple_comparisons"]
+    c = f"{report['confidence']:.0%}"
+    groups = list(report["groups"].values())
+    block = groups[0]["sharpe_interval"]["mean_block"] if groups else None
+    days = (
+        f"the traded days by the stationary block bootstrap (blocks of {block:.0f} days on average, so runs of calm "
+        f"and turbulent days stay together)"
+        if block
+        else "the traded days by the stationary block bootstrap"
+    )
     return [
         "",
         "## What the intervals resample",
         "",
-        *resampling_words(report),
+        f"- **Sharpe, days and seeds**: a {c} interval that resamples {days} and the seeds (with replacement): "
+        "what a freshly trained seed could show on another stretch of market like this one. This is the headline "
+        "interval.",
+        f"- **Sharpe, seeds only**: a {c} percentile bootstrap over the seeds with the days held fixed: how much "
+        "training runs differ on these very days. It leaves the market's noise out, so it is much narrower.",
+        "- **Baselines** (buy-and-hold, the turbulence stop, 1/N, an index) have no seeds: their intervals resample "
+        "the days only.",
+        "- **Differences** (against a baseline, or between configurations paired by seed): the same resampled days "
+        "for both sides (so the market's common moves cancel) and the seeds resampled; the p-value is the "
+        "bootstrap's two-sided tail beyond 0.",
+        f"- **Every other metric**: mean over seeds with a {c} percentile bootstrap over seeds (days fixed).",
         f"- **Verdicts** name the comparisons that survive Holm's family-wise correction over all {mc['family_size']} "
         f"comparisons of this study (each configuration against each baseline and its untrained network, and "
         f"every pair of configurations), at {mc['alpha']:.0%}; the unadjusted interval stays beside it.",
@@ -802,8 +793,6 @@ def _plot(
 ) -> None:
     from matplotlib.figure import Figure
 
-    from clstm_ppo.evaluation.metrics import drawdown_series
-
     x = pd.to_datetime(dates).to_numpy()
     fig = Figure(figsize=(11, 7), dpi=110, layout="constrained")
     ax, dd = fig.subplots(2, 1, sharex=True, height_ratios=(3, 1.3))
@@ -814,10 +803,10 @@ def _plot(
         ax.fill_between(
             x, np.percentile(v, 25, axis=0), np.percentile(v, 75, axis=0), color=line.get_color(), alpha=0.2
         )
-        dd.plot(x, -100 * drawdown_series(median), lw=1.4, color=line.get_color())
+        dd.plot(x, -100 * M.drawdown_series(median), lw=1.4, color=line.get_color())
     for name, b in baselines.items():
         (line,) = ax.plot(x, b["values"], lw=1.2, ls="--", label=name)
-        dd.plot(x, -100 * drawdown_series(b["values"]), lw=1.0, ls="--", color=line.get_color())
+        dd.plot(x, -100 * M.drawdown_series(b["values"]), lw=1.0, ls="--", color=line.get_color())
     ax.set_title("Out-of-sample walk-forward equity")
     ax.set_ylabel("portfolio value ($)")
     ax.grid(alpha=0.3)
