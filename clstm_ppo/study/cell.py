@@ -168,12 +168,13 @@ def trade_window(
 ) -> tuple[PolicyRun, PolicyRun]:
     """Window ``pdir``'s traded days: its selected checkpoint, and the untrained network (the seed's initial
     weights), each from the portfolio its previous window (``before``: policy's, untrained's) left."""
-    networks = (lambda: deployed_network(cfg, market, pdir, device), lambda: untrained_network(cfg, market, device))
-    policy, untrained = (  # in turn: the trained network trades before the untrained one reseeds torch
-        evaluate_policy(network(), market, market.splits.test, cfg.env, device=device, start_portfolio=start)
-        for network, start in zip(networks, [_portfolio(b) for b in before] if before else (None, None), strict=True)
-    )
-    return policy, untrained
+    starts = [_portfolio(b) for b in before] if before else [None, None]
+
+    def trade(network: ActorCritic, start: tuple[float, np.ndarray] | None) -> PolicyRun:
+        return evaluate_policy(network, market, market.splits.test, cfg.env, device=device, start_portfolio=start)
+
+    policy = trade(deployed_network(cfg, market, pdir, device), starts[0])  # before untrained_network reseeds torch
+    return policy, trade(untrained_network(cfg, market, device), starts[1])
 
 
 def trade_windows(
