@@ -1,35 +1,16 @@
-"""Generator version 1 of the seeded synthetic markets (``synthetic:...,generator=1``): correlated Gaussian assets,
-regime switching, an optional planted learnable signal of strength ``signal`` in [0, 1).
+"""Generator version 1 of the seeded synthetic markets (``synthetic:...,generator=1``), kept for the checkpoints
+trained on it (``tests/test_synthetic_v1.py`` pins checksums of its markets; docs/data.md#versions has what sets it
+apart from generator 3, `envs.synthetic`). One ``numpy.random.Generator(PCG64(seed))`` draws everything in a fixed
+order, so equal arguments give byte-identical arrays. All returns are daily log returns.
 
-Kept byte-identical behind its version (``tests/test_synthetic_v1.py`` pins checksums of its markets): checkpoints
-written before generator versions were recorded backtest on the markets they were trained on. New markets come from
-generator 3 (`envs.synthetic`, the current one; docs/changes.md has the history). This one's daily returns are close
-to Gaussian (excess kurtosis about 2.5), with no leverage effect, a 9% overnight gap and a planted signal far
-stronger than real ones.
-
-Model (all returns are daily log returns; one ``numpy.random.Generator(PCG64(seed))`` draws everything in
-a fixed order, so equal arguments give byte-identical arrays):
-
-Regimes -- a Markov chain over three market states, starting in bull, with daily stay probabilities giving
-mean durations of 1/(1-p) days:
-
-    =========  ===========  ==============  =========================
-    regime     stay prob.   market drift    volatility multiplier
-    =========  ===========  ==============  =========================
-    bull       0.990        +15% a year     0.8
-    bear       0.980        -20% a year     1.2
-    high_vol   0.960        -5% a year      2.2
-    =========  ===========  ==============  =========================
-
-    Leaving a regime, the chain moves to either other regime with equal probability.
-
-Factor model -- ticker i in sector s(i) (tickers dealt round-robin into ``max(1, min(5, N // 4))`` sectors)::
+Factor model -- a regime path (`_regime_path`: bull, bear, high_vol) sets each day's market drift and volatility
+multiplier ``v[t]``; ticker i in sector s(i) (tickers dealt round-robin into ``max(1, min(5, N // 4))`` sectors)::
 
     base[t, i] = drift[t] + v[t] * (beta_i * 1.0% * zm[t] + gamma_i * 0.7% * zs[t, s(i)] + sigma_i * ze[t, i])
 
-with ``v[t]`` the regime's volatility multiplier, beta_i ~ U(0.7, 1.3), gamma_i ~ U(0.4, 1.0), idiosyncratic
-daily vol sigma_i ~ U(1.0%, 2.0%) and zm, zs, ze independent standard normals. Pairwise return correlation is
-therefore about 0.2-0.4 inside the market and higher inside a sector.
+with beta_i ~ U(0.7, 1.3), gamma_i ~ U(0.4, 1.0), idiosyncratic daily vol sigma_i ~ U(1.0%, 2.0%) and zm, zs, ze
+independent standard normals. Pairwise return correlation is therefore about 0.2-0.4 inside the market and higher
+inside a sector.
 
 Planted signal of strength ``s`` in [0, 1) (``s = 0``: none). It adds a component ``x`` to ``base`` whose
 variance is ``share = 0.5 * s`` of the ticker's calm-regime (v = 1) return variance ``q_i``:
@@ -53,8 +34,7 @@ gaps from the previous close, ``open[t] = close[t-1] * exp(g[t])`` with ``g ~ N(
 ``high = max(open, close) * exp(|N(0, (0.5 * daily vol)^2)|)`` and ``low = min(open, close) * exp(-|...|)``,
 so low > 0 and high >= max(open, close), low <= min(open, close). Volume (whole shares) is lognormal around a
 per-ticker median ~ exp(U(log 3e5, log 3e7)), times ``exp(0.25 * |r| / daily vol)`` (heavier on big moves)
-and ``exp(N(0, 0.3^2))`` noise. Dates are business days (``pandas.bdate_range``) from ``start``.
-Tickers are "SYN00", "SYN01", ... (zero-padded to at least two digits).
+and ``exp(N(0, 0.3^2))`` noise. Dates: `envs.factor_market.business_days`; tickers: `ticker_names`.
 """
 
 from __future__ import annotations
@@ -69,6 +49,8 @@ from envs.returns import TRADING_DAYS
 
 VERSION = 1
 
+# the regimes bull, bear, high_vol: daily stay probability p (a mean stay of 1 / (1 - p) days), the market's drift
+# a year, the volatility multiplier v
 REGIME_STAY = np.array([0.990, 0.980, 0.960])
 REGIME_DRIFT_ANNUAL = np.array([0.15, -0.20, -0.05])
 REGIME_VOL_MULT = np.array([0.8, 1.2, 2.2])
@@ -79,7 +61,8 @@ MOMENTUM_PHI = 0.90
 
 
 def _regime_path(rng: np.random.Generator, num_days: int) -> np.ndarray:
-    """[D] int regime index per day; a Markov chain started in bull."""
+    """[D] int regime index per day (`REGIME_STAY`'s order): a Markov chain started in bull that, leaving a regime,
+    moves to either other one with equal probability."""
     u = rng.random(num_days)
     side = rng.random(num_days) < 0.5
     path = np.empty(num_days, dtype=np.int64)
