@@ -35,8 +35,7 @@ are uncorrelated, add up to the day exactly and the gap holds w of the diffusive
 defaults about 40% of the daily variance is overnight, as on real stocks. ``open[t] = close[t-1] exp(gap[t])``;
 ``high = max(open, close) exp(|N(0, (0.5 vol_t)^2)|)``, ``low = min(open, close) exp(-|...|)`` with vol_t the day's
 conditional volatility; volume (whole shares) is lognormal around a per-ticker median ~ exp(U(log 3e5, log 3e7)),
-times ``exp(0.25 |r| / vol_t)`` and ``exp(N(0, 0.3^2))`` noise. Dates are business days from ``start``; tickers are
-"SYN00", "SYN01", ...
+times ``exp(0.25 |r| / vol_t)`` and ``exp(N(0, 0.3^2))`` noise. Dates: `business_days`; tickers: `ticker_names`.
 """
 
 from __future__ import annotations
@@ -145,8 +144,8 @@ DEFAULT_MODEL = MarketModel()
 
 @dataclass(frozen=True)
 class SignalSpec:
-    """A planted signal: its IC, kind, half-life, overnight share and lag (the generators' docstrings say how each
-    plants it; `SignalRule` is the part a trader computes the predictor with)."""
+    """A planted signal: its IC, kind, half-life, overnight share and lag (`envs.synthetic.plant` and
+    `envs.synthetic_v2.plant_hidden` plant it; `SignalRule` is the part a trader computes the predictor with)."""
 
     ic: float = 0.0  # correlation of the predictor with the return the fills earn; 0: no signal
     kind: str = "lead_lag"  # "momentum" | "lead_lag"

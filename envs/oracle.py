@@ -1,9 +1,7 @@
 """The oracle's rule, as a trader runs it: the predictor recomputed from the market's closes (`envs.predictor`) and the
-target portfolio it tilts toward. What the rule earns through the env, after costs, is
+target portfolio it tilts toward, knowing only the rule (`planted_rule`) and the prices up to each day's close
+(docs/data.md, "The oracle"). What the rule earns through the env, after costs, is
 `clstm_ppo.evaluation.oracle.oracle_run`; ``clstm-ppo data oracle`` runs it on any file.
-
-The oracle knows the rule a market was planted with (its kind, half-life and lag: for a synthetic market, the
-options of its source string) and reads the market's prices up to each day's close, nothing else.
 """
 
 from __future__ import annotations

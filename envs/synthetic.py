@@ -1,27 +1,12 @@
-"""Seeded synthetic markets that behave like daily US stocks (generator version 3), with an optional planted signal
-that a trader can compute from the market's prices, set by its information coefficient.
+"""Seeded synthetic markets that behave like daily US stocks (generator version 3, the default), with an optional planted
+signal that a trader can compute from the market's prices, set by its information coefficient (docs/data.md,
+"Synthetic markets").
 
 The market is `envs.factor_market`'s factor stochastic-volatility model (its docstring has the equations) with
 generator 3's parameters (`envs.factor_market.DEFAULT_MODEL`, calibrated to robust statistics of real daily stocks:
 docs/data.md). One ``numpy.random.Generator(PCG64(seed))`` draws the market in a fixed order, so equal arguments
-give the same market, and a market with a planted signal has the noise of the same market without one.
-
-Planted signal of information coefficient IC (``signal_ic``; 0: none) -- the predictor ``a[t, i]`` is
-`envs.predictor`'s: an exponential average (half-life ``signal_halflife`` days) of volatility-standardised daily
-close-to-close returns up to day t, of the previous ticker for ``"lead_lag"`` (ticker i follows ticker i - 1; ticker
-0 follows none) or of the ticker itself for ``"momentum"``, from day t - ``lag`` + 1 on, kept at unit variance. It
-reads the closes and nothing else. The generator draws the factor market, then goes day by day: it adds the planted
-move ``P[t, i] = k_i a[t-1, i]`` to day t's return (a share ``signal_overnight`` of it in day t's overnight gap,
-priced before a next-open fill can trade it, as news known at a close is on real markets; the rest between the open
-and the close) and then computes ``a[t]`` from the day's closes with the same filter a trader runs
-(`envs.predictor.PredictorFilter`). So the predictor a trader recomputes from the written file is the one the
-market was built around (to float rounding), and the oracle (`envs.oracle`) needs nothing but the file.
-
-k_i = kappa sigma_i, kappa from `envs.factor_market.signal_coefficient`: the IC of ``a[t]`` with the return an order
-decided at day t's close earns at the backtest's next-open fills, ``log(open[t+2] / open[t+1])``, is IC
-(`envs.predictor.information_coefficient` measures it; ``tests/test_synthetic.py`` holds the mean over seeds 0-15 of
-20-ticker, 10-year draws to within 10% of it at 0.04 and 0.3). Real predictors have ICs of 0.02-0.05;
-``signal_ic=0.3`` is a toy market.
+give the same market, and a market with a planted signal has the noise of the same market without one. The signal's
+predictor is `envs.predictor`'s; `plant` says how the market is built around it.
 """
 
 from __future__ import annotations
@@ -56,7 +41,18 @@ Planting = Callable[[list[SyntheticParts], SignalSpec], list[SyntheticParts]]
 
 
 def plant(drawn: list[SyntheticParts], signal: SignalSpec) -> list[SyntheticParts]:
-    """Markets of the same size ``drawn`` with the signal planted day by day (module docstring), all at once."""
+    """Markets of the same size ``drawn`` with the signal planted, all at once, day by day: the planted move ``P[t, i] =
+    k_i a[t-1, i]`` is added to day t's return (a share ``signal.overnight`` of it in day t's overnight gap, priced
+    before a next-open fill can trade it, as news known at a close is on real markets; the rest between the open and
+    the close), then the predictor ``a[t]`` is computed from the day's closes with the filter a trader runs
+    (`envs.predictor.PredictorFilter`), so the one a trader recomputes from the written file is the one the market was
+    built around (to float rounding).
+
+    k_i = kappa sigma_i, kappa from `envs.factor_market.signal_coefficient`: the IC of ``a[t]`` with the return an
+    order decided at day t's close earns at next-open fills, ``log(open[t+2] / open[t+1])``, is ``signal.ic``
+    (`envs.predictor.information_coefficient` measures it; ``tests/test_synthetic.py`` holds the mean over seeds 0-15
+    of 20-ticker, 10-year draws to within 10% of it at 0.04 and 0.3).
+    """
     kappa = signal_coefficient(signal.ic, signal.overnight, signal.persistence)
     if kappa <= 0:
         return drawn

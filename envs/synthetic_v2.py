@@ -1,6 +1,5 @@
 """Generator version 2 of the seeded synthetic markets (``synthetic:...,generator=2``), kept for the checkpoints and
-studies trained on it: `tests/test_synthetic_v2.py` pins its markets. New markets come from generator 3
-(`envs.synthetic`, the current one; docs/changes.md has the history).
+studies trained on it (`tests/test_synthetic_v2.py` pins its markets; docs/data.md#versions).
 
 The market is `envs.factor_market`'s with this version's parameters (`MODEL`). Its planted signal of information
 coefficient IC (``signal_ic``; 0: none) is a unit-variance AR(1) ``a[t, i] = phi_a a[t-1, i] + sqrt(1 - phi_a^2)
