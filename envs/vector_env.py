@@ -4,12 +4,11 @@ Each step is a fixed number of batched tensor operations, whatever B and N are: 
 envs or stocks. The trading math is ``envs.kernel.trade_step`` (shared with ``StockTradingEnv``).
 
 Timing: the observation at day t holds closes and indicators up to day t only. The action's orders are sized at
-day t's close and fill at the price ``EnvConfig.execution`` names (`envs.execution`: the next open by default,
-the next close on close-only data, or day t's close itself under the paper's ``close``); turbulence of day t
-decides a liquidation, which fills the same way. The env then moves to day t+1 and the reward is the change of
-value = cash + shares x close from t's close to t+1's (``log_return``: 100 x its log; ``value``: x
-reward_scaling): the costs, the gap between t's close and the fill, and the market move of the holdings. Day
-t+1's prices reach the agent only through that reward and the next observation.
+day t's close and fill at the price ``EnvConfig.execution`` names (`envs.execution`); turbulence of day t decides a
+liquidation, which fills the same way. The env then moves to day t+1 and the reward (the class docstring) is from
+the change of value = cash + shares x close from t's close to t+1's: the costs, the gap between t's close and the
+fill, and the market move of the holdings. Day t+1's prices reach the agent only through that reward and the next
+observation.
 
 Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (oldest first):
   [0]                    cash / initial_amount, cash held when that day's observation was made
@@ -102,7 +101,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     finished on (where ``info["_final_obs"]``; it is the returned obs itself on steps where no env
     finished). ``info["episode"]`` ([B] tensors, valid where ``info["_episode"]``) summarises the
     finished episodes: reward, final_value ($), return, trades (non-zero share changes), sharpe
-    (mean / std (ddof 1) of daily simple returns x sqrt(252); 0 with < 2 days or no variance),
+    (`envs.returns.annualised_sharpe` of the daily simple returns),
     max_drawdown (fraction of the running peak, >= 0), length (days), costs ($), exposure (mean over
     the episode's days of the fraction of the portfolio value held in stock, in [0, 1]). Other info keys
     describe the step just taken (before any reset): portfolio_value, cash [B] ($), day [B] (index of
