@@ -2,16 +2,11 @@
 
 Sources::
 
-    synthetic                         envs.synthetic.generate_market() with default options and ``seed``
-    synthetic:k=v,k=v                 options: tickers (count), days, start, seed (overrides the seed argument),
-                                      signal_ic (in [0, 0.5); 0: no signal), signal_kind (momentum | lead_lag),
-                                      signal_halflife (days), signal_overnight (share in [0, 1)), lag (days),
-                                      train_draws (training on this many draws: `training_draws`),
-                                      generator (1 | 2 | 3; default `GENERATOR_VERSION`)
-    synthetic:generator=2,k=v         the version-2 generator (envs.synthetic_v2), kept for old checkpoints: the
-                                      same options but train_draws
-    synthetic:generator=1,k=v         the version-1 generator (envs.synthetic_v1), kept for old checkpoints:
-                                      tickers, days, start, seed, signal (strength in [0, 1)), signal_kind, lag
+    synthetic[:k=v,k=v]               the ``generate_market`` of generator ``generator=`` (1 | 2 | 3, default
+                                      `GENERATOR_VERSION`: envs.synthetic_v1, envs.synthetic_v2, envs.synthetic),
+                                      drawn from ``seed`` unless the options name one; each version's options
+                                      are `SYNTHETIC_OPTIONS` (docs/data.md says what each means), and generator
+                                      3's ``train_draws`` (`training_draws`)
     csv:PATH | parquet:PATH           a long-format file (see envs.data); a bare PATH ending in
                                       .csv / .parquet / .pq works too
     alpaca[:feed=,adjustment=,        envs.alpaca.fetch_bars(tickers, start, end, ...): the options as
