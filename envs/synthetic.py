@@ -45,8 +45,7 @@ def plant(drawn: list[SyntheticParts], signal: SignalSpec) -> list[SyntheticPart
     k_i a[t-1, i]`` is added to day t's return (a share ``signal.overnight`` of it in day t's overnight gap, priced
     before a next-open fill can trade it, as news known at a close is on real markets; the rest between the open and
     the close), then the predictor ``a[t]`` is computed from the day's closes with the filter a trader runs
-    (`envs.predictor.PredictorFilter`), so the one a trader recomputes from the written file is the one the market was
-    built around (to float rounding).
+    (`envs.predictor.PredictorFilter`: the oracle recomputes it from the written file).
 
     k_i = kappa sigma_i, kappa from `envs.factor_market.signal_coefficient`: the IC of ``a[t]`` with the return an
     order decided at day t's close earns at next-open fills, ``log(open[t+2] / open[t+1])``, is ``signal.ic``
