@@ -1,37 +1,22 @@
 """One trading day's decision, exactly as the backtest makes it: bars -> market -> replay -> action -> orders.
 
-The rule (and why it reproduces the backtest):
+The steps (docs/trading.md "One decision per session" says why each reproduces the backtest):
 
-1. **Bars.** The checkpoint's tickers, daily, through the run's own loader (`load_backtest_data` ->
-   `clstm_ppo.market.load_data`, with the run's Alpaca timeframe, adjustment and feed), from the checkpoint's
-   first date (``history_start`` overrides it) to the decision day, downloaded whole every day: indicators
-   (EMAs seeded on the first day) and the turbulence index (252 days of returns) then equal the backtest's
-   on every shared day, and a split or dividend adjusts the whole history at once. The last bar must be the
-   decision day's (else `UserError`: stale data, nothing sent).
-2. **Market.** `restore_market`: the checkpoint's normalisation statistics and turbulence threshold, never
-   refitted.
-3. **Replay.** The deterministic policy runs through the env from the replay start (default: the
-   checkpoint's test-split start, where its backtest starts) to the decision day with `run_policy`, the
-   backtest's own function. That gives the recurrent state and the window's past rows (their portfolio
-   columns are the replayed portfolio's, as in the backtest), and the replay's portfolio value, which the
-   journal keeps as "what the backtest says" for that day.
-4. **Today's row.** The decision day's portfolio columns are overwritten with the **account's** cash and
-   shares (`envs.vector_env.write_portfolio_columns`, the env's own encoding); the policy's mean action
-   follows from the replayed state.
-5. **Orders.** `envs.kernel.trade_step` with the account's cash and shares at the day's close: whole-share
-   orders toward the action's target weights beyond the rebalance band (``--action_mode weights``, the default)
-   or ``trunc(clip(action) x hmax)`` (``shares``, the paper's), sells first (never more than held), buys scaled
-   pro rata to the cash after the sells and costs (cash never negative), and on a turbulent day sell everything,
-   buy nothing. Its share changes are the orders, each with its reason in the same terms.
+1. **Bars.** `load_trading_market`: the checkpoint's tickers' daily bars through the run's own loader, from the
+   checkpoint's first date to the decision day, downloaded whole every day; stale bars are a `UserError`.
+2. **Market.** `restore_market`: the checkpoint's normalisation statistics and turbulence threshold, never refitted.
+3. **Replay.** `run_policy`, the backtest's own function, over `replay_days`: the recurrent state, the window's
+   past rows and the replayed portfolio's value (journaled as "what the backtest says" for the day).
+4. **Today's row.** The decision day's portfolio columns become the account's cash and shares, in the env's
+   encoding (`write_portfolio_columns`); the policy's mean action follows (`decide`).
+5. **Orders.** `envs.kernel.trade_step` with the account's cash and shares at the day's close; its share changes
+   are the orders, each with its reason (`plan_orders`).
 
 So when the account holds what the backtest held on day t, the orders are the backtest's trades decided on day t
-(tests/test_trade.py proves it on recorded bars, under every ``--execution``). They are sent after the close and
-fill at the next open, which is what the backtest assumes under ``--execution next_open`` (the default where the
-data has opens); a checkpoint backtested with ``close`` fills (the paper preset, old checkpoints) is told so in
-the decision's notes. What still differs in real trading: when the open gaps up so far that the buys no longer
-fit the cash, the backtest scales them pro rata where the broker may refuse the last ones; costs are Alpaca's,
-not ``buy_cost_pct``/``sell_cost_pct``; an account with other capital than ``initial_amount`` reads as richer or
-poorer in the ``shares`` state encoding (``weights`` is scale-free).
+(tests/test_trade.py proves it on recorded bars, under every ``--execution``). What still differs in real trading
+(next-open fills, Alpaca's costs, buying power, capital) is docs/trading.md "What differs from the backtest";
+one more: when the open gaps up so far that the buys no longer fit the cash, the backtest scales them pro rata
+where the broker may refuse the last ones.
 """
 
 from __future__ import annotations
@@ -265,7 +250,8 @@ def decide(
     shares: np.ndarray,
     device: torch.device | str = "cpu",
 ) -> Decision:
-    """Steps 3-5 of the module docstring for the decision day ``days.stop - 1``.
+    """Steps 3-5 of the module docstring for the decision day ``days.stop - 1``; a note when the backtest fills
+    otherwise than at the next open, where these orders fill.
 
     :param cash: account cash in dollars (a negative balance, margin in use, counts as 0: no buys)
     :param shares: [N] account shares of ``market``'s tickers, >= 0 (no shorts: the policy is long-only)
