@@ -1,33 +1,9 @@
 """Sending a plan: client order ids, sells then buys, waiting for fills, recovering lost answers, re-runs.
 
-**Client order ids** are ``cp-<run>-<YYYYMMDD>-<TICKER>``: ``<run>`` is a slug of the run's name (or
-``--order_tag``) plus 6 hex digits of its SHA-256, the date is the session decided on. At most 60
-characters (Alpaca allows 128). One id per (run, day, ticker) -- the side is deliberately left out, so a
-strategy sends at most one order per ticker per session whatever happens between two runs. Alpaca refuses
-an id it has seen before, even for a canceled order, so the id is the idempotency key:
-
-- before sending, each order is looked up by its id; found -> "already_sent" (an earlier run, or the
-  attempt whose answer was lost), nothing is sent;
-- a submit answered 422 "client_order_id must be unique" (alpaca-py's retry of a POST that a gateway
-  answered 504 after the order landed) -> looked up, "already_sent";
-- a submit with no usable answer (timeout, dropped connection, 5xx) -> looked up: found -> "sent";
-  not found -> it never arrived, sent once more with the same id (a duplicate would be refused, never
-  doubled); the lookup failing too -> "unknown", and the batch stops: the rest are "not_sent".
-
-So running the command again on the same day sends exactly the orders that did not go out.
-
-**Order of sending**: sells, then buys, as the rule computed them (it assumed the sells' proceeds).
-After the close, sells do not fill before the next open, so on an account without margin a buy that needs
-those proceeds may be refused for buying power: reported, and a re-run on the same day does not retry it
-differently (the next session's decision starts from the filled account).
-
-**Refusals** ("refused": buying power, quantity, not tradable, not fractionable, unknown asset) are one line
-each and the batch goes on; bad keys stop everything (`KeysRejected`).
-
-**Waiting**: after sending, the orders are polled by id until all are final or ``wait_seconds`` pass; the
-state each reached is journaled ("order_status"). Orders sent after the close are "accepted" (queued) until
-the next open, so the wait ends at once when every open order is "accepted"; the next run reconciles them
-(`reconcile`) so their fills reach the journal.
+The client order id (`client_order_id`) is the idempotency key: Alpaca refuses an id it has seen before, so every
+order is looked up by id before it is sent and after an answer is lost (`_send_one`), and running the command again
+on the same day sends exactly the orders that did not go out. docs/trading.md "Safety" tells the whole protocol
+with the lines a user sees.
 """
 
 from __future__ import annotations
@@ -57,7 +33,11 @@ def run_tag(name: str) -> str:
 
 
 def client_order_id(tag: str, day: date, ticker: str) -> str:
-    """The order id of ``ticker`` on session ``day`` for the run ``tag`` (see the module docstring)."""
+    """``cp-<tag>-<YYYYMMDD>-<TICKER>``: the order id of ``ticker`` on session ``day`` for the run ``tag`` (`run_tag`).
+
+    At most 60 characters (Alpaca allows 128). The side is left out on purpose: one id per (run, day, ticker), so
+    a strategy sends at most one order per ticker per session whatever happens between two runs.
+    """
     symbol = re.sub(r"[^A-Za-z0-9.]", ".", ticker.upper())[:16]
     cid = f"{ID_PREFIX}-{tag}-{day:%Y%m%d}-{symbol}"
     assert len(cid) <= MAX_ID_LENGTH
@@ -87,7 +67,13 @@ def describe(o: OrderOutcome) -> str:
 def send_orders(
     broker: Broker, planned: list[tuple[PlannedOrder, str]], journal: Journal, say: Say, *, day: str
 ) -> list[OrderOutcome]:
-    """Send ``planned`` ((order, client id), sells first) one by one, journaling each outcome as it happens."""
+    """Send ``planned`` ((order, client id), sells first) one by one, journaling each outcome as it happens.
+
+    Sells go first as the rule assumed their proceeds; after the close they do not fill before the next open, so on
+    an account without margin a buy that needs them may be refused for buying power: reported, and not retried
+    differently on a re-run that day (the next session starts from the filled account). A refusal is one line and
+    the batch goes on; bad keys (`KeysRejected`) stop everything; an "unknown" outcome stops the rest as "not_sent".
+    """
     outcomes: list[OrderOutcome] = []
     stopped = ""
     for order, cid in planned:
@@ -117,6 +103,14 @@ def send_orders(
 
 
 def _send_one(broker: Broker, order: PlannedOrder, cid: str) -> OrderOutcome:
+    """Send ``order`` under the id ``cid`` at most once, whatever answers are lost.
+
+    Found by its id before sending -> "already_sent" (an earlier run, or the attempt whose answer was lost). A
+    submit answered 422 "client_order_id must be unique" (alpaca-py's retry of a POST that a gateway answered 504
+    after the order landed), or with no usable answer (timeout, dropped connection, 5xx), is looked up: found ->
+    "sent"; not found -> sent once more with the same id (a duplicate would be refused, never doubled); the lookup
+    failing too -> "unknown", and `send_orders` stops the batch.
+    """
     try:
         existing = broker.find_order(cid)
     except Unreachable as err:
@@ -170,6 +164,9 @@ def wait_for_fills(
 ) -> dict[str, OrderState]:
     """Poll the sent orders until all are final or ``wait_seconds`` pass; journal the state each reached.
 
+    Orders sent after the close stay "accepted" (queued) until the next open, so the wait ends at once when every
+    open order is; the next run's `reconcile` journals their fills.
+
     :return: client id -> last state seen, for the orders that are at the broker.
     """
     states = {
@@ -177,7 +174,6 @@ def wait_for_fills(
     }
     deadline = time.monotonic() + max(wait_seconds, 0.0)
     pending = {cid for cid, s in states.items() if not s.final}
-    # "accepted" = queued while the market is shut: nothing happens to such orders before the next open.
     while pending and time.monotonic() < deadline and any(states[c].status != "accepted" for c in pending):
         sleep(min(poll_seconds, max(deadline - time.monotonic(), 0.0)))
         try:
