@@ -1,32 +1,11 @@
 """The trading journal: ``trades.jsonl`` (one JSON line per decision and per order event) next to
 ``equity.csv`` (one row per session day: the account's value and the backtest's for the same day).
 
-Default folder: ``trading-paper/`` (``trading-live/`` for the live endpoint) next to the checkpoint.
-
-``trades.jsonl`` -- every line has ``time`` (UTC, ISO 8601, when it was written), ``event``, and the run's
-context: ``run`` (the order-id tag), ``endpoint`` ("paper" | "live"), ``mode`` ("dry_run" | "submit").
-Events:
-
-- ``decision``: ``day``, ``checkpoint``, ``account`` (number, cash, equity, buying_power), ``positions``
-  (the checkpoint's tickers: shares), ``unknown_positions`` (other tickers held: shares, left alone), the
-  rule's inputs and outputs (`Decision.to_json`: prices, action, requested shares, turbulence and threshold,
-  cash/shares before and the rule's cash/shares after, costs, backtest_value, replay_start, notes) and
-  ``plan``: the orders (ticker, side, shares, price, value, reason, client_order_id).
-- ``order``: one per planned order when sending (``--submit``): ``client_order_id``, ticker, side, qty,
-  ``outcome`` -- "sent", "already_sent" (found by its client id: an earlier run sent it), "refused" (the
-  broker said no; ``message``), "unknown" (no answer and the lookup failed too: a re-run finds out), or
-  "not_sent" (the batch stopped before it) -- and the broker's ``status``/``order_id`` when known.
-- ``order_status``: what the broker showed later (after the wait, or when a later run reconciles):
-  ``status`` (accepted, new, partially_filled, filled, rejected, expired, canceled, ... or "not_found"),
-  ``filled_qty``, ``filled_avg_price``.
-- ``skipped``: a run that decided nothing (``reason``: no session today).
-
-Lines are appended and flushed to disk one at a time, so after a crash or a dropped connection the journal
-still says exactly which orders went out. Keys never reach the journal: it is given only these fields.
-
-``equity.csv`` -- ``date, equity, cash, long_market_value, backtest_value, recorded_at``: the account
-(dollars, as the broker reported it when the command ran after that session's close) and the replayed
-backtest portfolio's value at that close. A re-run on the same day replaces the day's row.
+Default folder: ``trading-paper/`` (``trading-live/`` for the live endpoint) next to the checkpoint. Every event
+line carries ``time`` (UTC), ``event`` and the run's context (``run``, ``endpoint``, ``mode``); the fields of
+each event (``decision``, ``order``, ``order_status``, ``skipped``) and of equity.csv are docs/trading.md
+"The journal". Lines are flushed to disk one at a time (`Journal.record`), so after a crash the journal still
+says exactly which orders went out. Keys never reach the journal: it is given only these fields.
 """
 
 from __future__ import annotations
