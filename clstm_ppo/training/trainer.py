@@ -15,11 +15,10 @@ order: the stop decision comes from the all-gathered episode counts and the all-
 What is chosen by K, and nothing else: K = 1 trains the family's own network (`clstm_ppo.agent.model.ActorCritic`,
 through torch.compile and DDP where asked); K > 1 trains the seeds' networks stacked
 (`clstm_ppo.agent.stacked.CellPolicy`, its loss forward compiled where asked), their gradients averaged over the
-ranks per seed in `ppo_update`. Each seed has its own torch fused Adam over its own network's parameters and,
-with fp16, its own GradScaler. Per seed, as its run alone: initial weights (drawn after ``torch.manual_seed(seed)``), envs' start days, action noise,
-minibatch shuffles, reward and advantage normalisation, learning-rate schedule, gradient clip, KL early stop,
-optimizer state, counters, run folder and checkpoints (a seed's checkpoint is its run's, in the same format). A
-seed of a batch fails alone: ``max_bad_updates`` bad updates in a row, or (in one process) an error in one of its
+ranks per seed in `ppo_update`. Each seed keeps everything its run alone has: initial weights, generators,
+normalisers, learning-rate schedule, gradient clip, KL early stop, optimizer (and with fp16 GradScaler), counters,
+run folder and checkpoints in its run's format (docs/study.md "Each cell keeps its own"). A seed of a batch fails
+alone: ``max_bad_updates`` bad updates in a row, or (in one process) an error in one of its
 callbacks, ends that seed (`Trainer.errors`) and the others go on; a run of one seed raises.
 
 The stages live elsewhere: `clstm_ppo.training.rollout` (acting, storage, GAE), `clstm_ppo.training.ppo` (the
