@@ -17,13 +17,12 @@ Read top to bottom, as sb3-contrib's recurrent policy:
    `clstm_ppo.agent.shared` (one encoder for every ticker); `clstm_ppo.agent.build` makes the one a spec names.
 
 The distribution (``action_dist``): the paper's Gaussian, whose samples the env clips to [-1, 1], or a Gaussian
-squashed by tanh (its log-probability corrected by the change of variables; its entropy, which has no closed form,
-estimated as ``-log pi`` at the scored actions). ``log_std_max`` bounds the log-std (below by -5) where set.
+squashed by tanh; `log_prob`, `score` and `bounded_std` say how each is scored and how ``log_std_max`` bounds it.
 
 ``obs_norm`` (``--norm_obs``) standardises every state number with a running mean and variance over the training
-rollouts (buffers ``obs_count``, ``obs_mean [F]``, ``obs_var [F]``, float64, updated by `update_obs_stats` after each
-update, clipped to +-10 as SB3's VecNormalize does). They are part of the weights, so evaluation, backtest and trade
-apply the statistics training ended with, unchanged. Before any statistics (count 0) it only clips at +-10.
+rollouts, as SB3's VecNormalize does (`ActorCritic.normalize`, `ActorCritic.update_obs_stats`). The statistics are
+float64 buffers (``obs_count``, ``obs_mean [F]``, ``obs_var [F]``), part of the weights, so evaluation, backtest and
+trade apply the ones training ended with, unchanged.
 """
 
 from __future__ import annotations
