@@ -1,25 +1,14 @@
 """The broker: alpaca-py's ``TradingClient`` with our keys, endpoint, timeout and backoff, and the handful of
 calls `clstm-ppo trade` makes, every failure turned into one line that names the problem and never a key.
 
-Endpoint: Alpaca's paper API by default; the live API only with ``live`` *and* ``confirm_live`` (two
-flags, so one typo cannot trade real money). ``ALPACA_TRADING_URL`` (or ``url``) points the client at
-another endpoint (a proxy, the local test server); an override naming Alpaca's live host still needs both
-flags. Keys: the same rule as downloads (`envs.alpaca.load_credentials`: ``ALPACA_API_KEY`` /
-``ALPACA_SECRET_KEY`` or ``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``, environment before ``./.env``).
-Timeout and retries: the same settings as downloads (``ALPACA_TIMEOUT_SECONDS``, default 30 s per request;
-``ALPACA_MAX_RETRIES`` / ``ALPACA_RETRY_WAIT_SECONDS`` for 429/504, waits doubling), through
-`envs.alpaca.patient_client_class`.
+Endpoint: `resolve_endpoint` (Alpaca's paper API by default; the live API only with two flags, so one typo cannot
+trade real money). Keys, timeout and retries follow the download rules (`envs.alpaca.load_credentials`,
+`envs.alpaca.patient_client_class`; the variables are listed in docs/trading.md "Safety").
 
 Answers are read as raw JSON (``raw_data=True``) and only the fields used here are parsed, defensively:
 a field Alpaca adds or an enum value it invents does not break the command (what broke FinRL's paper
-trading again and again). Errors, as `BrokerError` subclasses of `UserError` (uncaught, the CLI prints
-one line and exits 2):
-
-- `KeysRejected`: HTTP 401, or 403 without an Alpaca error code (the gateway's bare "forbidden.").
-- `Refused`: the broker answered and said no (403 with a code: buying power, quantity; 404; 422: asset
-  not tradable / not fractionable / not found, duplicate client order id): nothing happened.
-- `Unreachable`: no usable answer (timeout, dropped connection, HTTP 5xx, still 429 after the retries):
-  a request that changes something may or may not have taken effect; look the order up by client id.
+trading again and again). Errors are `BrokerError` subclasses of `UserError` (uncaught, the CLI prints one line
+and exits 2): `KeysRejected`, `Refused`, `Unreachable`.
 """
 
 from __future__ import annotations
@@ -52,11 +41,14 @@ class BrokerError(UserError):
 
 
 class KeysRejected(BrokerError):
-    """HTTP 401, or 403 without an error code: the keys are wrong or for the other endpoint."""
+    """HTTP 401, or 403 without an error code (the gateway's bare "forbidden."): the keys are wrong or for the
+    other endpoint."""
 
 
 class Refused(BrokerError):
-    """The broker answered no; the request changed nothing. ``status``/``code`` as Alpaca sent them."""
+    """The broker answered no (403 with a code: buying power, quantity; 404; 422: asset not tradable / not
+    fractionable / not found, duplicate client order id); the request changed nothing. ``status``/``code`` as
+    Alpaca sent them."""
 
     def __init__(self, message: str, status: int | None, code: int | None, detail: str) -> None:
         super().__init__(message)
@@ -69,7 +61,8 @@ class Refused(BrokerError):
 
 
 class Unreachable(BrokerError):
-    """No usable answer: the request may or may not have taken effect."""
+    """No usable answer (timeout, dropped connection, HTTP 5xx, still 429 after the retries): a request that changes
+    something may or may not have taken effect; look the order up by client id."""
 
 
 # ------------------------------------------------------------------------------------------- endpoint
