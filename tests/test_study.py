@@ -154,6 +154,8 @@ def test_quarterly_walk_forward_windows_expand_and_never_reach_their_trade_days(
         (dict(trade_start="2015-02-01", trade_end=None), "first training window is too short"),
         (dict(trade_start="2016-05-01", trade_end="2016-03-01"), "before --trade_start"),
         (dict(trade_start="sometime", trade_end=None), "not a date"),
+        (dict(trade_start="nat", trade_end=None), "--trade_start 'nat' is not a date"),  # NaT: no day at all
+        (dict(trade_start="2016-01-04", trade_end="NaT"), "--trade_end 'NaT' is not a date"),
     ],
 )
 def test_walk_forward_refuses_bad_windows_in_one_line(kwargs, message):
@@ -645,9 +647,12 @@ def test_a_batch_out_of_memory_says_to_run_smaller_batches_and_its_cells_then_fi
         assert status["status"] == "failed", status
         assert status["error"].startswith("OutOfMemoryError: CUDA out of memory"), status["error"]
         assert "a batch of 2 cells: run the study again with --batch_cells 1 or fewer" in status["error"]
+        assert status["started"] <= status["finished"], status  # a failed cell keeps when its process started
     with torch_threads(1):
         assert [run_batch_guarded(study_dir, [cell]) for cell in mlp] == [0, 0]
-    assert all(read_status(study_dir / "cells" / c.name)["status"] == "done" for c in mlp)
+    for cell in mlp:  # a cell alone is a group of one, and its status names no batch
+        status = read_status(study_dir / "cells" / cell.name)
+        assert status["status"] == "done" and "batch" not in status, status
 
 
 def test_a_cell_whose_checkpoint_cannot_be_traded_fails_alone_and_its_batch_mate_trades_on(full_study, tmp_path):
@@ -686,7 +691,8 @@ def mlp_s2_fails_and_mlp_s1_finishes_as_in(out: Path, study_dir: Path, error: st
     assert code == 1
     failed, done = (read_status(study_dir / "cells" / name) for name in ("mlp-s2", "mlp-s1"))
     assert failed["status"] == "failed" and error in failed["error"], failed["error"]
-    assert done["status"] == "done", done
+    assert failed["started"] <= failed["finished"], failed
+    assert done["status"] == "done" and done["batch"] == [c.name for c in mlp], done
     mine = json.loads((study_dir / "cells" / "mlp-s1" / "result.json").read_text())
     theirs = json.loads((out / "cells" / "mlp-s1" / "result.json").read_text())
     assert mine["policy"] == theirs["policy"] and mine["untrained"] == theirs["untrained"]

@@ -37,6 +37,7 @@ import torch
 
 from clstm_ppo.agent.ensemble import Ensemble
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_policy
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.holdout import guard, iso_days, parse_day
 from clstm_ppo.evaluation.ledger import Ledger
@@ -260,11 +261,19 @@ def check_holdout(
 
 
 def run_policy(
-    ck: Checkpoint, model: Any, market: PreparedMarket, period: Period, device: torch.device | str, **sampling: Any
+    ck: Checkpoint,
+    model: ActorCritic | Ensemble,
+    market: PreparedMarket,
+    period: Period,
+    device: torch.device | str,
+    *,
+    deterministic: bool = True,
+    generator: torch.Generator | None = None,
 ) -> PolicyRun:
-    """One pass of the policy over ``period`` with the run's env settings (full period, fixed start); ``sampling``:
-    `evaluate_policy`'s ``deterministic`` and ``generator``."""
-    return evaluate_policy(model, market, period.days, ck.cfg.env, device=device, **sampling)
+    """One pass of the policy over ``period`` with the run's env settings (full period, fixed start)."""
+    return evaluate_policy(
+        model, market, period.days, ck.cfg.env, device=device, deterministic=deterministic, generator=generator
+    )
 
 
 def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:

@@ -438,15 +438,9 @@ def percentile_interval(draws: np.ndarray, confidence: float, family: int | None
     return out
 
 
-def _check_draws(p: np.ndarray, name: str, confidence: float, n_boot: int) -> None:
-    """The checks of a bootstrap of the ``[S, D]`` returns ``p`` (S >= 1, D >= 2, finite) and of its settings."""
-    _check_confidence(confidence)
+def _check_returns_matrix(p: np.ndarray, name: str) -> None:
     if p.ndim != 2 or p.shape[0] < 1 or p.shape[1] < 2:
         raise ValueError(f"{name} must be [S, D] with S >= 1 and D >= 2, got shape {p.shape}")
-    if not np.all(np.isfinite(p)):
-        raise ValueError(f"{name} contain NaN or inf")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
 
 
 def paired_sharpe_difference(
@@ -510,12 +504,15 @@ def paired_sharpe_difference(
     Cost: ``n_boot x S x D`` gathered floats, processed in chunks of about ``_CHUNK_ELEMENTS``
     (`block_bootstrap_sharpe` draws them; `sharpe_interval` is the same draw without a baseline).
     """
+    _check_confidence(confidence)
     p, b = np.asarray(policy, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
-    _check_draws(p, "policy returns", confidence, n_boot)
+    _check_returns_matrix(p, "policy")
     if b.shape not in ((p.shape[1],), p.shape):
         raise ValueError(f"baseline must be [D] or [S, D] matching policy {p.shape}, got {b.shape}")
-    if not np.all(np.isfinite(b)):
-        raise ValueError("baseline returns contain NaN or inf")
+    if not (np.all(np.isfinite(p)) and np.all(np.isfinite(b))):
+        raise ValueError("policy or baseline returns contain NaN or inf")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     s, d = p.shape
     block = float(default_block_length(d) if mean_block is None else mean_block)
 
@@ -536,7 +533,7 @@ def paired_sharpe_difference(
 
 
 def sharpe_interval(
-    returns: Any, confidence: float = 0.95, n_boot: int = BOOTSTRAP_DRAWS, seed: int = 0
+    returns: Any, confidence: float = 0.95, n_boot: int = BOOTSTRAP_DRAWS, *, seed: int = 0
 ) -> dict[str, Any]:
     """An annualised Sharpe ratio with an interval that includes the market's noise, not only the seeds'.
 
@@ -555,9 +552,14 @@ def sharpe_interval(
     the market's noise alone gives an annualised Sharpe a standard error of about ``sqrt(252 / 680) = 0.6``,
     which an interval over seeds on fixed days (`bootstrap_mean_ci`) leaves out.
     """
+    _check_confidence(confidence)
     x = np.asarray(returns, dtype=np.float64)
     p = x[None, :] if x.ndim == 1 else x
-    _check_draws(p, "returns", confidence, n_boot)
+    _check_returns_matrix(p, "returns")
+    if not np.all(np.isfinite(p)):
+        raise ValueError("returns contain NaN or inf")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     block = float(default_block_length(p.shape[1]))
     stats = block_bootstrap_sharpe(p, None, n_boot=n_boot, mean_block=block, seed=seed)
     return {

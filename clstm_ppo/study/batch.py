@@ -213,7 +213,7 @@ def run_batch(
             # every live cell trades, those a killed run had traded too (their records stay as saved): the batch's
             # composition fixes its last bits
             traders = [m for m in live if m.error is None]
-            traded = _trade_together(traders, market, k, device)
+            traded = _trade_together(traders, market, k, device, alone=len(members) == 1)
             for m in to_trade:
                 if m.error is None:
                     policy, untrained = traded[m.cell.name]
@@ -284,15 +284,16 @@ def _train_together(
 
 
 def _trade_together(
-    members: list[_Member], market: Any, k: int, device: torch.device
+    members: list[_Member], market: Any, k: int, device: torch.device, *, alone: bool
 ) -> dict[str, tuple[PolicyRun, PolicyRun]]:
     """Window ``k``'s traded days of ``members`` (`trade_windows`; each from the portfolios its window k - 1 left);
-    when that fails, each cell on its own (`trade_window`), where an error fails that cell alone. A cell alone trades
-    through `trade_window` (the single network's code: bit for bit its backtest)."""
+    when that fails, each cell on its own (`trade_window`), where an error fails that cell alone. A group of one cell (``alone``) trades
+    through `trade_window` (the single network's code: bit for bit its backtest); the survivor of a batch whose
+    other cells failed still trades through `trade_windows`, as the batch did."""
     befores = [
         (m.policy_runs[k - 1], m.untrained_runs[k - 1]) if k else None for m in members
     ]  # a cell whose window k was traded already holds k + 1 records
-    if len(members) == 1:
+    if alone:
         return {members[0].cell.name: trade_window(members[0].cfg, market, members[0].window(k), device, befores[0])}
     try:
         runs = trade_windows([m.cfg for m in members], market, [m.window(k) for m in members], device, befores)

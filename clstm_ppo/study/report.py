@@ -656,13 +656,13 @@ def _md_other_metrics(report: dict[str, Any]) -> list[str]:
 def _md_grid(report: dict[str, Any], columns: tuple[tuple[str, str, str], ...], rows: list[Any]) -> list[str]:
     """A markdown table of ``columns`` (`A.TABLE` entries) across: its header, ``rows`` (label, cells), then each
     baseline's row."""
-    rows += [
+    baselines = [
         (name, [_fmt(m.get(k, math.nan), kind) for k, _, kind in columns]) for name, m in report["baselines"].items()
     ]
     return [
         "| | " + " | ".join(col for _, col, _ in columns) + " |",
         "|---|" + "---:|" * len(columns),
-        *(f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows),
+        *(f"| {label} | " + " | ".join(cells) + " |" for label, cells in [*rows, *baselines]),
     ]
 
 
