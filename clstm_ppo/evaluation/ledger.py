@@ -74,7 +74,7 @@ def ledger_path(given: str | Path | None = None) -> Path:
 
 def now() -> str:
     """The time a record is written, ISO 8601 in UTC to the second."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _stderr(message: str) -> None:
