@@ -71,6 +71,8 @@ def evaluate_policy(
 ) -> PolicyRun:
     """Run ``model`` over the whole ``split`` once (deterministic = mean action) and record every day.
 
+    :param model: a network or an ensemble, or anything that acts like one (``act``, ``env_action``,
+        ``initial_state``, ``eval``/``train``: the oracle's `clstm_ppo.evaluation.oracle.OracleRule`).
     :param split: "train" | "validation" | "test", or a `DayRange` of day indices into ``market.data``
         (a custom period; its first observation looks back ``window - 1`` days before ``split.start``).
     :param config: env settings (the episode length is not: the run covers the whole split).
