@@ -5,11 +5,8 @@ stored at the rollout's start with state resets at episode starts (CleanRL's rec
 The loss forward always goes through ``model`` as given -- the DDP wrapper when training on
 several workers -- so every backward all-reduces gradients.
 
-One update for a run and for K runs trained as one batch (seeds as a batch dimension, `ppo_update`): the K cells'
-columns are blocks of the rollout and their network is `clstm_ppo.agent.stacked.CellPolicy`; each cell's
-statistics, minibatch order, loss, clip, KL stop, fp16 loss scale and optimizer step (`optimizer_step`: its own
-torch fused Adam over its own parameters) are its own. A run is K = 1, with its ActorCritic (under DDP and
-torch.compile when asked).
+One update for a run (K = 1) and for K runs trained as one batch (seeds as a batch dimension): `ppo_update` says
+what each cell keeps its own.
 
 Collectives per update, identical on every rank: one all-reduce of advantage/return statistics,
 the DDP gradient all-reduces (one per minibatch; micro-batches before the last run under
