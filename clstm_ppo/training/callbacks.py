@@ -156,10 +156,9 @@ class Logger(Callback):
 
 
 class Checkpointer(Callback):
-    """Validation and checkpoints: every ``eval_every`` updates (and at the end) rank 0 scores the deterministic
-    policy on the validation split (without one: the mean return of the last 100 training episodes) and keeps the
-    best as best.pt; every ``checkpoint_every`` updates, at the end, on a stop and at each ``save_every`` episodes it
-    writes latest.pt (and episode_<n>.pt). Nothing is written after an update with NaN/inf, so the last good
+    """Validation and checkpoints: every ``eval_every`` updates (and at the end) rank 0 scores the run (`score`) and
+    keeps the best as best.pt; every ``checkpoint_every`` updates, at the end, on a stop and at each ``save_every``
+    episodes it writes latest.pt (and episode_<n>.pt). Nothing is written after an update with NaN/inf, so the last good
     checkpoint stays.
 
     :param logger: the run's `Logger`, whose recent training returns score a run without a validation split.
@@ -210,7 +209,6 @@ class Checkpointer(Callback):
 
 def with_defaults(extra: list[Callback] | tuple[Callback, ...] = ()) -> list[Callback]:
     """A loop's callbacks: the product's, then ``extra`` (no ``callbacks=`` replaces them). The product's run in this
-    order after each update: the log, then the checkpoint (which scores a run without a validation split by the
-    log's recent returns)."""
+    order after each update: the log, then the checkpoint (whose `Checkpointer.score` may read the log)."""
     logger = Logger()
     return [logger, Checkpointer(logger), *extra]
