@@ -1,9 +1,8 @@
 """The trials ledger: one append-only JSON-lines file that remembers every configuration traded on a market's days,
 every seal of a hold-out period and every time one was broken.
 
-Where it lives: ``--ledger PATH``, else the environment variable ``CLSTM_PPO_LEDGER``, else
-``~/.clstm_ppo/ledger.jsonl`` (`ledger_path`). One file per user by default, so that every study on the same data
-counts, whatever folder it wrote to.
+Where it lives: `ledger_path`. One file per user by default, so that every study on the same data counts, whatever
+folder it wrote to.
 
 Each line is one JSON object with ``"kind"``, ``"key"`` and ``"ledger": 1``; the kinds and what they hold:
 
