@@ -9,12 +9,11 @@ Groups are formed from the whole grid in its order, whatever is done, and a shar
 an interrupted cell continues as it would have, and a sharded study gives the whole study's numbers bit for bit.
 
 `run_batch` walks each window (`clstm_ppo.study.cell`) with one `clstm_ppo.training.trainer.Trainer` for every cell
-of the group that still has to train that window (each resuming its own latest.pt or warm-starting from its previous
-window, as alone; a cell alone is a group of one, which a one-seed Trainer trains as a run), then trades the window
-of every live cell of the group at once (`trade_windows`: their checkpoints and untrained networks as one stacked
-network on one env of 2K columns), so each cell's traded record is what `clstm-ppo backtest` of its checkpoint gives
-up to the float rounding of the stacked forward (a cell alone trades through the single-network code, bit for bit
-the backtest's). A cell's folder is exactly a cell's folder. A cell that fails (an error in its training, NaN for
+of the group that still has to train that window (each as alone, `period_config`; a cell alone is a group of one,
+which a one-seed Trainer trains as a run), then trades the window of every live cell of the group at once
+(`_trade_together`: their checkpoints and untrained networks as one stacked network on one env of 2K columns), so
+each cell's traded record is what `clstm-ppo backtest` of its checkpoint gives up to the float rounding of the
+stacked forward. A cell's folder is exactly a cell's folder. A cell that fails (an error in its training, NaN for
 ``max_bad_updates`` updates) is recorded failed and the others go on; an error outside any one cell fails the
 group's unfinished cells.
 """
