@@ -54,7 +54,7 @@ from envs.state import MAX_PRICE_RATIO
 COLUMNS: tuple[str, ...] = ("date", "tic", "open", "high", "low", "close", "volume")
 
 PRICE_COLUMNS: tuple[str, ...] = ("open", "high", "low", "close")
-_ARRAYS: tuple[str, ...] = (*PRICE_COLUMNS, "volume", "dividends")  # MarketData's [D, N] fields
+ARRAYS: tuple[str, ...] = (*PRICE_COLUMNS, "volume", "dividends")  # MarketData's [D, N] fields
 GAP_POLICIES: tuple[str, ...] = ("fail", "intersect", "ffill")
 
 # canonical name <- accepted spellings (compared lower-cased and stripped)
@@ -318,7 +318,7 @@ class MarketData:
         shape = (len(dates), len(self.tickers))
         if self.dividends is None:
             object.__setattr__(self, "dividends", np.zeros(shape))
-        for name in _ARRAYS:
+        for name in ARRAYS:
             arr = np.asarray(getattr(self, name), dtype=np.float64)
             if arr.shape != shape:
                 raise ValueError(f"MarketData.{name} has shape {arr.shape}, expected {shape} (days, tickers)")
@@ -436,7 +436,7 @@ class MarketData:
         if not (0 <= start < stop <= self.num_days):
             raise UserError(f"day range [{start}, {stop}) is empty or outside 0..{self.num_days}")
         sl = slice(start, stop)
-        return replace(self, dates=self.dates[sl].copy(), **{k: getattr(self, k)[sl].copy() for k in _ARRAYS})
+        return replace(self, dates=self.dates[sl].copy(), **{k: getattr(self, k)[sl].copy() for k in ARRAYS})
 
     def select_tickers(self, tickers: Iterable[str]) -> MarketData:
         """The given tickers, in the given order; UserError naming any unknown or repeated ticker."""
@@ -453,7 +453,7 @@ class MarketData:
         if repeated:
             raise UserError(f"tickers selected more than once: {', '.join(repeated)}")
         cols = [index[t] for t in wanted]
-        arrays = {k: getattr(self, k)[:, cols] for k in _ARRAYS}
+        arrays = {k: getattr(self, k)[:, cols] for k in ARRAYS}
         return replace(self, dates=self.dates.copy(), tickers=tuple(wanted), **arrays)
 
     def select_dates(self, start: str | None = None, end: str | None = None) -> MarketData:
@@ -485,7 +485,7 @@ class MarketData:
             and self.tickers == other.tickers
             and self.close_only == other.close_only
             and np.array_equal(self.dates, other.dates)
-            and all(same(getattr(self, c), getattr(other, c)) for c in _ARRAYS)
+            and all(same(getattr(self, c), getattr(other, c)) for c in ARRAYS)
         )
 
 

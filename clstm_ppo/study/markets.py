@@ -19,10 +19,8 @@ import numpy as np
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.study.grid import MARKET_KEYS
 from clstm_ppo.study.schedule import WalkPeriod
-from envs.data import DayRange, MarketData, Splits
+from envs.data import ARRAYS, DayRange, MarketData, Splits
 from envs.features import Normalization, PreparedMarket, turbulence_threshold
-
-ARRAYS = ("open", "high", "low", "close", "volume", "dividends")
 
 
 def market_key(cfg: TrainConfig) -> str:
