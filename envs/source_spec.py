@@ -19,10 +19,6 @@ ALPACA_OPTIONS: dict[str, tuple[str, ...] | None] = {
 ALPACA_DEFAULTS = {"feed": "iex", "adjustment": "all", "timeframe": "1Day"}
 """The free plan's feed, total-return bars, daily bars."""
 
-TOY_IC = 0.1
-"""A planted signal's IC from which its market is a toy: real daily stocks show next-day cross-stock correlations of
-about 0.02 (docs/data.md's facts), and a realistic planted signal is 0.03-0.05."""
-
 
 def split_source(source: str) -> tuple[str, dict[str, str]]:
     """``"alpaca:feed=sip,timeframe=1Hour"`` -> ``("alpaca", {"feed": "sip", "timeframe": "1Hour"})``: a source's
@@ -53,31 +49,3 @@ def alpaca_options(source: str) -> dict[str, str]:
         if choices and value not in choices:
             raise UserError(f"data source {source!r}: {key} must be one of {', '.join(choices)}, got {value!r}")
     return {**ALPACA_DEFAULTS, **options}
-
-
-def describe_source(source: str) -> str:
-    """What a data source is, in words for a console line: ``synthetic market, no planted signal``, ``synthetic
-    market, planted lead_lag signal of IC 0.04``, ``CSV file prices.csv``, ``Alpaca 1Day bars (iex feed, all
-    adjustment)``. A synthetic source's signal kind defaults to its generator's (`envs.sources.default_signal_kind`,
-    imported for a synthetic source only: it needs numpy)."""
-    scheme, options = split_source(source)
-    if scheme == "synthetic":
-        from envs.sources import default_signal_kind, synthetic_version
-
-        # signal= (a strength) is generator 1's alone; an older checkpoint's source names it without generator=1
-        version = 1 if "signal" in options else synthetic_version(str(source).partition(":")[2])
-        kind = options.get("signal_kind") or default_signal_kind(version)
-        ic = float(options.get("signal_ic", 0))
-        if ic >= TOY_IC:
-            return f"toy synthetic market, planted {kind} signal of IC {ic:g} (real daily stocks: about 0.02)"
-        if ic > 0:
-            return f"synthetic market, planted {kind} signal of IC {ic:g}"
-        if "signal" in options and float(options["signal"]) > 0:
-            return f"synthetic market, planted {kind} signal of strength {float(options['signal']):g}"
-        return "synthetic market, no planted signal"
-    if scheme in ("csv", "parquet"):
-        return f"{scheme.upper() if scheme == 'csv' else 'Parquet'} file {options.get('path', '')}"
-    if scheme == "alpaca":
-        o = alpaca_options(source)
-        return f"Alpaca {o['timeframe']} bars ({o['feed']} feed, {o['adjustment']} adjustment)"
-    return source  # a bare file path

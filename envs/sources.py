@@ -31,7 +31,7 @@ from envs import synthetic, synthetic_v1, synthetic_v2
 from envs.data import MarketData, date_mask, read_frame, standardize_frame
 from envs.errors import UserError, shown_list
 from envs.fingerprint import data_fingerprint, market_witness
-from envs.source_spec import alpaca_options
+from envs.source_spec import alpaca_options, split_source
 from envs.state import MAX_PRICE_RATIO
 from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
 
@@ -62,6 +62,9 @@ SYNTHETIC_OPTIONS[3] = dict(SYNTHETIC_OPTIONS[2])
 GENERATORS = {1: synthetic_v1.generate_market, 2: synthetic_v2.generate_market, 3: synthetic.generate_market}
 TRAINING_OPTION = "train_draws"
 """Generator 3's option that names how many draws training runs on (`training_draws`), not how the market is drawn."""
+TOY_IC = 0.1
+"""A planted signal's IC from which its market is a toy: real daily stocks show next-day cross-stock correlations of
+about 0.02 (docs/data.md's facts), and a realistic planted signal is 0.03-0.05."""
 MAX_TRAINING_DRAWS = 256
 
 
@@ -314,3 +317,28 @@ def load_market_data(
 
 def _forms() -> list[str]:
     return ["synthetic", "synthetic:k=v,...", "csv:PATH", "parquet:PATH", "alpaca"]
+
+
+def describe_source(source: str) -> str:
+    """What a data source is, in words for a console line: ``synthetic market, no planted signal``, ``synthetic
+    market, planted lead_lag signal of IC 0.04``, ``CSV file prices.csv``, ``Alpaca 1Day bars (iex feed, all
+    adjustment)``. A synthetic source's signal kind defaults to its generator's (`default_signal_kind`)."""
+    scheme, options = split_source(source)
+    if scheme == "synthetic":
+        # signal= (a strength) is generator 1's alone; an older checkpoint's source names it without generator=1
+        version = 1 if "signal" in options else synthetic_version(str(source).partition(":")[2])
+        kind = options.get("signal_kind") or default_signal_kind(version)
+        ic = float(options.get("signal_ic", 0))
+        if ic >= TOY_IC:
+            return f"toy synthetic market, planted {kind} signal of IC {ic:g} (real daily stocks: about 0.02)"
+        if ic > 0:
+            return f"synthetic market, planted {kind} signal of IC {ic:g}"
+        if "signal" in options and float(options["signal"]) > 0:
+            return f"synthetic market, planted {kind} signal of strength {float(options['signal']):g}"
+        return "synthetic market, no planted signal"
+    if scheme in ("csv", "parquet"):
+        return f"{scheme.upper() if scheme == 'csv' else 'Parquet'} file {options.get('path', '')}"
+    if scheme == "alpaca":
+        o = alpaca_options(source)
+        return f"Alpaca {o['timeframe']} bars ({o['feed']} feed, {o['adjustment']} adjustment)"
+    return source  # a bare file path

@@ -10,8 +10,7 @@ import pytest
 
 from envs.data import _ROUND_TRIP, MarketData
 from envs.errors import UserError
-from envs.source_spec import describe_source
-from envs.sources import default_signal_kind, load_market_data, parse_synthetic_options, pin_synthetic
+from envs.sources import default_signal_kind, describe_source, load_market_data, parse_synthetic_options, pin_synthetic
 from envs.synthetic import generate_market
 from envs.synthetic_v1 import generate_market as generate_market_v1
 

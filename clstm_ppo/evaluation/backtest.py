@@ -67,7 +67,7 @@ from envs.errors import UserError, first_line, shown_list
 from envs.execution import Terms, describe_execution, resolve_execution
 from envs.features import PreparedMarket
 from envs.oracle import planted_rule
-from envs.source_spec import describe_source
+from envs.sources import describe_source
 
 SPLITS = ("test", "validation", "train")
 # Metrics whose spread over sampled episodes is summarised (and printed) for --stochastic.
