@@ -47,6 +47,7 @@ from clstm_ppo.evaluation.report import (
     BacktestResult,
     Report,
     compare_table,
+    summarize_curve,
     write_comparison,
     write_json,
     write_report,
@@ -462,11 +463,7 @@ def _sampled_episodes(
     rows = [
         {
             "episode": k + 1,
-            **M.summarize(
-                r.values,
-                trades=pd.DataFrame(result_of(ck, r, market, period, metadata={}).trades),
-                risk_free=ck.cfg.env.risk_free,
-            ),
+            **summarize_curve(r.values, result_of(ck, r, market, period, metadata={}).trades, ck.cfg.env.risk_free),
         }
         for k, r in enumerate(runs)
     ]

@@ -242,8 +242,10 @@ def _finish_report(
     """Write the report's JSON (``paths["report"]``: metadata, ISO ``dates``' period, rate, metrics, other files)."""
     period = {"start": dates[0], "end": dates[-1], "num_days": len(dates)}
     files = {k: p.name for k, p in paths.items() if k != "report"}
-    payload = {"metadata": dict(metadata), "period": period, "risk_free": risk_free, "metrics": metrics}
-    write_json(paths["report"], {**payload, "files": files})
+    write_json(
+        paths["report"],
+        {"metadata": dict(metadata), "period": period, "risk_free": risk_free, "metrics": metrics, "files": files},
+    )
     return Report(out_dir=out, metrics=metrics, paths=paths, table=compare_table(metrics))
 
 
@@ -366,15 +368,15 @@ def compute_metrics(result: BacktestResult, *, risk_free: float = 0.0) -> dict[s
     The index gets only value-based metrics (no trades); its dollar keys are in index points.
     """
     out = {
-        "policy": _summarize(result.values, result.trades, risk_free),
-        "baseline": _summarize(result.baseline_values, result.baseline_trades, risk_free),
+        "policy": summarize_curve(result.values, result.trades, risk_free),
+        "baseline": summarize_curve(result.baseline_values, result.baseline_trades, risk_free),
     }
     if result.index_values is not None:
-        out["index"] = _summarize(result.index_values, None, risk_free)
+        out["index"] = summarize_curve(result.index_values, None, risk_free)
     return out
 
 
-def _summarize(values: Any, trades: Any, risk_free: float) -> dict[str, float]:
+def summarize_curve(values: Any, trades: Any, risk_free: float) -> dict[str, float]:
     """`clstm_ppo.evaluation.metrics.summarize` of ``[D]`` dollar ``values`` and their trades table (None: unknown)."""
     return M.summarize(values, trades=None if trades is None else _trades_frame(trades), risk_free=risk_free)
 
@@ -452,7 +454,7 @@ def write_comparison(
     out = _prepare_out_dir(out_dir)
     iso = _iso_dates(dates)
     trades = trades or {}
-    metrics = {name: _summarize(v, trades.get(name), risk_free) for name, v in curves.items()}
+    metrics = {name: summarize_curve(v, trades.get(name), risk_free) for name, v in curves.items()}
     paths = {"report": out / "compare.json", "equity": out / "compare.csv", "plot": out / "compare.png"}
     frame = pd.DataFrame({"date": iso})
     for name, v in curves.items():
