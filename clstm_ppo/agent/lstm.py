@@ -30,7 +30,7 @@ def feature_layers(width: int, feature_dim: int) -> nn.Sequential:
 def today(windows: Windows, cells: int) -> Tensor:
     """Each window's last day, the current state, for K = ``cells`` networks: ``[K, L x M, F]`` (each network's M
     columns of E = K x M, step-major)."""
-    return to_cells(windows.last_rows().reshape(windows.steps, windows.envs, -1), cells)
+    return to_cells(windows.last_rows(), cells)
 
 
 class LSTMPolicy(ActorCritic):

@@ -317,8 +317,8 @@ class ActorCritic(nn.Module, Policy):
     """A recurrent Gaussian actor-critic over windowed market observations, one network (K = 1 of `Policy`): what
     every policy family shares (see the module docstring). A family builds its layers in ``__init__`` (then calls
     `_finish`) and gives `forward_cells` (its forward, written once for K >= 1 networks through the kernels a `Net`
-    offers) and `stage1_parameters`. As a `Net` of one it offers its own layers (``layers``) and, where the family
-    has them, its window LSTM (``window_summary``) and stage-2 LSTMs (``stage2``), on torch's kernels."""
+    offers) and `stage1_parameters`. As a `Net` of one it offers its own layers (``layers``), its window LSTMs
+    (``window_summary``, for the families that have one) and stage-2 LSTMs (``stage2``), on torch's kernels."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -327,7 +327,8 @@ class ActorCritic(nn.Module, Policy):
         if spec.action_dist not in ACTION_DISTS:
             raise ValueError(f"unknown action distribution {spec.action_dist!r}")
         self.spec = spec
-        self.window_kernel = "auto"  # how clstm's stage 1 runs (auto | shared | fused); not part of the weights
+        # how the window LSTMs (clstm's stage 1, shared's tickers) run: auto | shared | fused; not part of the weights
+        self.window_kernel = "auto"
 
     def _finish(self, log_std_width: int) -> None:
         """The parts every family has, registered after its own layers (parameter order is initialisation order):

@@ -186,8 +186,7 @@ class CellPolicy(Policy):
         (`resolve_kernel` of the cells' ``window_kernel``): ``fused`` (``auto`` for windows that share no rows, a
         rollout step's and ``shared``'s tickers') runs each cell's own ``nn.LSTM``, oneDNN; ``shared`` one stacked
         kernel (`stacked_window_last_output`), which is also what runs on CUDA."""
-        rows_shared = windows.given_dense is None
-        kernel = resolve_kernel(self.models[0].window_kernel, self.device, rows_shared)
+        kernel = resolve_kernel(self.models[0].window_kernel, self.device, windows.rows_shared)
         if self.device.type != "cpu" or kernel == "shared":
             weights = [self.params[f"{name}.{w}"] for w in LSTM_WEIGHTS]
             return stacked_window_last_output(*weights, windows, self.cells)

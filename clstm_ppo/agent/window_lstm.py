@@ -176,7 +176,7 @@ def window_last_output(lstm: nn.LSTM, windows: Windows, kernel: str = "auto") ->
     :param windows: L x E windows over rows ``[E, R, F]``.
     :param kernel: ``auto`` | ``shared`` | ``fused`` (module docstring).
     """
-    kernel = resolve_kernel(kernel, windows.rows.device, rows_shared=windows.given_dense is None)
+    kernel = resolve_kernel(kernel, windows.rows.device, rows_shared=windows.rows_shared)
     if kernel == "fused":
         dense = windows.dense()
         out, _ = lstm(dense.reshape(-1, *dense.shape[2:]))

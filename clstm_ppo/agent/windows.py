@@ -48,6 +48,11 @@ class Windows:
     def window(self) -> int:
         return self.index.shape[2]
 
+    @property
+    def rows_shared(self) -> bool:
+        """Whether windows may share rows (built from row tables, as the rollout's store keeps them), not dense."""
+        return self.given_dense is None
+
     def flat_index(self) -> Tensor:
         """``[L, E, T]`` int64 row numbers into ``rows.reshape(E * R, F)``."""
         offsets = torch.arange(self.envs, device=self.index.device).mul_(self.rows.shape[1]).view(1, -1, 1)
