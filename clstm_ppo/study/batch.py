@@ -286,9 +286,9 @@ def _trade_together(
     members: list[_Member], market: Any, k: int, device: torch.device, *, alone: bool
 ) -> dict[str, tuple[PolicyRun, PolicyRun]]:
     """Window ``k``'s traded days of ``members`` (`trade_windows`; each from the portfolios its window k - 1 left);
-    when that fails, each cell on its own (`trade_window`), where an error fails that cell alone. A group of one cell (``alone``) trades
-    through `trade_window` (the single network's code: bit for bit its backtest); the survivor of a batch whose
-    other cells failed still trades through `trade_windows`, as the batch did."""
+    when that fails, each cell on its own (`trade_window`), where an error fails that cell alone. A group of one
+    cell (``alone``) trades through `trade_window` (the single network's code: bit for bit its backtest); the
+    survivor of a batch whose other cells failed still trades through `trade_windows`, as the batch did."""
     befores = [
         (m.policy_runs[k - 1], m.untrained_runs[k - 1]) if k else None for m in members
     ]  # a cell whose window k was traded already holds k + 1 records

@@ -204,14 +204,14 @@ def traded_terms(markets: list[PreparedMarket], cfg: TrainConfig) -> Terms:
 
 
 def walk_windows(
-    markets: list[PreparedMarket], env: EnvConfig, acting: Callable[[int, PreparedMarket], Any], device: Any = "cpu"
+    markets: list[PreparedMarket], env: EnvConfig, acting: Callable[[int, PreparedMarket], Any]
 ) -> PolicyRun:
-    """``acting(k, market)`` (a policy) traded on each window k's days through ``env``, the portfolio carried from
-    window to window as a cell's is; the windows stitched into one record."""
+    """``acting(k, market)`` (a policy on the CPU) traded on each window k's days through ``env``, the portfolio
+    carried from window to window as a cell's is; the windows stitched into one record."""
     runs: list[PolicyRun] = []
     for k, market in enumerate(markets):
         policy, start = acting(k, market), _portfolio(runs[-1]) if runs else None
-        runs.append(evaluate_policy(policy, market, market.splits.test, env, device=device, start_portfolio=start))
+        runs.append(evaluate_policy(policy, market, market.splits.test, env, start_portfolio=start))
     return stitch(runs)
 
 
