@@ -29,6 +29,7 @@ from envs.predictor import SIGNALS
 from envs.source_spec import ALPACA_OPTIONS
 from envs.sources import GENERATORS, default_signal_kind, load_market_data
 from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
+from envs.text import text_table
 
 
 class _Parser(argparse.ArgumentParser):
@@ -349,20 +350,11 @@ def facts_table(names: list[str], markets: list[MarketData]) -> str:
     facts = [market_facts(m) for m in markets]
     rows = [[label, *(_fact(getattr(f, key)) for f in facts)] for key, label in FACT_LABELS.items()]
     rows.insert(0, ["tickers x days", *(f"{m.num_tickers} x {m.num_days}" for m in markets)])
-    return _table(rows, ["fact", *names])
+    return "\n".join(text_table([["fact", *names], *rows], "l" + "r" * len(names)))
 
 
 def _fact(value: float) -> str:
     return "n/a (close only)" if value != value else f"{value:.3f}"
-
-
-def _table(rows: list[list[str]], header: list[str]) -> str:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(str(c).rjust(w) if i > 0 else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-        for r in [header, *rows]
-    ]
-    return "\n".join(line.rstrip() for line in lines)
 
 
 def summarize(frame: pd.DataFrame) -> str:
@@ -389,6 +381,7 @@ def summarize(frame: pd.DataFrame) -> str:
             ]
         )
     cols = frame.attrs.get("source_columns", {})
+    header = ["ticker", "first", "last", "days", "missing", "mean_ret%", "vol%", "ann_vol%", "min_price", "max_price"]
     used = ", ".join(f"{v}->{k}" if str(v).strip().lower() != k else k for k, v in cols.items() if k != "adj_close")
     lines = [
         f"rows: {len(frame)}   tickers: {frame['tic'].nunique()}   dates: {pd.Timestamp(all_dates[0]).date()} .. "
@@ -401,10 +394,7 @@ def summarize(frame: pd.DataFrame) -> str:
             else ""
         ),
         "",
-        _table(
-            rows,
-            ["ticker", "first", "last", "days", "missing", "mean_ret%", "vol%", "ann_vol%", "min_price", "max_price"],
-        ),
+        *text_table([header, *rows], "l" + "r" * (len(header) - 1)),
         "",
     ]
     if gaps:

@@ -31,6 +31,7 @@ from clstm_ppo.evaluation.baselines import buy_and_hold
 from envs.config import EnvConfig
 from envs.errors import UserError
 from envs.execution import Terms
+from envs.text import money, text_table
 
 TRADE_COLUMNS: tuple[str, ...] = ("date", "ticker", "side", "shares", "price", "cost")
 
@@ -266,7 +267,7 @@ def format_metric(value: float, kind: str) -> str:
     if kind == "dollars0":
         return f"-${-value:,.0f}" if value < 0 else f"${value:,.0f}"
     if kind == "dollars2":
-        return f"-${-value:,.2f}" if value < 0 else f"${value:,.2f}"
+        return money(value)
     return f"{value:.4g}"
 
 
@@ -284,12 +285,8 @@ def compare_table(results: Mapping[str, Mapping[str, float]], *, keys: Sequence[
         label, kind = METRIC_ROWS.get(key, (key, "float"))
         rows.append([label, *[format_metric(results[n].get(key, math.nan), kind) for n in names]])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join([cells[0].ljust(widths[0]), *[c.rjust(w) for c, w in zip(cells[1:], widths[1:], strict=True)]])
-
-    rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), rule, *[line(r) for r in rows]])
+    head, *body = text_table([header, *rows], "l" + "r" * len(names))
+    return "\n".join([head, "  ".join("-" * w for w in widths), *body])
 
 
 # ------------------------------------------------------------------------------------------------- plots

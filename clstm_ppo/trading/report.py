@@ -27,6 +27,7 @@ import numpy as np
 
 from clstm_ppo.trading.journal import Journal, write_csv
 from envs.errors import UserError
+from envs.text import money, text_table
 
 REPORT_FILE = "report.csv"
 REPORT_COLUMNS = ("date", "paper_equity", "backtest_value", "paper_return", "backtest_return", "gap", "execution_cost")
@@ -123,23 +124,6 @@ def trade_report(folder: str | Path, out: str | Path | None = None) -> TradeRepo
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:+.2f}%"
-
-
-def money(x: float | None) -> str:
-    """Dollars as the console shows them: ``$1,234.50``, ``-$12.00``; ``-`` for None."""
-    if x is None:
-        return "-"
-    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
-
-
-def text_table(rows: list[tuple[str, ...]], align: str) -> list[str]:
-    """``rows`` (the header first) as lines, columns two spaces apart: column i left-aligned where ``align[i]`` is
-    "l", else right-aligned; no line ends in spaces."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(align))]
-    return [
-        "  ".join(c.ljust(w) if a == "l" else c.rjust(w) for c, w, a in zip(row, widths, align, strict=True)).rstrip()
-        for row in rows
-    ]
 
 
 def report_table(report: TradeReport) -> str:

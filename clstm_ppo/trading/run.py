@@ -38,11 +38,11 @@ from clstm_ppo.trading.orders import (
     send_orders,
     wait_for_fills,
 )
-from clstm_ppo.trading.report import money, text_table
 from clstm_ppo.trading.schedule import NoSessionToday, decision_session
 from envs.alpaca import load_credentials, redact_url
 from envs.errors import UserError
 from envs.features import PreparedMarket
+from envs.text import money, text_table
 
 Say = Callable[[str], None]
 
