@@ -1,24 +1,11 @@
-"""Backtest saved checkpoints: `backtest` (one checkpoint, one period, a report folder) and `compare` (several
-checkpoints on one period). The commands `clstm-ppo backtest` and `clstm-ppo compare` (`clstm_ppo.cli.backtest`)
-are their flags.
+"""Backtest saved checkpoints: `backtest` (one checkpoint or ensemble, one period, a report folder) and `compare`
+(several checkpoints on one period); `clstm_ppo.cli.backtest` holds their flags, docs/backtesting.md the whole story.
 
-A backtest goes through the training's own code, so nothing is re-implemented: its data (`load_backtest_data`), the
-market spec's normalisation statistics and turbulence threshold fitted on the training split
-(`clstm_ppo.training.checkpoint.restore_market`: nothing is refitted on backtest data), its period
-(`resolve_period`), the policy rebuilt from the stored model config and weights and run through the period by
-`clstm_ppo.agent.evaluate.evaluate_policy` (the training env, recurrent state carried day to day), and the report
-files (`clstm_ppo.evaluation.report`) with equal-weight buy-and-hold (same costs, same capital) as the baseline.
-With ``new_universe`` (a ``shared`` policy only: no weight of it is sized by the tickers) the data keeps all its own
-tickers and the market is prepared as training prepares one, refitted on the new data's days of the checkpoint's
-training split (`clstm_ppo.training.checkpoint.refit_market`); the policy is rebuilt for that many tickers.
-
-Before the policy runs, `clstm_ppo.evaluation.holdout.guard` refuses a period that trades days sealed in the trials
-ledger, unless ``unseal`` (then the unseal is recorded, and report.json's metadata says how many times those days
-have been unsealed).
-
-With ``--stochastic`` the report files describe the episode with the median cumulative return, and
-report.json gains a ``"stochastic"`` section: the seed, every episode's metrics and the mean / std / min /
-max of each metric over the episodes; equity_episodes.csv holds every episode's value series.
+Everything goes through the training's own code: its data loader, the market spec fitted on the training split
+(nothing is refitted on backtest data, but with ``new_universe``: then on the new data's days of the checkpoint's
+training split), the training env (`clstm_ppo.agent.evaluate.evaluate_policy`), and equal-weight buy-and-hold with
+the same costs and capital as the baseline. Days sealed in the trials ledger are refused unless ``unseal``
+(`clstm_ppo.evaluation.holdout.guard`).
 """
 
 from __future__ import annotations
@@ -131,39 +118,17 @@ def load_backtest_data(
     )
     if new_universe:
         return market_data
-    hint = (
-        "; its policy is shared: `clstm-ppo backtest --new_universe` trades it on the data's own tickers"
-        if ck.policy == "shared"
-        else ""
-    )
-    return match_tickers(
-        market_data, ck.tickers, selected=bool(cfg.data.ticker_list), what=str(ck.path), source=source, hint=hint
-    )
-
-
-def match_tickers(
-    data: MarketData, want: list[str], *, selected: bool, what: str, source: str, hint: str = ""
-) -> MarketData:
-    """``data`` restricted to ``want`` in its order; UserError naming missing (and unexpected) tickers.
-
-    :param selected: the run picked ``want`` out of a larger universe (``--tickers``), so other
-        tickers in the data are expected and dropped; otherwise they mean a different universe.
-    :param hint: appended to the error (what else the user can do).
-    """
-    have = [str(t) for t in data.tickers]
+    want, have = ck.tickers, [str(t) for t in market_data.tickers]
     missing = [t for t in want if t not in have]
-    extra = [t for t in have if t not in want]
-    if missing or (extra and not selected):
-        parts = []
-        if missing:
-            parts.append(f"missing {shown_list(missing, 8)}")
-        if extra and not selected:
-            parts.append(f"unexpected {shown_list(extra, 8)}")
+    extra = [] if cfg.data.ticker_list else [t for t in have if t not in want]  # --tickers picked from more
+    if missing or extra:
+        what = "; ".join(f"{w} {shown_list(n, 8)}" for w, n in (("missing", missing), ("unexpected", extra)) if n)
+        hint = "; its policy is shared: `clstm-ppo backtest --new_universe` trades it on the data's own tickers"
         raise UserError(
-            f"data {source!r} does not hold the tickers {what} was trained on: {'; '.join(parts)} "
-            f"(it trades {len(want)}: {shown_list(want, 8)}){hint}"
+            f"data {source!r} does not hold the tickers {ck.path} was trained on: {what} "
+            f"(it trades {len(want)}: {shown_list(want, 8)}){hint if ck.policy == 'shared' else ''}"
         )
-    return data if have == want else data.select_tickers(want)
+    return market_data if have == want else market_data.select_tickers(want)
 
 
 # -------------------------------------------------------------------------------------------- period
@@ -200,8 +165,7 @@ def resolve_period(
     full lookback) to the last on/before ``end`` (default: the data's last day); it needs ``window - 1``
     earlier days in the data for its first observation and at least 2 days (one trade and its result).
     """
-    data = market.data
-    dates = np.asarray(data.dates).astype("datetime64[D]")
+    dates = np.asarray(market.data.dates).astype("datetime64[D]")
     lookback = market.window - 1
     if start is None and end is None:
         r = market.splits.as_dict().get(split)
@@ -226,36 +190,20 @@ def resolve_period(
             f"the period {start or 'start'} .. {end or 'end'} has {max(hi - lo, 0)} trading day(s) in the data "
             f"({_iso(dates[0])} .. {_iso(dates[-1])}); a backtest needs at least 2"
         )
-    days = DayRange(lo, hi)
-    return Period(days=days, label=f"{_iso(dates[lo])}_{_iso(dates[hi - 1])}", source="--start/--end")
-
-
-def file_digest(path: Path) -> str:
-    """sha256 (hex, first 16 characters) of a file's bytes: what identifies a checkpoint for the ledger."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
+    return Period(days=DayRange(lo, hi), label=f"{_iso(dates[lo])}_{_iso(dates[hi - 1])}", source="--start/--end")
 
 
 def check_holdout(
     market: PreparedMarket, period: Period, checkpoints: list[Path], *, ledger: Ledger, unseal: bool, command: str
 ) -> list[dict[str, Any]]:
     """`clstm_ppo.evaluation.holdout.guard` for a backtest (or comparison) of ``checkpoints`` over ``period``: one
-    look per set of checkpoint files and period, so running the same backtest again is not another unseal."""
+    look per set of checkpoint files (sha256 of their bytes) and period, so the same backtest again is not another
+    unseal."""
     days = iso_days(market.data)
     first, last = str(days[period.days.start]), str(days[period.days.stop - 1])
-    return guard(
-        ledger,
-        market.data,
-        first,
-        last,
-        unseal=unseal,
-        command=command,
-        look=",".join(sorted(file_digest(p) for p in checkpoints)) + f"@{first}..{last}",
-        what=", ".join(str(p) for p in checkpoints),
-    )
+    digests = sorted(hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in checkpoints)
+    look, what = ",".join(digests) + f"@{first}..{last}", ", ".join(str(p) for p in checkpoints)
+    return guard(ledger, market.data, first, last, unseal=unseal, command=command, look=look, what=what)
 
 
 # ----------------------------------------------------------------------------------------------- runs
@@ -374,17 +322,6 @@ def _metadata(ck: Checkpoint, market: PreparedMarket, period: Period, source: st
     }
 
 
-def check_new_universe(cks: list[Checkpoint]) -> None:
-    """UserError, in one line, unless every checkpoint of ``cks`` holds a ``shared`` policy: only its weights fit
-    any number of tickers."""
-    for ck in cks:
-        if ck.policy != "shared":
-            raise UserError(
-                f"--new_universe needs a --policy shared checkpoint; {ck.path} holds a {ck.policy} policy, whose "
-                f"weights are sized by the {len(ck.tickers)} tickers it was trained on"
-            )
-
-
 def new_universe_metadata(ck: Checkpoint, market: PreparedMarket) -> dict[str, Any]:
     """report.json's record of a backtest on another universe: its tickers, the checkpoint's, and the days the
     normalisation and turbulence threshold were refitted on (`refit_market`)."""
@@ -479,22 +416,6 @@ def _sampled_episodes(
     return runs[median], runs, summary
 
 
-def _write_episodes(
-    report: Any, folder: Path, dates: np.ndarray, runs: list[PolicyRun], summary: dict[str, Any]
-) -> None:
-    """Add the sampled episodes to a written report: report.json's "stochastic" section and equity_episodes.csv
-    (one column of [D] dollar values per episode)."""
-    path = report.paths["report"]
-    payload = json.loads(path.read_text(encoding="utf-8"))
-    payload["stochastic"] = summary
-    payload["files"]["episodes"] = "equity_episodes.csv"
-    write_json(path, payload)
-    frame = pd.DataFrame({"date": pd.to_datetime(dates).strftime("%Y-%m-%d")})
-    for k, r in enumerate(runs):
-        frame[f"episode_{k + 1}"] = r.values
-    frame.to_csv(folder / "equity_episodes.csv", index=False)
-
-
 def backtest(
     checkpoint: str | Path | list[str | Path],
     *,
@@ -536,8 +457,12 @@ def backtest(
     cks = [with_risk_free(c, risk_free) for c in open_members(paths)]
     ck = cks[0]
     risk_free = ck.cfg.env.risk_free
-    if new_universe:
-        check_new_universe(cks)
+    for c in cks if new_universe else []:  # only a shared policy's weights fit any number of tickers
+        if c.policy != "shared":
+            raise UserError(
+                f"--new_universe needs a --policy shared checkpoint; {c.path} holds a {c.policy} policy, whose "
+                f"weights are sized by the {len(c.tickers)} tickers it was trained on"
+            )
     market_data = load_backtest_data(ck, data=data, start=start, end=end, new_universe=new_universe)
     market = refit_market(ck, market_data) if new_universe else restore_market(ck, market_data)
     period = resolve_period(market, split=split, start=start, end=end, spec_splits=ck.market_spec.get("splits"))
@@ -555,32 +480,34 @@ def backtest(
     oracle = None if (data or new_universe) else checkpoint_oracle(ck, market, period.days)
     if oracle is not None:  # what the rule that knows the planted signal earns on the same days and terms
         metadata["oracle"] = {
-            "sharpe": oracle.sharpe,
-            "cumulative_return": oracle.cumulative_return,
-            "annual_turnover": oracle.annual_turnover,
-            "exposure": oracle.exposure,
+            k: getattr(oracle, k) for k in ("sharpe", "cumulative_return", "annual_turnover", "exposure")
         }
     dates = np.asarray(market.data.dates)[period.days.start : period.days.stop]
     index_values = read_index(index, dates) if index else None
     stem = ck.path.stem if len(cks) == 1 else f"ensemble{len(cks)}"
     folder = Path(out) if out else ck.path.parent / f"backtest-{stem}-{period.label}"
     summary: dict[str, Any] | None = None
+    fills = describe_execution(ck.cfg.env.execution, market.data)
     if not stochastic:
         acting = "deterministic (mean action)" if len(cks) == 1 else f"ensemble of {len(cks)} (mean target)"
-        metadata["mode"] = f"{acting}, {describe_execution(ck.cfg.env.execution, market.data)}"
+        metadata["mode"] = f"{acting}, {fills}"
         run = run_policy(ck, model, market, period, device)
     else:
         run, runs, summary = _sampled_episodes(ck, model, market, period, device, episodes=episodes, seed=seed)
-        metadata["mode"] = (
-            f"stochastic: {episodes} sampled episode(s), seed {seed}, "
-            f"{describe_execution(ck.cfg.env.execution, market.data)}"
-        )
+        metadata["mode"] = f"stochastic: {episodes} sampled episode(s), seed {seed}, {fills}"
         metadata["episode_shown"] = summary["episode_shown"]
     report = write_report(
         result_of(ck, run, market, period, metadata=metadata, index_values=index_values), folder, risk_free=risk_free
     )
-    if summary is not None:
-        _write_episodes(report, folder, dates, runs, summary)
+    if summary is not None:  # report.json's "stochastic" section; equity_episodes.csv: [D] dollars per episode
+        payload = json.loads(report.paths["report"].read_text(encoding="utf-8"))
+        payload["stochastic"] = summary
+        payload["files"]["episodes"] = "equity_episodes.csv"
+        write_json(report.paths["report"], payload)
+        values = {f"episode_{k + 1}": r.values for k, r in enumerate(runs)}
+        pd.DataFrame({"date": pd.to_datetime(dates).strftime("%Y-%m-%d"), **values}).to_csv(
+            folder / "equity_episodes.csv", index=False
+        )
     return Backtest(
         checkpoint=ck,
         period=period,
@@ -608,12 +535,11 @@ def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = 
         return None
     ck = open_checkpoint(checkpoint)
     period = Period(days=test, label="test", source="test split")
-    model = restore_policy(ck, market)
-    run = run_policy(ck, model, market, period, torch.device("cpu"))
+    model, cpu = restore_policy(ck, market), torch.device("cpu")
+    run = run_policy(ck, model, market, period, cpu)
     last = market.splits.train  # its last training days, as many as the test's (the market's own, not a pool's)
     last = DayRange(max(last.start, last.stop - test.num_days), last.stop)
-    train = Period(days=last, label="train", source="training split")
-    trained_days = run_policy(ck, model, market, train, torch.device("cpu"))
+    trained_days = run_policy(ck, model, market, Period(days=last, label="train", source="training split"), cpu)
     on_training_days = M.summarize(trained_days.values, risk_free=ck.cfg.env.risk_free)["sharpe"]
     held = HeldOut.of(ck, run, market, period, n_boot)
     policy, oracle = held.policy, checkpoint_oracle(ck, market, test)
@@ -725,12 +651,7 @@ def comparison_labels(paths: list[Path], given: str | None) -> list[str]:
         labels = [f"{p.parent.name}/{p.stem}" if p.parent.name else p.stem for p in paths]
     if "buy-and-hold" in labels:
         raise UserError("'buy-and-hold' is the baseline's label; choose another")
-    seen: dict[str, int] = {}
-    unique = []
-    for label in labels:
-        seen[label] = seen.get(label, 0) + 1
-        unique.append(label if seen[label] == 1 else f"{label}#{seen[label]}")
-    return unique
+    return [f"{label}#{n + 1}" if (n := labels[:i].count(label)) else label for i, label in enumerate(labels)]
 
 
 @dataclass
@@ -754,17 +675,8 @@ def _check_comparable(cks: list[Checkpoint]) -> None:
         if ck.tickers != first.tickers:
             missing = [t for t in first.tickers if t not in ck.tickers]
             extra = [t for t in ck.tickers if t not in first.tickers]
-            what = (
-                "; ".join(
-                    p
-                    for p in (
-                        f"missing {shown_list(missing, 8)}" if missing else "",
-                        f"extra {shown_list(extra, 8)}" if extra else "",
-                    )
-                    if p
-                )
-                or "same names, other order"
-            )
+            parts = (("missing", missing), ("extra", extra))
+            what = "; ".join(f"{w} {shown_list(n, 8)}" for w, n in parts if n) or "same names, other order"
             raise UserError(f"{ck.path} trades other tickers than {first.path}: {what}; compare needs one universe")
         if ck.cfg.env.initial_amount != first.cfg.env.initial_amount:
             raise UserError(
