@@ -1,18 +1,8 @@
-"""The sealed hold-out: days of a market that no study, backtest or compare may trade without saying so.
-
-``clstm-ppo study seal --data SRC --from DAY [--to DAY]`` writes a seal record into the trials ledger
-(`clstm_ppo.evaluation.ledger`): the period (``to`` empty: every day from ``from`` on, including days a later
-download adds), the data's fingerprint and its `market_witness`. Later, `guard` runs before anything is traded: when
-the days to trade overlap a seal's period on the same market, it refuses in one line unless the command was given
-``--unseal``; an unseal is recorded in the ledger (once per seal and per look: the same study resumed, or the same
-checkpoint backtested again on the same days, is one look), and every report on those days says how many looks
-the seal has had (`holdout_summary`).
-
-What "the same market" means: a seal covers each of its tickers whose closes agree with the sealed data's on the
-witness days (the first trading day of each month) that both data sets hold. So the seal still applies when the
-same file is loaded with a later end date (or a later start), from another format, or with a subset or superset of
-its tickers; it does not apply to a synthetic market of another seed (same ticker names, other prices) or to the
-same stocks with other prices (e.g. split-adjusted bars against unadjusted ones): there is nothing to compare by.
+"""The sealed hold-out (docs/study.md): days of a market that no study, backtest or compare may trade without
+``--unseal``. A seal is a trials-ledger record (`make_seal`); `guard` refuses sealed days or records the unseal, once
+per look; `holdout_summary` says how many looks a seal has had. A seal covers each of its tickers whose closes agree
+with the sealed data's on the witness days both hold (`envs.fingerprint.market_witness`), so it survives a reload
+with other dates, another format or other tickers, but not other prices.
 """
 
 from __future__ import annotations
@@ -102,11 +92,6 @@ def sealed_hits(ledger: Ledger, witness: dict[str, Any], first: str, last: str) 
     return hits
 
 
-def unseal_count(ledger: Ledger, seal_key: str) -> int:
-    """How many distinct looks (studies, backtests, comparisons) have traded the seal's days with ``--unseal``."""
-    return sum(1 for r in ledger.records("unseal") if r["seal"] == seal_key)
-
-
 def holdout_summary(ledger: Ledger, data: MarketData, first: str, last: str) -> list[dict[str, Any]]:
     """For a report: each seal covering a day of ``first .. last`` of ``data``, its period, the covered days, when
     it was made, and how many times its days have been unsealed so far."""
@@ -119,7 +104,7 @@ def holdout_summary(ledger: Ledger, data: MarketData, first: str, last: str) -> 
             "tickers": len(h.tickers),
             "first": h.first,
             "last": h.last,
-            "unsealed": unseal_count(ledger, h.seal["key"]),
+            "unsealed": sum(1 for r in ledger.records("unseal") if r["seal"] == h.seal["key"]),  # distinct looks
         }
         for h in sealed_hits(ledger, market_witness(data), first, last)
     ]

@@ -1,25 +1,11 @@
-"""The trials ledger: one append-only JSON-lines file that remembers every configuration traded on a market's days,
-every seal of a hold-out period and every time one was broken.
+"""The trials ledger (docs/study.md): one append-only JSON-lines file, by default one per user (`ledger_path`), that
+remembers every configuration traded on a market's days, every seal of a hold-out period and every time one was broken.
 
-Where it lives: `ledger_path`. One file per user by default, so that every study on the same data counts, whatever
-folder it wrote to.
-
-Each line is one JSON object with ``"kind"``, ``"key"`` and ``"ledger": 1``; the kinds and what they hold:
-
-    study    a study's data (source, `data_fingerprint`, tickers, `market_witness`), traded window, configurations
-    trial    one finished cell: its configuration and seed, the data's fingerprint, the traded window (first/last
-             day), the number of daily returns, its daily-return Sharpe ratio (annualised and per day) and that of
-             its active returns over equal-weight buy-and-hold
-    seal     a sealed hold-out period of a market (`clstm_ppo.evaluation.holdout`)
-    unseal   a study, backtest or compare that traded sealed days with ``--unseal``
-
-A record's ``key`` says what it is about (a trial: its settings, seed, data and days), so appending the same record
-twice is a no-op (`Ledger.append` skips keys already present): re-reporting a study never counts its cells twice.
-
-Durability: every record is written whole, flushed and fsynced before the next, so a study killed at any moment
-leaves every record it finished. A last line cut short by a kill is reported and skipped, as is any line that is not
-a ledger record (one warning line naming the file and line number); nothing is dropped silently, and the next append
-starts on a fresh line.
+Each line is one JSON object with ``"kind"`` (study, trial, seal, unseal: `REQUIRED` lists their fields), ``"key"``
+and ``"ledger": 1``. A record whose ``(kind, key)`` is already there is not written again (re-reporting a study
+never counts its cells twice). Every record is written whole, flushed and fsynced before the next; a line that is
+not a record (a last line cut short by a kill) is reported once on stderr and skipped, and the next append starts on
+a fresh line.
 """
 
 from __future__ import annotations
