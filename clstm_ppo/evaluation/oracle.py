@@ -1,17 +1,7 @@
-"""The oracle of a market with a planted signal: what the rule that trades the signal earns through the same env as a
-backtest (costs, fills, no-trade band, turbulence stop), so a trained policy's result has a ceiling to be read
-against, and what share of the oracle's edge over buy-and-hold a policy keeps.
-
-``oracle_run(market, "test", env, rule)`` recomputes the predictor from ``market``'s closes
-(`envs.predictor.predictor_from_prices`: what the file holds up to each day's close, nothing else), trades the rule
-that knows it (`envs.oracle.oracle_actions`: target weights ~ exp(1.5 x predictor)) day by day through
-`clstm_ppo.agent.evaluate.evaluate_policy` and returns the run with its Sharpe, return, turnover and exposure, next
-to equal-weight buy-and-hold on the same days and terms (the backtest's baseline)::
-
-    from clstm_ppo.evaluation.oracle import oracle_run
-    from envs.oracle import require_planted_rule
-    result = oracle_run(market, "test", cfg.env, require_planted_rule(cfg.data.source))
-    result.sharpe, result.buy_and_hold_sharpe, result.annual_turnover
+"""The oracle of a market with a planted signal (docs/data.md): the rule that trades the signal, run through the same
+env as a backtest (costs, fills, no-trade band, turbulence stop), so a trained policy's result has a ceiling to be
+read against. `oracle_run` recomputes the predictor from the market's closes (`envs.predictor.predictor_from_prices`:
+what the file holds up to each day's close, nothing else) and trades `envs.oracle.oracle_actions` day by day.
 
 A policy's share of the oracle is of its *excess* over buy-and-hold (`excess_share`): raw Sharpe ratios would credit
 the policy with the market's own rise.
