@@ -1,9 +1,5 @@
-"""Backtest reports: metrics JSON, equity and trades CSVs, equity/drawdown PNG, console tables.
-
-The backtest driver runs a policy over a period, fills a `BacktestResult` and calls `write_report`;
-for several checkpoints on one period it calls `write_comparison` (or `compare_table` and
-`plot_comparison` directly). Every metric comes from `clstm_ppo.evaluation.metrics.summarize`, so a report can be
-re-derived from its own equity.csv and trades.csv.
+"""Backtest reports: metrics JSON, equity and trades CSVs, equity/drawdown PNG, console tables. Every metric comes
+from `clstm_ppo.evaluation.metrics.summarize`, so a report can be re-derived from its own equity.csv and trades.csv.
 
 Files written by `write_report(result, out_dir)`:
 
@@ -216,11 +212,7 @@ def _trades_frame(trades: Any) -> pd.DataFrame:
     df = df.loc[:, list(TRADE_COLUMNS)].copy()
     if len(df) and not pd.api.types.is_numeric_dtype(df["date"]):
         df["date"] = _iso_dates(df["date"])
-    df["ticker"] = df["ticker"].astype(str)
-    df["side"] = df["side"].astype(str)
-    for c in ("shares", "price", "cost"):
-        df[c] = df[c].astype("float64")
-    return df
+    return df.astype({"ticker": str, "side": str, "shares": "float64", "price": "float64", "cost": "float64"})
 
 
 def _prepare_out_dir(out_dir: str | Path) -> Path:
