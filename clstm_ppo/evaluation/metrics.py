@@ -249,13 +249,10 @@ def closed_trade_pnl(trades: TradesLike) -> np.ndarray:
     price = np.asarray(_column(trades, "price"), dtype=np.float64)
     cost = np.asarray(_column(trades, "cost"), dtype=np.float64)
     tickers = [str(t) for t in _column(trades, "ticker")]
+    key = next((k for k in ("date", "day") if k in trades), None)
     order = np.arange(n)
-    for key in ("date", "day"):
-        if key in trades:
-            when = np.asarray(_column(trades, key))
-            # lexsort: last key is primary -> by date, then sells (0) before buys (1), then original order
-            order = np.lexsort((np.arange(n), (~is_sell).astype(np.int8), when))
-            break
+    if key is not None:  # lexsort: last key is primary -> by date, then sells (0) before buys (1), then original order
+        order = np.lexsort((order, (~is_sell).astype(np.int8), _column(trades, key)))
     lots: dict[str, deque[list[float]]] = {}
     pnl: list[float] = []
     for i in order:
@@ -392,14 +389,9 @@ def summarize(
             cost = total_costs(trades)
 
     profit = float(v[-1] - v[0])
-    if math.isnan(count):
-        appt = nan
-    else:
-        appt = profit / count if count > 0 else 0.0
+    appt = nan if math.isnan(count) else profit / count if count > 0 else 0.0
     turnover = tv / float(np.mean(v))
-    annual_turnover = turnover * TRADING_DAYS / (v.size - 1) if v.size > 1 else 0.0
-    if math.isnan(turnover):
-        annual_turnover = nan
+    annual_turnover = nan if math.isnan(turnover) else turnover * TRADING_DAYS / (v.size - 1) if v.size > 1 else 0.0
 
     out = {
         "num_days": float(v.size),
