@@ -1,25 +1,13 @@
-"""Every training setting, in typed sections; the presets; what old files meant; JSON and CLI round trips.
+"""Every training setting, in typed sections; the presets; JSON and CLI round trips.
 
-`TrainConfig` is composed of six sections, each setting declared once with its default and help text
-(`envs.config.setting`, CleanRL's ``Args`` idea: the command line documents itself):
-
-- ``run`` (`RunConfig`): names, seeds, resuming, checkpoints and logs
-- ``data`` (`DataConfig`): where the market comes from, its dates and splits, and what a day's state holds
-- ``env`` (`envs.config.EnvConfig`): how the environment trades and rewards
-- ``model`` (`ModelConfig`): the policy network
-- ``ppo`` (`PPOConfig`): the algorithm and its budget
-- ``system`` (`SystemConfig`): processes, devices and speed
-
-Functions take the section they use. A setting's flag is its field name (``--gamma`` is ``ppo.gamma``; the one
-exception, ``--data``, is ``data.source``), so flag names are unique across sections, and the flat
-``{flag: value}`` dict of `TrainConfig.to_dict` is what checkpoints, ``config.json``, ``--config`` files and study
-specs hold. A few rarely-touched knobs (Adam's epsilon, the master port, the bad-tick ratio, ...) are settings
-without a flag: a ``--config`` file or a preset sets them (`CONFIG_ONLY`, docs/training.md lists them). Derived
-values (rollout size, minibatches) are properties of their section; `TrainConfig.validate` checks every rule
-between settings, once, with one clear line.
-
-Old files: `TrainConfig.from_dict` reads a flat dict written by any earlier version through `clstm_ppo.migrate`,
-the one place that knows what old files meant (settings folded, removed, or added since).
+`TrainConfig` holds six sections (`SECTIONS`), each setting declared once with its default and help text
+(`envs.config.setting`, CleanRL's ``Args`` idea: the command line documents itself); functions take the section they
+use. A setting's flag is its field name (``--gamma`` is ``ppo.gamma``; the one exception, ``--data``, is
+``data.source``), so flag names are unique across sections, and the flat ``{flag: value}`` dict of
+`TrainConfig.to_dict` is what checkpoints, ``config.json``, ``--config`` files and study specs hold. A few
+rarely-touched knobs are settings without a flag (`CONFIG_ONLY`, docs/training.md lists them). Derived values are
+properties of their section; `TrainConfig.validate` checks every rule between settings, once, with one clear line;
+`TrainConfig.from_dict` reads a flat dict of any earlier version through `clstm_ppo.migrate`.
 """
 
 from __future__ import annotations
@@ -323,9 +311,7 @@ class PPOConfig:
         return self.num_envs // self.envs_per_minibatch
 
     def validate(self) -> None:
-        if self.num_episodes <= 0:
-            raise UserError(f"--num_episodes must be positive, got {self.num_episodes}")
-        _positive(self, "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps")
+        _positive(self, "num_episodes", "num_envs", "n_steps", "epochs", "batch_size", "gradient_accumulation_steps")
         _positive(self, "learning_rate_clstm", "learning_rate_actor_critic", "gamma", "gae_lambda", "clip_coef")
         if self.batch_size % self.n_steps or self.rollout_steps % self.batch_size:
             raise UserError(
@@ -424,17 +410,9 @@ def _settings() -> dict[str, Setting]:
             flag = f.metadata.get("flag", f.name)  # flag and flat-dict key: the name unless the field says otherwise
             if flag in out:
                 raise TypeError(f"setting {flag} is declared twice ({out[flag].section} and {section})")
-            parse = f.metadata.get("parse") or scalar_type(f.type)
-            out[flag] = Setting(
-                flag,
-                section,
-                f.name,
-                f.default,
-                f.metadata.get("help", ""),
-                parse,
-                f.metadata.get("choices"),
-                f.metadata.get("cli", True),
-            )
+            meta, parse = f.metadata, f.metadata.get("parse") or scalar_type(f.type)
+            help_, choices, cli = meta.get("help", ""), meta.get("choices"), meta.get("cli", True)
+            out[flag] = Setting(flag, section, f.name, f.default, help_, parse, choices, cli)
     return out
 
 
@@ -483,10 +461,7 @@ class TrainConfig:
     def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> TrainConfig:
         """From a flat ``{flag: value}`` dict of this or an earlier version (`clstm_ppo.migrate.settings`; missing
         settings take their defaults); unknown keys are refused."""
-        values = migrate.settings(values, source)
-        unknown = sorted(set(values) - set(SETTINGS))
-        if unknown:
-            raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}")
+        values = _known_settings(values, source)
         by_section: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
         for flag, value in values.items():
             s = SETTINGS[flag]
@@ -503,9 +478,8 @@ class TrainConfig:
 
 def read_settings_file(path: str | Path) -> dict[str, Any]:
     """The ``{flag: value}`` settings a JSON file names, as this version reads them (`clstm_ppo.migrate.settings`),
-    and only those:
-    a ``--config`` file overrides the settings it names and leaves the rest to the preset or the defaults. UserError
-    naming the file for a missing or malformed file or an unknown setting."""
+    and only those: a ``--config`` file overrides the settings it names and leaves the rest to the preset or the
+    defaults. UserError naming the file for a missing or malformed file or an unknown setting."""
     path = Path(path)
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
@@ -515,10 +489,15 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
         raise UserError(f"config file {path} is not valid JSON: {err}") from None
     if not isinstance(values, dict):
         raise UserError(f"config file {path} must hold a JSON object of settings")
-    values = migrate.settings(values, str(path))
+    return _known_settings(values, str(path))
+
+
+def _known_settings(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """``values`` as this version reads them (`clstm_ppo.migrate.settings`); UserError naming unknown settings."""
+    values = migrate.settings(values, source)
     unknown = sorted(set(values) - set(SETTINGS))
     if unknown:
-        raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}")
+        raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}")
     return values
 
 
