@@ -1,18 +1,9 @@
-"""The one place for the past: what files written by earlier versions meant, and how they are read today.
-
-Every reader of a stored file goes through here once, as it opens the file, and sees this version's shape after:
-
-- settings (``--config`` files, a checkpoint's ``config``, a study spec's ``base``): `settings` folds, drops and
-  refuses the settings of 0.1.0 that 0.2.0 removed; `recorded_settings` also gives the settings a file predates the
-  meaning they had then (`LEGACY`);
-- checkpoints: `checkpoint` upgrades a ``torch.load``-ed dict whole (its settings, network, market and each rank's
-  resume state), so the trainer, the backtest and the trade read one shape;
-- study specs: `study_spec`; a study cell's stored trading record: `traded_record`.
-
-A checkpoint's changes are `Step`s: the release that made one, what it changed, and the function that upgrades a
-file written before that release; a file's steps run in release order after the release it records (0.1.0 and
-before record none). ``--config`` files and study specs record no release: `settings` (and for a spec
-`recorded_settings`) runs on every one, and does nothing to settings already in this release's shape.
+"""The one place for the past (docs/design.md): what files written by earlier versions meant, and how they are read
+today. Every reader of a stored file passes it through here once and sees this release's shape after: settings
+(`settings`, `recorded_settings`), checkpoints (`checkpoint`: its `CHECKPOINT_STEPS` after the release it records;
+0.1.0 and before record none), study specs (`study_spec`) and a study cell's trading record (`traded_record`).
+``--config`` files and study specs record no release: `settings` runs on every one, and leaves settings already in
+this release's shape alone.
 
 `LEGACY` is also the trials ledger's yardstick (`clstm_ppo.study.trials.config_key`): a setting at the value an old
 file is read with is left out of a configuration's key, so keys do not move when a default does. Its values are
@@ -138,14 +129,10 @@ NETWORK_LEGACY: dict[str, Any] = {
 
 # ----------------------------------------------------------------------------------------------- settings
 def _removed_line(source: str, flag: str, value: Any, *, computes: bool) -> UserError:
-    why = (
-        "; it changes what this file computes, so retrain, or use that version"
-        if computes
-        else "; retrain, or use that version"
-    )
+    why = "it changes what this file computes, so retrain" if computes else "retrain"
     return UserError(
         f"{source}: --{flag} {value} was removed in clstm-ppo {REMOVED_IN} (the last version with it: "
-        f"{LAST_WITH_REMOVED}){why}"
+        f"{LAST_WITH_REMOVED}); {why}, or use that version"
     )
 
 
@@ -171,8 +158,7 @@ def settings(values: dict[str, Any], source: str) -> dict[str, Any]:
     alpaca = {k.removeprefix("alpaca_"): v for k, v in folded.items() if k.startswith("alpaca_")}
     alpaca = {k: v for k, v in alpaca.items() if v != ALPACA_DEFAULTS[k]}
     if alpaca and split_source(source_text)[0] == "alpaca":
-        scheme, options = split_source(source_text)
-        options = {**alpaca, **options}
+        options = {**alpaca, **split_source(source_text)[1]}
         values["data"] = f"alpaca:{','.join(f'{k}={v}' for k, v in options.items())}"
     return values
 
