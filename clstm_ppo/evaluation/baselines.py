@@ -1,20 +1,15 @@
-"""Rule-based baselines on exactly the traded days, with the env's own costs, order rules and fills.
+"""Rule-based baselines on exactly the traded days, with the env's own costs, order rules and fills (docs/study.md).
 
 Every series follows the env's convention: ``values[0]`` is the starting capital on the first traded day, before
-any trade; ``values[t]`` is cash + shares x close of day t. A rule decides on day t's close, sizes its orders at
-that close and trades on the same `envs.execution.Terms` as the policy: its orders fill where ``--execution``
-says (that close, the next open or the next close), its cash earns ``--risk_free`` and its holdings receive their
-dividends, exactly as the env's do. Orders go through `envs.kernel.execute_orders` (sells first, buys capped by
-cash, costs on both sides), the same function the env trades with.
+any trade; ``values[t]`` is cash + shares x close of day t. A rule decides on day t's close, sizes its orders at that
+close and trades on the same `envs.execution.Terms` as the policy (fills, interest, dividends) through
+`envs.kernel.execute_orders`, the function the env trades with (sells first, buys capped by cash, costs both sides).
 
-- ``buy-and-hold``: equal weight in whole shares decided on the first day, held to the end (the backtest's baseline
-  too).
-- ``buy-and-hold + turbulence stop``: the same, but on a day whose turbulence reaches the threshold of the
-  retraining window it falls in, everything is sold (the env's stop); on the first calm day after it buys equal
-  weight again with all its cash. A policy's edge over buy-and-hold that this baseline also has comes from the
-  stop, not from learning.
-- ``1/N monthly``: equal weight on the first day, rebalanced to equal weight (whole shares) on the first trading
-  day of every month.
+- ``buy-and-hold``: equal weight in whole shares decided on the first day, held to the end (the backtest's baseline).
+- ``buy-and-hold + turbulence stop``: the same, but everything is sold on a day whose turbulence reaches the
+  threshold of its retraining window, and equal weight bought again with all the cash on the first calm day after.
+  A policy's edge over buy-and-hold that this baseline also has comes from the stop, not from learning.
+- ``1/N monthly``: equal weight (whole shares) on the first day and the first trading day of every month.
 """
 
 from __future__ import annotations
@@ -110,8 +105,7 @@ def buy_and_hold(close: np.ndarray, terms: Terms | None, initial_amount: float, 
     """Equal weight in whole shares decided on day 0 (``initial_amount / N`` dollars a ticker at day 0's close,
     costs included), filled on ``terms`` (`simulate`), held to the end; nothing is sold at the end (values are marked to
     market, like the policy's)."""
-    first = np.zeros(len(close), dtype=bool)
-    first[0] = True
+    first = np.arange(len(close)) == 0
     return simulate(close, terms, first, np.zeros(len(close), dtype=bool), initial_amount, buy_cost_pct, 0.0)
 
 
