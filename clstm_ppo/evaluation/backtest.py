@@ -523,13 +523,11 @@ def backtest(
 
 
 def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = BOOTSTRAP_DRAWS) -> str | None:
-    """One line for the end of a training run: the deterministic policy of ``checkpoint`` on ``market``'s held-out
-    test split, next to buy-and-hold on the same days and terms: what the data was, Sharpe with its 95% interval over
-    days (stationary block bootstrap) and, beside it, on as many of the market's own last training days (a policy
-    that learned its training path by heart shows a far higher Sharpe there), return, exposure, turnover, the paired Sharpe difference
-    with a verdict in words, both from ``n_boot`` draws (10,000 by default), and on a planted market the oracle and
-    the share of its excess over buy-and-hold the policy keeps (`oracle_words`). None without a test split.
-    ``market`` is the run's own (nothing is loaded again, no file is written)."""
+    """One line for the end of a training run: the deterministic policy of ``checkpoint`` on the held-out test split
+    of ``market`` (the run's own: nothing is loaded again, no file is written) beside buy-and-hold (and the oracle, on
+    a planted market), its Sharpe's 95% interval over days and the paired difference from ``n_boot`` draws, and its
+    Sharpe on as many of the last training days (a policy that learned its training path by heart shows a far higher
+    one there). None without a test split."""
     test = market.splits.test
     if test is None:
         return None
@@ -590,12 +588,9 @@ class HeldOut:
 def seeds_held_out_line(
     checkpoints: list[Path], market: PreparedMarket, folder: Path, n_boot: int = BOOTSTRAP_DRAWS
 ) -> str | None:
-    """The last line of a run of several seeds (`clstm_ppo.training.seeds`): each seed's deployed policy on
-    ``market``'s held-out test split, their mean Sharpe with a 95% t-interval over the seeds and each one's, then
-    their ensemble (acting on the mean target, `clstm_ppo.agent.ensemble`) with its 95% interval over days, return,
-    exposure and turnover, buy-and-hold on the same days and terms, the ensemble's paired Sharpe difference against
-    it, and on a planted market the oracle and the share of its excess the seeds' mean keeps. None without a test
-    split."""
+    """The last line of a run of several seeds (`clstm_ppo.training.seeds`) on ``market``'s held-out test split: the
+    seeds' mean Sharpe with a 95% t-interval over them, then their ensemble (`clstm_ppo.agent.ensemble`) as
+    `held_out_line` says one policy (without the training days). None without a test split."""
     test = market.splits.test
     if test is None:
         return None
