@@ -41,13 +41,7 @@ from clstm_ppo.evaluation.report import (
 )
 from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS, paired_sharpe_difference, sharpe_interval, t_interval
 from clstm_ppo.market import is_alpaca, load_data
-from clstm_ppo.training.checkpoint import (
-    Checkpoint,
-    open_checkpoint,
-    refit_market,
-    restore_market,
-    restore_policy,
-)
+from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, refit_market, restore_market, restore_policy
 from clstm_ppo.training.seeds import expand_members
 from envs.config import TRAINING_ONLY
 from envs.data import DayRange, MarketData

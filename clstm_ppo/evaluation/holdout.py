@@ -121,15 +121,7 @@ def describe(entry: dict[str, Any]) -> str:
 
 
 def guard(
-    ledger: Ledger,
-    data: MarketData,
-    first: str,
-    last: str,
-    *,
-    unseal: bool,
-    command: str,
-    look: str,
-    what: str,
+    ledger: Ledger, data: MarketData, first: str, last: str, *, unseal: bool, command: str, look: str, what: str
 ) -> list[dict[str, Any]]:
     """Refuse to trade sealed days unless ``unseal``; with it, record the unseal. Call before trading anything.
 
