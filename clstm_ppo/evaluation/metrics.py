@@ -82,9 +82,7 @@ def annual_return(values: Any) -> float:
     """
     v = _as_values(values)
     n = v.size - 1
-    if n == 0:
-        return 0.0
-    return float((v[-1] / v[0]) ** (TRADING_DAYS / n) - 1.0)
+    return float((v[-1] / v[0]) ** (TRADING_DAYS / n) - 1.0) if n else 0.0
 
 
 def annual_volatility(values: Any) -> float:
@@ -93,9 +91,7 @@ def annual_volatility(values: Any) -> float:
     Fewer than two daily returns (``D < 3``): ``0.0``. Matches ``empyrical.annual_volatility``.
     """
     r = daily_returns(values)
-    if r.size < 2:
-        return 0.0
-    return float(np.std(r, ddof=1) * math.sqrt(TRADING_DAYS))
+    return float(np.std(r, ddof=1) * math.sqrt(TRADING_DAYS)) if r.size >= 2 else 0.0
 
 
 def sharpe_ratio(values: Any, risk_free: float = 0.0) -> float:
@@ -159,17 +155,13 @@ def calmar_ratio(values: Any) -> float:
     Matches ``empyrical.calmar_ratio`` (which gives NaN when there is no drawdown).
     """
     mdd = max_drawdown(values)
-    if mdd <= 0.0:
-        return 0.0
-    return annual_return(values) / mdd
+    return annual_return(values) / mdd if mdd > 0.0 else 0.0
 
 
 def daily_win_rate(values: Any) -> float:
     """Fraction of days (daily returns) with a strictly positive return; ``0.0`` for one day."""
     r = daily_returns(values)
-    if r.size == 0:
-        return 0.0
-    return float(np.mean(r > 0.0))
+    return float(np.mean(r > 0.0)) if r.size else 0.0
 
 
 # ----------------------------------------------------------------------------------------------- trades
@@ -262,9 +254,7 @@ def win_rate(trades: TradesLike) -> float:
     after costs. NaN when nothing was ever closed (e.g. buy-and-hold): undefined, not zero.
     """
     pnl = closed_trade_pnl(trades)
-    if pnl.size == 0:
-        return math.nan
-    return float(np.mean(pnl > 0.0))
+    return float(np.mean(pnl > 0.0)) if pnl.size else math.nan
 
 
 def trades_from_holdings(
