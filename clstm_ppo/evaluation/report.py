@@ -370,11 +370,6 @@ def summarize_curve(values: Any, trades: Any, risk_free: float) -> dict[str, flo
     return M.summarize(values, trades=None if trades is None else _trades_frame(trades), risk_free=risk_free)
 
 
-def _title(metadata: Mapping[str, Any], dates: list[str]) -> str:
-    who = metadata.get("checkpoint") or metadata.get("name") or "policy"
-    return f"{Path(str(who)).name}: {dates[0]} .. {dates[-1]} ({len(dates)} days) vs equal-weight buy-and-hold"
-
-
 def write_report(
     result: BacktestResult, out_dir: str | Path, *, risk_free: float = 0.0, title: str | None = None
 ) -> Report:
@@ -409,6 +404,7 @@ def write_report(
     equity.to_csv(paths["equity"], index=False)
     trades.to_csv(paths["trades"], index=False)
 
+    who = Path(str(result.metadata.get("checkpoint") or result.metadata.get("name") or "policy")).name
     curves = {"policy": result.values, "buy-and-hold": result.baseline_values}
     if result.index_values is not None:
         curves["index"] = result.index_values
@@ -416,7 +412,7 @@ def write_report(
         dates,
         curves,
         paths["plot"],
-        title=title or _title(result.metadata, dates),
+        title=title or f"{who}: {dates[0]} .. {dates[-1]} ({len(dates)} days) vs equal-weight buy-and-hold",
         rescale_to=float(np.asarray(result.values)[0]),
         rescale=("index",),
     )
@@ -445,9 +441,7 @@ def write_comparison(
     trades = trades or {}
     metrics = {name: summarize_curve(v, trades.get(name), risk_free) for name, v in curves.items()}
     paths = {"report": out / "compare.json", "equity": out / "compare.csv", "plot": out / "compare.png"}
-    frame = pd.DataFrame({"date": iso})
-    for name, v in curves.items():
-        frame[name] = np.asarray(v, dtype=np.float64)
-    frame.to_csv(paths["equity"], index=False)
+    columns = {name: np.asarray(v, dtype=np.float64) for name, v in curves.items()}
+    pd.DataFrame({"date": iso, **columns}).to_csv(paths["equity"], index=False)
     plot_comparison(iso, curves, paths["plot"], title=title or f"{len(curves)} runs: {iso[0]} .. {iso[-1]}")
     return _finish_report(out, paths, metadata or {}, iso, risk_free, metrics)
