@@ -57,11 +57,6 @@ def ledger_path(given: str | Path | None = None) -> Path:
         raise UserError(f"cannot find a home folder for the ledger {text}; pass --ledger or set {LEDGER_ENV}") from None
 
 
-def now() -> str:
-    """The time a record is written, ISO 8601 in UTC to the second."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _stderr(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr, flush=True)
 
@@ -210,8 +205,9 @@ def _problem(line: bytes) -> str | None:
 
 
 def record(kind: str, key: str, **fields: Any) -> dict[str, Any]:
-    """A ledger record: ``{"kind", "key", "ledger": LEDGER_FORMAT, "time", **fields}``."""
-    return {"kind": kind, "key": key, "ledger": LEDGER_FORMAT, "time": now(), **fields}
+    """A ledger record: ``{"kind", "key", "ledger": LEDGER_FORMAT, "time" (now, ISO 8601 UTC to the second), **fields}``."""
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"kind": kind, "key": key, "ledger": LEDGER_FORMAT, "time": now, **fields}
 
 
 # --------------------------------------------------------------------------------------------------- trials

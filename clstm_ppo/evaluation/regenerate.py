@@ -26,9 +26,8 @@ def own_source(ck: Checkpoint) -> str:
 def check_regenerated(ck: Checkpoint) -> None:
     """Refuse (one `UserError`) when ``ck``'s synthetic market, generated again over its recorded first and last day
     and tickers, is not the data it was trained on (`recorded_data_matches`: another fingerprint, and no recorded
-    witness that the closes agree up to float rounding). Nothing to check where no fingerprint is
-    recorded (an older file) or the source is not synthetic: a file or Alpaca bars may change for good reasons (a later
-    download, prices adjusted again), and are not regenerated."""
+    witness that the closes agree up to float rounding). Nothing to check without a recorded fingerprint (an older
+    file) or for another source: a file or Alpaca bars may change for good reasons, and are not regenerated."""
     record = ck.market_spec.get("data") or {}
     if "fingerprint" not in record or not is_synthetic(ck.cfg.data.source):
         return
