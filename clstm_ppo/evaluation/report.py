@@ -152,11 +152,8 @@ class BacktestResult:
         d = len(_iso_dates(self.dates))
         for name in ("values", "cash", "holdings_value", "baseline_values", "index_values"):
             arr = getattr(self, name)
-            if arr is None:
-                continue
-            shape = np.shape(arr)
-            if shape != (d,):
-                raise ValueError(f"{name} must have shape [D] = ({d},) like dates, got {shape}")
+            if arr is not None and np.shape(arr) != (d,):
+                raise ValueError(f"{name} must have shape [D] = ({d},) like dates, got {np.shape(arr)}")
 
 
 @dataclass(frozen=True)
@@ -181,7 +178,7 @@ def _iso_dates(dates: Any) -> list[str]:
 
 
 def jsonable(obj: Any) -> Any:
-    """Plain JSON types; NaN/inf -> None; numpy, Path, dates, tuples converted."""
+    """Plain JSON types; NaN/inf -> None; numpy, dates, tuples converted; anything else (a Path) as its text."""
     if isinstance(obj, Mapping):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, np.ndarray):
@@ -194,8 +191,6 @@ def jsonable(obj: Any) -> Any:
         return obj if math.isfinite(obj) else None
     if obj is None or isinstance(obj, bool | int | str):
         return obj
-    if isinstance(obj, Path):
-        return str(obj)
     if isinstance(obj, pd.Timestamp | np.datetime64):
         return pd.Timestamp(obj).isoformat()
     return str(obj)
