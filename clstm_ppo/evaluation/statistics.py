@@ -270,10 +270,8 @@ def stationary_bootstrap_indices(
     at a uniformly random day and continues ``i -> (i + 1) mod num_days`` (wrapping past the end) until a
     new block starts, which happens before each day with probability ``p = 1 / mean_block``; block
     lengths are geometric with mean ``mean_block``. Every day is equally likely at every position, and
-    the resampled series is stationary. ``mean_block = 1`` is the ordinary i.i.d. bootstrap.
-
-    Vectorised with a cumulative trick: mark block starts, carry each position's last start forward with
-    ``maximum.accumulate``, and add the offset since it. Memory: a few ``[num_draws, num_days]`` arrays.
+    the resampled series is stationary. ``mean_block = 1`` is the ordinary i.i.d. bootstrap. Memory: a few
+    ``[num_draws, num_days]`` arrays.
 
     :param num_days: D, the length of the original (and of every resampled) series.
     :param num_draws: B, the number of bootstrap series.
@@ -306,10 +304,8 @@ def block_bootstrap_sharpe(
 ) -> np.ndarray:
     """``[n_boot]`` draws of ``mean_s (SR(policy_s) - SR(baseline_s))`` on resampled days (and seeds).
 
-    The one resampling behind `paired_sharpe_difference` and `sharpe_interval` (its design is explained in
-    `paired_sharpe_difference`): each draw takes stationary-bootstrap day indices
-    (`stationary_bootstrap_indices`), applies the SAME indices to every seed and to the baseline, and weights
-    the seeds by multinomial counts (S of S with replacement) when ``resample_seeds``.
+    The one resampling behind `paired_sharpe_difference` (whose docstring explains it) and `sharpe_interval`; the
+    seeds are weighted by multinomial counts (S of S with replacement) only when ``resample_seeds``.
 
     :param policy: ``[S, D]`` float64 daily returns, finite, D >= 2 (checked by the callers).
     :param baseline: ``[D]`` or ``[S, D]`` daily returns on the same days, or None: the draws are then of
