@@ -684,35 +684,6 @@ def _check_comparable(cks: list[Checkpoint]) -> None:
             )
 
 
-def _comparison_period(
-    cks: list[Checkpoint],
-    market_data: MarketData,
-    market0: PreparedMarket,
-    *,
-    split: str,
-    start: str | None,
-    end: str | None,
-) -> Period:
-    """The compared days: ``start``/``end``, else the first checkpoint's split, with the longest lookback of all
-    checkpoints before them, so that every policy's first observation is real data."""
-    first = cks[0]
-    widest = max(cks, key=lambda c: c.window)
-    period = resolve_period(
-        restore_market(widest, market_data) if widest is not first else market0,
-        split=split,
-        start=start,
-        end=end,
-        spec_splits=first.market_spec.get("splits"),
-    )
-    if start is None and end is None:  # the first checkpoint's split dates, for everyone
-        period = dataclasses.replace(period, days=market0.splits.as_dict()[split] or period.days)
-        if period.days.start < widest.window - 1:
-            raise UserError(
-                f"{widest.path} needs {widest.window - 1} lookback days before the period; pass a later --start"
-            )
-    return period
-
-
 def _compared_runs(
     groups: list[list[Checkpoint]],
     names: list[str],
@@ -777,7 +748,20 @@ def compare(
     _check_comparable(cks)
     market_data = load_backtest_data(first, data=data, start=start, end=end)
     market0 = restore_market(first, market_data)
-    period = _comparison_period(cks, market_data, market0, split=split, start=start, end=end)
+    widest = max(cks, key=lambda c: c.window)  # the longest lookback: every policy's first observation is real data
+    period = resolve_period(
+        restore_market(widest, market_data) if widest is not first else market0,
+        split=split,
+        start=start,
+        end=end,
+        spec_splits=first.market_spec.get("splits"),
+    )
+    if start is None and end is None:  # the first checkpoint's split dates, for everyone
+        period = dataclasses.replace(period, days=market0.splits.as_dict()[split] or period.days)
+        if period.days.start < widest.window - 1:
+            raise UserError(
+                f"{widest.path} needs {widest.window - 1} lookback days before the period; pass a later --start"
+            )
     holdout = check_holdout(
         market0, period, [c.path for g in groups for c in g], ledger=Ledger(ledger), unseal=unseal, command="compare"
     )
