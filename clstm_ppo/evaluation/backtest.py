@@ -76,14 +76,13 @@ def load_backtest_data(
     end: str | None = None,
     new_universe: bool = False,
 ) -> MarketData:
-    """The market data to backtest ``ck`` on: its own source (or ``data``) through `clstm_ppo.market.load_data`
-    with the run's own settings (Alpaca timeframe, adjustment, feed, cache), its tickers checked (with
-    ``new_universe``: all the source's tickers, unchecked; Alpaca, which needs the tickers named, is refused).
+    """The market data to backtest ``ck`` on: its own source (or ``data``) with the run's own settings
+    (`clstm_ppo.market.load_data`), its tickers checked (with ``new_universe``: all the source's tickers, unchecked;
+    Alpaca, which needs the tickers named, is refused).
 
-    The checkpoint's first date is kept so indicators and turbulence warm up exactly as in training;
-    ``end`` (the period's last day) replaces the checkpoint's. With ``data`` (another source) the
-    checkpoint's dates do not apply: the whole source is read up to ``end``. Alpaca needs explicit
-    dates, so a ``start`` before the checkpoint's first date is fetched with room for the lookback.
+    The checkpoint's first date is kept so indicators and turbulence warm up exactly as in training; ``end`` (the
+    period's last day) replaces the checkpoint's. Another source (``data``) is read whole up to ``end``. Alpaca needs
+    explicit dates, so a ``start`` before the checkpoint's first date is fetched with room for the lookback.
     """
     cfg = ck.cfg
     if not data:
@@ -352,7 +351,8 @@ class Backtest:
 
 def open_members(paths: list[str | Path]) -> list[Checkpoint]:
     """The checkpoints of an ensemble (one or more; a folder of seeds stands for its seeds' deployed checkpoints,
-    `clstm_ppo.training.seeds.seed_members`), checked to act on one market the same way: the same tickers, market spec (window, state, normalisation, threshold) and env settings; UserError naming what differs."""
+    `clstm_ppo.training.seeds.seed_members`), checked to act on one market the same way: the same tickers, market
+    spec (window, state, normalisation, threshold) and env settings; UserError naming what differs."""
     cks = [open_checkpoint(p) for p in expand_members(paths)]
     first = cks[0]
     for ck in cks[1:]:
