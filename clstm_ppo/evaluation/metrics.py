@@ -8,15 +8,13 @@ Conventions shared by every function here:
 * Daily simple returns ``r_t = values[t] / values[t-1] - 1`` for ``t = 1 .. D-1`` (``D - 1`` returns).
 * A year has ``TRADING_DAYS = 252`` trading days.
 * Fractions, not percent: a return of 12.5 % is ``0.125``. Drawdowns and MER are positive fractions.
-* Degenerate inputs give a documented finite value, never NaN or an exception: a one-day series has
-  zero return, volatility, drawdown and ratios; a ratio whose denominator is zero (no volatility, no
-  downside, no drawdown) is ``0.0`` -- read it together with its denominator, which is in the summary.
-  NaN is used only for "unknown": trade-based metrics when no trade information was given, and the win
-  rate when no position was ever closed.
+* Degenerate inputs give a documented finite value, never NaN or an exception: a one-day series has zero return,
+  volatility, drawdown and ratios; a ratio whose denominator is zero (no volatility, no downside, no drawdown) is
+  ``0.0`` -- read it together with its denominator, which is in the summary. NaN is used only for "unknown": trade-based
+  metrics when no trade information was given, and the win rate when no position was ever closed.
 
-The trade log ("trades table") is a mapping of equal-length columns (a ``pandas.DataFrame`` works) with
-one row per executed order, i.e. one non-zero share change of one ticker on one day -- the env's
-definition of a trade:
+The trade log ("trades table") is a mapping of equal-length columns (a ``pandas.DataFrame`` works) with one row per
+executed order, i.e. one non-zero share change of one ticker on one day -- the env's definition of a trade:
 
     date or day   sortable, chronological (optional; rows are taken in the given order without it)
     ticker        str or int
@@ -203,11 +201,10 @@ def total_costs(trades: TradesLike) -> float:
 def closed_trade_pnl(trades: TradesLike) -> np.ndarray:
     """Realised profit of every sell that closes shares bought within the log, FIFO per ticker.
 
-    Buys open lots whose unit basis includes their buy cost (``(shares * price + cost) / shares``); a
-    sell consumes the oldest lots first and its realised profit is
-    ``shares * price - cost - basis of the shares consumed`` (dollars). Rows are processed by date (or
-    day) with sells before buys on the same date, the env's execution order; without a date column, in
-    the given order. Shares sold beyond the lots in the log (held before the log began) have no known
+    Buys open lots whose unit basis includes their buy cost (``(shares * price + cost) / shares``); a sell consumes the
+    oldest lots first and its realised profit is ``shares * price - cost - basis of the shares consumed`` (dollars).
+    Rows are processed by date (or day) with sells before buys on the same date, the env's execution order; without a
+    date column, in the given order. Shares sold beyond the lots in the log (held before the log began) have no known
     basis and are left out; a sell with none inside the log gives no entry. Returns ``[K] float64``.
     """
     n = num_trades(trades)
@@ -328,9 +325,8 @@ def summarize(
     * ``num_days`` D; ``initial_value``, ``final_value``, ``profit`` (final - initial) in dollars.
     * ``cumulative_return`` (CR), ``annual_return`` (CAGR over 252-day years), ``annual_volatility``,
       ``sharpe``, ``sortino``, ``max_drawdown`` (MPB), ``max_earning_rate`` (MER), ``calmar``.
-    * ``num_trades``: executed orders. ``appt``: the paper's average profitability per trade,
-      ``profit / num_trades`` in dollars per trade (profit is net of costs: they are already out of the
-      values); 0.0 with no trades.
+    * ``num_trades``: executed orders. ``appt``: the paper's average profitability per trade, ``profit / num_trades`` in
+      dollars per trade (profit is net of costs: they are already out of the values); 0.0 with no trades.
     * ``turnover``: ``traded_value / mean(values)`` over the whole period (buys and sells both count, so
       investing everything once and selling it once is 2.0); ``annual_turnover`` = turnover x 252 / (D-1).
     * ``win_rate``: fraction of closed trades (FIFO lots) that made money after costs; NaN if none

@@ -4,8 +4,7 @@ Conventions shared by every function here:
 
 * Inputs are daily simple returns as fractions (``0.01`` = +1 % in a day), or daily portfolio values in
   dollars where a function says so (`clstm_ppo.evaluation.metrics.daily_returns` turns values into returns).
-* ``D`` days, ``S`` seeds (independent training runs of one policy), ``N`` trials/configurations,
-  ``M`` metrics.
+* ``D`` days, ``S`` seeds (independent training runs of one policy), ``N`` trials/configurations, ``M`` metrics.
 * Annualised figures use ``TRADING_DAYS = 252`` and the project's one Sharpe formula,
   `envs.returns.annualised_sharpe` (``mean / std(ddof=1) * sqrt(252)``, 0 where the std is ~0 or there
   are fewer than two returns). Means are annualised arithmetically (``x 252``).
@@ -78,9 +77,8 @@ def _sharpe(returns: np.ndarray, axis: int = -1) -> np.ndarray:
 def to_daily_sharpe(annual_sharpe: float, periods_per_year: float = TRADING_DAYS) -> float:
     """Annualised Sharpe ratio -> per-period Sharpe: ``SR_annual / sqrt(periods_per_year)``.
 
-    Use it for the ``benchmark_sharpe`` of `probabilistic_sharpe_ratio` when the benchmark is quoted
-    annualised. ``periods_per_year`` defaults to the project's 252 trading days (Bailey & López de Prado's
-    DSR example uses 250).
+    Use it for the ``benchmark_sharpe`` of `probabilistic_sharpe_ratio` when the benchmark is quoted annualised.
+    ``periods_per_year`` defaults to the project's 252 trading days (Bailey & López de Prado's DSR example uses 250).
     """
     return float(annual_sharpe) / math.sqrt(periods_per_year)
 
@@ -113,9 +111,8 @@ def information_ratio(returns: Any, benchmark: Any) -> float:
 
     :param returns: ``[D]`` daily simple returns of the portfolio (fractions).
     :param benchmark: ``[D]`` daily simple returns of the benchmark on the same days.
-    :return: dimensionless, per sqrt(year): the Sharpe ratio of the active returns, computed by the
-        project's one Sharpe formula, so it is 0 when the tracking error is ~0 (``std <= ZERO_STD``) or
-        there are fewer than two days.
+    :return: dimensionless, per sqrt(year): the Sharpe ratio of the active returns, computed by the project's one Sharpe
+        formula, so it is 0 when the tracking error is ~0 (``std <= ZERO_STD``) or there are fewer than two days.
     """
     r, b = _paired_1d(returns, benchmark)
     return sharpe_from_returns(r - b)
@@ -197,10 +194,9 @@ def bootstrap_mean_ci(
     :return: ``(mean, lo, hi)``: floats for ``[S]`` input, ``[M]`` arrays for ``[S, M]``; ``mean`` is the
         plain sample mean. ``S == 1``: ``(x, nan, nan)`` -- one seed says nothing about spread.
 
-    Caveat: the percentile interval of a mean is about as wide as ``mean +- z * std(ddof=0) / sqrt(S)``,
-    so for small S it is too narrow (S = 5: ~0.84 coverage at 0.95 nominal, S = 30: ~0.93). Read it as
-    a description of seed-to-seed spread, not an exact 95 % interval, when S is small. No BCa or
-    Student-t correction is applied.
+    Caveat: the percentile interval of a mean is about as wide as ``mean +- z * std(ddof=0) / sqrt(S)``, so for small S
+    it is too narrow (S = 5: ~0.84 coverage at 0.95 nominal, S = 30: ~0.93). Read it as a description of seed-to-seed
+    spread, not an exact 95 % interval, when S is small. No BCa or Student-t correction is applied.
     """
     _check_confidence(confidence)
     x = np.asarray(samples, dtype=np.float64)
@@ -250,11 +246,10 @@ def t_interval(samples: Any, confidence: float = 0.95) -> tuple[float, float, fl
 def default_block_length(num_days: int) -> int:
     """Mean block length for the stationary bootstrap: ``max(1, round(num_days ** (1/3)))`` days.
 
-    The n^(1/3) rule: the block length that minimises the mean squared error of block-bootstrap
-    variance estimates grows as ``n^(1/3)`` (Hall, Horowitz & Jing 1995, "On blocking rules for the
-    bootstrap with dependent data", Biometrika 82; the same rate for the stationary bootstrap in
-    Politis & White 2004, "Automatic block-length selection for the dependent bootstrap"), and the
-    constant 1 is the common rule of thumb. 252 days -> 6, 1,000 days -> 10.
+    The n^(1/3) rule: the block length that minimises the mean squared error of block-bootstrap variance estimates grows
+    as ``n^(1/3)`` (Hall, Horowitz & Jing 1995, "On blocking rules for the bootstrap with dependent data", Biometrika
+    82; the same rate for the stationary bootstrap in Politis & White 2004, "Automatic block-length selection for the
+    dependent bootstrap"), and the constant 1 is the common rule of thumb. 252 days -> 6, 1,000 days -> 10.
     """
     if num_days < 1:
         raise ValueError(f"num_days must be >= 1, got {num_days}")
@@ -266,12 +261,11 @@ def stationary_bootstrap_indices(
 ) -> np.ndarray:
     """Day indices of the stationary bootstrap of Politis & Romano (1994), "The Stationary Bootstrap", JASA.
 
-    Each draw is a series of ``num_days`` indices built from blocks of consecutive days: a block starts
-    at a uniformly random day and continues ``i -> (i + 1) mod num_days`` (wrapping past the end) until a
-    new block starts, which happens before each day with probability ``p = 1 / mean_block``; block
-    lengths are geometric with mean ``mean_block``. Every day is equally likely at every position, and
-    the resampled series is stationary. ``mean_block = 1`` is the ordinary i.i.d. bootstrap. Memory: a few
-    ``[num_draws, num_days]`` arrays.
+    Each draw is a series of ``num_days`` indices built from blocks of consecutive days: a block starts at a uniformly
+    random day and continues ``i -> (i + 1) mod num_days`` (wrapping past the end) until a new block starts, which
+    happens before each day with probability ``p = 1 / mean_block``; block lengths are geometric with mean
+    ``mean_block``. Every day is equally likely at every position, and the resampled series is stationary.
+    ``mean_block = 1`` is the ordinary i.i.d. bootstrap. Memory: a few ``[num_draws, num_days]`` arrays.
 
     :param num_days: D, the length of the original (and of every resampled) series.
     :param num_draws: B, the number of bootstrap series.
@@ -337,11 +331,10 @@ def block_bootstrap_sharpe(
 def bootstrap_p_value(draws: Any, null: float = 0.0) -> float:
     """Two-sided p-value of ``statistic == null`` from bootstrap draws of the statistic.
 
-    ``p = min(1, 2 * min(#{draws <= null} + 1, #{draws >= null} + 1) / (B + 1))``: twice the smaller tail of the
-    draws beyond the null, the inversion of the percentile interval (0 lies outside the level-c percentile
-    interval about when p < 1 - c). The +1s count the observed sample as one draw (Davison & Hinkley 1997,
-    "Bootstrap Methods and their Application", eq. 4.11), so p is never 0: the smallest p that B draws can
-    show is ``2 / (B + 1)``.
+    ``p = min(1, 2 * min(#{draws <= null} + 1, #{draws >= null} + 1) / (B + 1))``: twice the smaller tail of the draws
+    beyond the null, the inversion of the percentile interval (0 lies outside the level-c percentile interval about when
+    p < 1 - c). The +1s count the observed sample as one draw (Davison & Hinkley 1997, "Bootstrap Methods and their
+    Application", eq. 4.11), so p is never 0: the smallest p that B draws can show is ``2 / (B + 1)``.
 
     :param draws: ``[B]`` bootstrap draws (e.g. of a Sharpe difference), finite.
     :param null: the value tested.
@@ -408,11 +401,10 @@ def bonferroni_confidence(confidence: float, family: int) -> float:
 def percentile_interval(draws: np.ndarray, confidence: float, family: int | None = None) -> dict[str, float]:
     """The percentile interval of bootstrap ``draws`` ``[B]`` with each bound's Monte Carlo standard error.
 
-    :return: ``lo``, ``hi``: the ``(1 -+ c) / 2`` quantiles of the draws (numpy's linear interpolation);
-        ``lo_mcse``, ``hi_mcse``: their standard errors (`quantile_mcse`, order-statistic method); with ``family``
-        m (>= 1) also ``bonferroni_m`` m, ``bonferroni_confidence`` ``1 - (1 - c) / m`` and ``lo_bonferroni``,
-        ``hi_bonferroni``, ``lo_bonferroni_mcse``, ``hi_bonferroni_mcse``: the same draws' interval at that level
-        (no second bootstrap).
+    :return: ``lo``, ``hi``: the ``(1 -+ c) / 2`` quantiles of the draws (numpy's linear interpolation); ``lo_mcse``,
+        ``hi_mcse``: their standard errors (`quantile_mcse`, order-statistic method); with ``family`` m (>= 1) also
+        ``bonferroni_m`` m, ``bonferroni_confidence`` ``1 - (1 - c) / m`` and ``lo_bonferroni``, ``hi_bonferroni``,
+        ``lo_bonferroni_mcse``, ``hi_bonferroni_mcse``: the same draws' interval at that level (no second bootstrap).
     """
     alpha = (1.0 - confidence) / 2.0
     levels = [alpha, 1.0 - alpha]
@@ -482,13 +474,11 @@ def paired_sharpe_difference(
       keeps volatility clustering and autocorrelation within blocks. The SAME day indices are applied to
       every policy seed and to the baseline (a paired bootstrap), so market moves common to both cancel
       in the difference and the interval measures the difference, not the market's luck.
-    * SEEDS, with replacement (S of S), so the seed-to-seed variation of training also widens the
-      interval.
+    * SEEDS, with replacement (S of S), so the seed-to-seed variation of training also widens the interval.
 
-    The draw's statistic is the mean over the drawn seeds of ``SR(policy_s) - SR(baseline_s)`` on the
-    drawn days, and ``lo``/``hi`` are its ``(1 -+ c) / 2`` quantiles (percentile interval, no bias
-    correction). Identical policy and baseline give exactly ``[0, 0]``; with ``S == 1`` only the day
-    resampling is left.
+    The draw's statistic is the mean over the drawn seeds of ``SR(policy_s) - SR(baseline_s)`` on the drawn days, and
+    ``lo``/``hi`` are its ``(1 -+ c) / 2`` quantiles (percentile interval, no bias correction). Identical policy and
+    baseline give exactly ``[0, 0]``; with ``S == 1`` only the day resampling is left.
 
     Resampling both factors of a crossed seeds x days design is conservative (Owen 2007, "The pigeonhole
     bootstrap", Ann. Appl. Stat. 1(2)): each seed's own day-to-day noise enters twice, once through the
@@ -637,9 +627,8 @@ def probabilistic_sharpe_from_moments(
 def _daily_sharpe_skew_kurtosis(r: np.ndarray) -> tuple[float, float, float]:
     """Per-period Sharpe (the project's formula / sqrt(252)), skewness and non-excess kurtosis.
 
-    Skewness ``m3 / m2^1.5`` and kurtosis ``m4 / m2^2`` use the biased (population) central moments ``m_k``
-    as in the papers; a series whose std is ~0 counts as normal (0, 3), its Sharpe being 0 by the
-    project's convention.
+    Skewness ``m3 / m2^1.5`` and kurtosis ``m4 / m2^2`` use the biased (population) central moments ``m_k`` as in the
+    papers; a series whose std is ~0 counts as normal (0, 3), its Sharpe being 0 by the project's convention.
     """
     sr = sharpe_from_returns(r) / math.sqrt(TRADING_DAYS)
     dev = r - np.mean(r)
@@ -654,8 +643,7 @@ def probabilistic_sharpe_ratio(returns: Any, benchmark_sharpe: float = 0.0) -> f
     Ratio Efficient Frontier", Journal of Risk 15(2)).
 
     :param returns: ``[D]`` daily simple returns (fractions), D >= 2.
-    :param benchmark_sharpe: SR*, a DAILY Sharpe ratio; for an annualised one pass
-        ``to_daily_sharpe(sr_annual)``.
+    :param benchmark_sharpe: SR*, a DAILY Sharpe ratio; for an annualised one pass ``to_daily_sharpe(sr_annual)``.
     :return: ``Phi((SR - SR*) sqrt(D - 1) / sqrt(1 - g3 SR + (g4 - 1) / 4 SR^2))`` with SR the daily Sharpe
         (`envs.returns.annualised_sharpe` / sqrt(252)), g3 the skewness and g4 the (non-excess) kurtosis
         of the returns: the probability that the true Sharpe exceeds SR* given the track record.
@@ -724,9 +712,8 @@ def _cscv_sharpe(r: np.ndarray, blocks: list[np.ndarray], masks: np.ndarray) -> 
 
 
 def probability_of_backtest_overfitting(returns: Any, num_splits: int = 16) -> dict[str, Any]:
-    """Probability of backtest overfitting by combinatorially symmetric cross-validation (CSCV) of
-    Bailey, Borwein, López de Prado & Zhu (2015/2017), "The Probability of Backtest Overfitting",
-    Journal of Computational Finance 20(4).
+    """Probability of backtest overfitting by combinatorially symmetric cross-validation (CSCV) of Bailey, Borwein,
+    López de Prado & Zhu (2015/2017), "The Probability of Backtest Overfitting", Journal of Computational Finance 20(4).
 
     :param returns: ``[D, N]`` daily returns (fractions) of N configurations on the same D days.
     :param num_splits: S, even, >= 2: the rows are cut into S contiguous blocks (``numpy.array_split``:
