@@ -189,9 +189,8 @@ def resolve_period(
 def check_holdout(
     market: PreparedMarket, period: Period, checkpoints: list[Path], *, ledger: Ledger, unseal: bool, command: str
 ) -> list[dict[str, Any]]:
-    """`clstm_ppo.evaluation.holdout.guard` for a backtest (or comparison) of ``checkpoints`` over ``period``: one
-    look per set of checkpoint files (sha256 of their bytes) and period, so the same backtest again is not another
-    unseal."""
+    """`clstm_ppo.evaluation.holdout.guard` for a backtest (or comparison) of ``checkpoints`` over ``period``: one look
+    per set of checkpoint files (sha256 of their bytes) and period, so the same backtest again is not another unseal."""
     days = iso_days(market.data)
     first, last = str(days[period.days.start]), str(days[period.days.stop - 1])
     digests = sorted(hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in checkpoints)

@@ -1,11 +1,10 @@
 """The trials ledger (docs/study.md): one append-only JSON-lines file, by default one per user (`ledger_path`), that
 remembers every configuration traded on a market's days, every seal of a hold-out period and every time one was broken.
 
-Each line is one JSON object with ``"kind"`` (study, trial, seal, unseal: `REQUIRED` lists their fields), ``"key"``
-and ``"ledger": 1``. A record whose ``(kind, key)`` is already there is not written again (re-reporting a study
-never counts its cells twice). Every record is written whole, flushed and fsynced before the next; a line that is
-not a record (a last line cut short by a kill) is reported once on stderr and skipped, and the next append starts on
-a fresh line.
+Each line is one JSON object with ``"kind"`` (study, trial, seal, unseal: `REQUIRED` lists their fields), ``"key"`` and
+``"ledger": 1``. A record whose ``(kind, key)`` is already there is not written again (re-reporting a study never counts
+its cells twice). Every record is written whole, flushed and fsynced before the next; a line that is not a record (a
+last line cut short by a kill) is reported once on stderr and skipped, and the next append starts on a fresh line.
 """
 
 from __future__ import annotations

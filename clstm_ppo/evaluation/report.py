@@ -96,15 +96,14 @@ class BacktestResult:
     ) -> BacktestResult:
         """Build a result from a day-by-day policy record (`clstm_ppo.agent.evaluate.PolicyRun`'s fields).
 
-        ``run`` needs ``dates [D]``, ``values [D]``, ``cash [D]``, ``holdings [D, N]`` (shares held at
-        row i's close), ``prices [D, N]`` (row i's close), ``fill_prices [D, N]`` and ``fill_dates [D]``
-        (what and when the trades leading to row i filled) and ``tickers [N]``, recorded the env's way:
-        row 0 is the starting day before any trade, and the shares that changed from row i-1 to row i
-        were decided on row i-1's close and filled as ``--execution`` says (`envs.execution`). So the
-        trades table is dated and priced at their fills. ``costs [D]`` (dollars, row i holding the costs of
-        those trades), when present, is checked against the rebuilt table, so a record that breaks this
-        convention fails loudly instead of mis-reporting. The costs are ``env``'s; the baseline decides equal weights
-        on row 0's close and trades on ``terms`` (the run's days' fills, dividends and interest:
+        ``run`` needs ``dates [D]``, ``values [D]``, ``cash [D]``, ``holdings [D, N]`` (shares held at row i's close),
+        ``prices [D, N]`` (row i's close), ``fill_prices [D, N]`` and ``fill_dates [D]`` (what and when the trades
+        leading to row i filled) and ``tickers [N]``, recorded the env's way: row 0 is the starting day before any
+        trade, and the shares that changed from row i-1 to row i were decided on row i-1's close and filled as
+        ``--execution`` says (`envs.execution`). So the trades table is dated and priced at their fills. ``costs [D]``
+        (dollars, row i holding the costs of those trades), when present, is checked against the rebuilt table, so a
+        record that breaks this convention fails loudly instead of mis-reporting. The costs are ``env``'s; the baseline
+        decides equal weights on row 0's close and trades on ``terms`` (the run's days' fills, dividends and interest:
         `envs.execution.Terms`), with ``env.buy_cost_pct``, starting at ``env.initial_amount`` like the policy.
         """
         prices = np.asarray(run.prices, dtype=np.float64)
