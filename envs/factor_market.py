@@ -132,10 +132,7 @@ class MarketModel:
     @property
     def num_fitted_tickers(self) -> int | None:
         """N of a fitted market (its per-ticker values), None when the tickers are drawn."""
-        for name in PER_TICKER:
-            if (values := getattr(self, name)) is not None:
-                return len(values)
-        return None
+        return next((len(v) for name in PER_TICKER if (v := getattr(self, name)) is not None), None)
 
 
 DEFAULT_MODEL = MarketModel()
@@ -207,11 +204,10 @@ def ar1_filter(numerator: list[float], phi: float, x: np.ndarray) -> np.ndarray:
     """``y[t] = numerator[0] x[t] + phi y[t-1]`` along axis 0 (``y[-1] = 0``), float64: bit for bit
     ``scipy.signal.lfilter(numerator, [1, -phi], x, axis=0)`` (``tests/test_synthetic_v2.py``), whose import costs
     about a second of every run on a synthetic market; a step a day over all the columns takes milliseconds."""
-    gain = numerator[0]
     y = np.empty(x.shape, dtype=np.float64)
     previous = np.zeros(x.shape[1:], dtype=np.float64)
     for t in range(x.shape[0]):
-        previous = gain * x[t] + phi * previous
+        previous = numerator[0] * x[t] + phi * previous
         y[t] = previous
     return y
 
@@ -364,12 +360,4 @@ def bars_from_parts(parts: SyntheticParts, dates: np.ndarray) -> MarketData:
     high = np.maximum(open_, close) * np.exp(np.abs(0.5 * vol * parts.wicks[0]))
     low = np.minimum(open_, close) * np.exp(-np.abs(0.5 * vol * parts.wicks[1]))
     volume = np.round(parts.median_volume[None, :] * np.exp(0.25 * np.abs(ret) / vol + 0.3 * parts.volume_noise))
-    return MarketData(
-        dates=dates,
-        tickers=ticker_names(ret.shape[1]),
-        open=open_,
-        high=high,
-        low=low,
-        close=close,
-        volume=volume,
-    )
+    return MarketData(dates, ticker_names(ret.shape[1]), open_, high, low, close, volume)

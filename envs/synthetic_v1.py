@@ -154,23 +154,12 @@ def generate_market(
     start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))
     close = start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
     prev_close = np.vstack([start_price[None, :], close[:-1]])
-    gap = 0.3 * daily_vol * rng.standard_normal((d, n))
-    open_ = prev_close * np.exp(gap)
-    wick_hi = np.abs(0.5 * daily_vol * rng.standard_normal((d, n)))
-    wick_lo = np.abs(0.5 * daily_vol * rng.standard_normal((d, n)))
-    high = np.maximum(open_, close) * np.exp(wick_hi)
-    low = np.minimum(open_, close) * np.exp(-wick_lo)
+    open_ = prev_close * np.exp(0.3 * daily_vol * rng.standard_normal((d, n)))
+    high = np.maximum(open_, close) * np.exp(np.abs(0.5 * daily_vol * rng.standard_normal((d, n))))
+    low = np.minimum(open_, close) * np.exp(-np.abs(0.5 * daily_vol * rng.standard_normal((d, n))))
 
     median_volume = np.exp(rng.uniform(np.log(3e5), np.log(3e7), n))
     volume = np.round(
         median_volume[None, :] * np.exp(0.25 * np.abs(ret) / daily_vol + 0.3 * rng.standard_normal((d, n)))
     )
-    return MarketData(
-        dates=dates,
-        tickers=ticker_names(n),
-        open=open_,
-        high=high,
-        low=low,
-        close=close,
-        volume=volume,
-    )
+    return MarketData(dates, ticker_names(n), open_, high, low, close, volume)
