@@ -1,15 +1,8 @@
 """Market data: D trading days x N tickers of daily OHLCV bars, aligned, validated, split by date.
 
-Input is FinRL's long format, one row per (date, ticker)::
-
-    date, tic, open, high, low, close, volume
-
-Column names are matched case-insensitively, surrounding spaces ignored, and these aliases are accepted:
-
-    tic     <- symbol, ticker, tic, asset, stock
-    date    <- date, timestamp, datetime, time, day
-    volume  <- volume, vol
-    adj_close <- adjusted, adj_close, adj close, adjclose, adjusted_close
+Input is FinRL's long format, one row per (date, ticker): ``date, tic, open, high, low, close, volume``, column
+names matched case-insensitively, spaces stripped, with the aliases of `ALIASES` (docs/data.md, "CSV / Parquet
+format", has the rules below from the user's side).
 
 An adjusted-close column is read as the dividends it implies (bars are otherwise used as given, e.g. Alpaca's
 ``adjustment="all"`` bars are already adjusted and carry none): on each day t the dividend per share that makes
@@ -24,18 +17,11 @@ from 0 when absent, and ``close_only=True`` (indicators needing a true high/low 
 module warns). Bars whose open/high/low all equal close everywhere are also read back as close-only, which
 makes ``from_frame(d.to_frame())`` lossless for close-only data too.
 
-Validation raises :class:`envs.errors.UserError` with one line naming the problem and the first offending
-tickers/dates: missing columns, unparseable dates, non-numeric prices, NaN/inf/non-positive prices,
-negative or missing volume, high < low, duplicate (date, tic) rows, empty input, and tickers that do not
-cover the same dates (see ``gap_policy``). Unsorted input is sorted, not refused.
-
-Gap policy (tickers not all trading on the same dates):
-
-* ``"fail"`` (default): refuse, listing each ticker's missing dates.
-* ``"intersect"``: keep only the dates every ticker has.
-* ``"ffill"``: a missing bar becomes a flat bar at the previous close (open = high = low = close, volume 0),
-  for runs of at most ``max_ffill_days`` consecutive missing days; longer runs, or a ticker missing the
-  first date, are refused.
+Invalid input raises `UserError`, one line naming the problem and the first offending tickers/dates; unsorted
+input is sorted, not refused. Gap policy (tickers not all trading on the same dates): ``"fail"`` (default) refuses,
+listing each ticker's missing dates; ``"intersect"`` keeps the dates every ticker has; ``"ffill"`` fills a missing
+bar with a flat bar at the previous close (volume 0) for runs of at most ``max_ffill_days`` missing days (longer
+runs, or a ticker missing the first date, are refused).
 """
 
 from __future__ import annotations
@@ -73,10 +59,6 @@ _SHOW = 5  # how many offending items an error message lists
 # pandas < 3 parses CSV floats with a fast, not always correctly rounded parser unless asked;
 # pandas 3 rounds correctly by default and deprecates the argument
 _ROUND_TRIP: dict[str, str] = {"float_precision": "round_trip"} if int(pd.__version__.split(".")[0]) < 3 else {}
-
-
-def _fmt_dates(values: Iterable[Any], limit: int = _SHOW) -> str:
-    return shown_list([pd.Timestamp(v).date() for v in values], limit)
 
 
 def _rows(df: pd.DataFrame, mask: np.ndarray | pd.Series, limit: int = _SHOW) -> str:
@@ -163,25 +145,18 @@ def _parse_numbers(raw: pd.Series, name: str, frame: pd.DataFrame) -> np.ndarray
         numbers = pd.to_numeric(text, errors="coerce")
         bad = (numbers.isna() & ~missing).to_numpy()
         shown = [
-            f"{v!r} ({t} {d})"
+            f"{v!r} ({t} {d})".replace(" 00:00:00", "")
             for v, t, d in zip(raw[bad][:_SHOW], frame["tic"][bad][:_SHOW], frame["date"][bad][:_SHOW], strict=True)
         ]
-        shown = [s.replace(" 00:00:00", "") for s in shown]
         listed = shown_list(shown, _SHOW, noun="rows", total=int(bad.sum()))
         raise UserError(f"non-numeric values in column {name!r}: {listed}") from None
 
 
 def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.DataFrame:
-    """Any accepted long frame -> canonical columns date, tic, open, high, low, close, volume [, adj_close].
-
-    Renames aliases, parses dates (datetime64[ns], normalised to midnight) and numbers, validates every row
-    (no gap check: that needs the whole panel, see :meth:`MarketData.from_frame`), and sorts by (date, tic).
-    The returned frame carries ``attrs["close_only"]``, ``attrs["adjusted"]`` (OHLC rescaled by adj_close)
-    and ``attrs["source_columns"]`` (canonical -> input name).
-
-    :param df: long frame, one row per (date, ticker); a (date, tic) index is accepted too.
-    :param use_adjusted: rescale OHLC by adj_close / close (see module docstring).
-    :raises UserError: on any invalid input.
+    """Any accepted long frame (a (date, tic) index too) -> canonical columns date, tic, open, high, low, close,
+    volume [, adj_close], dates datetime64[ns] at midnight, every row validated (`UserError`; no gap check: that needs
+    the whole panel, `MarketData.from_frame`), sorted by (date, tic). The frame carries ``attrs["close_only"]``,
+    ``attrs["adjusted"]`` (OHLC rescaled by adj_close) and ``attrs["source_columns"]`` (canonical -> input name).
     """
     if not isinstance(df, pd.DataFrame):
         raise UserError(f"expected a pandas DataFrame of bars, got {type(df).__name__}")
@@ -284,7 +259,10 @@ def coverage_gaps(frame: pd.DataFrame) -> dict[str, np.ndarray]:
 
 
 def _describe_gaps(gaps: dict[str, np.ndarray], num_dates: int) -> str:
-    parts = [f"{tic} misses {len(m)} of {num_dates} dates ({_fmt_dates(m, 3)})" for tic, m in gaps.items()]
+    parts = [
+        f"{tic} misses {len(m)} of {num_dates} dates ({shown_list([pd.Timestamp(v).date() for v in m], 3)})"
+        for tic, m in gaps.items()
+    ]
     return shown_list(parts, _SHOW, noun="tickers", sep="; ")
 
 
@@ -351,10 +329,8 @@ class MarketData:
     ) -> MarketData:
         """Long frame (FinRL format or an accepted alias) -> aligned MarketData.
 
-        :param df: rows of (date, tic, open, high, low, close, volume); aliases per the module docstring.
         :param gap_policy: "fail" | "intersect" | "ffill" for tickers that miss some dates.
         :param max_ffill_days: longest run of consecutive missing days "ffill" fills per ticker.
-        :param use_adjusted: rescale OHLC by the adjusted-close column.
         :param max_price_ratio: refuse a close beyond this multiple of the previous one, up or down (0: allow any).
         :raises UserError: invalid rows, gaps under "fail", nothing left after "intersect", an implausible jump.
         """
@@ -363,16 +339,14 @@ class MarketData:
         if isinstance(max_ffill_days, bool) or not isinstance(max_ffill_days, int | np.integer) or max_ffill_days < 0:
             raise UserError(f"max_ffill_days must be a whole number >= 0, got {max_ffill_days!r}")
         frame = standardize_frame(df, use_adjusted=use_adjusted)
-        close_only = bool(frame.attrs["close_only"])
         tickers = sorted(frame["tic"].unique().tolist())
-        all_dates = pd.DatetimeIndex(np.unique(frame["date"].to_numpy()))
+        dates = pd.DatetimeIndex(np.unique(frame["date"].to_numpy()))
         gaps = coverage_gaps(frame)
         if gaps and gap_policy == "fail":
             raise UserError(
-                f"tickers do not cover the same dates: {_describe_gaps(gaps, len(all_dates))}; "
+                f"tickers do not cover the same dates: {_describe_gaps(gaps, len(dates))}; "
                 "use gap_policy 'intersect' (keep common dates) or 'ffill' (fill short gaps)"
             )
-        dates = all_dates
         if gaps and gap_policy == "intersect":
             counts = frame.groupby("date")["tic"].size()
             dates = pd.DatetimeIndex(counts.index[counts.to_numpy() == len(tickers)])
@@ -380,7 +354,7 @@ class MarketData:
                 raise UserError(
                     f"the {len(tickers)} tickers share no common date; gap_policy 'intersect' leaves nothing"
                 )
-        columns = ("open", "high", "low", "close", "volume") + (("adj_close",) if "adj_close" in frame else ())
+        columns = (*COLUMNS[2:], *(("adj_close",) if "adj_close" in frame else ()))
         arrays = {c: _pivot(frame, c, dates, tickers) for c in columns}
         if gaps and gap_policy == "ffill":
             arrays = _forward_fill(arrays, dates, tickers, max_ffill_days)
@@ -389,7 +363,7 @@ class MarketData:
         return cls(
             dates=dates.to_numpy(dtype="datetime64[ns]"),
             tickers=tuple(tickers),
-            close_only=close_only,
+            close_only=bool(frame.attrs["close_only"]),
             dividends=None if adj is None else implied_dividends(arrays["close"], adj, dates, tickers),
             **arrays,
         )
@@ -408,11 +382,7 @@ class MarketData:
         columns = {
             "date": np.repeat(self.dates, n),
             "tic": np.tile(np.asarray(self.tickers, dtype=object), d),
-            "open": self.open.reshape(-1),
-            "high": self.high.reshape(-1),
-            "low": self.low.reshape(-1),
-            "close": self.close.reshape(-1),
-            "volume": self.volume.reshape(-1),
+            **{c: getattr(self, c).reshape(-1) for c in COLUMNS[2:]},
         }
         if self.dividends.any():
             growth = (self.close[1:] + self.dividends[1:]) / self.close[:-1]
@@ -538,9 +508,7 @@ def _forward_fill(
     if problems:
         raise UserError(f"cannot forward-fill: {'; '.join(problems[:_SHOW])}; use gap_policy 'intersect'")
     filled_close = pd.DataFrame(close).ffill().to_numpy()
-    out = {}
-    for name in ("open", "high", "low", "close"):
-        out[name] = np.where(missing, filled_close, arrays[name])
+    out = {name: np.where(missing, filled_close, arrays[name]) for name in PRICE_COLUMNS}
     out["volume"] = np.where(missing, 0.0, arrays["volume"])
     if "adj_close" in arrays:  # a filled day pays nothing: both series stay flat
         out["adj_close"] = pd.DataFrame(arrays["adj_close"]).ffill().to_numpy()
@@ -579,8 +547,8 @@ def parse_date(value: Any, what: str) -> pd.Timestamp:
     try:
         ts = pd.Timestamp(value)
     except (ValueError, TypeError):
-        raise UserError(f"{what} date {value!r} is not a date (use YYYY-MM-DD)") from None
-    if ts is pd.NaT or pd.isna(ts):
+        ts = pd.NaT
+    if pd.isna(ts):
         raise UserError(f"{what} date {value!r} is not a date (use YYYY-MM-DD)")
     if ts.tzinfo is not None:
         ts = ts.tz_localize(None)
@@ -749,8 +717,7 @@ def split_days(
         if total > 1 + 1e-9:
             raise UserError(f"split fractions add up to {total:g}, more than 1")
         usable = d - first
-        cum = np.cumsum(fr)
-        b = [first + int(round(c * usable)) for c in cum]
+        b = [first + int(round(c * usable)) for c in np.cumsum(fr)]
         if abs(total - 1) <= 1e-9:
             b[2] = d
         train = DayRange(first, b[0])
