@@ -1,21 +1,14 @@
-"""Historical stock bars from Alpaca's market-data API, as a long DataFrame, cached on disk.
+"""Historical stock bars from Alpaca's market-data API, as a long DataFrame, cached on disk (docs/data.md, "Alpaca").
 
 `fetch_bars` asks alpaca-py's `StockHistoricalDataClient` for `/v2/stocks/bars` (alpaca-py follows
 `next_page_token` itself, so multi-page, multi-symbol answers arrive whole) and returns FinRL's long
 format: one row per (date, tic) with open/high/low/close in dollars and volume in shares.
 
-Keys come from the environment or a `.env` file in the working directory (variables already in the
-environment win): ``ALPACA_API_KEY`` / ``ALPACA_SECRET_KEY``, or alpaca's own
-``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``. ``ALPACA_DATA_URL`` (or ``data_url=``) points the client
-at another endpoint (a proxy, a test server). Keys are sent only as request headers: they never appear
-in messages, logs, cache files or cache names.
-
-Cache: one Parquet file per request, named by a hash of (sorted tickers, start, end, timeframe,
-adjustment, feed) -- not of keys or URL. A hit makes no request and needs no keys. Files are written to a
-temporary file in the same folder and `os.replace`d into place, so a crash never leaves a half-written
-file under the real name; a cache file that still cannot be read back (truncated, edited, wrong columns
-or tickers) is treated as missing: it is downloaded again and replaced, with a note on stderr. A range
-that has not ended yet (end date today or later) is not cached, since its last bars are still to come.
+Keys (``ALPACA_API_KEY`` / ``ALPACA_SECRET_KEY``, or alpaca's ``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``) come
+from the environment or ``./.env`` and are sent only as request headers: they never appear in messages, logs, cache
+files or cache names. The cache holds one Parquet file per request, named by a hash of what changes the answer
+(`cache_path`) and written atomically; an unreadable one is downloaded again (a note on stderr), and a range that
+has not ended yet (end date today or later) is not cached, since its last bars are still to come.
 
 Dates: ``start``/``end`` are calendar dates in the exchange's time zone (America/New_York), both
 inclusive. Daily (and weekly/monthly) bars are dated by their trading day, tz-naive at midnight; intraday
@@ -75,9 +68,6 @@ class Credentials:
 
     def __repr__(self) -> str:
         return "Credentials(key=***, secret=***)"
-
-
-# --------------------------------------------------------------------------------------------- settings
 
 
 def read_settings(names: Iterable[str]) -> dict[str, str]:
@@ -163,9 +153,6 @@ def retry_settings(
     return retries, wait, timeout
 
 
-# --------------------------------------------------------------------------------------------- arguments
-
-
 def parse_timeframe(text: str) -> Any:
     """ "1Day", "1D", "day", "1Hour", "15Min", "1Week", "1Month" -> alpaca-py ``TimeFrame``."""
     from alpaca.data.timeframe import TimeFrame, TimeFrameUnit
@@ -185,7 +172,7 @@ def _parse_day(text: str, what: str) -> pd.Timestamp:
     try:
         stamp = pd.Timestamp(text)
     except (ValueError, TypeError):
-        raise UserError(f"{what} date {text!r} is not a date like 2015-01-01") from None
+        stamp = pd.NaT
     if stamp is pd.NaT:
         raise UserError(f"{what} date {text!r} is not a date like 2015-01-01")
     return stamp
@@ -229,17 +216,8 @@ def _choice(value: str, allowed: tuple[str, ...], what: str) -> str:
     return value
 
 
-# --------------------------------------------------------------------------------------------- cache
-
-
 def cache_path(
-    cache_dir: str | Path,
-    tickers: Sequence[str],
-    start: str,
-    end: str,
-    timeframe: str,
-    adjustment: str,
-    feed: str,
+    cache_dir: str | Path, tickers: Sequence[str], start: str, end: str, timeframe: str, adjustment: str, feed: str
 ) -> Path:
     """Where the bars for this request live: ``<cache_dir>/bars_<timeframe>_<feed>_<adj>_<hash>.parquet``.
 
@@ -270,9 +248,6 @@ def _read_cache(path: Path, tickers: Sequence[str]) -> pd.DataFrame | None:
     except Exception as err:  # noqa: BLE001 -- any unreadable file is a miss, never a crash
         print(f"note: ignoring unreadable cache file {path} ({type(err).__name__}); downloading again", file=sys.stderr)
         return None
-
-
-# --------------------------------------------------------------------------------------------- download
 
 
 def _tidy(frame: pd.DataFrame) -> pd.DataFrame:
@@ -307,8 +282,7 @@ def _frame_from_raw(raw: Any, daily: bool) -> pd.DataFrame:
                     raise TypeError(f"bar field {key!r} is not a number")
                 rows[col].append(value)
     frame = pd.DataFrame(rows)
-    stamps = pd.to_datetime(frame["date"], utc=True, format="ISO8601").dt.tz_convert(EXCHANGE_TZ)
-    stamps = stamps.dt.tz_localize(None)
+    stamps = pd.to_datetime(frame["date"], utc=True, format="ISO8601").dt.tz_convert(EXCHANGE_TZ).dt.tz_localize(None)
     frame["date"] = stamps.dt.normalize() if daily else stamps
     if frame.duplicated(["date", "tic"]).any():
         raise ValueError("duplicate (date, symbol) bars")
@@ -348,16 +322,6 @@ def patient_client_class(base: type, wait: float, timeout: float) -> type:
 
     PatientClient.__name__ = PatientClient.__qualname__ = f"Patient{base.__name__}"
     return PatientClient
-
-
-def _make_client(creds: Credentials, url: str, retries: int, wait: float, timeout: float) -> Any:
-    from alpaca.data.historical.stock import StockHistoricalDataClient
-
-    client = patient_client_class(StockHistoricalDataClient, wait, timeout)(
-        creds.key, creds.secret, raw_data=True, url_override=url
-    )
-    client._retry = retries
-    return client
 
 
 def _api_error_message(err: Exception, url: str, retries: int) -> str:
@@ -402,6 +366,7 @@ def _download(
     import requests
     from alpaca.common.exceptions import APIError
     from alpaca.data.enums import Adjustment, DataFeed
+    from alpaca.data.historical.stock import StockHistoricalDataClient
     from alpaca.data.requests import StockBarsRequest
 
     request = StockBarsRequest(
@@ -412,7 +377,10 @@ def _download(
         adjustment=Adjustment(adjustment),
         feed=DataFeed(feed),
     )
-    client = _make_client(creds, url, retries, wait, timeout)
+    client = patient_client_class(StockHistoricalDataClient, wait, timeout)(
+        creds.key, creds.secret, raw_data=True, url_override=url
+    )
+    client._retry = retries
     daily = timeframe.unit.value in ("Day", "Week", "Month")
     try:
         raw = client.get_stock_bars(request)
