@@ -56,10 +56,6 @@ TURBULENCE_QUANTILE = 0.90
 SPEC_FORMAT = 1
 
 
-# --------------------------------------------------------------------------------------------
-# indicators
-
-
 def _ewm(x: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     """Recursive exponential averages y_t = a x_t + (1 - a) y_{t-1}, y_0 = x_0 (pandas adjust=False).
 
@@ -110,11 +106,7 @@ def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = IN
     if unknown:
         raise UserError(f"unknown indicator(s) {unknown}; available: {list(INDICATORS)}")
     if data.close_only and ({"cci", "adx"} & set(names)):
-        warnings.warn(
-            "market data has closes only: CCI and ADX use the close for high and low",
-            UserWarning,
-            stacklevel=2,
-        )
+        warnings.warn("market data has closes only: CCI and ADX use the close for high and low", stacklevel=2)
     close = np.asarray(data.close, dtype=np.float64)
     high = close if data.close_only else np.asarray(data.high, dtype=np.float64)
     low = close if data.close_only else np.asarray(data.low, dtype=np.float64)
@@ -175,10 +167,6 @@ def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = IN
     return out
 
 
-# --------------------------------------------------------------------------------------------
-# turbulence
-
-
 def turbulence_index(close: np.ndarray, lookback: int = TURBULENCE_LOOKBACK, chunk: int = 256) -> np.ndarray:
     """Mahalanobis distance of each day's returns from the trailing `lookback` days (Kritzman & Li).
 
@@ -211,10 +199,6 @@ def turbulence_index(close: np.ndarray, lookback: int = TURBULENCE_LOOKBACK, chu
         inv = np.linalg.pinv(cov)
         out[j0 + lookback + 1 : j1 + lookback + 1] = np.einsum("cn,cnm,cm->c", dev, inv, dev)
     return np.maximum(out, 0.0)  # pinv rounding can leave -1e-17 where the distance is 0
-
-
-# --------------------------------------------------------------------------------------------
-# normalisation
 
 
 def _safe_std(x: np.ndarray, axis: int) -> np.ndarray:
@@ -253,13 +237,9 @@ def price_features(
 
 @dataclass(frozen=True, eq=False)
 class Normalization:
-    """Per-ticker z-score statistics, fitted on the training split's days only.
-
-    Observation scaling: price feature (the close in "level" mode, its daily log return in "return"
-    mode; see `price_features`) -> (value - close_mean)
-    / close_std; indicator k of ticker i (MACD divided by the close in the return modes) -> (value -
-    indicator_mean[k, i]) / indicator_std[k, i]; cash -> cash / initial_amount (the env's config); shares -> shares / holdings_scale.
-    """
+    """Per-ticker z-score statistics, fitted on the training split's days only: the price feature (`price_features`)
+    becomes (value - close_mean) / close_std, indicator k of ticker i (value - indicator_mean[k, i]) /
+    indicator_std[k, i]; the env scales cash by its initial amount and shares by ``holdings_scale``."""
 
     close_mean: np.ndarray  # [N] mean of the price feature (dollars in "level" mode)
     close_std: np.ndarray  # [N]
@@ -309,26 +289,19 @@ class Normalization:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able (lists of floats)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         return {
-            "close_mean": self.close_mean.tolist(),
-            "close_std": self.close_std.tolist(),
-            "indicator_mean": self.indicator_mean.tolist(),
-            "indicator_std": self.indicator_std.tolist(),
-            "holdings_scale": float(self.holdings_scale),
-            "fit_start": self.fit_start,
-            "fit_stop": self.fit_stop,
-            "price_mode": self.price_mode,
-            "price_relative": list(self.price_relative),
+            k: v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, tuple) else v
+            for k, v in out.items()
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Normalization:
-        k_n = np.asarray(d["indicator_mean"], dtype=np.float64)
         n = len(d["close_mean"])
         return cls(
             close_mean=np.asarray(d["close_mean"], dtype=np.float64),
             close_std=np.asarray(d["close_std"], dtype=np.float64),
-            indicator_mean=k_n.reshape(-1, n),
+            indicator_mean=np.asarray(d["indicator_mean"], dtype=np.float64).reshape(-1, n),
             indicator_std=np.asarray(d["indicator_std"], dtype=np.float64).reshape(-1, n),
             holdings_scale=float(d.get("holdings_scale", HOLDINGS_SCALE)),
             fit_start=int(d.get("fit_start", 0)),
@@ -336,10 +309,6 @@ class Normalization:
             price_mode=str(d["price_mode"]),
             price_relative=tuple(int(k) for k in d.get("price_relative", ())),
         )
-
-
-# --------------------------------------------------------------------------------------------
-# prepared market
 
 
 def turbulence_threshold(turbulence: np.ndarray, train: DayRange, lookback: int, enabled: bool) -> float:
@@ -351,22 +320,14 @@ def turbulence_threshold(turbulence: np.ndarray, train: DayRange, lookback: int,
     defined = turbulence[max(train.start, lookback + 1) : train.stop]
     if defined.size == 0:
         warnings.warn(
-            f"training split has no day with {lookback} days of return history: turbulence stop disabled",
-            UserWarning,
-            stacklevel=3,
+            f"training split has no day with {lookback} days of return history: turbulence stop disabled", stacklevel=3
         )
         return float("inf")
     return float(np.quantile(defined, TURBULENCE_QUANTILE))
 
 
-def _iso(day: np.datetime64) -> str:
-    return str(np.datetime_as_string(np.datetime64(day, "D"), unit="D"))
-
-
 def _range_to_dates(data: MarketData, r: DayRange | None) -> dict[str, str] | None:
-    if r is None:
-        return None
-    return {"start": _iso(data.dates[r.start]), "end": _iso(data.dates[r.stop - 1])}
+    return None if r is None else {"start": data.date_str(r.start), "end": data.date_str(r.stop - 1)}
 
 
 def _dates_to_range(data: MarketData, d: dict[str, str] | None) -> DayRange | None:
@@ -417,10 +378,7 @@ class PreparedMarket:
         price_mode: str = DEFAULT_PRICE_MODE,
     ) -> PreparedMarket:
         """Indicators and turbulence over all days; normalisation and threshold from the train split only.
-
-        ``price_mode`` picks the price column of the state: "level" (the close, as in the paper) or "return"
-        (daily log return, with MACD divided by the close): see `price_features`.
-        """
+        ``price_mode``: the state's price column, "level" or "return" (`price_features`)."""
         if window < 1:
             raise UserError(f"window must be >= 1, got {window}")
         indicator_names = tuple(indicator_names)
