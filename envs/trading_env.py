@@ -34,11 +34,8 @@ class StockTradingEnv(gymnasium.Env):
     and the episode's end (`envs.kernel` the trading rules, `envs.config` the defaults); observations come as numpy
     arrays, rewards and flags as Python numbers.
 
-    ## Arguments
-    - ``market``: a ``PreparedMarket``; default: ``default_market()`` (synthetic, 30 stocks, 10 years)
-    - ``split``: "train" | "validation" | "test" or a ``DayRange``
-    - ``config``: ``EnvConfig`` (actions, costs, reward, fills, episode length: `envs.config`)
-    - ``seed``: seed of the start-day generator until ``reset(seed=...)`` reseeds it
+    Arguments: ``market`` (default: `default_market`), ``split`` ("train" | "validation" | "test" or a ``DayRange``),
+    ``seed`` (of the start-day generator until ``reset(seed=...)`` reseeds it).
 
     ``info`` (reset and step): date (numpy datetime64 of the observed day), day (index), portfolio_value,
     cash ($), holdings [N] (shares), prices [N] (that day's closes, $); after a step also trades [N] (shares
@@ -59,8 +56,7 @@ class StockTradingEnv(gymnasium.Env):
         render_mode: str | None = None,
     ) -> None:
         config = config if config is not None else EnvConfig()
-        if market is None:
-            market = default_market()
+        market = default_market() if market is None else market
         if render_mode is not None:
             raise ValueError(f"render_mode {render_mode!r} is not supported (no rendering)")
         self.market = market

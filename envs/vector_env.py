@@ -49,6 +49,8 @@ from envs.state import StateLayout
 
 EPISODE_KEYS = ("reward", "final_value", "return", "trades", "sharpe", "max_drawdown", "length", "costs", "exposure")
 """Fields of ``info["episode"]``, in the order the trainer packs them for its all-gather."""
+_RUNNING_SUMS = ("ep_reward", "ep_costs", "ep_trades", "sum_r", "sum_r2", "max_dd", "sum_exposure")
+"""An episode's running statistics (``ep_trades`` int64, the rest float64 from 0): the summary is made from them."""
 
 
 def write_portfolio_columns(
@@ -90,28 +92,25 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     change with ``EnvConfig.reward`` "log_return" (the default), its change x reward_scaling with "value"; the
     ``turnover_penalty`` lowers the later value by that fraction of the dollars traded.
 
-    Starting state: cash = initial_amount, no shares, on a day drawn uniformly (seeded
-    ``torch.Generator``) from the split's days that leave a full ``episode_length`` before the split's
-    last day (the split's first day when the split is shorter or
-    ``episode_length`` is "full").
+    Starting state: cash = initial_amount, no shares, on a day drawn uniformly (seeded ``torch.Generator``) from the
+    split's days that leave a full ``episode_length`` before the split's last day (the split's first day when the
+    split is shorter or ``episode_length`` is "full").
 
-    Episode end: terminated when the split's last day is reached (no later day to trade into);
-    truncated after ``episode_length`` steps. A finished env is reset in the same step: its returned
-    observation already belongs to the new episode; ``info["final_obs"]`` holds the observation it
-    finished on (where ``info["_final_obs"]``; it is the returned obs itself on steps where no env
-    finished). ``info["episode"]`` ([B] tensors, valid where ``info["_episode"]``) summarises the
-    finished episodes: reward, final_value ($), return, trades (non-zero share changes), sharpe
-    (`envs.returns.annualised_sharpe` of the daily simple returns),
-    max_drawdown (fraction of the running peak, >= 0), length (days), costs ($), exposure (mean over
-    the episode's days of the fraction of the portfolio value held in stock, in [0, 1]). Other info keys
-    describe the step just taken (before any reset): portfolio_value, cash [B] ($), day [B] (index of
-    the day the portfolio was valued at), costs [B] ($), num_trades [B], shares_traded [B, N], wanted_buy_value
-    and refused_buy_value [B] ($ of buys asked for, and of those the cash could not pay for), fill_prices [B, N] ($
-    per share the step's orders filled at), dividends [B] ($ received for the day moved to). Cash earns
-    ``EnvConfig.risk_free`` each day and the episode's Sharpe is on returns in excess of it (`envs.execution`).
+    Episode end: terminated when the split's last day is reached (no later day to trade into); truncated after
+    ``episode_length`` steps. A finished env is reset in the same step: its returned observation already belongs to the
+    new episode; ``info["final_obs"]`` holds the observation it finished on (where ``info["_final_obs"]``; it is the
+    returned obs itself on steps where no env finished). ``info["episode"]`` ([B] tensors, valid where
+    ``info["_episode"]``) summarises the finished episodes: reward, final_value ($), return, trades (non-zero share
+    changes), sharpe (`envs.returns.annualised_sharpe` of the daily simple returns), max_drawdown (fraction of the
+    running peak, >= 0), length (days), costs ($), exposure (mean over the episode's days of the fraction of the
+    portfolio value held in stock, in [0, 1]). Other info keys describe the step just taken (before any reset):
+    portfolio_value, cash [B] ($), day [B] (index of the day the portfolio was valued at), costs [B] ($), num_trades
+    [B], shares_traded [B, N], wanted_buy_value and refused_buy_value [B] ($ of buys asked for, and of those the cash
+    could not pay for), fill_prices [B, N] ($ per share the step's orders filled at), dividends [B] ($ received for the
+    day moved to). Cash earns ``EnvConfig.risk_free`` each day and the episode's Sharpe is on returns in excess of it
+    (`envs.execution`).
 
-    Arguments: market (PreparedMarket), split ("train" | "validation" | "test" or a DayRange),
-    num_envs (B), config (EnvConfig), device, seed (of the start-day generator).
+    Arguments: split ("train" | "validation" | "test" or a DayRange), num_envs (B), seed (of the start generator).
 
     Training pool: with ``pool=True`` on the "train" split of a market with a ``pool`` (a synthetic source's
     ``train_draws``: K markets of the same length D and spec; the trainer's env), each episode starts on a day drawn
@@ -119,10 +118,10 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     index k D + t), an episode ends at its market's split end, and its window never looks back into the market
     before it. Without it (evaluation, the default) the env runs on the market alone.
 
-    Cells: ``seed`` may be a list of C seeds; the B envs are then C equal blocks of consecutive envs ("cells", a
-    study's runs trained as one batch: `clstm_ppo.training.trainer`), each drawing its start days from its
-    own generator in the order its envs need them, so block c behaves exactly as a ``B / C``-env ``VectorStockTradingEnv``
-    seeded ``seed[c]`` (`cell_state_dict` gives that env's ``state_dict``).
+    Cells: ``seed`` may be a list of C seeds; the B envs are then C equal blocks of consecutive envs ("cells", a study's
+    runs trained as one batch: `clstm_ppo.training.trainer`), each drawing its start days from its own generator in the
+    order its envs need them, so block c behaves exactly as a ``B / C``-env ``VectorStockTradingEnv`` seeded ``seed[c]``
+    (`cell_state_dict` gives that env's ``state_dict``).
     """
 
     metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
@@ -183,8 +182,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         dividends = np.concatenate([t.dividends for t in terms])
         self._dividends = torch.tensor(dividends, device=dev)  # [K D, N] dollars per share paid on day t
         self._pays_dividends = bool(dividends.any())  # host-known: no work per step without them
-        turbulent = np.concatenate([m.stopped_days() for m in markets])
-        self._turbulent = torch.as_tensor(turbulent, device=dev)  # [K D] bool
+        self._turbulent = torch.as_tensor(np.concatenate([m.stopped_days() for m in markets]), device=dev)  # [K D] bool
         layout = market.layout
         mrows = np.zeros((close.shape[0], F), dtype=np.float32)
         rows = np.concatenate(
@@ -269,13 +267,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             "shares": torch.zeros((n, self.num_tickers), dtype=f64, device=dev),
             "value": value.clone(),
             "peak": value.clone(),
-            "ep_reward": torch.zeros(n, dtype=f64, device=dev),
-            "ep_costs": torch.zeros(n, dtype=f64, device=dev),
-            "ep_trades": torch.zeros(n, dtype=torch.int64, device=dev),
-            "sum_r": torch.zeros(n, dtype=f64, device=dev),
-            "sum_r2": torch.zeros(n, dtype=f64, device=dev),
-            "max_dd": torch.zeros(n, dtype=f64, device=dev),
-            "sum_exposure": torch.zeros(n, dtype=f64, device=dev),
+            **{k: torch.zeros(n, dtype=torch.int64 if k == "ep_trades" else f64, device=dev) for k in _RUNNING_SUMS},
         }
 
     def _reset_all(self, starts: np.ndarray | None, portfolio: tuple[Tensor, Tensor] | None = None) -> Tensor:
@@ -318,19 +310,16 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
     # ---------------------------------------------------------------- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Tensor, dict]:
-        """Start B new episodes. seed: reseeds the start-day generator (a list: each cell's); options:
-        {"start_day": int | [B],
-        "cash": dollars (scalar or [B]), "shares": [N] or [B, N] whole shares} -- a starting portfolio other than
-        ``initial_amount`` in cash (the study carries one period's portfolio into the next this way).
+        """Start B new episodes. seed: reseeds the start-day generator (a list: each cell's); options: {"start_day":
+        int | [B], "cash": dollars (scalar or [B]), "shares": [N] or [B, N] whole shares} -- a starting portfolio
+        other than ``initial_amount`` in cash (the study carries one period's portfolio into the next this way).
 
         :return: (obs [B, T, F] float32 on device, info {"portfolio_value", "cash", "day"})
         """
         if seed is not None:
             for gen, value in zip(self._gens, seed if isinstance(seed, (list, tuple)) else [seed], strict=True):
                 gen.manual_seed(int(value))
-        starts = None
-        if options and options.get("start_day") is not None:
-            starts = self._check_starts(options["start_day"])
+        starts = self._check_starts(options["start_day"]) if options and options.get("start_day") is not None else None
         obs = self._reset_all(starts, self._check_portfolio(options or {}))
         s = self._s
         return obs, {"portfolio_value": s["value"].clone(), "cash": s["cash"].clone(), "day": self._day.clone()}
@@ -351,8 +340,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         """Trade on each env's current close (orders filled as ``EnvConfig.execution`` says), move one day on,
         auto-reset finished envs.
 
-        :param actions: [B, N] float in [-1, 1] (clipped), tensor on any device or
-            numpy
+        :param actions: [B, N] float in [-1, 1] (clipped), tensor on any device or numpy
         :return: obs [B, T, F] float32, reward [B] float32, terminated [B] bool, truncated [B] bool, info
         """
         if self._needs_reset.any():
@@ -387,8 +375,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         s.update(cash=cash, shares=shares, value=value, peak=peak)
 
         # New day's row into the ring; the window is then the contiguous rows [q+1, q+T+1).
-        q = (self._q + 1) % T
-        self._q = q
+        self._q = q = (self._q + 1) % T
         row = self._mrows.index_select(0, day)
         self._write_portfolio(row, cash, shares, self._close.index_select(0, day), value)
         self._buf[:, q] = row
@@ -397,11 +384,10 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
 
         # Episode ends are decided on the host from the start days: no device synchronisation.
         self._day_np += 1
-        length_np = self._day_np - self._start_np
         term_np = self._day_np >= self._ends(self._start_np) - 1
         trunc_np = np.zeros(B, dtype=bool)
         if cfg.episode_days is not None:
-            trunc_np = (length_np >= cfg.episode_days) & ~term_np
+            trunc_np = (self._day_np - self._start_np >= cfg.episode_days) & ~term_np
         done_np = term_np | trunc_np
         # The same flags computed on the device: a host-to-device copy of pageable memory would
         # synchronise the CUDA stream every step.
@@ -478,7 +464,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     def _autoreset_envs(self, done_np: np.ndarray) -> Tensor:
         """Reset the finished envs in place; return the observation with their new first windows."""
         idx_np = np.flatnonzero(done_np)
-        n = idx_np.size
         starts_np = self._sample_starts(idx_np)
         self._start_np[idx_np] = starts_np
         self._day_np[idx_np] = starts_np
@@ -487,7 +472,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         # Out of place, so tensors already handed out in info keep the finished episodes' values.
         self._day = self._day.index_copy(0, idx, starts)
         self._start = self._start.index_copy(0, idx, starts)
-        fresh = self._fresh_state(n)
+        fresh = self._fresh_state(idx_np.size)
         self._s = {k: v.index_copy(0, idx, fresh[k]) for k, v in self._s.items()}
         self._place_windows(idx, self._window_rows(starts, fresh["cash"], fresh["shares"]))
         # A new tensor: the pre-reset obs stays untouched in info["final_obs"].
