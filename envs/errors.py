@@ -1,12 +1,9 @@
-"""The one exception type for problems the user can fix (bad data, flags, keys, checkpoints), and the few
-helpers every one-line message is made with.
+"""The one exception type for problems the user can fix (bad data, flags, keys, checkpoints), and the helpers every
+one-line message is made with: `shown_list` (a long list cut to its first items and a count), `first_line` and
+`describe_exception` (another error quoted in one line, never its whole multi-line message).
 
-Raise `UserError("one clear line naming the problem")`; the CLI prints it as `error: ...`
-and exits with status 2, without a traceback (unless `--debug`, which sets `DEBUG_ENV` so that
-spawned training workers print theirs too).
-
-Messages name what is wrong with `shown_list` (a long list cut to its first items and a count) and quote
-other errors with `first_line` / `describe_exception` (never a multi-line message inside a one-line error).
+Raise `UserError("one clear line naming the problem")`; the CLI prints it as `error: ...` and exits with status 2,
+without a traceback (unless `--debug`, which sets `DEBUG_ENV` so that spawned training workers print theirs too).
 """
 
 from __future__ import annotations

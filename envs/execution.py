@@ -1,18 +1,13 @@
 """The terms a portfolio trades and holds on: when an order fills (``--execution``), the dividends holders receive
-and the interest cash earns (``--risk_free``). The one place that maps them to numbers, for the env, the
-backtest's and the study's baselines, and the trade plan.
+and the interest cash earns (``--risk_free``); the one place that maps them to numbers, for the env, the backtest's
+and the study's baselines, and the trade plan (docs/backtesting.md, "When orders fill").
 
-A policy decides on day t after seeing day t's close. Its orders are sized at that close (the last price it
-knows) and fill at:
-
-- ``close``: day t's close itself (the paper's and FinRL's convention; no trader can get it, because the
-  decision needs that close first). Kept for the ``paper`` preset and for checkpoints written before the setting.
-- ``next_open``: day t+1's open: a market-on-open order sent after the close, what ``clstm-ppo trade`` does.
-- ``next_close``: day t+1's close (the honest choice when the data has no opens).
-- ``auto`` (the default): ``next_open`` where the data has opens, ``next_close`` on close-only data.
-
-Either way the portfolio is valued at day t+1's close, so the gap between day t's close and the fill price is
-paid (or earned) by every trade, and a turbulent day t's liquidation fills at the same price as any other order.
+A policy decides on day t after seeing day t's close; its orders are sized at that close and fill at that close
+itself (``close``: the paper's and FinRL's; no trader gets it, the decision needs that close first), day t+1's open
+(``next_open``: a market-on-open order sent after the close, what ``clstm-ppo trade`` does) or day t+1's close
+(``next_close``); ``auto`` is next_open where the data has opens, next_close on close-only data. Either way the
+portfolio is valued at day t+1's close, so every trade pays (or earns) the gap between day t's close and its fill,
+and a turbulent day t's liquidation fills at the same price as any other order.
 
 Carry from day t's close to day t+1's: cash earns the daily risk-free rate ``(1 + risk_free)^(1/252) - 1``, and
 day t+1's dividends (`envs.data.MarketData.dividends`, paid to the holders of record at day t's close) are paid

@@ -1,17 +1,14 @@
 """What identifies a loaded data set: `data_fingerprint` (exactly: a hash of its bits) and `market_witness` (the
 closes of the first trading day of each month, compared to a relative tolerance). A checkpoint records both for a
-synthetic market (`envs.sources.data_record`) and `recorded_data_matches` reads them; the trials ledger
+synthetic market (`envs.sources.data_record`; `recorded_data_matches` reads them); the trials ledger
 (`clstm_ppo.evaluation.ledger`) and the sealed hold-out (`clstm_ppo.evaluation.holdout`) use them too.
 
-Both are independent of where the data came from (a synthetic spec, a CSV, a Parquet file, Alpaca) and of the order
-of its tickers. The same file loaded twice, or the same data written to CSV by pandas and read back (pandas writes
-floats in their shortest round-trip form), give the same fingerprint; one more day, one ticker less, or one price
-changed give another. Two loads of the same market over different date ranges (the file extended by a later
-download, or read from a later start) share the witness days in their overlap and agree on them, where their
-fingerprints differ: a seal and the ledger recognise "the same market" by the witness, ticker by ticker, since
-synthetic markets all name their tickers SYN00, SYN01, ... so the names alone would confuse one synthetic draw with
-every other. A witness holds ``months x tickers`` floats (20 tickers over 7 years: 1,680 numbers, about 30 kB of
-JSON).
+Both are independent of where the data came from and of the order of its tickers: the same file loaded twice, or
+the same data written to CSV by pandas and read back, gives the same fingerprint; one more day, one ticker less or
+one price changed gives another. Two loads of one market over different date ranges differ in fingerprint but agree
+on the witness days they share, so a seal and the ledger recognise "the same market" by the witness, ticker by
+ticker (synthetic markets all name their tickers SYN00, SYN01, ..., so names alone would confuse their draws). A
+witness holds ``months x tickers`` floats (20 tickers over 7 years: 1,680 numbers, about 30 kB of JSON).
 """
 
 from __future__ import annotations

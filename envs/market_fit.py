@@ -1,31 +1,25 @@
-"""Fit the synthetic generator (`envs.factor_market.MarketModel`) to a user's market: ``data generate --like``.
-
-Two kinds of estimate, both on daily log returns (`envs.facts`):
+"""Fit the synthetic generator (`envs.factor_market.MarketModel`) to a user's market: ``data generate --like``
+(docs/data.md says it from the user's side). Two kinds of estimate, both on daily log returns (`envs.facts`):
 
 * Read off the data: each ticker's annual volatility and expected simple return a year (mean log return + variance /
-  2, annualised), its share of variance from the market factor (a one-factor model of the correlation matrix:
-  ticker i's loading is its mean correlation with the others over the square root of the mean pair correlation, so
-  pair correlations come back as the products of loadings), and, where the data has opens, the overnight share (the
-  jumps' share taken out, since they all fall overnight).
-* Matched by simulation (indirect inference): four parameters, each the value whose generated market, with the
-  data's tickers and length, shows one of the data's facts (`envs.facts`), solved in this order, twice round:
+  2, annualised), its share of variance from the market factor (`market_loadings`), and, where the data has opens,
+  the overnight share (the jumps' share taken out, since they all fall overnight).
+* Matched by simulation (indirect inference), in this order, twice round: each parameter the value whose generated
+  market, with the data's tickers and length, shows one of the data's facts:
 
   1. the ACF(1) of |r| (volatility clustering) through the persistence of log variance, its stationary variance
-     v^2 / (1 - phi^2) held (so the body stays where it was; a lower persistence clusters less at the same body);
+     v^2 / (1 - phi^2) held (so the body stays where it was);
   2. the winsorised kurtosis (the body) through that stationary variance (the vol of vol at the persistence);
   3. the median excess kurtosis (the extreme tail) through the jump size;
   4. the leverage correlation through the leverage (the market's kept at `MARKET_LEVERAGE_RATIO` times it).
 
-  The robust kurtoses, not the mean excess kurtosis, since a single day (an unadjusted split, a crash) moves the mean
-  of a few tickers by tens. Sample kurtosis and clustering of heavy-tailed returns sit far below their population
-  values over a few thousand days, so matching the data's sample facts on samples of the data's own length is what
-  reproduces them; the simulations reuse fixed seeds (common random numbers), so the facts move smoothly with the
-  parameters and `scipy.optimize.brentq` finds each in turn. Where a fact is beyond the generator's reach (the
-  clustering of a light-bodied market can exceed what the persistence's range gives), its parameter stops at the
-  end of its range nearest to it and the others are still matched.
-
-The generator's other parameters (the t shocks' degrees of freedom, the jump rate, the common volatility) keep their
-defaults; sectors are not fitted (the market factor carries all the correlation).
+The robust kurtoses, since one day (an unadjusted split, a crash) moves a few tickers' mean kurtosis by tens. Sample
+kurtosis and clustering of heavy-tailed returns sit far below their population values over a few thousand days, so
+matching sample facts on samples of the data's own length is what reproduces them; the simulations reuse fixed seeds
+(common random numbers), so the facts move smoothly with the parameters and `scipy.optimize.brentq` finds each in
+turn. A fact beyond the generator's reach leaves its parameter at the end of its range nearest to it, and the others
+are still matched. The other parameters keep their defaults; sectors are not fitted (the market factor carries all
+the correlation).
 """
 
 from __future__ import annotations
@@ -72,7 +66,9 @@ def check_fittable(data: MarketData, what: str) -> None:
 
 
 def market_loadings(r: np.ndarray) -> np.ndarray:
-    """[N] each ticker's share of variance from a single market factor (module docstring), in [0, 0.9]."""
+    """[N] each ticker's share of variance from a single market factor, in [0, 0.9]: ticker i's loading is its mean
+    correlation with the others over the square root of the mean pair correlation, so pair correlations come back as
+    the products of loadings."""
     corr = np.corrcoef(r.T)
     n = corr.shape[0]
     off = corr[~np.eye(n, dtype=bool)].reshape(n, n - 1)

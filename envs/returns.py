@@ -1,7 +1,6 @@
-"""The one annualised Sharpe ratio, shared by the env's episode summary and every backtest metric.
-
-It lives at the bottom of the import graph (the env needs it and may import nothing above ``envs``);
-`clstm_ppo.evaluation.metrics` and the study's statistics call it with sample moments of daily returns.
+"""The one annualised Sharpe ratio, shared by the env's episode summary and every backtest metric, at the bottom of
+the import graph (the env imports nothing above ``envs``); `clstm_ppo.evaluation.metrics` and the study's
+statistics call it with sample moments of daily returns.
 """
 
 from __future__ import annotations
