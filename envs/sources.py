@@ -66,6 +66,7 @@ TOY_IC = 0.1
 """A planted signal's IC from which its market is a toy: real daily stocks show next-day cross-stock correlations of
 about 0.02 (docs/data.md's facts), and a realistic planted signal is 0.03-0.05."""
 MAX_TRAINING_DRAWS = 256
+_FORMS = "synthetic, synthetic:k=v,..., csv:PATH, parquet:PATH, alpaca"  # what an unknown source is told to use
 
 
 def _options(text: str) -> list[tuple[str, str]]:
@@ -153,12 +154,7 @@ def training_draws(text: str) -> int:
 
 
 def training_pool(
-    source: str,
-    seed: int,
-    *,
-    tickers: list[str] | None = None,
-    start: str | None = None,
-    end: str | None = None,
+    source: str, seed: int, *, tickers: list[str] | None = None, start: str | None = None, end: str | None = None
 ) -> list[MarketData]:
     """The ``train_draws - 1`` more markets a synthetic ``source`` trains on (`training_draws`), with its filters:
     the same options but ``train_draws``, each drawn from its own seed, derived from the market's own (its ``seed=``
@@ -273,7 +269,7 @@ def load_market_data(
     :returns: MarketData, tickers sorted by name unless ``tickers`` gives an order.
     """
     if not isinstance(source, str) or not source.strip():
-        raise UserError(f"empty data source; use one of {', '.join(_forms())}")
+        raise UserError(f"empty data source; use one of {_FORMS}")
     source = source.strip()
     scheme, sep, rest = source.partition(":")
     scheme = scheme.strip().lower()
@@ -308,15 +304,11 @@ def load_market_data(
     elif source.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):
         path, kind = Path(source), None
     else:
-        raise UserError(f"unknown data source {source!r}; use one of {', '.join(_forms())}")
+        raise UserError(f"unknown data source {source!r}; use one of {_FORMS}")
     frame = standardize_frame(read_frame(path, kind=kind))
     frame = _filter_frame(frame, tickers, start, end, str(path))
     data = MarketData.from_frame(frame, gap_policy=gap_policy, max_price_ratio=max_price_ratio)
     return data.select_tickers(tickers) if tickers is not None else data
-
-
-def _forms() -> list[str]:
-    return ["synthetic", "synthetic:k=v,...", "csv:PATH", "parquet:PATH", "alpaca"]
 
 
 def describe_source(source: str) -> str:
