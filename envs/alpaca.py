@@ -82,12 +82,7 @@ def read_settings(names: Iterable[str]) -> dict[str, str]:
 
     path = Path(".env")
     file_values = dotenv_values(path) if path.is_file() else {}
-    out: dict[str, str] = {}
-    for name in names:
-        value = os.environ.get(name) or file_values.get(name) or ""
-        if value.strip():
-            out[name] = value.strip()
-    return out
+    return {name: value for name in names if (value := (os.environ.get(name) or file_values.get(name) or "").strip())}
 
 
 def load_credentials() -> Credentials:

@@ -1,23 +1,15 @@
 """The stylized facts of daily stock returns, measured on a market: what `clstm-ppo data inspect --facts` prints, what
 the synthetic generator is calibrated to (docs/data.md) and what ``data generate --like`` fits.
 
-All on daily log returns r[t, i] = log(close[t] / close[t-1]); a fact of one ticker is averaged over the tickers:
-
-* ``kurtosis``: excess kurtosis (`scipy.stats.kurtosis`, the unbiased estimator; 0 for a normal distribution);
-* ``median_kurtosis``: the same, its median over the tickers (robust to one ticker's outlier, such as an unadjusted
-  split);
-* ``winsorized_kurtosis``: the median over the tickers of the excess kurtosis after winsorising 0.1% per side
-  (`winsorize`): the body of the distribution, which a handful of extreme days cannot move;
-* ``abs_acf1``: the lag-1 autocorrelation of |r| (volatility clustering);
-* ``leverage``: corr(r[t], |r[t+1]|) (negative: falls raise the next day's volatility);
-* ``pair_corr``: the mean correlation of r over pairs of tickers;
-* ``selloff_corr``: the same over the sell-off days only: days whose equal-weight market return over the 20 days
-  before is in its lowest fifth (correlations rise in sell-offs on real markets);
-* ``next_day_corr_median`` / ``next_day_corr_max``: |corr(r_i[t], r_j[t+1])| over ordered pairs i != j, median and
-  max (a lead-lag between stocks; on real daily data the median is about 0.02, the size of sampling noise);
-* ``overnight_share``: var(log(open[t] / close[t-1])) / var(r), the share of the daily variance in the overnight gap
-  (NaN on close-only data);
-* ``drift``: the annualised mean log return (252 x the daily mean); ``annual_vol``: sqrt(252) x the daily std.
+All on daily log returns r[t, i] = log(close[t] / close[t-1]); a fact of one ticker is averaged over the tickers
+(`Facts` names them, `FACT_LABELS` in words): the excess kurtosis (`excess_kurtosis`), also its median over the
+tickers (robust to one ticker's outlier, such as an unadjusted split) and that median after `winsorize` (the body of
+the distribution, which a handful of extreme days cannot move); `abs_acf1` (volatility clustering); `leverage`
+(negative: falls raise the next day's volatility); `mean_pair_corr`, over all days and over the `selloff_days`
+(correlations rise in sell-offs on real markets); the median and max of `next_day_corr` (a lead-lag between stocks;
+on real daily data the median is about 0.02, the size of sampling noise); the overnight share var(log(open[t] /
+close[t-1])) / var(r) (NaN on close-only data); the drift (252 x the daily mean) and annual volatility (sqrt(252) x
+the daily std).
 """
 
 from __future__ import annotations

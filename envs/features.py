@@ -136,27 +136,23 @@ def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = IN
         tr[0] = high[0] - low[0]
         series += [plus_dm, minus_dm, tr]
         alphas += [1.0 / w] * 3
-    smooth = _ewm(np.stack(series, axis=-1), np.asarray(alphas)) if series else None
+    smooth = iter(np.moveaxis(_ewm(np.stack(series, axis=-1), np.asarray(alphas)), -1, 0)) if series else iter(())
 
-    s = 0
     results: dict[str, np.ndarray] = {}
     if "macd" in names:
-        results["macd"] = smooth[..., s] - smooth[..., s + 1]
-        s += 2
+        results["macd"] = next(smooth) - next(smooth)
     if "rsi" in names:
-        up_avg, down_avg = smooth[..., s], smooth[..., s + 1]
+        up_avg, down_avg = next(smooth), next(smooth)
         total = up_avg + down_avg
         with np.errstate(invalid="ignore", divide="ignore"):
             results["rsi"] = np.where(total > 0, 100.0 * up_avg / total, 50.0)
-        s += 2
     if "adx" in names:
-        pdm, mdm, atr = smooth[..., s], smooth[..., s + 1], smooth[..., s + 2]
+        pdm, mdm, atr = next(smooth), next(smooth), next(smooth)
         with np.errstate(invalid="ignore", divide="ignore"):
             pdi = np.where(atr > 0, 100.0 * pdm / atr, 0.0)
             mdi = np.where(atr > 0, 100.0 * mdm / atr, 0.0)
             di_sum = pdi + mdi
             results["adx"] = np.where(di_sum > 0, 100.0 * np.abs(pdi - mdi) / di_sum, 0.0)
-        s += 3
     if "cci" in names:
         tp = (high + low + close) / 3.0
         tp_mean, tp_mad = _rolling_mean_and_mad(tp, w)

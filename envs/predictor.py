@@ -100,7 +100,6 @@ class PredictorFilter:
 
     def __init__(self, rule: SignalRule, shape: int | tuple[int, ...]) -> None:
         shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        num_tickers = shape[-1]
         self.rule = rule
         self.vol_decay = 0.5 ** (1.0 / VOL_HALFLIFE)
         self.scale_decay = 0.5 ** (1.0 / SCALE_HALFLIFE)
@@ -112,7 +111,7 @@ class PredictorFilter:
         self.average = np.zeros(shape)  # u
         self.scale_square = np.ones(shape)  # q^2
         self.driver = np.zeros(shape)
-        n = num_tickers if rule.kind == "momentum" else (num_tickers + 1) // 2  # tickers in the relative mean
+        n = shape[-1] if rule.kind == "momentum" else (shape[-1] + 1) // 2  # tickers in the relative mean
         self.others = 1.0 / (n - 1) if n > 1 else 0.0
 
     def step(self, r: np.ndarray) -> np.ndarray:

@@ -23,11 +23,9 @@ variance is ``share = 0.5 * s`` of the ticker's calm-regime (v = 1) return varia
 * ``"lead_lag"``: ticker i's idiosyncratic shock of day t-k moves ticker i+1 on day t (k = ``lag``, default 1):
   ``x[t, i+1] = c_i * sigma_i * ze[t-k, i]`` with ``c_i`` scaled so the term's variance is ``share * q_{i+1}``
   (ticker 0 has no leader, the last ticker leads none). A one-day effect on prices, so they stay in range.
-  With k = 1 the leader's move is today's return, in today's state; with 5 tickers at s = 0.9 the causal rule
-  "hold ticker i+1 after ticker i rose" earns a test-split Sharpe of 0.6 to 4.3 over seeds 1-4, 0.8 to 2.9
-  above equal-weight buy-and-hold on the same days. With k >= 2 (a *memory* market) the move that predicts
-  tomorrow happened k - 1 days before today: today's state does not show it (the 30-day indicators blur one
-  day's shock into noise), an observation window of more than k - 1 days does.
+  With k = 1 the leader's move is today's return, in today's state. With k >= 2 (a *memory* market) the move that
+  predicts tomorrow happened k - 1 days before today: today's state does not show it (the 30-day indicators blur
+  one day's shock into noise), an observation window of more than k - 1 days does.
 
 Bars -- ``close[t] = close[t-1] * exp(r[t])`` from a start price ~ exp(U(log 20, log 200)) dollars. The open
 gaps from the previous close, ``open[t] = close[t-1] * exp(g[t])`` with ``g ~ N(0, (0.3 * daily vol)^2)``;
