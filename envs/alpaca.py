@@ -450,10 +450,8 @@ def fetch_bars(
     window = _request_window(start, end)
     path = cache_path(cache_dir, symbols, start, end, frame_spec.value, adjustment, feed)
 
-    if not refresh:
-        cached = _read_cache(path, symbols)
-        if cached is not None:
-            return cached
+    if not refresh and (cached := _read_cache(path, symbols)) is not None:
+        return cached
 
     creds = load_credentials()
     url = resolve_data_url(data_url)

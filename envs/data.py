@@ -316,7 +316,6 @@ class MarketData:
         """N, the number of tickers."""
         return len(self.tickers)
 
-    # ------------------------------------------------------------------ construction
     @classmethod
     def from_frame(
         cls,
@@ -374,7 +373,6 @@ class MarketData:
         for ``kw``)."""
         return cls.from_frame(read_frame(path), **kw)
 
-    # ------------------------------------------------------------------ export and views
     def to_frame(self) -> pd.DataFrame:
         """Long format: date, tic, open, high, low, close, volume, sorted by (date, tic); D*N rows. With dividends,
         an adj_close column too (the total-return series they imply, 1 on the first day), so they read back."""
@@ -612,7 +610,6 @@ def read_frame(path: str | Path, kind: str | None = None) -> pd.DataFrame:
         raise UserError(f"cannot read CSV file {path}: {first_line(err, 200)}") from None
 
 
-# ---------------------------------------------------------------------- splits
 @dataclass(frozen=True)
 class DayRange:
     """Half-open range of day indices [start, stop) into MarketData; lookback days precede start."""

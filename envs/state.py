@@ -38,14 +38,8 @@ REWARDS = ("value", "log_return")
 
 class StateLayout:
     """Where each number sits in one day's state of N tickers and K indicators: ``F = 1 + N + N + K x N`` columns,
-
-    - column 0: cash (``portfolio_features``: cash / initial amount, or the cash weight)
-    - ``prices`` = [1, 1+N): each ticker's price column (``price_features``: the close or its log return)
-    - ``holdings`` = [1+N, 1+2N): each ticker's holding (shares / HOLDINGS_SCALE, or its weight)
-    - then K blocks of N: each indicator, ticker by ticker
-
-    so every column but cash belongs to a block of N, one column per ticker.
-    """
+    column 0 cash, then blocks of N, one column per ticker: ``prices``, ``holdings`` and each of the K ``indicators``
+    (`envs.vector_env`'s module docstring says what each column holds)."""
 
     def __init__(self, num_tickers: int, num_indicators: int) -> None:
         self.num_tickers, self.num_indicators = num_tickers, num_indicators

@@ -56,15 +56,12 @@ _RUNNING_SUMS = ("ep_reward", "ep_costs", "ep_trades", "sum_r", "sum_r2", "max_d
 def write_portfolio_columns(
     rows: Tensor, cash: Tensor, shares: Tensor, close: Tensor, value: Tensor, config: EnvConfig, holdings_scale: float
 ) -> None:
-    """Write the portfolio part of state rows in place (the one encoding of cash and holdings).
+    """Write the portfolio columns (0 and [1+N, 1+2N), module docstring) of state rows in place: the one encoding of
+    cash and holdings, as ``config.portfolio_features`` says.
 
-    :param rows: [B, F] float32 state rows, or [B, T, F] windows whose every row gets the same portfolio;
-        column 0 and columns [1+N, 1+2N) are overwritten
-    :param cash: [B] float64 dollars; :param shares: [B, N] float64 shares
-    :param close: [B, N] float64 dollars, the closes the holdings are valued at ("weights" only)
-    :param value: [B] float64 dollars, cash + shares . close ("weights" only)
-    :param config: its ``portfolio_features`` picks "shares" (cash / initial_amount, shares / holdings_scale)
-        or "weights" (cash and each holding's value as fractions of ``value``, in [0, 1])
+    :param rows: [B, F] float32 state rows, or [B, T, F] windows whose every row gets the same portfolio
+    :param cash: [B] float64 dollars; shares: [B, N] float64 shares; close: [B, N] float64 dollars, the closes the
+        holdings are valued at, and value: [B] float64 dollars, cash + shares . close (both "weights" only)
     """
     layout = StateLayout.of_width(rows.shape[-1], shares.shape[1])
     if config.portfolio_features == "weights":
@@ -81,9 +78,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     """B stock-trading episodes on one device, same-step auto-reset.
 
     Action space: Box(-1, 1, (B, N), float32), one number per stock, clipped to [-1, 1], read as
-    ``EnvConfig.action_mode`` says (`envs.kernel`): "weights" (the default) a target portfolio, softmax of 5 x action
-    over the stocks and a cash logit 0; "shares" the fraction of ``hmax`` shares to buy (> 0) or sell (< 0),
-    truncated toward zero to whole shares.
+    ``EnvConfig.action_mode`` says (`envs.kernel`'s rule 1): "weights" (the default) a target portfolio, "shares" the
+    fraction of ``hmax`` shares to buy (> 0) or sell (< 0).
 
     Observation space: Box(-f32max, f32max, (B, T, F), float32); the layout is in the module docstring.
     Returned as torch tensors on ``device``.
@@ -200,7 +196,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         self._needs_reset = np.zeros(self.num_envs, dtype=bool)
         self._reset_all(None)
 
-    # ---------------------------------------------------------------- episode starts
     def _sample_starts(self, envs: np.ndarray) -> np.ndarray:
         """Start days [n] int64 of the envs ``envs`` ([n] ascending), as stacked day indices k D + t: day lo..hi of
         one of the K markets (K = 1 without a training pool), all K (hi - lo + 1) choices equally likely, hi the
@@ -308,7 +303,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             raise UserError(f"start_day must be within days [{lo}, {hi}] of the split, got {start_day}")
         return starts
 
-    # ---------------------------------------------------------------- gymnasium API
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Tensor, dict]:
         """Start B new episodes. seed: reseeds the start-day generator (a list: each cell's); options: {"start_day":
         int | [B], "cash": dollars (scalar or [B]), "shares": [N] or [B, N] whole shares} -- a starting portfolio
@@ -325,9 +319,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         return obs, {"portfolio_value": s["value"].clone(), "cash": s["cash"].clone(), "day": self._day.clone()}
 
     def _reward(self, value: Tensor, value_before: Tensor, shares_traded: Tensor, fill: Tensor) -> Tensor:
-        """Today's reward ``[B]`` float64 from the portfolio value after ``value`` and before ``value_before`` ``[B]``
-        ($): 100 x log return, or the change x reward_scaling. With ``turnover_penalty`` the value it is computed on
-        is lowered by that fraction of the dollars traded (``shares_traded [B, N]`` x ``fill [B, N]``): a cost the
+        """Today's reward ``[B]`` float64 (class docstring) from the portfolio value after and before the step ``[B]``
+        ($); ``turnover_penalty`` x the dollars traded (``shares_traded [B, N]`` x ``fill [B, N]``) is a cost the
         reward charges and the portfolio never pays."""
         cfg = self.config
         if cfg.turnover_penalty:
@@ -422,7 +415,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
                 self._needs_reset |= done_np
         return obs, reward64.to(torch.float32), terminated, truncated, info
 
-    # ---------------------------------------------------------------- internals
     def _carry(self, cash: Tensor, before: Tensor, after: Tensor, day: Tensor) -> tuple[Tensor, Tensor]:
         """Cash [B] at ``day``'s close: the trade's cash with a day's interest, plus ``day``'s dividends on the
         shares held at the previous close (``after`` the trade when it filled at that close, else ``before``:
@@ -478,7 +470,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         # A new tensor: the pre-reset obs stays untouched in info["final_obs"].
         return self._current_obs()
 
-    # ---------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue these episodes bitwise (tensors on CPU, numpy arrays)."""
         return {
@@ -513,7 +504,6 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         for gen, saved in zip(self._gens, gens, strict=True):
             gen.set_state(saved)
 
-    # ---------------------------------------------------------------- cells
     def cell_state_dict(self, cell: int) -> dict[str, Any]:
         """What ``state_dict`` of cell ``cell``'s env alone holds (see the class docstring's Cells)."""
         envs = slice(cell * self._cell_size, (cell + 1) * self._cell_size)
