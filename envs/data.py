@@ -245,10 +245,8 @@ def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.Dat
 
 
 def coverage_gaps(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per ticker, the dates (datetime64[ns]) present for some ticker but missing for it; only gappy tickers.
-
-    :param frame: a frame from :func:`standardize_frame`.
-    """
+    """Per ticker of a `standardize_frame` frame, the dates (datetime64[ns]) present for some ticker but missing for
+    it; only gappy tickers."""
     all_dates = np.unique(frame["date"].to_numpy())
     gaps: dict[str, np.ndarray] = {}
     for tic, dates in frame.groupby("tic", sort=True)["date"]:

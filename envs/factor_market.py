@@ -343,7 +343,7 @@ def checked_size(num_tickers: object, num_days: object, seed: object, model: Mar
 
 
 def business_days(start: str, num_days: int) -> np.ndarray:
-    """``[D]`` datetime64[ns]: ``num_days`` business days from ``start`` (on or after it); `UserError` for a non-date."""
+    """``[D]`` datetime64[ns]: ``num_days`` business days from ``start`` (on or after it); UserError for a non-date."""
     try:
         dates = pd.bdate_range(start=pd.Timestamp(start), periods=num_days)
     except (ValueError, TypeError, OverflowError):

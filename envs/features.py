@@ -97,7 +97,6 @@ def _rolling_mean_and_mad(x: np.ndarray, window: int) -> tuple[np.ndarray, np.nd
 def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = INDICATORS) -> np.ndarray:
     """Technical indicators for every day and ticker (conventions in the module docstring).
 
-    :param data: the market, D days x N tickers
     :param names: a subset of ``INDICATORS``, in the order wanted
     :return: [D, N, K] float64, K = len(names); causal (day t uses days 0..t)
     """
@@ -172,7 +171,6 @@ def turbulence_index(close: np.ndarray, lookback: int = TURBULENCE_LOOKBACK, chu
     zero the first two positive values after the warm-up.
 
     :param close: [D, N] float64 dollars
-    :param lookback: trading days of history
     :param chunk: days per batched covariance/pinv (bounds memory at chunk x lookback x N)
     :return: [D] float64, >= 0
     """
@@ -208,14 +206,12 @@ PRICE_RELATIVE_INDICATORS = ("macd",)  # in dollars: divided by the close in the
 def price_features(
     close: np.ndarray, indicators: np.ndarray, mode: str, relative: tuple[int, ...] = ()
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The raw (not yet z-scored) price column and indicators of each day's state.
+    """The raw (not yet z-scored) price column and indicators of each day's state: ``(price [D, N], indicators
+    [D, N, K])`` from ``close [D, N]`` float64 dollars and ``indicators [D, N, K]``, causal (day t uses days <= t).
 
-    :param close: [D, N] float64 dollars; :param indicators: [D, N, K] float64.
-    :param mode: "level": the close itself (the paper's and FinRL's state); "return": the day's log
-        return ``log(close[t] / close[t-1])`` (0 on day 0), which stays in the training range out of
-        sample where price levels drift away from it.
+    :param mode: "level": the close itself (the paper's and FinRL's state); "return": the day's log return
+        ``log(close[t] / close[t-1])`` (0 on day 0; `envs.state.DEFAULT_PRICE_MODE` says why).
     :param relative: indicator indices (e.g. MACD, in dollars) divided by the close in the return modes.
-    :return: ``(price [D, N], indicators [D, N, K])``; causal (day t uses days <= t).
     """
     if mode == "level":
         return close, indicators

@@ -70,9 +70,8 @@ def actions_for_weights(weights: Tensor) -> Tensor:
 
 
 def orders_from_actions(actions: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, cfg: EnvConfig) -> Tensor:
-    """Rule 1 of the module docstring: actions ``[B, N]`` (any float dtype) ->
-    whole-share orders ``[B, N]`` float64 (+ buy, - sell) for portfolios of cash [B] and shares [B, N] at prices
-    [B, N] dollars."""
+    """Rule 1 of the module docstring: actions ``[B, N]`` (any float dtype) -> whole-share orders ``[B, N]`` float64
+    (+ buy, - sell) for portfolios of cash [B] and shares [B, N] at prices [B, N] dollars."""
     if cfg.action_mode == "shares":
         return torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * cfg.hmax)
     num_stocks = shares.shape[1]

@@ -13,8 +13,8 @@ from envs.predictor import SignalRule
 from envs.sources import is_synthetic, parse_synthetic_options, synthetic_version
 
 ORACLE_SCALE = 0.3
-"""The oracle's action per unit of predictor: target weights ~ exp(5 x 0.3 a) = exp(1.5 a) (`envs.kernel.target_weights`),
-a tilt toward the tickers the signal favours."""
+"""The oracle's action per unit of predictor: target weights ~ exp(5 x 0.3 a) = exp(1.5 a)
+(`envs.kernel.target_weights`), a tilt toward the tickers the signal favours."""
 
 
 def oracle_actions(predictor: np.ndarray) -> np.ndarray:

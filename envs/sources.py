@@ -256,9 +256,8 @@ def load_market_data(
     max_price_ratio: float = MAX_PRICE_RATIO,
     **alpaca_kwargs: Any,
 ) -> MarketData:
-    """Load and validate market data from a source string (see the module docstring).
+    """Load and validate market data from a source string (the module docstring's forms).
 
-    :param source: "synthetic[:k=v,...]" | "csv:PATH" | "parquet:PATH" | "alpaca" | a .csv/.parquet path.
     :param tickers: keep only these tickers (in this order); UserError naming unknown ones.
     :param start: first date kept (inclusive, YYYY-MM-DD); for alpaca, the first date fetched.
     :param end: last date kept (inclusive); for alpaca, the last date fetched.

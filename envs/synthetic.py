@@ -1,5 +1,5 @@
-"""Seeded synthetic markets that behave like daily US stocks (generator version 3, the default), with an optional planted
-signal that a trader can compute from the market's prices, set by its information coefficient (docs/data.md,
+"""Seeded synthetic markets that behave like daily US stocks (generator version 3, the default), with an optional
+planted signal that a trader can compute from the market's prices, set by its information coefficient (docs/data.md,
 "Synthetic markets").
 
 The market is `envs.factor_market`'s factor stochastic-volatility model (its docstring has the equations) with
@@ -41,17 +41,12 @@ Planting = Callable[[list[SyntheticParts], SignalSpec], list[SyntheticParts]]
 
 
 def plant(drawn: list[SyntheticParts], signal: SignalSpec) -> list[SyntheticParts]:
-    """Markets of the same size ``drawn`` with the signal planted, all at once, day by day: the planted move ``P[t, i] =
-    k_i a[t-1, i]`` is added to day t's return (a share ``signal.overnight`` of it in day t's overnight gap, priced
-    before a next-open fill can trade it, as news known at a close is on real markets; the rest between the open and
-    the close), then the predictor ``a[t]`` is computed from the day's closes with the filter a trader runs
-    (`envs.predictor.PredictorFilter`: the oracle recomputes it from the written file).
-
-    k_i = kappa sigma_i, kappa from `envs.factor_market.signal_coefficient`: the IC of ``a[t]`` with the return an
-    order decided at day t's close earns at next-open fills, ``log(open[t+2] / open[t+1])``, is ``signal.ic``
-    (`envs.predictor.information_coefficient` measures it; ``tests/test_synthetic.py`` holds the mean over seeds 0-15
-    of 20-ticker, 10-year draws to within 10% of it at 0.04 and 0.3).
-    """
+    """Markets of the same size ``drawn`` with the signal planted, all at once, day by day (docs/data.md, "A planted
+    signal"): the planted move ``P[t, i] = k_i a[t-1, i]`` is added to day t's return (a share ``signal.overnight`` of
+    it in day t's overnight gap), then the predictor ``a[t]`` is computed from the day's closes with the filter a
+    trader runs (`envs.predictor.PredictorFilter`). k_i = kappa sigma_i, kappa from
+    `envs.factor_market.signal_coefficient`: the IC of ``a[t]`` with the return an order decided at day t's close
+    earns at next-open fills, ``log(open[t+2] / open[t+1])``, is ``signal.ic`` (`tests/test_synthetic.py`)."""
     kappa = signal_coefficient(signal.ic, signal.overnight, signal.persistence)
     if kappa <= 0:
         return drawn

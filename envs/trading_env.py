@@ -1,8 +1,5 @@
-"""StockTradingEnv: one trading episode as a gymnasium.Env, over the same kernel as the vector env.
-
-It is ``VectorStockTradingEnv`` with one env on the CPU and auto-reset off, converted to numpy,
-so the two cannot disagree about the trading math.
-"""
+"""StockTradingEnv: one trading episode as a gymnasium.Env, ``VectorStockTradingEnv`` with one env on the CPU and
+auto-reset off, converted to numpy, so the two cannot disagree about the trading math."""
 
 from __future__ import annotations
 

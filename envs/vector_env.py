@@ -330,8 +330,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         return (value - value_before) * cfg.reward_scaling
 
     def step(self, actions: Tensor | np.ndarray) -> tuple[Tensor, Tensor, Tensor, Tensor, dict[str, Any]]:
-        """Trade on each env's current close (orders filled as ``EnvConfig.execution`` says), move one day on,
-        auto-reset finished envs.
+        """Trade on each env's current close (orders fill as ``EnvConfig.execution`` says), move one day on, auto-reset
+        finished envs.
 
         :param actions: [B, N] float in [-1, 1] (clipped), tensor on any device or numpy
         :return: obs [B, T, F] float32, reward [B] float32, terminated [B] bool, truncated [B] bool, info
