@@ -73,10 +73,9 @@ class Credentials:
 def read_settings(names: Iterable[str]) -> dict[str, str]:
     """Values of ``names`` from the environment, else from ``./.env``; empty counts as unset.
 
-    The `.env` file is read, not loaded into ``os.environ``: same precedence as
-    ``load_dotenv(override=False)``, without handing the keys to every child process. Only the working
-    directory is searched (as `clstm-ppo doctor` does), so an unrelated `.env` in a parent folder is
-    never picked up.
+    The `.env` file is read, not loaded into ``os.environ``: same precedence as ``load_dotenv(override=False)``, without
+    handing the keys to every child process. Only the working directory is searched (as `clstm-ppo doctor` does), so an
+    unrelated `.env` in a parent folder is never picked up.
     """
     from dotenv import dotenv_values
 

@@ -1,10 +1,10 @@
 """The trading environment's settings (`EnvConfig`) and the way every setting of the project is declared.
 
-A light module (no numpy, pandas or torch), so the command line can build its flags from `EnvConfig` and
-``--help`` stays fast. `EnvConfig` is the ``env`` section of the training settings
-(`clstm_ppo.config.TrainConfig`): its defaults are what training runs, declared here once. The paper's own
-meanings (share actions, dollar rewards, fills at the observed close) are the ``paper`` preset, and what
-checkpoints written before a setting existed meant is `clstm_ppo.migrate.LEGACY`.
+A light module (no numpy, pandas or torch), so the command line can build its flags from `EnvConfig` and ``--help``
+stays fast. `EnvConfig` is the ``env`` section of the training settings (`clstm_ppo.config.TrainConfig`): its defaults
+are what training runs, declared here once. The paper's own meanings (share actions, dollar rewards, fills at the
+observed close) are the ``paper`` preset, and what checkpoints written before a setting existed meant is
+`clstm_ppo.migrate.LEGACY`.
 """
 
 from __future__ import annotations

@@ -660,10 +660,10 @@ def split_days(
 ) -> Splits:
     """Split the days into train / validation / test.
 
-    By dates: a split ends at and includes its date (a non-trading date means the last trading day before
-    it); the next split starts the trading day after. ``train_end`` is required in date mode; validation
-    exists only when ``validation_end`` is given; test runs to ``test_end``, or to the last day when
-    ``test_end`` is None (and is None if no day remains).
+    By dates: a split ends at and includes its date (a non-trading date means the last trading day before it); the next
+    split starts the trading day after. ``train_end`` is required in date mode; validation exists only when
+    ``validation_end`` is given; test runs to ``test_end``, or to the last day when ``test_end`` is None (and is None if
+    no day remains).
 
     By fractions (default (0.7, 0.15, 0.15) when no dates): of the usable days [window-1, D); a zero
     fraction gives None for validation/test; fractions summing to less than 1 leave the last days unused.
@@ -672,8 +672,7 @@ def split_days(
     back into the previous split's days; no split ever contains a day after its stop.
 
     :raises UserError: too few days, a split under 2 days, dates out of range or out of order,
-        or dates and fractions together.
-    """
+        or dates and fractions together."""
     require_days(data, window)
     first = window - 1
     d = data.num_days

@@ -1,9 +1,8 @@
 """Technical indicators, the turbulence index and normalisation statistics (fit on the training split only).
 
-Everything here is causal: the value at day t is computed from days 0..t only, so an agent
-acting at day t's close never sees the future. Arrays are ``[D, N]`` (days x tickers) float64;
-every computation is vectorised over tickers (the only Python loops run over time, for the
-recursive averages, or over chunks of days for the turbulence covariances).
+Everything here is causal: the value at day t is computed from days 0..t only, so an agent acting at day t's close never
+sees the future. Arrays are ``[D, N]`` (days x tickers) float64; every computation is vectorised over tickers (the only
+Python loops run over time, for the recursive averages, or over chunks of days for the turbulence covariances).
 
 Indicator set and conventions (the paper's four, as FinRL computes them with stockstats:
 ``macd``, ``rsi_30``, ``cci_30``, ``dx_30``; our names in ``INDICATORS`` are the contract's):

@@ -22,10 +22,9 @@ Orders are sized at day t's close p, the last price the policy saw, and fill at 
    ``f = cash / total * (1 - 1e-12)`` and floored: ``buy = floor(want * f)``.
 4. Turbulent day (turbulence >= threshold): sell every share held and buy nothing.
 
-Why cash never goes negative: floor(want_i * f) <= want_i * f, so the spend is at most
-f * total = cash * (1 - 1e-12) < cash. The 1e-12 margin absorbs the float64 rounding of the
-division and the sums (a few ulps, ~1e-16 relative each), so the strict inequality holds in
-floating point too. When the total fits (total <= cash) nothing is scaled.
+Why cash never goes negative: the spend is at most f * total = cash * (1 - 1e-12) < cash, as floor(want_i * f) <=
+want_i * f. The 1e-12 margin absorbs the float64 rounding of the division and the sums (a few ulps, ~1e-16 relative
+each), so the strict inequality holds in floating point too. When the total fits (total <= cash) nothing is scaled.
 """
 
 from __future__ import annotations

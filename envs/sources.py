@@ -12,10 +12,9 @@ Sources::
     alpaca[:feed=,adjustment=,        envs.alpaca.fetch_bars(tickers, start, end, ...): the options as
            timeframe=]                `envs.source_spec.alpaca_options` reads them, plus ``alpaca_kwargs``
 
-Filters apply to every source: ``tickers`` (names; UserError naming unknown ones), ``start`` / ``end``
-(inclusive ISO dates). For files the filters apply before alignment, so gaps in tickers or dates you did
-not ask for do not matter. For synthetic data they apply after generation (use the ``start`` option to
-move the generated calendar).
+Filters apply to every source: ``tickers`` (names; UserError naming unknown ones), ``start`` / ``end`` (inclusive ISO
+dates). For files the filters apply before alignment, so gaps in tickers or dates you did not ask for do not matter. For
+synthetic data they apply after generation (use the ``start`` option to move the generated calendar).
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (o
 Rows before the episode's first day show that day's market history with the starting portfolio
 (cash 1.0, no shares); market days before the data's first day repeat day 0.
 
-Speed: market rows are precomputed once ([D, F] float32 with zeros in the portfolio columns). The
-window lives in a "mirror" ring buffer [B, 2T, F]: each step writes the new day's row at slot q and
-q + T, so the last T rows are always the contiguous slice [q+1, q+T+1) and the returned observation
-is a single copy of it. Episode ends are known on the host from the start days (no device sync).
+Speed: market rows are precomputed once ([D, F] float32 with zeros in the portfolio columns). The window lives in a
+"mirror" ring buffer [B, 2T, F]: each step writes the new day's row at slot q and q + T, so the last T rows are always
+the contiguous slice [q+1, q+T+1) and the returned observation is a single copy of it. Episode ends are known on the
+host from the start days (no device sync).
 """
 
 from __future__ import annotations
