@@ -126,16 +126,14 @@ def retry_settings(
 ) -> tuple[int, float, float]:
     """(retries, first retry wait s, per-request timeout s) from the arguments, else the environment."""
     env = read_settings([RETRIES_VAR, RETRY_WAIT_VAR, TIMEOUT_VAR])
+
+    def pick(given: float | None, var: str, default: float) -> float | str:
+        return given if given is not None else env.get(var, default)
+
     try:
-        retries = int(max_retries if max_retries is not None else env.get(RETRIES_VAR, DEFAULT_MAX_RETRIES))
-        wait = float(
-            retry_wait_seconds
-            if retry_wait_seconds is not None
-            else env.get(RETRY_WAIT_VAR, DEFAULT_RETRY_WAIT_SECONDS)
-        )
-        timeout = float(
-            timeout_seconds if timeout_seconds is not None else env.get(TIMEOUT_VAR, DEFAULT_TIMEOUT_SECONDS)
-        )
+        retries = int(pick(max_retries, RETRIES_VAR, DEFAULT_MAX_RETRIES))
+        wait = float(pick(retry_wait_seconds, RETRY_WAIT_VAR, DEFAULT_RETRY_WAIT_SECONDS))
+        timeout = float(pick(timeout_seconds, TIMEOUT_VAR, DEFAULT_TIMEOUT_SECONDS))
     except ValueError as err:
         raise UserError(
             f"{RETRIES_VAR} must be an integer, {RETRY_WAIT_VAR} and {TIMEOUT_VAR} numbers of seconds"
@@ -433,10 +431,9 @@ def fetch_bars(
     :param cache_dir: folder of Parquet files, one per distinct request.
     :param refresh: download even when a cached file exists, and replace it.
     :param data_url: endpoint override (else ALPACA_DATA_URL, else https://data.alpaca.markets).
-    :param max_retries: retries of a page answered 429 (else ALPACA_MAX_RETRIES, else 3).
-    :param retry_wait_seconds: wait before each retry (else ALPACA_RETRY_WAIT_SECONDS, else 3).
-    :param timeout_seconds: give up on a request with no answer after this long (else
-        ALPACA_TIMEOUT_SECONDS, else 30).
+    :param max_retries: retries of a page answered 429 (else ALPACA_MAX_RETRIES, else 3), the first after
+        ``retry_wait_seconds`` (else ALPACA_RETRY_WAIT_SECONDS, else 3); a request with no answer after
+        ``timeout_seconds`` (else ALPACA_TIMEOUT_SECONDS, else 30) fails.
     :returns: long frame, columns date (datetime64[ns], tz-naive), tic (str), open/high/low/close
         (float64, dollars), volume (float64, shares); sorted by date, tic.
     :raises UserError: missing/bad keys, unknown tickers (named), no bars in range, rate limit,
