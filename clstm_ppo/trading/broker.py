@@ -1,21 +1,16 @@
-"""The broker: alpaca-py's ``TradingClient`` with our keys, endpoint, timeout and backoff, and the handful of
-calls `clstm-ppo trade` makes, every failure turned into one line that names the problem and never a key.
+"""The broker: alpaca-py's ``TradingClient`` with our keys, endpoint, timeout and backoff, and the calls
+`clstm-ppo trade` makes, every failure turned into one line that names the problem and never a key.
 
-Endpoint: `resolve_endpoint` (Alpaca's paper API by default; the live API only with two flags, so one typo cannot
-trade real money). Keys, timeout and retries follow the download rules (`envs.alpaca.load_credentials`,
-`envs.alpaca.patient_client_class`; the variables are listed in docs/trading.md "Safety").
-
-Answers are read as raw JSON (``raw_data=True``) and only the fields used here are parsed, defensively:
-a field Alpaca adds or an enum value it invents does not break the command (what broke FinRL's paper
-trading again and again). Errors are `BrokerError` subclasses of `UserError` (uncaught, the CLI prints one line
-and exits 2): `KeysRejected`, `Refused`, `Unreachable`.
+Answers are read as raw JSON (``raw_data=True``) and only the fields used here are parsed, defensively: a field
+Alpaca adds or an enum value it invents does not break the command. Errors are `BrokerError` (a `UserError`: one
+line, exit status 2): `KeysRejected`, `Refused`, `Unreachable`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -139,7 +134,7 @@ class OrderState:
 
     client_order_id: str
     order_id: str
-    symbol: str
+    ticker: str
     side: str
     qty: float
     status: str
@@ -152,16 +147,7 @@ class OrderState:
         return self.status in FINAL_STATUSES
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "client_order_id": self.client_order_id,
-            "order_id": self.order_id,
-            "ticker": self.symbol,
-            "side": self.side,
-            "qty": self.qty,
-            "status": self.status,
-            "filled_qty": self.filled_qty,
-            "filled_avg_price": self.filled_avg_price,
-        }
+        return asdict(self)
 
 
 def _num(value: Any, default: float = 0.0) -> float:
@@ -176,7 +162,7 @@ def _order_state(raw: dict[str, Any]) -> OrderState:
     return OrderState(
         client_order_id=str(raw.get("client_order_id", "")),
         order_id=str(raw.get("id", "")),
-        symbol=str(raw.get("symbol", "")),
+        ticker=str(raw.get("symbol", "")),
         side=str(raw.get("side", "")),
         qty=_num(raw.get("qty")),
         status=str(raw.get("status", "unknown")),
@@ -204,7 +190,7 @@ class Broker:
     def __init__(self, creds: Credentials, endpoint: Endpoint) -> None:
         from alpaca.trading.client import TradingClient
 
-        retries, wait, timeout = retry_settings(None, None)  # from the environment (see the module docstring)
+        retries, wait, timeout = retry_settings(None, None)  # from the environment (docs/trading.md "Safety")
         self.endpoint = endpoint
         self.timeout = timeout
         self._secrets = (creds.key, creds.secret)
@@ -309,22 +295,17 @@ class Broker:
         except APIError as err:
             raise self._api_error(what, err) from None
         except requests.exceptions.Timeout:
-            raise Unreachable(
-                self._clean(f"cannot {what}: no answer from {where} within {self.timeout:g} s (ALPACA_TIMEOUT_SECONDS)")
-            ) from None
+            why = f"no answer from {where} within {self.timeout:g} s (ALPACA_TIMEOUT_SECONDS)"
         except requests.exceptions.ConnectionError:
-            raise Unreachable(
-                self._clean(
-                    f"cannot {what}: the connection to {where} failed or was dropped "
-                    "(network down, wrong ALPACA_TRADING_URL, or the server closed it)"
-                )
-            ) from None
+            why = (
+                f"the connection to {where} failed or was dropped "
+                "(network down, wrong ALPACA_TRADING_URL, or the server closed it)"
+            )
         except requests.exceptions.RequestException as err:
-            raise Unreachable(self._clean(f"cannot {what}: request to {where} failed ({type(err).__name__})")) from None
+            why = f"request to {where} failed ({type(err).__name__})"
         except (ValueError, TypeError, KeyError) as err:  # a non-JSON 2xx body, alpaca-py's own parsing
-            raise Unreachable(
-                self._clean(f"cannot {what}: malformed answer from {where} ({type(err).__name__})")
-            ) from None
+            why = f"malformed answer from {where} ({type(err).__name__})"
+        raise Unreachable(self._clean(f"cannot {what}: {why}"))
 
     def _api_error(self, what: str, err: Any) -> BrokerError:
         status = getattr(err, "status_code", None)

@@ -1,22 +1,12 @@
 """One trading day's decision, exactly as the backtest makes it: bars -> market -> replay -> action -> orders.
 
-The steps (docs/trading.md "One decision per session" says why each reproduces the backtest):
-
-1. **Bars.** `load_trading_market`: the checkpoint's tickers' daily bars through the run's own loader, from the
-   checkpoint's first date to the decision day, downloaded whole every day; stale bars are a `UserError`.
-2. **Market.** `restore_market`: the checkpoint's normalisation statistics and turbulence threshold, never refitted.
-3. **Replay.** `run_policy`, the backtest's own function, over `replay_days`: the recurrent state, the window's
-   past rows and the replayed portfolio's value (journaled as "what the backtest says" for the day).
-4. **Today's row.** The decision day's portfolio columns become the account's cash and shares, in the env's
-   encoding (`write_portfolio_columns`); the policy's mean action follows (`decide`).
-5. **Orders.** `envs.kernel.trade_step` with the account's cash and shares at the day's close; its share changes
-   are the orders, each with its reason (`plan_orders`).
-
-So when the account holds what the backtest held on day t, the orders are the backtest's trades decided on day t
-(tests/test_trade.py proves it on recorded bars, under every ``--execution``). What still differs in real trading
-(next-open fills, Alpaca's costs, buying power, capital) is docs/trading.md "What differs from the backtest";
-one more: when the open gaps up so far that the buys no longer fit the cash, the backtest scales them pro rata
-where the broker may refuse the last ones.
+The steps (docs/trading.md "One decision per session" says why each reproduces the backtest): 1-2
+`load_trading_market` (the checkpoint's tickers' bars, its stored market), 3-5 `decide` (the backtest's own
+`run_policy` over `replay_days`; the account's cash and shares in the decision day's row; the mean action; the share
+changes of `envs.kernel.trade_step` as orders, `plan_orders`). So when the account holds what the backtest held on day
+t, the orders are the backtest's trades decided on day t (tests/test_trade.py). Beyond docs/trading.md "What differs
+from the backtest": when the open gaps up so far that the buys no longer fit the cash, the backtest scales them pro
+rata where the broker may refuse the last ones.
 """
 
 from __future__ import annotations
@@ -110,16 +100,9 @@ class Decision:
 
 
 def check_tradable(
-    ck: Checkpoint,
-    *,
-    replay_start: str | None = None,
-    history_start: str | None = None,
-    data_url: str | None = None,
+    ck: Checkpoint, *, replay_start: str | None = None, history_start: str | None = None, data_url: str | None = None
 ) -> None:
     """Everything about the checkpoint, its tickers and the dates that can be checked without the network.
-
-    `clstm-ppo trade` calls it before its first request, so that a local mistake is reported as itself, not
-    as whatever the broker or the data feed would answer to it.
 
     :raises UserError: synthetic tickers (no exchange lists them), bars other than daily, no start date for the
         bars, a ``history_start`` or ``replay_start`` that is not a date, no test split to start the replay at,
@@ -296,22 +279,18 @@ def decide(
     # As the env hands it to the rule: the env's action, float32 on the CPU.
     action_np = model.env_action(action)[0].float().cpu().numpy()
 
-    turbulence, threshold = float(market.turbulence[t]), float(market.turbulence_threshold)
+    action_t = torch.as_tensor(action_np).unsqueeze(0)
     stopped = bool(market.stopped_days()[t])  # the backtest's stop
-    turbulent = torch.tensor([stopped])
-    new_cash, new_shares, stats = trade_step(
-        cash_t, shares_t, torch.as_tensor(action_np).unsqueeze(0), close_t, turbulent, env
-    )
-    requested = orders_from_actions(torch.as_tensor(action_np).unsqueeze(0), cash_t, shares_t, close_t, env)[0].numpy()
+    new_cash, new_shares, stats = trade_step(cash_t, shares_t, action_t, close_t, torch.tensor([stopped]), env)
     decision = Decision(
         day=_day(market.data.dates[t]),
         tickers=[str(x) for x in market.data.tickers],
         prices=close,
         action=action_np,
-        requested=requested,
-        turbulence=turbulence,
+        requested=orders_from_actions(action_t, cash_t, shares_t, close_t, env)[0].numpy(),
+        turbulence=float(market.turbulence[t]),
         turbulent=stopped,
-        threshold=threshold,
+        threshold=float(market.turbulence_threshold),
         cash=float(cash),
         shares=shares,
         cash_after=float(new_cash[0]),
@@ -357,10 +336,9 @@ def plan_orders(d: Decision, traded: np.ndarray, env: EnvConfig) -> list[Planned
                 reason = rule[i]
             sells.append(PlannedOrder(ticker, "sell", -change, float(d.prices[i]), reason))
         elif change > 0:
-            if change < asked:
-                reason = f"{rule[i]} asks to buy {asked:g}; cut to {change:g} to fit the cash"
-            else:
-                reason = rule[i]
+            reason = (
+                f"{rule[i]} asks to buy {asked:g}; cut to {change:g} to fit the cash" if change < asked else rule[i]
+            )
             buys.append(PlannedOrder(ticker, "buy", change, float(d.prices[i]), reason))
     return sells + buys
 

@@ -1,11 +1,7 @@
 """The trading journal: ``trades.jsonl`` (one JSON line per decision and per order event) next to
-``equity.csv`` (one row per session day: the account's value and the backtest's for the same day).
-
-Default folder: ``trading-paper/`` (``trading-live/`` for the live endpoint) next to the checkpoint. Every event
-line carries ``time`` (UTC), ``event`` and the run's context (``run``, ``endpoint``, ``mode``); the fields of
-each event (``decision``, ``order``, ``order_status``, ``skipped``) and of equity.csv are docs/trading.md
-"The journal". Lines are flushed to disk one at a time (`Journal.record`), so after a crash the journal still
-says exactly which orders went out. Keys never reach the journal: it is given only these fields.
+``equity.csv`` (one row per session day: the account's value and the backtest's for the same day); the fields of
+each are docs/trading.md "The journal". Lines are flushed to disk one at a time (`Journal.record`), so after a crash
+the journal still says exactly which orders went out. Keys never reach the journal: it is given only these fields.
 """
 
 from __future__ import annotations

@@ -125,7 +125,7 @@ def _send_one(broker: Broker, order: PlannedOrder, cid: str) -> OrderOutcome:
             return OrderOutcome(order, cid, "sent", state, message=note)
         except Refused as err:
             if not err.duplicate:
-                return OrderOutcome(order, cid, "refused", message=_reason(err))
+                return OrderOutcome(order, cid, "refused", message=f"{err.detail or 'refused'} (HTTP {err.status})")
             problem = f"{err}"
         except Unreachable as err:
             problem = f"{err}"
@@ -144,11 +144,6 @@ def _send_one(broker: Broker, order: PlannedOrder, cid: str) -> OrderOutcome:
         if attempt == 2:
             return OrderOutcome(order, cid, "unknown", message=f"{problem}, twice; re-run to try again")
     raise AssertionError("unreachable")
-
-
-def _reason(err: Refused) -> str:
-    """The broker's words, e.g. "insufficient buying power (HTTP 403)"."""
-    return f"{err.detail or 'refused'} (HTTP {err.status})"
 
 
 def wait_for_fills(
@@ -204,11 +199,7 @@ def reconcile(broker: Broker, journal: Journal) -> list[OrderState]:
             last[cid] = event
     changed = []
     for cid, event in last.items():
-        if (
-            event.get("outcome") in SETTLED_OUTCOMES
-            or event.get("status") in FINAL_STATUSES
-            or event.get("status") == "not_found"
-        ):
+        if event.get("outcome") in SETTLED_OUTCOMES or event.get("status") in (*FINAL_STATUSES, "not_found"):
             continue
         found = broker.find_order(cid)
         if found is None:

@@ -1,20 +1,9 @@
 """`clstm-ppo trade report`: the paper account's equity next to what the backtest gave for the same days.
 
-Read from the journal only (no keys, no network): ``equity.csv`` holds, per session day, the account's
-equity when the command ran after that close and ``backtest_value``, the replayed backtest portfolio's value
-at the same close (the replay runs the same policy with the same rules from the same start, so it is the
-backtest over those days). The two start from different capital, so they are compared by returns:
-
-- day return of row i (i >= 1): ``equity[i] / equity[i-1] - 1`` and ``backtest[i] / backtest[i-1] - 1``
-  (over the days between the two rows when a session was skipped); ``gap`` = paper - backtest;
-- total return over the rows: ``equity[-1] / equity[0] - 1`` and the same for the backtest;
-- tracking error: the standard deviation (ddof 1) of the daily gaps, with 2 gaps or more;
-- execution vs close, per decision day: for each order of that day's plan whose fills the journal holds
-  (``order_status``, the latest per client order id), ``(fill price - decision price) x filled shares``
-  for a buy and ``(decision price - fill price) x filled shares`` for a sell; positive = dollars lost to
-  trading at the next open instead of at the close the rule assumed.
-
-Deposits and withdrawals move the equity and are not separated out: the report assumes none.
+Read from the journal only (no keys, no network). The two start from different capital, so they are compared by
+returns (the day returns and their gap, total returns, the tracking error: std, ddof 1, of the daily gaps) and by
+the dollars the fills lost against the decision closes, as docs/trading.md "The journal" defines them. Deposits
+and withdrawals move the equity and are not separated out: the report assumes none.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """`clstm-ppo trade`: one decision for the session that just closed, shown, journaled and (with ``submit``) sent.
 
 The order of the steps is the order of the checks, so that nothing is sent unless everything before it held:
-
-1. everything local, before the first request, so that a local mistake is reported as itself and not as the
-   broker's or the data feed's answer to it: the flags, the endpoint (paper by default; live only with both
-   live flags), the checkpoint (real tickers, daily bars; `clstm_ppo.trading.decision.check_tradable`), the
-   dates, the keys, the journal folder;
-2. the broker's clock and calendar: today must be a session day and its close must have passed
-   (`clstm_ppo.trading.schedule`); otherwise one line, nothing sent;
-3. orders journaled earlier and not yet final are looked up (their fills reach the journal);
-4. bars through today's session (stale bars: one line, nothing sent), the checkpoint's market, the account
-   (cash, equity) and positions: the checkpoint's tickers are traded, any other ticker held is left
-   alone and reported;
-5. the decision (`clstm_ppo.trading.decision`), printed as a table and journaled with the day's equity row;
+1. everything local, before the first request (docs/trading.md "Local checks first"); 2. the broker's clock and
+calendar (`clstm_ppo.trading.schedule`); 3. orders journaled earlier and not yet final are looked up; 4. bars
+through today's session, the checkpoint's market, the account and positions (tickers the checkpoint does not know
+are left alone); 5. the decision (`clstm_ppo.trading.decision`), printed and journaled with the day's equity row;
 6. with ``submit``: the orders, sells first, then a wait for fills (`clstm_ppo.trading.orders`).
 """
 

@@ -1,17 +1,7 @@
-"""When `clstm-ppo trade` may decide: after the close of a session, on that session's date (New York time).
-
-The backtest trades each day at that day's close. The command decides once per session, from the session's
-closing bars, so it runs between the session's close (16:00 ET, 13:00 on early-close days, from the
-broker's calendar) and midnight New York time. Its market orders (day orders) then wait for the next open:
-Alpaca queues orders placed after the close. Other times are refused with one line and nothing is sent:
-
-- no session today (weekend or holiday): `NoSessionToday`, which the command reports without an error
-  status (a daily schedule fires on holidays too);
-- today's session has not closed yet (before the open or during it): a `UserError`, since the plan
-  would use yesterday's close and trade into today's session at whatever price it has reached.
-
-A day missed is not caught up later: the next run decides for its own session with the account as it is.
-The broker's clock, not the machine's, says what time it is.
+"""When `clstm-ppo trade` may decide: after the close of a session, on that session's date (New York time), by the
+broker's clock and calendar (docs/trading.md "When it runs"). No session today is `NoSessionToday`, reported
+without an error status (a daily schedule fires on holidays too); a session not yet closed is a `UserError`, since
+the plan would use yesterday's close and trade into today's session. A day missed is not caught up later.
 """
 
 from __future__ import annotations
