@@ -41,9 +41,8 @@ class KeysRejected(BrokerError):
 
 
 class Refused(BrokerError):
-    """The broker answered no (403 with a code: buying power, quantity; 404; 422: asset not tradable / not
-    fractionable / not found, duplicate client order id); the request changed nothing. ``status``/``code`` as
-    Alpaca sent them."""
+    """The broker answered no (403 with a code: buying power, quantity; 404; 422: asset not tradable / not fractionable
+    / not found, duplicate client order id); the request changed nothing. ``status``/``code`` as Alpaca sent them."""
 
     def __init__(self, message: str, status: int | None, code: int | None, detail: str) -> None:
         super().__init__(message)
@@ -58,9 +57,6 @@ class Refused(BrokerError):
 class Unreachable(BrokerError):
     """No usable answer (timeout, dropped connection, HTTP 5xx, still 429 after the retries): a request that changes
     something may or may not have taken effect; look the order up by client id."""
-
-
-# ------------------------------------------------------------------------------------------- endpoint
 
 
 @dataclass(frozen=True)
@@ -93,9 +89,6 @@ def resolve_endpoint(*, live: bool = False, confirm_live: bool = False, url: str
             "--live --confirm_live_trading; nothing was sent"
         )
     return Endpoint(chosen, live)
-
-
-# ------------------------------------------------------------------------------------------- answers
 
 
 @dataclass(frozen=True)
@@ -179,9 +172,6 @@ def _session_time(day: date, text: Any) -> datetime:
         return datetime(day.year, day.month, day.day, hours, minutes, tzinfo=NY)
     moment = datetime.fromisoformat(text)
     return moment.replace(tzinfo=NY) if moment.tzinfo is None else moment.astimezone(NY)
-
-
-# ------------------------------------------------------------------------------------------- broker
 
 
 class Broker:
@@ -322,21 +312,13 @@ class Broker:
             hint = KEY_HINT.format(label=self.endpoint.label)
             return KeysRejected(self._clean(f"Alpaca rejected the API keys (HTTP {status} from {where}); {hint}"))
         if status == 429:
-            return Unreachable(
-                self._clean(
-                    f"cannot {what}: Alpaca's rate limit (HTTP 429) held after the retries; wait a minute and run again"
-                )
-            )
-        if status is None or status >= 500:
-            return Unreachable(
-                self._clean(f"cannot {what}: HTTP {status} from {where}" + (f": {detail}" if detail else ""))
-            )
-        return Refused(
-            self._clean(f"{what}: refused (HTTP {status}): {detail or 'no reason given'}"),
-            status,
-            code,
-            self._clean(detail),
-        )
+            why = "Alpaca's rate limit (HTTP 429) held after the retries; wait a minute and run again"
+        elif status is None or status >= 500:
+            why = f"HTTP {status} from {where}" + (f": {detail}" if detail else "")
+        else:
+            message = self._clean(f"{what}: refused (HTTP {status}): {detail or 'no reason given'}")
+            return Refused(message, status, code, self._clean(detail))
+        return Unreachable(self._clean(f"cannot {what}: {why}"))
 
     def _malformed(self, what: str) -> Unreachable:
         return Unreachable(

@@ -96,9 +96,6 @@ class Decision:
         }
 
 
-# ------------------------------------------------------------------------------------------- data
-
-
 def check_tradable(
     ck: Checkpoint, *, replay_start: str | None = None, history_start: str | None = None, data_url: str | None = None
 ) -> None:
@@ -218,9 +215,6 @@ def replay_days(ck: Checkpoint, market: PreparedMarket, replay_start: str | None
             "day; pass an earlier --replay_start"
         )
     return DayRange(lo, last + 1)
-
-
-# ------------------------------------------------------------------------------------------- decision
 
 
 def decide(

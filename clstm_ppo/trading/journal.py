@@ -41,15 +41,8 @@ class Journal:
 
     def __init__(self, folder: str | Path, **context: Any) -> None:
         self.folder = Path(folder)
+        self.trades_path, self.equity_path = self.folder / TRADES_FILE, self.folder / EQUITY_FILE
         self.context: dict[str, Any] = dict(context)
-
-    @property
-    def trades_path(self) -> Path:
-        return self.folder / TRADES_FILE
-
-    @property
-    def equity_path(self) -> Path:
-        return self.folder / EQUITY_FILE
 
     def create_folder(self) -> None:
         """Make the journal folder (UserError naming it when it cannot be: a regular file in the way, rights)."""

@@ -78,10 +78,8 @@ def trade_report(folder: str | Path, out: str | Path | None = None) -> TradeRepo
     if not (np.all(equity > 0) and np.all(backtest > 0)):
         raise UserError(f"{journal.equity_path}: equity and backtest values must be positive")
     costs, fills = execution_costs(journal.events())
-    paper_r = np.full(len(rows), np.nan)
-    bt_r = np.full(len(rows), np.nan)
-    paper_r[1:] = equity[1:] / equity[:-1] - 1.0
-    bt_r[1:] = backtest[1:] / backtest[:-1] - 1.0
+    paper_r = np.concatenate([[np.nan], equity[1:] / equity[:-1] - 1.0])  # [rows]: day returns, none on the first
+    bt_r = np.concatenate([[np.nan], backtest[1:] / backtest[:-1] - 1.0])
     gaps = paper_r[1:] - bt_r[1:]
     out_rows = [
         {

@@ -114,25 +114,13 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     )
     days = replay_days(ck, market, opts.replay_start)
     account, shares, unknown = _holdings(broker, endpoint, market, submit=opts.submit)
-    tickers = [str(t) for t in market.data.tickers]
 
     model = restore_acting(cks, market, torch.device(opts.device))
     decision = decide(ck, model, market, days, cash=account.cash, shares=shares, device=opts.device)
     ids = [client_order_id(tag, session.day, o.ticker) for o in decision.orders]
-    held = dict(zip(tickers, shares, strict=True))
-    _journal_decision(journal, day, traded, account, held, unknown, decision, ids)
+    _journal_decision(journal, day, traded, account, unknown, decision, ids)
 
-    for line in plan_lines(
-        decision,
-        ck_path=traded,
-        endpoint=endpoint,
-        account_number=account.number,
-        equity=account.equity,
-        buying_power=account.buying_power,
-        days=days.stop - days.start,
-        unknown={s: (p.qty, p.market_value) for s, p in unknown.items()},
-        submit=opts.submit,
-    ):
+    for line in plan_lines(decision, account, unknown, traded, endpoint, days.stop - days.start, opts.submit):
         say(line)
     if not opts.submit or not decision.orders:
         if decision.orders:
@@ -177,7 +165,6 @@ def _journal_decision(
     day: str,
     checkpoint: str,
     account: Account,
-    held: dict[str, float],
     unknown: dict[str, Position],
     decision: Decision,
     ids: list[str],
@@ -194,7 +181,7 @@ def _journal_decision(
             "equity": account.equity,
             "buying_power": account.buying_power,
         },
-        positions={t: float(q) for t, q in held.items() if q},
+        positions={t: float(q) for t, q in zip(decision.tickers, decision.shares, strict=True) if q},
         unknown_positions={s: p.qty for s, p in unknown.items()},
         **{k: v for k, v in decision.to_json().items() if k != "day"},
         plan=[
@@ -261,23 +248,22 @@ def _fill_text(o: OrderOutcome) -> str:
 
 def plan_lines(
     d: Decision,
-    *,
+    account: Account,
+    unknown: dict[str, Position],
     ck_path: str,
     endpoint: Endpoint,
-    account_number: str,
-    equity: float,
-    buying_power: float,
     days: int,
-    unknown: dict[str, tuple[float, float]],
     submit: bool,
 ) -> list[str]:
-    """The plan as the console shows it: a header, the orders table, what is left alone."""
+    """The plan as the console shows it: a header, the orders table, what is left alone (``unknown``: the positions in
+    symbols the checkpoint does not know); ``days`` replayed."""
     mode = "submit" if submit else "dry run"
     lines = [
-        f"trade {d.day.isoformat()} (after the close) | {ck_path} | {endpoint.label} account {account_number} at "
+        f"trade {d.day.isoformat()} (after the close) | {ck_path} | {endpoint.label} account {account.number} at "
         f"{redact_url(endpoint.url)} | {mode}",
-        f"account: equity {money(equity)} | cash {money(d.cash)} | buying power {money(buying_power)} | "
-        f"backtest replay from {d.replay_start.isoformat()} ({days} days): value {money(d.backtest_value)}",
+        f"account: equity {money(account.equity)} | cash {money(d.cash)} | buying power "
+        f"{money(account.buying_power)} | backtest replay from {d.replay_start.isoformat()} ({days} days): value "
+        f"{money(d.backtest_value)}",
     ]
     threshold = f"{d.threshold:.2f}" if np.isfinite(d.threshold) else "off"
     lines.append(
@@ -291,6 +277,6 @@ def plan_lines(
         lines += text_table([header, *rows], "llrrrl")
         lines.append(f"expected after the orders at the close: cash {money(d.cash_after)}, costs {money(d.costs)}")
     if unknown:
-        held = ", ".join(f"{s} {q:g} shares ({money(v)})" for s, (q, v) in sorted(unknown.items()))
+        held = ", ".join(f"{s} {p.qty:g} shares ({money(p.market_value)})" for s, p in sorted(unknown.items()))
         lines.append(f"left alone (not among the checkpoint's tickers): {held}")
     return lines
