@@ -29,16 +29,12 @@ def make_policy(spec: ModelSpec) -> ActorCritic:
 def model_spec(cfg: TrainConfig, market: PreparedMarket) -> ModelSpec:
     """The network of ``cfg`` sized for ``market`` (its F features, N tickers and T window)."""
     model = cfg.model
+    same = ("policy", "stage1_hidden", "feature_dim", "stage2_hidden", "init_log_std", "action_dist")  # by name
     return ModelSpec(
-        policy=model.policy,
+        **{name: getattr(model, name) for name in same},
         num_features=market.num_features,
         num_tickers=market.num_tickers,
         window=market.window,
-        stage1_hidden=model.stage1_hidden,
-        feature_dim=model.feature_dim,
-        stage2_hidden=model.stage2_hidden,
-        init_log_std=model.init_log_std,
-        action_dist=model.action_dist,
         log_std_max=model.log_std_max if model.log_std_max != float("inf") else None,
         obs_norm=model.norm_obs,
     )

@@ -1,10 +1,9 @@
 """``--policy clstm``, the paper's cascaded LSTM (Zou et al. 2022, section 3).
 
-Stage 1 runs an LSTM (F -> ``stage1_hidden``) over each observation's T-day window and maps its last output through
-two tanh layers to ``feature_dim`` features (``window_kernel`` picks how the window LSTM is computed:
-`clstm_ppo.agent.window_lstm`). Stage 2 is `clstm_ppo.agent.lstm`'s: separate actor and critic LSTMs
-(``stage2_hidden``, one layer) across days over those features, a linear head for the Gaussian's means and one for
-the value.
+Stage 1 runs an LSTM (F -> ``stage1_hidden``) over each observation's T-day window and maps its last output through two
+tanh layers to ``feature_dim`` features (``window_kernel`` picks how the window LSTM is computed:
+`clstm_ppo.agent.window_lstm`). Stage 2 is `clstm_ppo.agent.lstm`'s: separate actor and critic LSTMs (``stage2_hidden``,
+one layer) across days over those features, a linear head for the Gaussian's means and one for the value.
 """
 
 from __future__ import annotations

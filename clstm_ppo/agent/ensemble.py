@@ -4,14 +4,13 @@ Every member reads the same observation and keeps its own recurrent state; each 
 (members of one family and shape in one forward of the stacked network, `clstm_ppo.agent.stacked`: the same up to
 float rounding), and the ensemble acts on their mean: the mean of the members' target portfolios with target-weight
 actions (mapped back to the one action whose target it is, `envs.kernel.actions_for_weights`), the mean of their
-clipped actions with share actions. It has the acting interface of
-`clstm_ppo.agent.model.ActorCritic` (``initial_state``, ``act``, ``env_action``, ``eval``/``train``), so
-`clstm_ppo.agent.evaluate.evaluate_policy`, the backtest, the study and the trade plan take it wherever they take one
-policy.
+clipped actions with share actions. It has the acting interface of `ActorCritic` (``initial_state``, ``act``,
+``env_action``, ``eval``/``train``), so whatever takes one policy takes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -40,7 +39,13 @@ class Ensemble:
         if not members:
             raise ValueError("an ensemble needs at least one member")
         self.members, self.action_mode = members, action_mode
-        self.stacked = _stacked(members)
+        # One forward a day instead of one per member (their parameters become views of the stacked weights); None
+        # for one member, one network twice (acting in turn is as fast), or members of another family, shape or
+        # distribution (each then acts in turn).
+        self.stacked: CellPolicy | None = None
+        if len(members) > 1 and len({id(m) for m in members}) == len(members):
+            with contextlib.suppress(ValueError):
+                self.stacked = CellPolicy(members)
 
     @property
     def spec(self) -> ModelSpec:
@@ -106,15 +111,3 @@ class Ensemble:
     def env_action(self, action: Tensor) -> Tensor:
         """The ensemble's actions are already the env's."""
         return action
-
-
-def _stacked(members: list[ActorCritic]) -> CellPolicy | None:
-    """The members as one stacked network (`clstm_ppo.agent.stacked`: one forward a day instead of one each), or
-    None when they differ in family, shape or distribution (each then acts in turn). The members' parameters become
-    views of the stacked weights."""
-    if len(members) < 2 or len({id(m) for m in members}) < len(members):
-        return None  # one member, or one network twice: acting in turn is as fast
-    try:
-        return CellPolicy(members)
-    except ValueError:
-        return None

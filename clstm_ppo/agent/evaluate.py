@@ -169,23 +169,21 @@ def _trade(
             done = bool(terminated[0] or truncated[0])  # the columns trade the same days
     day = np.array([int(d[0]) for d in days])
     fill_day = np.concatenate([day[:1], day[1:] - 1 if env.execution == "close" else day[1:]])
-    runs = []
-    for k in range(columns):
-        shares = np.stack([h[k].numpy() for h in holdings]).astype(np.float64)
-        runs.append(
-            PolicyRun(
-                dates=dates[day].astype("datetime64[ns]"),
-                values=np.array([float(v[k]) for v in values], dtype=np.float64),
-                cash=np.array([float(c[k]) for c in cash], dtype=np.float64),
-                holdings=shares,
-                prices=close[day].copy(),
-                costs=np.array([float(c[k]) for c in costs], dtype=np.float64),
-                tickers=tuple(market.data.tickers),
-                fill_prices=np.stack([close[day[0]], *(f[k].numpy() for f in fills[1:])]).astype(np.float64),
-                fill_dates=dates[fill_day].astype("datetime64[ns]"),
-                last_obs=obs[k].numpy().astype(np.float32, copy=True),
-            )
+    runs = [
+        PolicyRun(
+            dates=dates[day].astype("datetime64[ns]"),
+            values=np.array([float(v[k]) for v in values], dtype=np.float64),
+            cash=np.array([float(c[k]) for c in cash], dtype=np.float64),
+            holdings=np.stack([h[k].numpy() for h in holdings]).astype(np.float64),
+            prices=close[day].copy(),
+            costs=np.array([float(c[k]) for c in costs], dtype=np.float64),
+            tickers=tuple(market.data.tickers),
+            fill_prices=np.stack([close[day[0]], *(f[k].numpy() for f in fills[1:])]).astype(np.float64),
+            fill_dates=dates[fill_day].astype("datetime64[ns]"),
+            last_obs=obs[k].numpy().astype(np.float32, copy=True),
         )
+        for k in range(columns)
+    ]
     return runs, state
 
 

@@ -4,25 +4,15 @@ Shapes: B environments, L consecutive trading days (L = 1 in a rollout step, n_s
 F state numbers per day, N tickers, A numbers per action (`ModelSpec.action_dim`). Observations arrive as dense
 windows ``[L, B, T, F]`` or as `Windows` (distinct rows + row numbers, what the rollout buffer keeps).
 
-Read top to bottom, as sb3-contrib's recurrent policy:
-
-1. `ModelSpec`: what rebuilds a network (its family, the market's sizes, the layer sizes), stored in checkpoints.
-2. `RecurrentState`: stage 2's LSTM state, ``(h, c)`` of the actor and of the critic, each ``[1, B, H]`` (zero
-   width for the families without recurrence across days, so every caller selects, clones and stores it alike).
-3. `ActorCritic`: the interface (``initial_state``, ``evaluate``, ``act``, ``value``) and what every family shares:
-   the Gaussian over actions with a state-independent learned log-std, the observation normaliser and the two
-   parameter groups. A family gives ``_means_and_values``: L days of B envs -> action means ``[L, B, A]``, values
-   ``[L, B]`` and the new state. The families are `clstm_ppo.agent.clstm` (the paper's cascaded LSTM),
-   `clstm_ppo.agent.lstm` (stage 2 on the current day), `clstm_ppo.agent.mlp` (no recurrence) and
-   `clstm_ppo.agent.shared` (one encoder for every ticker); `clstm_ppo.agent.build` makes the one a spec names.
-
-The distribution (``action_dist``): the paper's Gaussian, whose samples the env clips to [-1, 1], or a Gaussian
-squashed by tanh; `log_prob`, `score` and `bounded_std` say how each is scored and how ``log_std_max`` bounds it.
+`ModelSpec` rebuilds a network (stored in checkpoints); `RecurrentState` is stage 2's LSTM state; `Policy` is the
+interface (``initial_state``, ``evaluate``, ``act``, ``value``) and `ActorCritic` what every family shares: the Gaussian
+over actions with a state-independent learned log-std, the observation normaliser and the two parameter groups. A family
+gives ``forward_cells``: L days of B envs -> action means ``[L, B, A]``, values ``[L, B]`` and the new state. The
+families are `clstm_ppo.agent.clstm`, `lstm`, `mlp` and `shared`; `clstm_ppo.agent.build` makes the one a spec names.
 
 ``obs_norm`` (``--norm_obs``) standardises every state number with a running mean and variance over the training
-rollouts, as SB3's VecNormalize does (`ActorCritic.normalize`, `ActorCritic.update_obs_stats`). The statistics are
-float64 buffers (``obs_count``, ``obs_mean [F]``, ``obs_var [F]``), part of the weights, so evaluation, backtest and
-trade apply the ones training ended with, unchanged.
+rollouts, as SB3's VecNormalize does. The statistics are float64 buffers (``obs_count``, ``obs_mean [F]``,
+``obs_var [F]``), part of the weights, so evaluation, backtest and trade apply the ones training ended with.
 """
 
 from __future__ import annotations
@@ -112,8 +102,7 @@ class ModelSpec:
     def from_dict(cls, values: dict[str, Any], *, source: str = "checkpoint") -> ModelSpec:
         """From a checkpoint's ``model_config`` (in this version's fields: `clstm_ppo.migrate.network` reads an
         earlier version's); UserError in one line naming fields this version does not know."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise UserError(f"{source}: its model config has fields this version does not know: {', '.join(unknown)}")
         return cls(**values)
@@ -392,10 +381,9 @@ class ActorCritic(nn.Module, Policy):
         :param sums: ``[2F + 1]`` float64: the batch's row count, then per state number the sum and the sum of
             squares (all workers' rollouts added up, so every rank merges the same numbers).
         """
-        count, mean, var = merge_moments(self.obs_count, self.obs_mean, self.obs_var, sums)
-        self.obs_count.copy_(count)
-        self.obs_mean.copy_(mean)
-        self.obs_var.copy_(var)
+        stats = (self.obs_count, self.obs_mean, self.obs_var)
+        for stat, merged in zip(stats, merge_moments(*stats, sums), strict=True):
+            stat.copy_(merged)
 
     def normalize(self, windows: Windows) -> Windows:
         """The windows with every state number standardised by the running statistics and clipped to +-10

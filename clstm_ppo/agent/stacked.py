@@ -1,29 +1,23 @@
 """K networks of one policy family and shape as one model: seeds (and settings that change no shape) as a batch
-dimension, PureJaxRL's idea for a study's cells.
+dimension, PureJaxRL's idea for a study's cells (docs/study.md "One model").
 
-Columns. What the rollout and the update exchange keeps `ActorCritic`'s shapes, with the E env columns grouped by
-cell: E = K x M and columns ``k M .. (k + 1) M - 1`` are cell k's (cell-major). So the rollout buffer, GAE and the
-minibatch selection are the single path's, and only the network itself knows there are K of it.
+Columns: the E env columns the rollout and the update exchange are grouped by cell, E = K x M and columns
+``k M .. (k + 1) M - 1`` cell k's (cell-major), so the rollout buffer, GAE and the minibatch selection are the single
+path's and only the network knows there are K of it.
 
-Weights. Each parameter group (stage 1, and the rest: the two learning rates, `ActorCritic.stage1_parameters`) is
-one buffer ``[K, N_g]`` (`CellPolicy.flat`); each parameter is a view ``[K, *shape]`` of it, and its gradient a
-view of a gradient buffer of the same layout (autograd adds into an existing gradient in place; the ranks average
-it per seed in one all-reduce per group). Cell k's own `ActorCritic` (`CellPolicy.cell`) has its parameters and
-buffers rebound to views of the k-th rows: its optimizer (a run's torch fused Adam), checkpoints, validation,
-``--norm_obs``'s statistics and logs read it as they read a single run's network, and it always holds the current
-weights (a checkpoint copies them: `clstm_ppo.training.checkpoint.cpu_state`).
+Weights: each parameter group (stage 1, and the rest: the two learning rates) is one buffer ``[K, N_g]``
+(`CellPolicy.flat`); each parameter is a view ``[K, *shape]`` of it, and its gradient a view of a gradient buffer of
+the same layout (autograd adds into an existing gradient in place; the ranks average it per seed in one all-reduce
+per group). Cell k's own `ActorCritic` (`CellPolicy.cell`) has its parameters and buffers rebound to views of the
+k-th rows, so its optimizer, checkpoints, validation and ``--norm_obs`` statistics read it as a single run's network,
+and it always holds the current weights (a checkpoint copies them: `clstm_ppo.training.checkpoint.cpu_state`).
 
-The forward is the family's own (`ActorCritic.forward_cells`, written once for K >= 1) on stacked kernels: ``vmap``
-has no batching rule for ``nn.LSTM`` (torch 2.13), so every ``nn.Linear`` becomes one ``baddbmm`` over the K cells
-(`CellPolicy.layers` walks the single network's own modules, so the stacked network is the single one's layer for
-layer), the window LSTM is `clstm_ppo.agent.window_lstm.WindowLSTM` over stacked ``W_hh``, and stage 2 is
-`clstm_ppo.agent.stacked_lstm` (the actor's and critic's LSTMs of all K cells as 2K networks in one recurrence); the
-distribution is `clstm_ppo.agent.model.Policy`'s. Every family runs stacked (``shared``'s per-ticker window LSTM is
-the window kernel over the tickers' dense windows). A cell's numbers equal those of the same network alone up to
-float rounding (``tests/test_stacked.py``). They do not depend on what the
-other cells learn, but their last bits may depend on the cell's place in the batch (a vectorised kernel's body and tail
-round a transcendental function differently), which is why a study forms its batches over the whole grid: a re-run
-and every shard put each cell in the same place.
+The forward is the family's own (`ActorCritic.forward_cells`) on stacked kernels: ``vmap`` has no batching rule for
+``nn.LSTM`` (torch 2.13), so every ``nn.Linear`` is one ``baddbmm`` over the K cells (`CellPolicy.layers`), the
+window LSTM `clstm_ppo.agent.window_lstm.WindowLSTM` over stacked ``W_hh``, stage 2 `clstm_ppo.agent.stacked_lstm`.
+A cell's numbers equal those of the same network alone up to float rounding (``tests/test_stacked.py``), but their
+last bits may depend on the cell's place in the batch (a vectorised kernel's body and tail round a transcendental
+function differently), which is why a study forms its batches over the whole grid.
 """
 
 from __future__ import annotations
@@ -78,8 +72,8 @@ class CellPolicy(Policy):
         self._loss_forward: Any = None  # `evaluate` through torch.compile (`compile`)
         self.spec = first.spec  # shapes and distribution (a cell's own spec: `cell(k).spec`)
         names = {id(p): n for n, p in first.named_parameters()}
-        self.group_names = [[names[id(p)] for p in group] for group in (first.stage1_parameters(),)]
-        self.group_names.append([names[id(p)] for p in first.stage2_parameters()])
+        groups = (first.stage1_parameters(), first.stage2_parameters())
+        self.group_names = [[names[id(p)] for p in group] for group in groups]
         self.params: dict[str, Tensor] = {}
         self.flat: list[Tensor] = []  # per group [K, N_g]: every cell's parameters
         self.grad: list[Tensor] = []  # per group [K, N_g]: their gradients
@@ -122,12 +116,6 @@ class CellPolicy(Policy):
         for grad in self.grad:
             grad.zero_()
         self._joined = None
-
-    def columns(self, envs: int) -> int:
-        """M: a cell's columns among ``envs``."""
-        if envs % self.cells:
-            raise ValueError(f"{envs} env columns do not split into {self.cells} cells")
-        return envs // self.cells
 
     # ------------------------------------------------------------------ K of the interface (`Policy`)
     def forward(self, *args, **kwargs) -> PolicyOutput:
@@ -190,7 +178,7 @@ class CellPolicy(Policy):
         if self.device.type != "cpu" or kernel == "shared":
             weights = [self.params[f"{name}.{w}"] for w in LSTM_WEIGHTS]
             return stacked_window_last_output(*weights, windows, self.cells)
-        per = self.columns(windows.envs)
+        per = windows.envs // self.cells
         dense = windows.dense()  # [L, E, T, F]
         mine = [Windows.from_dense(dense[:, k * per : (k + 1) * per]) for k in range(self.cells)]
         return torch.cat([model.window_summary(w, name) for model, w in zip(self.models, mine, strict=True)])

@@ -1,23 +1,17 @@
 """Stage 1 of the CLSTM: an LSTM over each observation's T-day window, returning its last output.
 
-Two kernels compute the same function of the same ``nn.LSTM`` parameters (one layer, PyTorch gate
-order i, f, g, o; ``h = c = 0`` before each window's oldest day), so checkpoints do not depend on
-the kernel:
+Two kernels compute the same function of the same ``nn.LSTM`` parameters (one layer, PyTorch gate order i, f, g, o;
+``h = c = 0`` before each window's oldest day), so checkpoints do not depend on the kernel:
 
-- ``shared``: the input projection ``W_ih x + b_ih + b_hh`` is one matmul over the *distinct* rows
-  of `Windows` (consecutive windows of an episode share T - 1 of T rows), then only the recurrence
-  runs per window, in `WindowLSTM` (hand-written forward and backward; ``dW_hh`` is one matmul at
-  the end). At the paper's sizes (F = 181, H = 128, T = 30) and 1.47 projected rows per window (a
-  128-step rollout with episode restarts, measured by ``benchmarks/mfu.py``) this removes 56% of stage
-  1's FLOPs in the PPO update.
-- ``fused``: ``nn.LSTM`` over the dense ``[T, F]`` window of every observation (cuDNN on CUDA,
-  oneDNN on the CPU), re-projecting all T rows of each window.
+- ``shared``: the input projection ``W_ih x + b_ih + b_hh`` is one matmul over the *distinct* rows of `Windows`
+  (consecutive windows of an episode share T - 1 of T rows), then only the recurrence runs per window, in
+  `WindowLSTM`. At the paper's sizes (F = 181, H = 128, T = 30) and 1.47 projected rows per window (a 128-step
+  rollout with episode restarts, ``benchmarks/mfu.py``) this removes 56% of stage 1's FLOPs in the PPO update.
+- ``fused``: ``nn.LSTM`` over the dense ``[T, F]`` window of every observation (cuDNN on CUDA, oneDNN on the CPU).
 
-``auto`` picks ``shared`` on the CPU for windows that share rows (the PPO update) and ``fused``
-otherwise: on CUDA, where the GPU figures in the README were measured, and for a rollout step's
-dense windows, which share nothing. Measured effect on one CPU core: ``benchmarks/README.md``.
-``tests/test_window_lstm.py`` checks the kernels against each other and the hand-written gradients against
-autograd in float64.
+``auto`` picks ``shared`` on the CPU for windows that share rows (the PPO update) and ``fused`` otherwise: on CUDA,
+and for a rollout step's dense windows, which share nothing (measured: ``benchmarks/README.md``).
+``tests/test_window_lstm.py`` checks the kernels against each other and the hand-written gradients against autograd.
 """
 
 from __future__ import annotations
@@ -89,14 +83,12 @@ def lstm_gate_gradients(
 class WindowLSTM(torch.autograd.Function):
     """Last output ``h_T`` of a one-layer LSTM from zero state over windows of precomputed input gates.
 
-    forward(projected ``[R, 4H]`` = W_ih x_r + b_ih + b_hh for each distinct row r, index ``[T, M]``
-    int64 = the row of day t of window m, w_hh ``[4H, H]``) -> h_T ``[M, H]``. Each day's gate
-    inputs are gathered from ``projected`` straight into that day's gate buffer, so no ``[T, M, 4H]``
-    copy of the inputs is made. Saves the gate activations ``[T, M, 4H]``, the hidden states entering
-    each day, the cell states and their tanh ``[T, M, H]`` each. The backward does one ``[M, 4H] x
-    [4H, H]`` matmul per day, one ``[4H, T M] x [T M, H]`` matmul for ``dW_hh``, and adds each day's
-    gate gradients into the rows they came from. Runs with autocast off, in float32 (float64 stays
-    float64, for gradcheck).
+    forward(projected ``[R, 4H]`` = W_ih x_r + b_ih + b_hh for each distinct row r, index ``[T, M]`` int64 = the row
+    of day t of window m, w_hh ``[4H, H]``) -> h_T ``[M, H]``. Each day's gate inputs are gathered from ``projected``
+    straight into that day's gate buffer (no ``[T, M, 4H]`` copy). Saves the gate activations ``[T, M, 4H]``, the
+    hidden states entering each day, the cell states and their tanh ``[T, M, H]`` each. The backward does one
+    ``[M, 4H] x [4H, H]`` matmul per day, one ``[4H, T M] x [T M, H]`` matmul for ``dW_hh``, and adds each day's gate
+    gradients into the rows they came from. Runs with autocast off, in float32 (float64 stays float64, for gradcheck).
 
     Stacked cells (`clstm_ppo.agent.stacked`): with ``w_hh`` ``[C, 4H, H]`` (C networks' weights), the M windows
     are C groups of M / C, group c run with ``w_hh[c]`` (``bmm`` in place of ``mm``; the gate arithmetic is the

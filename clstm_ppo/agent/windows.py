@@ -65,14 +65,6 @@ class Windows:
         flat = self.rows.reshape(-1, self.rows.shape[-1])
         return flat.index_select(0, self.flat_index().reshape(-1)).view(*self.index.shape, -1)
 
-    def columns(self, columns: slice) -> Tensor:
-        """The windows' state numbers ``columns`` only: ``[L, E, T, C]`` (gathers C columns, not all F)."""
-        if self.given_dense is not None:
-            return self.given_dense[..., columns]
-        picked = self.rows[..., columns]  # [E, R, C]
-        flat = picked.reshape(-1, picked.shape[-1])
-        return flat.index_select(0, self.flat_index().reshape(-1)).view(*self.index.shape, -1)
-
     def last_rows(self) -> Tensor:
         """Each window's newest row (the current day's state): ``[L, E, F]``."""
         flat = self.rows.reshape(-1, self.rows.shape[-1])
@@ -93,12 +85,11 @@ class Windows:
 class WindowStore:
     """The observations of one rollout (S steps x B envs), recorded as distinct rows.
 
-    Per env the row table is ``[newest row of steps 0..S-1 | anchor windows]``: each step contributes
-    its window's newest row; an *anchor* step (step 0, and any step on which some env had just been
-    reset) stores every env's whole window, because a reset env's window is not the previous window
-    moved on by a day. On other steps a window is the previous one moved on by a day, which is what
-    ``VectorStockTradingEnv`` returns for every env that did not reset (``tests/test_windows.py``
-    checks the reconstruction against the env's own observations).
+    Per env the row table is ``[newest row of steps 0..S-1 | anchor windows]``: each step contributes its window's
+    newest row; an *anchor* step (step 0, and any step on which some env had just been reset) stores every env's whole
+    window, because a reset env's window is not the previous window moved on by a day. On other steps a window is the
+    previous one moved on by a day, which is what ``VectorStockTradingEnv`` returns for every env that did not reset
+    (``tests/test_windows.py`` checks the reconstruction against the env's own observations).
 
     Memory: ``S x B x F`` floats + ``S x B x T`` int32 + ``B x T x F`` per anchor, instead of
     ``S x B x T x F`` (at the paper's T = 30, F = 181: ~7x smaller with one anchor per rollout).
