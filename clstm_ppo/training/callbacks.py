@@ -1,21 +1,11 @@
 """What hangs on the training loop besides the algorithm: Stable-Baselines3's ``BaseCallback`` shape.
 
-The loop (`clstm_ppo.training.trainer.Trainer`, for a run and for K seeds as one batch, each seed with its own
-callbacks) calls every callback's hooks at fixed points of each iteration, in list order, on every rank (so a
-hook may issue collectives: every rank issues the same ones in the same order). A hook sees the run through
-`RunState`, declared here, and nothing else of the trainer:
-
-- ``on_training_start(run)``: before the first update;
-- ``on_rollout_end(run)``: after the rollout is collected (``run.buf``) and before the advantages;
-- ``on_update_end(run, result)``: after the PPO epochs, the normalisers' sync and the episode gather
-  (`UpdateResult`, the same on every rank; ``run.stopping`` says whether every rank agreed to stop after this
-  update);
-- ``on_training_end(run)``: in the loop's ``finally``, also after an error.
-
-The product's callbacks (`with_defaults`) are `Logger` (rank 0: metrics.jsonl, TensorBoard, the tracker, the
-console) and `Checkpointer` (validation, best.pt, latest.pt, periodic checkpoints); a loop's ``callbacks=`` runs
-after them and never replaces them. Tests add theirs through the same interface (a fault injector in
-``tests/faults.py``); nothing in the loop reads a test switch.
+The loop (`clstm_ppo.training.trainer.Trainer`, each seed of a batch with its own callbacks) calls every callback's
+hooks (`Callback`) at fixed points of each iteration, in list order, on every rank (so a hook may issue collectives:
+every rank issues the same ones in the same order). A hook sees the run through `RunState`, declared here, and
+nothing else of the trainer. The product's callbacks (`with_defaults`) are `Logger` and `Checkpointer`; a loop's
+``callbacks=`` runs after them and never replaces them (tests add a fault injector, ``tests/faults.py``); nothing in
+the loop reads a test switch.
 """
 
 from __future__ import annotations

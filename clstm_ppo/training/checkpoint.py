@@ -1,11 +1,9 @@
 """Checkpoint files: what one holds, writing it atomically, loading it safely, and rebuilding its market and
-policy. Every reader (backtest, study, trade) and the trainer go through here; the run folder's names are
-`clstm_ppo.training.run_folder`'s, and whether a checkpoint fits a new run is `clstm_ppo.training.resume`'s.
+policy; every reader (backtest, study, trade) and the trainer go through here.
 
 A checkpoint is a plain dict of tensors, numbers, strings, lists and dicts, so it loads with
-``torch.load(weights_only=True)`` -- no pickled code runs on load. It is written to a temporary file in
-the same folder, flushed and fsynced, then ``os.replace``d over the old one: a crash mid-write leaves
-the previous checkpoint intact.
+``torch.load(weights_only=True)``: no pickled code runs on load. It is written atomically (`envs.atomic`): a crash
+mid-write leaves the previous checkpoint intact.
 """
 
 from __future__ import annotations
@@ -150,18 +148,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if raw["format_version"] != FORMAT_VERSION:
         raise UserError(f"{path} has checkpoint format {raw['format_version']}, this version reads {FORMAT_VERSION}")
     raw = migrate.checkpoint(raw, str(path))  # an earlier release's file in this release's shape
-    return Checkpoint(
-        path=path,
-        config=raw["config"],
-        model_config=raw["model_config"],
-        market_spec=raw["market_spec"],
-        model_state=raw["model_state"],
-        optimizer_state=raw.get("optimizer_state"),
-        scaler_state=raw.get("scaler_state"),
-        counters=raw["counters"],
-        worker_states=raw.get("worker_states"),
-        version=raw["version"],
-    )
+    required = {k: raw[k] for k in REQUIRED_KEYS if k != "format_version"}
+    return Checkpoint(path, **required, **{k: raw.get(k) for k in RESUME_ONLY_KEYS}, version=raw["version"])
 
 
 def open_checkpoint(path: str | Path) -> Checkpoint:
@@ -175,9 +163,6 @@ def open_checkpoint(path: str | Path) -> Checkpoint:
     if not isinstance(spec.get("tickers"), list) or not isinstance(spec.get("window"), int):
         raise UserError(f"{ckpt.path}: its market spec has no ticker list or window (not a clstm-ppo checkpoint?)")
     return ckpt
-
-
-# ------------------------------------------------------------------------------------------- contents
 
 
 def checkpoint_payload(
@@ -290,8 +275,7 @@ def restore_policy(
         model = make_policy(spec)
         model.load_state_dict(ckpt.model_state, strict=True)
     except (RuntimeError, ValueError, KeyError, TypeError) as err:
-        first = str(err).strip().splitlines()
-        detail = " ".join(line.strip() for line in first[:3])[:300]
+        detail = " ".join(line.strip() for line in str(err).strip().splitlines()[:3])[:300]
         if resize:
             raise UserError(
                 f"{path}: its {spec.policy} weights do not fit {market.num_tickers} tickers: {detail}"

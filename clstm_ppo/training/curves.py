@@ -1,13 +1,6 @@
-"""A training run's curves from RUN_DIR/metrics.jsonl to one PNG (what `clstm-ppo plot` draws).
-
-The trainer appends one JSON object per line, of the two kinds `clstm_ppo.training.run_log` lists (other kinds are
-ignored).
-
-Ten panels against the global step (env steps across all ranks): episode reward, final portfolio value,
-policy and value loss, entropy and approximate KL, clip fraction and explained variance, the scales of
-advantages and value targets, what the policy does (exposure, actions clipped at +-1, buys refused for cash),
-its actions (mean, sampled std, the policy's std), steps/s, and the learning rates.
-Episode panels show each episode as a dot and a rolling mean as a line.
+"""A training run's curves from RUN_DIR/metrics.jsonl to one PNG (what `clstm-ppo plot` draws): ten panels against
+the global step (env steps across all ranks), from the two kinds of rows `clstm_ppo.training.run_log` lists (other
+kinds are ignored). Episode panels show each episode as a dot and a rolling mean as a line.
 """
 
 from __future__ import annotations
@@ -52,18 +45,6 @@ def _number(v: Any) -> float:
     return float(v)
 
 
-def _metrics_path(run_dir: str | Path) -> Path:
-    p = Path(run_dir)
-    if p.is_file():
-        return p
-    if not p.exists():
-        raise UserError(f"run folder {p} does not exist")
-    f = p / METRICS_FILE
-    if not f.is_file():
-        raise UserError(f"no {METRICS_FILE} in {p} (is it a run folder written by `clstm-ppo train`?)")
-    return f
-
-
 def load_training_log(run_dir: str | Path) -> TrainingLog:
     """Read RUN_DIR/metrics.jsonl (or a metrics file given directly).
 
@@ -73,7 +54,13 @@ def load_training_log(run_dir: str | Path) -> TrainingLog:
 
     :raises UserError: the folder or file is missing, or it holds no episode or update row.
     """
-    path = _metrics_path(run_dir)
+    path = Path(run_dir)
+    if not path.exists():
+        raise UserError(f"run folder {path} does not exist")
+    if not path.is_file():
+        path = path / METRICS_FILE
+        if not path.is_file():
+            raise UserError(f"no {METRICS_FILE} in {path.parent} (is it a run folder written by `clstm-ppo train`?)")
     log = TrainingLog(path=path)
     with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
@@ -83,18 +70,11 @@ def load_training_log(run_dir: str | Path) -> TrainingLog:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 row = None
-            if not isinstance(row, dict):
+            kind = row.get("kind") if isinstance(row, dict) else None
+            if kind in ("episode", "update") and not math.isnan(_number(row.get("global_step"))):
+                (log.episodes if kind == "episode" else log.updates).append(row)
+            elif kind is None or kind in ("episode", "update"):  # rows of other kinds are ignored
                 log.skipped += 1
-                continue
-            kind = row.get("kind")
-            if kind not in ("episode", "update"):
-                if kind is None:
-                    log.skipped += 1
-                continue
-            if math.isnan(_number(row.get("global_step"))):
-                log.skipped += 1
-                continue
-            (log.episodes if kind == "episode" else log.updates).append(row)
     if log.skipped:
         warnings.warn(f"skipped {log.skipped} malformed line(s) in {path}", UserWarning, stacklevel=2)
     if not log.episodes and not log.updates:
@@ -212,10 +192,7 @@ def plot_training(log: TrainingLog, out_path: str | Path, *, title: str | None =
     for ax in axes[4]:
         ax.set_xlabel("global step")
         ax.xaxis.set_major_formatter(EngFormatter(sep=""))
-    fig.suptitle(
-        title or f"{log.path.parent.name}: {n_ep} episodes, {len(log.updates)} updates",
-        fontsize=13,
-    )
+    fig.suptitle(title or f"{log.path.parent.name}: {n_ep} episodes, {len(log.updates)} updates", fontsize=13)
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

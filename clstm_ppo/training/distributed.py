@@ -1,10 +1,9 @@
 """Workers and how they talk: the world layout, joining the process group, and the collectives training uses.
 
-Layout: one worker process per GPU (NCCL), or ``num_workers`` CPU processes (gloo) when no GPU is
-used. Under torchrun (RANK, LOCAL_RANK and WORLD_SIZE set) each process *is* a worker: nothing is
-spawned and multi-node works the same way. The rendezvous port is chosen once, in the parent,
-and handed to every rank; MASTER_ADDR / MASTER_PORT are honoured when set. Starting and supervising
-the worker processes is `clstm_ppo.training.launch`.
+Layout: one worker process per GPU (NCCL), or ``num_workers`` CPU processes (gloo) when no GPU is used. Under torchrun
+(RANK, LOCAL_RANK and WORLD_SIZE set) each process *is* a worker: nothing is spawned and multi-node works the same way.
+The rendezvous port is chosen once, in the parent, and handed to every rank; MASTER_ADDR / MASTER_PORT are honoured when
+set. Starting and supervising the worker processes is `clstm_ppo.training.launch`.
 """
 
 from __future__ import annotations
@@ -136,10 +135,10 @@ class WorldLayout:
 def resolve_layout(num_gpus: int | None, num_workers: int, backend: str, master_port: int) -> WorldLayout:
     """Decide world size, device and backend from the flags and what the machine has."""
     visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
     if all(name in os.environ for name in TORCHRUN_VARS):  # launched by torchrun
         world = int(os.environ["WORLD_SIZE"])
         device_type = "cuda" if visible and num_gpus != 0 else "cpu"
-        addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
         port = int(os.environ.get("MASTER_PORT", "0"))
         torchrun = True
     else:
@@ -150,7 +149,6 @@ def resolve_layout(num_gpus: int | None, num_workers: int, backend: str, master_
             raise UserError(f"--num_gpus {wanted} asked for, but this machine has {visible} visible CUDA GPU(s)")
         device_type = "cuda" if wanted > 0 else "cpu"
         world = wanted if wanted > 0 else num_workers
-        addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
         port = master_port or int(os.environ.get("MASTER_PORT", "0") or 0) or (find_free_port() if world > 1 else 0)
         torchrun = False
     if backend == "auto":

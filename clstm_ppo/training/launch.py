@@ -124,14 +124,10 @@ def _failed(code: int | None, signalled: bool) -> bool:
 
 
 def _spawn_and_supervise(layout: WorldLayout, fn: WorkerFn, payload: Any) -> int:
-    """Start one process per rank and watch them.
-
-    * A worker that fails ends the job: the others get `CRASH_GRACE_S` to exit, then SIGKILL; the
-      earliest error is printed as one line (others are consequences: a peer's collective failing).
-    * SIGINT/SIGTERM to this process is forwarded to every worker as one SIGTERM: they finish the
-      update, rank 0 writes latest.pt, all exit. A second signal, or a stop taking longer than
-      ``CLSTM_PPO_STOP_GRACE_S`` (30 s), kills them (the previous checkpoint stays intact).
-    """
+    """Start one process per rank and watch them (docs/distributed.md "What happens when..."). A worker that fails
+    ends the job: the others get `CRASH_GRACE_S` to exit, then SIGKILL; the earliest error is printed as one line
+    (others are consequences: a peer's collective failing). SIGINT/SIGTERM is forwarded to every worker as one SIGTERM;
+    a second signal, or a stop taking longer than `_stop_grace`, kills them."""
     reports = mp.get_context("spawn").SimpleQueue()  # put() writes straight to a pipe: out before the worker exits
     procs: list[Any] = []  # the started processes, filled once `mp.start_processes` returns
     signals: list[int] = []

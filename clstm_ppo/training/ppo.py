@@ -1,18 +1,14 @@
-"""The PPO update over whole-sequence minibatches, data-parallel through DDP.
+"""The PPO update over whole-sequence minibatches, data-parallel through DDP, for a run (K = 1) and for K runs
+trained as one batch (`ppo_update`).
 
-A minibatch is a set of env columns: all S days of those envs, re-run from the recurrent state
-stored at the rollout's start with state resets at episode starts (CleanRL's recurrent PPO).
-The loss forward always goes through ``model`` as given -- the DDP wrapper when training on
-several workers -- so every backward all-reduces gradients.
+A minibatch is a set of env columns: all S days of those envs, re-run from the recurrent state stored at the
+rollout's start with state resets at episode starts (CleanRL's recurrent PPO). The loss forward always goes through
+``model`` as given (the DDP wrapper when training on several workers), so every backward all-reduces gradients.
 
-One update for a run (K = 1) and for K runs trained as one batch (seeds as a batch dimension): `ppo_update` says
-what each cell keeps its own.
-
-Collectives per update, identical on every rank: one all-reduce of advantage/return statistics,
-the DDP gradient all-reduces (one per minibatch; micro-batches before the last run under
-``no_sync``), one all-reduce of the approx KL per epoch (for the shared early-stop decision) and
-one all-reduce of the logged statistics. A NaN/inf gradient is seen alike on every rank because the
-gradients were all-reduced before the check, so skipping such a step needs no extra collective.
+Collectives per update, identical on every rank: one all-reduce of advantage/return statistics, the DDP gradient
+all-reduces (one per minibatch; micro-batches before the last run under ``no_sync``), one all-reduce of the approx KL
+per epoch (for the shared early-stop decision) and one of the logged statistics. A NaN/inf gradient is seen alike on
+every rank because the gradients were all-reduced before the check, so skipping such a step needs no collective.
 """
 
 from __future__ import annotations
@@ -274,19 +270,12 @@ class UpdateBatch:
 
     def columns(self, cols: Tensor, host_cols: Tensor) -> UpdateBatch:
         """The env columns ``cols`` ``[k]`` (on the device; ``host_cols`` the same on the CPU)."""
-        on_device = dict(
-            starts=self.starts[:, cols],
-            actions=self.actions[:, cols],
-            log_probs=self.log_probs[:, cols],
-            values=self.values[:, cols],
-            advantages=self.advantages[:, cols],
-            returns=self.returns[:, cols],
-        )
+        on_device = ("starts", "actions", "log_probs", "values", "advantages", "returns")
         return UpdateBatch(
             windows=self.windows.select(cols),
             host_starts=self.host_starts[:, host_cols],
             initial_state=self.initial_state.envs(cols),
-            **on_device,
+            **{name: getattr(self, name)[:, cols] for name in on_device},
         )
 
 
@@ -306,11 +295,6 @@ class CellCoefficients(NamedTuple):
         return cls(per_cell("clip_coef").view(1, -1, 1), ppos[0].clip_value, per_cell("ent_coef"), per_cell("vf_coef"))
 
 
-def _per_cell_mean(t: Tensor) -> Tensor:
-    """``[S, K, M] -> [K]``: each cell's mean over its steps and columns."""
-    return t.mean(dim=(0, 2))
-
-
 def minibatch_loss(
     model: nn.Module | CellPolicy,
     batch: UpdateBatch,
@@ -327,7 +311,8 @@ def minibatch_loss(
     if cells == 1:
         return ppo_loss(*terms, coefficients)
     steps = batch.starts.shape[0]
-    return ppo_loss(*(t.view(steps, cells, -1) for t in terms), coefficients, mean=_per_cell_mean)
+    # each term [S, K, M] averaged per cell over its steps and columns -> [K]
+    return ppo_loss(*(t.view(steps, cells, -1) for t in terms), coefficients, mean=lambda x: x.mean(dim=(0, 2)))
 
 
 def update_batch(
@@ -360,14 +345,6 @@ def running_only(values: Tensor, running: Tensor) -> Tensor:
     return values.double() if values.dim() == 0 else torch.where(running, values.double(), 0.0)
 
 
-def epoch_columns(orders: list[Tensor], device: torch.device) -> tuple[Tensor, Tensor]:
-    """One epoch's env columns of every cell, ``[K, M]`` on the CPU (cell k's M columns in its own shuffled order,
-    offset to its block) and the same on ``device``, copied once per epoch: a (micro-)batch is a slice of both."""
-    per = orders[0].numel()
-    host = torch.stack([order + k * per for k, order in enumerate(orders)])
-    return host, host.to(device)
-
-
 def ppo_update(
     model: nn.Module | CellPolicy,
     optimizers: list[torch.optim.Optimizer],
@@ -385,17 +362,16 @@ def ppo_update(
 ) -> list[UpdateStats | None]:
     """``epochs`` epochs of PPO over this worker's rollout ``buf``: one run (K = 1: ``model`` the ActorCritic, possibly
     wrapped by torch.compile and/or DDP) or K cells trained as one batch (``model`` their `CellPolicy`; ``buf``'s
-    columns are K blocks), each cell with its own optimizer (``optimizers[k]``, over its own network's parameters)
-    and, with fp16, its own GradScaler (``scalers[k]``). On several ranks each holds the same K cells and its own envs
-    of each; a batch's gradients are averaged over the ranks per cell before its step, as DDP averages a run's.
+    columns are K blocks), each cell with its own optimizer (``optimizers[k]``) and, with fp16, its own GradScaler
+    (``scalers[k]``). On several ranks a batch's gradients are averaged over the ranks per cell before its step, as
+    DDP averages a run's.
 
-    Per cell, as its run alone: its advantages normalised with its own statistics (over all workers); its epochs'
-    minibatches in the order its own shuffle generator draws (a cell that stopped draws nothing more); its loss over
-    its own columns; its clip, entropy and value weights, gradient clip and KL target; its optimizer step, skipped
-    where its gradients are not finite. Every minibatch is ``gradient_accumulation_steps`` micro-batches (gradients
-    all-reduced after the last one only: ``no_sync`` before it), then one optimizer step. With ``target_kl`` a cell's
-    epochs stop once the all-workers mean approx KL of an epoch exceeds it (one all-reduce per epoch, so every rank
-    stops together); a stopped cell's weights and optimizer state stay where its epochs ended while the others go on.
+    Per cell, as its run alone: its advantages normalised with its own statistics (over all workers), its own shuffle
+    order (a cell that stopped draws nothing more), loss over its own columns, loss weights, gradient clip, KL target
+    and optimizer step (skipped where its gradients are not finite). Every minibatch is
+    ``gradient_accumulation_steps`` micro-batches, then one optimizer step. With ``target_kl`` a cell's epochs stop
+    once the all-workers mean approx KL of an epoch exceeds it; a stopped cell's weights and optimizer state stay
+    where its epochs ended while the others go on.
 
     :param advantages: ``[S, E]``; :param returns: ``[S, E]`` (from `compute_gae`).
     :param ppo: the run's PPO settings, or each cell's (they may differ in the numbers the loss and the optimizer
@@ -431,7 +407,10 @@ def ppo_update(
             torch.randperm(per, generator=g) if run else torch.arange(per)
             for g, run in zip(generators, running, strict=True)
         ]
-        host_cols, device_cols = epoch_columns(orders, device)
+        # [K, M]: cell k's M columns in its own shuffled order, offset to its block, on the CPU and (copied once per
+        # epoch) on the device: a (micro-)batch is a slice of both
+        host_cols = torch.stack([order + k * per for k, order in enumerate(orders)])
+        device_cols = host_cols.to(device)
         mask = torch.tensor(running, device=device)
         epoch_kl = torch.zeros(cells, dtype=torch.float64, device=device)
         for start in range(0, per, ppo.envs_per_minibatch):
@@ -476,20 +455,16 @@ def ppo_update(
     means = comm.all_reduce_named({k: v / torch.tensor(steps, device=device).clamp_min(1) for k, v in sums.items()})
     host = {k: (v / comm.world_size).tolist() for k, v in means.items()}
     skips = skipped.tolist()
-    out: list[UpdateStats | None] = []
-    for k in range(cells):
-        if not active[k]:
-            out.append(None)
-            continue
-        _, adv_std, return_std, explained = statistics[k]
-        out.append(
-            UpdateStats(
-                **{name: host[name][k] for name in SUMMED_STATS},
-                explained_variance=explained,
-                advantage_std=adv_std,
-                return_std=return_std,
-                epochs_run=epochs_run[k],
-                skipped_steps=int(skips[k]),
-            )
+    return [
+        UpdateStats(
+            **{name: host[name][k] for name in SUMMED_STATS},
+            explained_variance=statistics[k][3],
+            advantage_std=statistics[k][1],
+            return_std=statistics[k][2],
+            epochs_run=epochs_run[k],
+            skipped_steps=int(skips[k]),
         )
-    return out
+        if active[k]
+        else None
+        for k in range(cells)
+    ]

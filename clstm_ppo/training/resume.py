@@ -63,10 +63,8 @@ def differences(
     network (``--stage2_hidden 16 (now 32)``; a field a flag decides, by that flag), then each of ``settings`` by
     flag."""
     then = ckpt.cfg
-    stored, wanted = (
-        ModelSpec.from_dict(ckpt.model_config, source=str(ckpt.path)).to_dict(),
-        model_spec(cfg, market).to_dict(),
-    )
+    stored = ModelSpec.from_dict(ckpt.model_config, source=str(ckpt.path)).to_dict()
+    wanted = model_spec(cfg, market).to_dict()
     out = []
     for key, value in wanted.items():
         if stored.get(key) == value or key in INIT_ONLY:

@@ -1,12 +1,9 @@
 """Reward normalisation (``--norm_reward``): rewards divided by the running standard deviation of the discounted
-return and clipped to +-10, as Stable-Baselines3's ``VecNormalize`` does.
+return and clipped to +-10, as Stable-Baselines3's ``VecNormalize`` does; one object owns the whole concern.
 
-One object owns the whole concern: each env's running discounted return, the running moments of those returns
-over all workers, the scale they give, their merge across ranks after each update, and its state for the
-checkpoint. The observation statistics of ``--norm_obs`` live elsewhere, in the model's buffers
-(`clstm_ppo.agent.model`), because they differ in kind: they are part of the function the policy computes, so
-the backtest and trade must apply them exactly as training ended; the reward scale only shapes training's
-targets, never reaches a deployed policy, and its per-env state belongs to the rollout's envs.
+The observation statistics of ``--norm_obs`` live in the model's buffers instead, because they differ in kind: they
+are part of the function the policy computes, so the backtest and trade must apply them exactly as training ended;
+the reward scale only shapes training's targets, and its per-env state belongs to the rollout's envs.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Shapes: S = n_steps days per rollout, B envs on this worker, T window, F state numbers, N tickers.
 
-Truncation (an episode cut by ``episode_length``, not by the end of the data) is bootstrapped the
-way Stable-Baselines3 does it: the value of the final observation, discounted once, is added to
-that step's reward when the step is recorded, so GAE below can treat every ``done`` alike.
+Truncation (an episode cut by ``episode_length``, not by the end of the data) is bootstrapped the way
+Stable-Baselines3 does it: the value of the final observation, discounted once, is added to that step's reward when
+the step is recorded, so GAE below can treat every ``done`` alike.
 """
 
 from __future__ import annotations
@@ -72,15 +72,11 @@ class RolloutBuffer:
     def columns(self, cols: slice) -> RolloutBuffer:
         """The envs ``cols`` of this rollout: views, so writing them writes this buffer (a batched cell's columns,
         a rank's share of a rollout)."""
+        steps = ("actions", "log_probs", "values", "rewards", "dones", "starts")
         return RolloutBuffer(
             obs=self.obs.columns(cols),
-            actions=self.actions[:, cols],
-            log_probs=self.log_probs[:, cols],
-            values=self.values[:, cols],
-            rewards=self.rewards[:, cols],
-            dones=self.dones[:, cols],
-            starts=self.starts[:, cols],
             initial_state=self.initial_state.envs(cols),
+            **{name: getattr(self, name)[:, cols] for name in steps},
         )
 
 
@@ -110,20 +106,15 @@ def compute_gae(
 
 @dataclass
 class RolloutStats:
-    """What the policy did in one rollout, as sums by name (so workers' rollouts add up with one all-reduce).
+    """What the policy did in one rollout, as float64 sums by name (so workers' rollouts add up with one all-reduce)."""
 
-    Per stock (in the env's ticker order) the sums of the sampled actions and of their squares ``[N]``; the number
-    of actions with |a| > 1 (clipped by the env) and of all actions; dollars of buys wanted and of buys refused for
-    cash; the sum over env steps of the exposure (fraction of value in stock after the step). float64 tensors.
-    """
-
-    action_sum: Tensor  # [N]
-    action_square_sum: Tensor  # [N]
-    clipped: Tensor  # []
-    actions: Tensor  # []
-    wanted_buy_value: Tensor  # [] dollars
-    refused_buy_value: Tensor  # [] dollars
-    exposure_sum: Tensor  # [] fraction x env steps
+    action_sum: Tensor  # [N] the sampled actions, per stock in the env's ticker order
+    action_square_sum: Tensor  # [N] their squares
+    clipped: Tensor  # [] actions with |a| > 1 (clipped by the env)
+    actions: Tensor  # [] all actions
+    wanted_buy_value: Tensor  # [] dollars of buys wanted
+    refused_buy_value: Tensor  # [] dollars of buys refused for cash
+    exposure_sum: Tensor  # [] the fraction of value in stock after each env step, summed over env steps
 
     def named(self) -> dict[str, Tensor]:
         return dict(self.__dict__)
@@ -150,11 +141,10 @@ class RolloutStats:
 
 
 class RolloutCollector:
-    """Runs the policy in the envs for ``n_steps`` days per rollout; the envs, the last observation and the
-    recurrent state carry over from one rollout to the next. One collector for a run and for K runs trained as one
-    batch (a study's cells, ``--seed 1-8``): the E env columns are K blocks of B (cell-major: cell k's envs are
-    ``k B .. (k + 1) B - 1``), and what a run keeps of its own is kept per cell (its action noise, its envs' start
-    days, its reward normaliser, its `RolloutStats`, its finished episodes). A run is K = 1.
+    """Runs the policy in the envs for ``n_steps`` days per rollout; the envs, the last observation and the recurrent
+    state carry over from one rollout to the next. For K >= 1 runs as one batch the E env columns are K blocks of B
+    (cell-major), and what a run keeps of its own is kept per cell (action noise, envs' start days, reward normaliser,
+    `RolloutStats`, finished episodes).
 
     :param env: the K x B envs (auto-reset), seeded per cell; its device may differ from the policy's.
     :param policy: the raw ActorCritic (K = 1; no DDP wrapper: acting needs no gradient all-reduce), or the K cells'

@@ -1,13 +1,6 @@
-"""The run folder: its file names, finding the run to write or resume, checking it can be written, and
-``config.json``. Checkpoint files themselves are `clstm_ppo.training.checkpoint`'s.
-
-Layout of a run folder (written by rank 0 only)::
-
-    checkpoints/<run>/latest.pt        every --checkpoint_every updates, at the end and on a stop
-    checkpoints/<run>/best.pt          best validation score so far (training score without a validation split)
-    checkpoints/<run>/episode_<n>.pt   every --save_every episodes
-    checkpoints/<run>/config.json      the resolved config (no secrets: the config holds none)
-    checkpoints/<run>/metrics.jsonl    one JSON object per finished episode / update (`clstm_ppo.training.run_log`)
+"""The run folder (written by rank 0 only): its file names (docs/training.md lists what each holds), finding the
+run to write or resume, checking it can be written, and ``config.json``. Checkpoint files themselves are
+`clstm_ppo.training.checkpoint`'s.
 """
 
 from __future__ import annotations
@@ -46,11 +39,6 @@ def _timestamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
 
-def _newest_run(checkpoint_dir: Path, name: str) -> Path | None:
-    runs = sorted((p.parent for p in checkpoint_dir.glob(f"*/{name}")), key=lambda p: p.stat().st_mtime)
-    return runs[-1] if runs else None
-
-
 def resolve_run_dir(run: RunConfig, policy: str) -> Path:
     """The run folder: --run_name, or for --resume latest/best the newest run holding one, else a new name
     ``<policy>-<timestamp>``."""
@@ -58,10 +46,10 @@ def resolve_run_dir(run: RunConfig, policy: str) -> Path:
     if run.run_name:
         return root / run.run_name
     if run.resume in ("latest", "best"):
-        newest = _newest_run(root, f"{run.resume}.pt")
-        if newest is None:
+        runs = sorted((p.parent for p in root.glob(f"*/{run.resume}.pt")), key=lambda p: p.stat().st_mtime)
+        if not runs:
             raise UserError(f"--resume {run.resume}: no run in {root} has {run.resume}.pt")
-        return newest
+        return runs[-1]
     return root / f"{policy}-{_timestamp()}"
 
 

@@ -151,12 +151,7 @@ class RunLog:
             err = sys.exc_info()[1]
             self.tracker.close(failed=err is not None and not isinstance(err, StoppedBySignal))
             self.tracker = None
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-        if self.file is not None:
-            self.file.close()
-            self.file = None
-        if self.tb is not None:
-            self.tb.close()
-            self.tb = None
+        for name in ("bar", "file", "tb"):
+            if getattr(self, name) is not None:
+                getattr(self, name).close()
+                setattr(self, name, None)

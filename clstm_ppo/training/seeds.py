@@ -1,19 +1,11 @@
-"""Several seeds from one command: ``--seed 1-8`` trains one run per seed as one batch.
+"""Several seeds from one command: ``--seed 1-8`` trains one run per seed as one batch (docs/training.md "Several
+seeds from one command").
 
-The seeds take the study's syntax (``1-8``, ``1,3,5-7``). Each seed is the run it would be alone (its initial
-weights, its envs' start days, its action noise, minibatch shuffles, normalisers, learning-rate schedule, KL stop,
-optimizer and checkpoints: `clstm_ppo.training.trainer.Trainer`, K seeds), in its own folder ``<run>/seed-<s>/``
-holding what a run alone holds (config.json, metrics.jsonl, latest.pt, best.pt), and a seed that diverges fails
-alone. They share one market: a synthetic source that names no ``seed=`` would draw one market per seed, so the
-seeds train on the first seed's market, which the command names in one line (and each checkpoint's source names,
-so a backtest regenerates it). When they are done, ``<run>/seeds.json`` lists the checkpoint each seed deploys: a
-backtest, compare or trade given the folder takes those as one ensemble (`seed_members`).
-
-The batch trains on the CPU or a GPU, on one worker or on several (``--num_workers`` / ``--num_gpus``: every rank
-holds the same seeds and its own envs of each, each seed's gradients averaged over the ranks), by the trainer a run
-uses (`clstm_ppo.training.trainer.train_worker`), with what a run takes (bf16 or fp16, each seed its own
-GradScaler; ``--compile``). Not under torchrun: the command writes the manifest after the seeds finish, so it is
-refused in one line.
+Each seed is the run it would be alone (`clstm_ppo.training.trainer.Trainer`, K seeds), in its own folder
+``<run>/seed-<s>/``. They share one market: a synthetic source that names no ``seed=`` would draw one per seed, so
+the seeds train on the first seed's (`shared_market`). When they are done, ``<run>/seeds.json`` lists the checkpoint
+each seed deploys, which a backtest, compare or trade given the folder takes as one ensemble (`seed_members`). Not
+under torchrun: the command writes the manifest after the seeds finish.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
-"""Experiment tracking, as CleanRL's ``--track``: ``--track wandb`` sends a run to Weights & Biases (project
-clstm-ppo of your default entity; ``wandb:PROJECT`` or ``wandb:ENTITY/PROJECT`` name another).
+"""Experiment tracking, as CleanRL's ``--track``: ``--track wandb`` sends a run to Weights & Biases (docs/training.md
+"Experiment tracking").
 
-Rank 0 alone (it alone holds a `clstm_ppo.training.run_log.RunLog`) opens one W&B run named after the run
-folder, logs the resolved settings once as its config, and then every scalar TensorBoard gets, at the same
-step: ``episode/<key>`` against ``episode`` and ``train/<key>`` against ``global_step`` (W&B keeps the two
-counters as the x-axes of the two groups). The run's W&B id is kept in the run folder, so ``--resume``
-continues the same W&B run.
-
-What is sent holds no secret: Alpaca keys are read from the environment by the data loader and never enter
-the settings, and a data URL is sent without user:password or query string. wandb's own environment
-variables work as documented (``WANDB_MODE=offline`` logs locally for a later ``wandb sync``; ``WANDB_DIR``
-moves its files, by default ``wandb/`` inside the run folder).
-
-wandb is an optional extra (``pip install clstm-ppo[wandb]``); without it ``--track wandb`` is refused before
-any worker starts.
+Rank 0 alone opens one W&B run named after the run folder, logs the resolved settings once as its config, then every
+scalar TensorBoard gets, at the same step: ``episode/<key>`` against ``episode`` and ``train/<key>`` against
+``global_step``. The run's W&B id is kept in the run folder, so ``--resume`` continues the same W&B run. What is sent
+holds no secret: Alpaca keys never enter the settings, and a data URL is sent without user:password or query string.
 """
 
 from __future__ import annotations
@@ -21,7 +12,6 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import Any
 
 from clstm_ppo.config import TrainConfig, tracking_target
 from envs.alpaca import redact_url
@@ -42,14 +32,6 @@ def check_tracking(track: str) -> None:
             ) from None
 
 
-def tracked_config(cfg: TrainConfig) -> dict[str, Any]:
-    """The settings as the tracker gets them: `TrainConfig.to_dict`, the data URL redacted."""
-    values = cfg.to_dict()
-    if values.get("data_url"):
-        values["data_url"] = redact_url(values["data_url"])
-    return values
-
-
 class WandbTracker:
     """One W&B run: the settings once at the start, then scalars against their step counter."""
 
@@ -62,6 +44,9 @@ class WandbTracker:
             run_id = secrets.token_hex(4)  # W&B's own id length; random, so two machines' "exp1" never merge
             id_file.write_text(run_id + "\n", encoding="utf-8")
         _, project, entity = tracking_target(cfg.run.track)
+        config = cfg.to_dict()
+        if config.get("data_url"):
+            config["data_url"] = redact_url(config["data_url"])
         try:
             self.run = wandb.init(
                 project=project,
@@ -69,7 +54,7 @@ class WandbTracker:
                 name=run_dir.name,
                 id=run_id,
                 resume="allow",
-                config=tracked_config(cfg),
+                config=config,
                 dir=None if os.environ.get("WANDB_DIR") else str(run_dir),
             )
         except Exception as err:  # wandb raises its own types for logins, projects and the network

@@ -2,28 +2,16 @@
 
 A run is K = 1. ``--seed 1-8`` and a study's batch of cells are K runs trained as one batch (PureJaxRL's idea: seeds
 as a batch dimension), on one rank or on several, each rank holding the same K seeds and its own envs of each.
+`Trainer.update` is one iteration of the algorithm and nothing else; `Trainer.train` repeats it until every seed has
+spent its episode budget, gathering every worker's finished episodes to every rank after each update and calling
+each seed's callbacks, which see the seed through a `RunView` as a run. Every worker issues the same collectives in
+the same order: the stop decision comes from the all-gathered episode counts and the all-reduced stop flag.
 
-Read top to bottom, `Trainer.update` is one iteration of the algorithm and nothing else: anneal each seed's learning
-rates, collect ``n_steps`` days from ``num_envs`` envs per seed (one `RolloutCollector`; seed k's envs are a block
-of columns), bootstrap and compute advantages, run the PPO epochs (one `ppo_update`), merge the normalisers'
-statistics over the ranks. `Trainer.train` repeats it until every seed has spent its episode budget: after each
-update it gathers every worker's finished episodes to every rank (`Trainer.gather`, which advances the counters),
-agrees on a stop, and calls each seed's callbacks (`clstm_ppo.training.callbacks`: rank 0's log, validation and
-checkpoints), which see the seed through a `RunView` as a run. Every worker issues the same collectives in the same
-order: the stop decision comes from the all-gathered episode counts and the all-reduced stop flag.
-
-What is chosen by K, and nothing else: K = 1 trains the family's own network (`clstm_ppo.agent.model.ActorCritic`,
-through torch.compile and DDP where asked); K > 1 trains the seeds' networks stacked
-(`clstm_ppo.agent.stacked.CellPolicy`, its loss forward compiled where asked), their gradients averaged over the
-ranks per seed in `ppo_update`. Each seed keeps everything its run alone has: initial weights, generators,
-normalisers, learning-rate schedule, gradient clip, KL early stop, optimizer (and with fp16 GradScaler), counters,
-run folder and checkpoints in its run's format (docs/study.md "Each cell keeps its own"). A seed of a batch fails
-alone: ``max_bad_updates`` bad updates in a row, or (in one process) an error in one of its
-callbacks, ends that seed (`Trainer.errors`) and the others go on; a run of one seed raises.
-
-The stages live elsewhere: `clstm_ppo.training.rollout` (acting, storage, GAE), `clstm_ppo.training.ppo` (the
-update and the optimizer), `clstm_ppo.training.checkpoint` and `run_folder` (the files),
-`clstm_ppo.training.signals` (stops).
+What is chosen by K, and nothing else: K = 1 trains the family's own `ActorCritic` (through torch.compile and DDP where
+asked); K > 1 the seeds' networks stacked (`CellPolicy`, its loss forward compiled where asked), their gradients
+averaged over the ranks per seed in `ppo_update`. Each seed keeps everything its run alone has (docs/study.md "Each
+cell keeps its own"). A seed of a batch fails alone: ``max_bad_updates`` bad updates in a row, or (in one process) an
+error in one of its callbacks, ends that seed (`Trainer.errors`) and the others go on; a run of one seed raises.
 """
 
 from __future__ import annotations
@@ -33,7 +21,7 @@ import math
 import os
 import signal
 import time
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -114,9 +102,6 @@ class Counters:
     bad_updates: int = 0  # consecutive updates with NaN/inf loss or gradients
     skipped_steps: int = 0  # optimizer steps skipped for NaN/inf gradients
     elapsed: float = 0.0  # seconds of training, resumes included
-
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Counters:
@@ -204,7 +189,7 @@ class RunView:
             market=self.market,
             optimizer_state=t.optimizers[self.cell].state_dict(),
             scaler_state=t.scalers[self.cell].state_dict() if t.scalers[self.cell] is not None else None,
-            counters=self.counters.as_dict(),
+            counters=asdict(self.counters),
             worker_states=worker_states,
             world_size=self.comm.world_size,
         )
@@ -216,14 +201,12 @@ class RunView:
 
 
 class Trainer:
-    """K >= 1 seeds trained on one worker (rank); see the module docstring. Rank 0 alone prints and writes files,
-    through each seed's callbacks.
+    """K >= 1 seeds trained on one worker (rank). Rank 0 alone prints and writes files, through each seed's callbacks.
 
     :param cfgs: the run's settings, or each seed's (they may differ in `PER_CELL` only); a seed's ``resume`` and
         ``init_weights`` continue or seed it as they would its run alone.
     :param run_dirs: the run's folder, or each seed's.
-    :param callbacks: hooks run after the product's (`clstm_ppo.training.callbacks.with_defaults`), which they
-        never replace: the run's list, or one list per seed (tests add a fault injector).
+    :param callbacks: hooks run after the product's (`with_defaults`): the run's list, or one list per seed.
     """
 
     def __init__(
@@ -256,8 +239,7 @@ class Trainer:
             build_optimizer(cfg.ppo, model, comm.world_size) for cfg, model in zip(cfgs, self.models, strict=True)
         ]
         self.base_lrs = [self.lrs(k) for k in range(self.cells)]
-        fp16 = system.mixed_precision == "fp16"
-        self.scalers = [torch.amp.GradScaler("cuda") if fp16 else None for _ in cfgs]
+        self.scalers = [torch.amp.GradScaler("cuda") if system.mixed_precision == "fp16" else None for _ in cfgs]
         self.autocast = autocast_factory(system.mixed_precision, device)
         rank = comm.rank
         self.shuffle_gens = [torch.Generator().manual_seed(s * 6151 + 7877 * rank + 2) for s in seeds]
@@ -388,7 +370,12 @@ class Trainer:
         ranks = torch.full((update.rows.shape[0], 1), float(comm.rank), dtype=torch.float64)
         episodes = comm.all_gather_rows(torch.cat([update.rows, ranks], dim=1))  # every rank sees every episode
         result = UpdateResult(episodes, update.stats, behaviour, update.rollout_seconds, update.update_seconds)
-        advance(self.counters[cell], result, self.steps_per_update)
+        c = self.counters[cell]
+        c.update += 1
+        c.global_step += self.steps_per_update
+        c.episodes += episodes.shape[0]
+        c.skipped_steps += update.stats.skipped_steps
+        c.bad_updates = c.bad_updates + 1 if result.bad else 0
         return result
 
     # ------------------------------------------------------------------ loop
@@ -557,15 +544,6 @@ class Trainer:
                 f"weights, optimizer and counters restored; environments start fresh",
                 flush=True,
             )
-
-
-def advance(counters: Counters, result: UpdateResult, steps: int) -> None:
-    """Move ``counters`` past one gathered update of ``steps`` env steps (all workers)."""
-    counters.update += 1
-    counters.global_step += steps
-    counters.episodes += result.episodes.shape[0]
-    counters.skipped_steps += result.stats.skipped_steps
-    counters.bad_updates = counters.bad_updates + 1 if result.bad else 0
 
 
 def diverged(counters: Counters, run_dir: Path) -> UserError:
