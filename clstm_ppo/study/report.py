@@ -1,15 +1,5 @@
-"""A study's report from its folder: baselines on the traded days, statistics over the finished cells, and the files.
-
-    study.md     what each interval resamples; a verdict per configuration in plain words (with Holm's correction
-                 over the study's comparisons); the Sharpe ratios with days-and-seeds and seeds-only intervals; the
-                 paper's Table 6 metrics per configuration; every other metric (PSR/DSR vs 0 and vs buy-and-hold);
-                 the Sharpe differences against each baseline (each bound with its Monte Carlo standard error, and
-                 the Bonferroni interval for the configurations on these days); the bootstrap count; the trials
-                 ledger's count; seals; overfitting
-    study.json   everything above, machine readable (with the spec, the schedule and each cell's metrics)
-    cells.csv    one row per cell: status, error, seconds, metrics
-    study.png    out-of-sample equity: per configuration the median over seeds with a 25-75% band, the baselines,
-                 and a drawdown panel
+"""A study's report from its folder: baselines on the traded days, statistics over the finished cells, and the files
+study.md, study.json (everything, machine readable), cells.csv (one row per cell) and study.png (docs/study.md, Output).
 
 Failed or unfinished cells are counted and listed; they are never averaged in. Building the report adds the study
 and its finished cells to the trials ledger (idempotently), whose count of trials on these days deflates the Sharpe
@@ -31,9 +21,9 @@ from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.backtest import read_index
-from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, BaselineRun, rule_baselines
+from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, rule_baselines
 from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
-from clstm_ppo.evaluation.ledger import Ledger, TrialCount, count_trials, same_data_trials
+from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials
 from clstm_ppo.evaluation.oracle import ORACLE, OracleRule, excess_share, planted
 from clstm_ppo.evaluation.report import write_json
 from clstm_ppo.study import analysis as A
@@ -41,7 +31,7 @@ from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, walk
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key, paper_stop_days, traded_window
 from clstm_ppo.study.spec import StudySpec
-from clstm_ppo.study.trials import StudyData, record_cells, record_study
+from clstm_ppo.study.trials import record_cells, record_study
 from envs.data import MarketData
 from envs.execution import Terms
 from envs.features import PreparedMarket
@@ -95,32 +85,69 @@ def build_report(
         baselines[ORACLE] = {"values": oracle.values, "metrics": record_metrics(oracle, base, bench)}
     cells, rows, by_group = _read_cells(study_dir, spec, bench, turbulent)
 
-    # the ledger: this study and its cells, then every trial on these days of this data
+    # the ledger: this study and its cells, then every trial on these days of this data (this study's included)
     study = record_study(ledger, study_dir, spec)
     record_cells(ledger, study_dir, spec, study, spec.cells())
-    counted = _trials_on_these_days(ledger, study, data)
-    _deflate(cells, rows, counted, M.excess_returns(bench, rf))
+    counted = count_trials(
+        same_data_trials(
+            ledger,
+            fingerprint=study.fingerprint,
+            tickers=list(data.tickers),
+            witness=study.witness,
+            first=study.first,
+            last=study.last,
+        )
+    )
+    A.add_deflated_sharpe(cells, counted, M.excess_returns(bench, rf))  # by the ledger's count of trials
+    for entry in cells:
+        row = next(r for r in rows if r["cell"] == entry["cell"].name)
+        row.update({k: entry["policy"][k] for k in A.DEFLATED})
     tried = max(1, counted.num_configurations)  # the Bonferroni family: configurations on these days
-    baseline_intervals = _baseline_intervals(baselines, rf, confidence=confidence, n_boot=n_boot)
+    baseline_intervals = {  # days resampled: a baseline has no seeds
+        name: S.sharpe_interval(M.excess_returns(b["values"], rf), confidence=confidence, n_boot=n_boot, seed=k)
+        for k, (name, b) in enumerate(baselines.items())
+    }
     compared = {name: b for name, b in baselines.items() if name != ORACLE}  # the oracle is a ceiling, not a test
-    groups = _groups(study_dir, base, by_group, compared, confidence=confidence, n_boot=n_boot, tried=tried)
-    if ORACLE in baselines:
-        for g in groups.values():
+    groups: dict[str, Any] = {}
+    for i, (group, entries) in enumerate(by_group.items()):  # per configuration, then its seeds' ensemble
+        groups[group] = g = _group_statistics(group, entries, compared, rf, confidence, n_boot, tried, i)
+        if len(entries) >= 2:
+            g["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, n_boot, i)
+        if ORACLE in baselines:
             g["share_of_oracle"] = excess_share(
                 g["summary"]["sharpe"]["mean"],
                 baselines[BUY_AND_HOLD]["metrics"]["sharpe"],
                 baselines[ORACLE]["metrics"]["sharpe"],
             )
     between = _between_groups(by_group, confidence=confidence, n_boot=n_boot)
-    family = _judge(groups, between, baseline_intervals, confidence)
+    family = [d for g in groups.values() for d in g["vs"].values()] + between  # Holm's, then each verdict
+    if family:
+        A.holm_family(family, confidence)
+    for group, g in groups.items():
+        g["verdict"] = A.verdict(
+            group,
+            g["summary"],
+            g["sharpe_interval"],
+            g["vs"][BUY_AND_HOLD],
+            baseline_intervals[BUY_AND_HOLD],
+            confidence,
+        )
     pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
     report = {
         "spec": spec.identity(),
         "confidence": confidence,
         "bootstrap": n_boot,
-        "traded": _traded(dates, turbulent),
+        "traded": {
+            "first": str(dates[0])[:10],
+            "last": str(dates[-1])[:10],
+            "num_days": int(len(dates)),
+            "turbulent_days": int(turbulent.sum()),
+        },
         "data": {"fingerprint": study.fingerprint, "tickers": list(data.tickers)},
-        "cells": {"total": len(rows), **_cell_counts(rows)},
+        "cells": {
+            "total": len(rows),
+            **{s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")},
+        },
         "trials": {**counted._asdict(), "ledger": str(ledger.path), "first": study.first, "last": study.last},
         "holdout": holdout_summary(ledger, data, str(iso_days(data)[markets[0].splits.train.start]), study.last),
         "multiple_comparisons": {
@@ -155,9 +182,19 @@ def _baselines(
     terms = Terms.of(data, env.execution, env.risk_free).days(days.start, days.stop)  # the policies'
     rules = rule_baselines(close, terms, dates, turbulent, env.initial_amount, env.buy_cost_pct, env.sell_cost_pct)
     bench = rules[BUY_AND_HOLD].values
-    baselines = {
-        name: {"values": run.values, "metrics": _rule_metrics(run, bench, turbulent, rf)} for name, run in rules.items()
-    }
+    baselines = {}
+    for name, run in rules.items():  # its curve's metrics, with trades and costs, and its exposure profile
+        metrics = A.curve_metrics(
+            run.values,
+            run.holdings_value,
+            bench,
+            trades=run.num_trades,
+            costs=run.costs,
+            traded_value=run.traded_value,
+            risk_free=rf,
+        )
+        metrics.update(A.exposure_profile(run.values, run.holdings_value, bench, turbulent))
+        baselines[name] = {"values": run.values, "metrics": metrics}
     if spec.index:
         level = read_index(spec.index, dates)
         values = level / level[0] * env.initial_amount
@@ -179,21 +216,6 @@ def _oracle(base: TrainConfig, markets: list[PreparedMarket]) -> PolicyRun:
     return walk_windows(markets, base.env, rule)
 
 
-def _rule_metrics(run: BaselineRun, bench: np.ndarray, turbulent: np.ndarray, rf: float) -> dict[str, float]:
-    """One rule baseline's metrics: its curve's, with trades and costs, and its exposure profile."""
-    metrics = A.curve_metrics(
-        run.values,
-        run.holdings_value,
-        bench,
-        trades=run.num_trades,
-        costs=run.costs,
-        traded_value=run.traded_value,
-        risk_free=rf,
-    )
-    metrics.update(A.exposure_profile(run.values, run.holdings_value, bench, turbulent))
-    return metrics
-
-
 def _read_cells(
     study_dir: Path, spec: StudySpec, bench: np.ndarray, turbulent: np.ndarray
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
@@ -204,7 +226,17 @@ def _read_cells(
     for cell in spec.cells():
         folder = study_dir / "cells" / cell.name
         status = read_status(folder)
-        row = _cell_row(cell, status)
+        row = {
+            "cell": cell.name,
+            "group": cell.group,
+            "policy": cell.policy,
+            "seed": cell.seed,
+            **{f"vary_{k}": v for k, v in cell.variant},
+            "status": status["status"],
+            "error": status.get("error", ""),
+            "seconds": status.get("seconds"),
+            "train_seconds": status.get("train_seconds"),
+        }
         if status["status"] == "done" and (folder / "result.json").is_file():
             entry, result = _finished_cell(folder, cell, bench, turbulent, rf)
             cells.append(entry)
@@ -213,21 +245,6 @@ def _read_cells(
             row.update(result.get("training", {}))  # final KL, clip fraction, training episodes' costs
         rows.append(row)
     return cells, rows, by_group
-
-
-def _cell_row(cell: Cell, status: dict[str, Any]) -> dict[str, Any]:
-    """A cell's cells.csv row before its metrics: name, configuration, seed, variant, status, error, seconds."""
-    return {
-        "cell": cell.name,
-        "group": cell.group,
-        "policy": cell.policy,
-        "seed": cell.seed,
-        **{f"vary_{k}": v for k, v in cell.variant},
-        "status": status["status"],
-        "error": status.get("error", ""),
-        "seconds": status.get("seconds"),
-        "train_seconds": status.get("train_seconds"),
-    }
 
 
 def _finished_cell(
@@ -250,62 +267,6 @@ def _finished_cell(
         "untrained_returns": M.excess_returns(untrained, rf),
     }
     return entry, result
-
-
-def _trials_on_these_days(ledger: Ledger, study: StudyData, data: MarketData) -> TrialCount:
-    """The ledger's count of trials on this study's days of this data (this study's included)."""
-    return count_trials(
-        same_data_trials(
-            ledger,
-            fingerprint=study.fingerprint,
-            tickers=list(data.tickers),
-            witness=study.witness,
-            first=study.first,
-            last=study.last,
-        )
-    )
-
-
-def _deflate(
-    cells: list[dict[str, Any]], rows: list[dict[str, Any]], counted: TrialCount, bench_returns: np.ndarray
-) -> None:
-    """Add the deflated Sharpe ratios (by the ledger's count of trials) to each finished cell's metrics and row."""
-    A.add_deflated_sharpe(cells, counted, bench_returns)
-    for entry in cells:
-        row = next(r for r in rows if r["cell"] == entry["cell"].name)
-        row.update({k: entry["policy"][k] for k in A.DEFLATED})
-
-
-def _baseline_intervals(
-    baselines: dict[str, dict[str, Any]], rf: float, *, confidence: float, n_boot: int
-) -> dict[str, dict[str, float]]:
-    """Each baseline's Sharpe interval (days resampled: a baseline has no seeds)."""
-    return {
-        name: S.sharpe_interval(M.excess_returns(b["values"], rf), confidence=confidence, n_boot=n_boot, seed=k)
-        for k, (name, b) in enumerate(baselines.items())
-    }
-
-
-def _groups(
-    study_dir: Path,
-    base: Any,
-    by_group: dict[str, list[dict[str, Any]]],
-    baselines: dict[str, dict[str, Any]],
-    *,
-    confidence: float,
-    n_boot: int,
-    tried: int,
-) -> dict[str, Any]:
-    """Per configuration: its statistics over seeds, then the ensemble of its seeds where it has two or more;
-    ``n_boot`` draws each bootstrap, and ``tried`` (the configurations on these days) widens the differences'
-    Bonferroni intervals."""
-    rf, bench = base.env.risk_free, baselines[BUY_AND_HOLD]["values"]
-    groups: dict[str, Any] = {}
-    for i, (group, entries) in enumerate(by_group.items()):
-        groups[group] = _group_statistics(group, entries, baselines, rf, confidence, n_boot, tried, i)
-        if len(entries) >= 2:
-            groups[group]["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, n_boot, i)
-    return groups
 
 
 def _group_statistics(
@@ -356,43 +317,6 @@ def _group_statistics(
         ),
         "vs": against,
     }
-
-
-def _judge(
-    groups: dict[str, Any],
-    between: list[dict[str, Any]],
-    baseline_intervals: dict[str, dict[str, float]],
-    confidence: float,
-) -> list[dict[str, Any]]:
-    """Holm's correction over the study's comparisons, then each configuration's verdict; return the family."""
-    family = [d for g in groups.values() for d in g["vs"].values()] + between
-    if family:
-        A.holm_family(family, confidence)
-    for group, g in groups.items():
-        g["verdict"] = A.verdict(
-            group,
-            g["summary"],
-            g["sharpe_interval"],
-            g["vs"][BUY_AND_HOLD],
-            baseline_intervals[BUY_AND_HOLD],
-            confidence,
-        )
-    return family
-
-
-def _traded(dates: np.ndarray, turbulent: np.ndarray) -> dict[str, Any]:
-    """study.json's ``traded``: first and last traded day, how many days, how many with the turbulence stop on."""
-    return {
-        "first": str(dates[0])[:10],
-        "last": str(dates[-1])[:10],
-        "num_days": int(len(dates)),
-        "turbulent_days": int(turbulent.sum()),
-    }
-
-
-def _cell_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
-    """How many cells are in each status."""
-    return {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")}
 
 
 def _best_cell(cells: list[dict[str, Any]]) -> dict[str, Any] | None:
