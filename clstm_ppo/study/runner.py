@@ -1,17 +1,11 @@
 """Running a study: prepare the data once, run its cells in parallel processes, survive crashes and kills, report.
 
-Cells that may train as one batch (`clstm_ppo.study.batch`: the seeds of a configuration, and settings that change
-no shape) run together in one process, up to ``batch_cells`` of them (0: an automatic size); ``batch_cells`` 1 runs
-each cell alone. Each job, a batch or one cell, runs in its own process (``clstm-ppo study _cell DIR CELL[,CELL...]``:
-a crash, an out-of-memory kill or a hang touches no other job), several at a time: ``workers`` processes on CPU
-cores (``threads`` torch threads each), or ``cells_per_gpu`` per visible GPU (each process sees one GPU through
-CUDA_VISIBLE_DEVICES). Finished cells are skipped on a re-run; an interrupted cell continues from its own files (see
-`clstm_ppo.study.cell`), in the batch it trained in (the batches are formed from the whole grid, whatever is done).
-SIGINT/SIGTERM is passed on to the running jobs, which save and stop; re-running the command continues.
-
-The trials ledger (`clstm_ppo.evaluation.ledger`) gets the study's record before the first cell runs and each
-cell's trial as soon as the runner sees it done, so a killed study leaves its finished cells counted. Days sealed
-in the ledger (`clstm_ppo.evaluation.holdout`) are refused before anything is written unless ``unseal``.
+Each job, a batch of cells (`clstm_ppo.study.batch.batches`) or one cell, runs in its own process (``clstm-ppo study
+_cell DIR CELL[,CELL...]``: a crash, an out-of-memory kill or a hang touches no other job): ``workers`` at a time on CPU
+cores, or ``cells_per_gpu`` per visible GPU (each process sees one through CUDA_VISIBLE_DEVICES). Finished cells are
+skipped on a re-run; SIGINT/SIGTERM is passed on to the running jobs, which save and stop (docs/study.md, "Scale and
+resumption"). The trials ledger gets the study's record before the first cell runs and each cell's trial as soon as the
+runner sees it done, so a killed study leaves its finished cells counted.
 """
 
 from __future__ import annotations
@@ -136,34 +130,27 @@ def run_cells(
     """Run the cells of ``groups`` (`batches`; each group's cells not done yet, in one process) ``layout.workers``
     groups at a time; print progress with an ETA.
 
-    :param costs: each cell's work by name (`clstm_ppo.study.batch.cell_cost`): the ETA times a waiting job by the
-        seconds per unit of work its policy family has measured (without: every cell alike).
-
     :param on_done: called with each cell that finishes done (the study records it in the trials ledger).
     :param cell_episodes: training episodes per cell (`episodes_per_cell`): with it, the estimated wall time is
         printed as soon as the first cell has trained a tenth of them; without, when the first job finishes.
-    :return: counts {"done", "failed", "interrupted"} of the cells run now; raises KeyboardInterrupt-free: a
-        signal stops the running cells gracefully and returns with "interrupted" counted.
+    :param costs: each cell's work by name (`clstm_ppo.study.batch.cell_cost`): the ETA times a waiting job by the
+        seconds per unit of work its policy family has measured (without: every cell alike).
+    :return: counts {"done", "failed", "interrupted"} of the cells run now, and "signal", the first stop's signal
+        number, when a signal stopped the running cells (gracefully).
     """
-    todo = _cells_to_run(study_dir, [c for g in groups for c in g], log)
-    jobs = [[c for c in group if c in todo] for group in groups]
-    jobs = [job for job in jobs if job]
-    total = sum(len(g) for g in groups)
+    cells = [c for g in groups for c in g]
+    todo = [c for c in cells if read_status(study_dir / "cells" / c.name)["status"] != "done"]
+    if len(todo) < len(cells):
+        log(f"[study] {len(cells) - len(todo)} of {len(cells)} cells already done (kept)")
+    jobs = [job for job in ([c for c in group if c in todo] for group in groups) if job]
     pool = _CellPool(
-        study_dir, layout, jobs, total=total, log=log, on_done=on_done, cell_episodes=cell_episodes, costs=costs
+        study_dir, layout, jobs, total=len(cells), log=log, on_done=on_done, cell_episodes=cell_episodes, costs=costs
     )
     with _signals_handled_by(pool.on_signal):
         pool.run()
-    return pool.counts_with_signal()
-
-
-def _cells_to_run(study_dir: Path, cells: list[Cell], log: Any) -> list[Cell]:
-    """The cells not done yet (saying how many of them an earlier run finished)."""
-    todo = [c for c in cells if read_status(study_dir / "cells" / c.name)["status"] != "done"]
-    skipped = len(cells) - len(todo)
-    if skipped:
-        log(f"[study] {skipped} of {len(cells)} cells already done (kept)")
-    return todo
+    if pool.stop:
+        pool.counts["signal"] = pool.stop[0][0]
+    return pool.counts
 
 
 @contextmanager
@@ -274,19 +261,18 @@ class _CellPool:
 
     def run(self) -> None:
         """Start jobs as workers free up until all have run (or a stop lets the running ones end)."""
-        queue = self.queue
-        while queue or self.running:
-            self.start_cells(queue)
+        while self.queue or self.running:
+            self.start_cells()
             if not self.running:
                 break
             time.sleep(0.2)
             self.estimate_from_first_episodes()
             self.collect_finished()
 
-    def start_cells(self, queue: list[list[Cell]]) -> None:
-        """Start the next jobs of ``queue`` on the free worker slots (none once stopping)."""
-        while queue and self.free_slots and not self.stop:
-            cells, slot = queue.pop(0), self.free_slots.pop(0)
+    def start_cells(self) -> None:
+        """Start the next waiting jobs on the free worker slots (none once stopping)."""
+        while self.queue and self.free_slots and not self.stop:
+            cells, slot = self.queue.pop(0), self.free_slots.pop(0)
             before = _episodes_done(self.study_dir / "cells" / cells[0].name)  # a resumed cell's, not timed
             proc = _start_job(self.study_dir, cells, slot, self.layout)
             self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter(), before)
@@ -343,7 +329,8 @@ class _CellPool:
         for pid, job in list(self.running.items()):
             code = job.proc.poll()
             if code is None:
-                self.kill_if_stop_overdue(job)
+                if self.stop and (len(self.stop) > 1 or time.perf_counter() - self.stop[0][1] > STOP_GRACE_S):
+                    job.proc.kill()  # a second signal, or a stop taking longer than `STOP_GRACE_S`
                 continue
             del self.running[pid]
             self.free_slots.append(job.slot)
@@ -351,42 +338,28 @@ class _CellPool:
             for cell in job.cells:
                 self.finish(job, cell, code)
 
-    def kill_if_stop_overdue(self, job: _Job) -> None:
-        """Kill a running cell on a second signal, or when a stop has taken longer than `STOP_GRACE_S`."""
-        if self.stop and (len(self.stop) > 1 or time.perf_counter() - self.stop[0][1] > STOP_GRACE_S):
-            job.proc.kill()  # a second signal, or a stop taking too long
-
-    def finish(self, job: _Job, cell: Cell, code: int) -> str:
-        """Count a cell of a job whose process exited with ``code``, record it when done, print the progress; return
-        how it ended."""
+    def finish(self, job: _Job, cell: Cell, code: int) -> None:
+        """Count a cell of a job whose process exited with ``code``. A done one goes to ``on_done``, its job's time
+        to its family's rate and to the time besides training, and, if nothing has yet, to the wall-time estimate.
+        Then print how it ended, the counts so far and the ETA of the cells left (`eta`)."""
         state, status = _settled_status(self.study_dir / "cells" / cell.name, code)
         if self.stop and state != "done":
             state = "interrupted"
-        self.counts[state] += 1
-        if state == "done":
-            self.record_done(job, cell, status)
-        self.log_progress(job, cell, state, status)
-        return state
-
-    def record_done(self, job: _Job, cell: Cell, status: dict[str, Any]) -> None:
-        """Hand a done cell to ``on_done``; note its job's time (its family's rate) and its time besides training;
-        estimate the wall time from its job if nothing has yet."""
-        seconds = time.perf_counter() - job.began
-        if not job.measured:
-            job.measured = True
-            self.measure(job.cells, seconds)
-        if job.tail is None and "train_seconds" in status:
-            job.tail = max(seconds - float(status["train_seconds"]), 0.0)
-            self.tails.append(job.tail)
-        if self.on_done is not None:
-            self.on_done(cell)
-        if not self.estimated:
-            self.estimated = True
-            self.log_estimate(job.cells, f" done in {seconds:,.0f} s")
-
-    def log_progress(self, job: _Job, cell: Cell, state: str, status: dict[str, Any]) -> None:
-        """Print how a cell ended, the counts so far and the ETA of the cells left (`eta`)."""
         counts = self.counts
+        counts[state] += 1
+        if state == "done":
+            seconds = time.perf_counter() - job.began
+            if not job.measured:
+                job.measured = True
+                self.measure(job.cells, seconds)
+            if job.tail is None and "train_seconds" in status:
+                job.tail = max(seconds - float(status["train_seconds"]), 0.0)
+                self.tails.append(job.tail)
+            if self.on_done is not None:
+                self.on_done(cell)
+            if not self.estimated:
+                self.estimated = True
+                self.log_estimate(job.cells, f" done in {seconds:,.0f} s")
         finished = counts["done"] + counts["failed"]
         left = len(self.todo) - finished - counts["interrupted"]
         eta = self.eta() if left > 0 else math.nan
@@ -410,12 +383,6 @@ class _CellPool:
         done = self.trained[pid] - job.episodes_before if todo else 0
         tail = sum(self.tails) / len(self.tails) if self.tails else 0.0
         return _job_seconds_left(time.perf_counter() - job.began, done, todo, per_job, tail)
-
-    def counts_with_signal(self) -> dict[str, int]:
-        """The counts, with the first stop's signal number as "signal" when a signal stopped the cells."""
-        if self.stop:
-            self.counts["signal"] = self.stop[0][0]
-        return self.counts
 
 
 def _job_seconds_left(ran: float, done: int, todo: int, per_job: float, tail: float = 0.0) -> float:
@@ -478,12 +445,35 @@ def run_study(
     groups = shard(groups, *shard_of) if shard_of else groups
     mine = [c for group in groups for c in group]
     periods = plan(spec, mine, data)
-    _guard_holdout(study_dir, spec, ledger, data, periods, unseal=unseal, log=log)
+    days = iso_days(data)
+    for seal in guard(  # a day trained on is as spent as a day traded: from the first training day on
+        ledger,
+        data,
+        str(days[periods[0].train.start]),
+        str(days[periods[-1].trade.stop - 1]),
+        unseal=unseal,
+        command="study",
+        look=study_key(spec, data_fingerprint(data)),
+        what=str(study_dir.resolve()),
+    ):
+        log(f"[study] --unseal: {describe(seal)}")
     prepare(study_dir, spec, mine, data, periods)
     spec.save(study_dir)
     entry = record_study(ledger, study_dir, spec)
     prepare_s = time.perf_counter() - t0
-    _log_plan(spec, layout, mine, cells, periods, shard_of, prepare_s, log, max(len(g) for g in groups))
+    where = (
+        f"{layout.gpus} GPU(s) x {layout.workers // max(layout.gpus, 1)}"
+        if layout.gpus
+        else f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
+    )
+    batch = max(len(g) for g in groups)
+    if batch > 1:
+        where += f", up to {batch} cells trained as one batch per process"
+    log(
+        f"[study] {len(mine)} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {len(cells)})' if shard_of else ''}, "
+        f"{len(periods)} walk-forward window(s), {episodes_per_cell(spec, len(periods)):,} training episodes per "
+        f"cell, on {where}; data prepared in {prepare_s:.1f} s"
+    )
     counts = run_cells(
         study_dir,
         groups,
@@ -496,7 +486,16 @@ def run_study(
     if "signal" in counts:
         log("[study] stopped: finished cells are kept (and in the ledger); run the same command again to continue")
         return 128 + counts["signal"]
-    return _report_study(study_dir, ledger, confidence=confidence, n_boot=n_boot, log=log)
+    t1 = time.perf_counter()
+    report = build_report(study_dir, ledger=ledger, confidence=confidence, n_boot=n_boot)
+    c = report["cells"]
+    log(
+        f"[study] report: {study_dir / 'study.md'} ({c['done']}/{c['total']} cells done, {c['failed']} failed; "
+        f"statistics and report in {time.perf_counter() - t1:.1f} s)"
+    )
+    for line in verdict_lines(report):
+        log(f"  {line}")
+    return 1 if c["failed"] else 0
 
 
 def _check_before_writing(
@@ -519,72 +518,6 @@ def _check_before_writing(
                 f"[study] adds seeds {format_seeds(sorted(set(spec.seeds) - set(before.seeds)))} to the study in "
                 f"{study_dir} (seeds {format_seeds(before.seeds)}: its finished cells are kept)"
             )
-
-
-def _guard_holdout(
-    study_dir: Path,
-    spec: StudySpec,
-    ledger: Ledger,
-    data: MarketData,
-    periods: list[WalkPeriod],
-    *,
-    unseal: bool,
-    log: Any,
-) -> None:
-    """Refuse sealed days the study would train on or trade (unless ``unseal``, then say which are unsealed)."""
-    days = iso_days(data)
-    holdout = guard(  # a day trained on is as spent as a day traded: from the first training day on
-        ledger,
-        data,
-        str(days[periods[0].train.start]),
-        str(days[periods[-1].trade.stop - 1]),
-        unseal=unseal,
-        command="study",
-        look=study_key(spec, data_fingerprint(data)),
-        what=str(study_dir.resolve()),
-    )
-    for entry in holdout:
-        log(f"[study] --unseal: {describe(entry)}")
-
-
-def _log_plan(
-    spec: StudySpec,
-    layout: Layout,
-    mine: list[Cell],
-    cells: list[Cell],
-    periods: list[WalkPeriod],
-    shard_of: tuple[int, int] | None,
-    prepare_s: float,
-    log: Any,
-    batch: int = 1,
-) -> None:
-    """Print what is about to run: the cells, windows and episodes, and on what."""
-    where = (
-        f"{layout.gpus} GPU(s) x {layout.workers // max(layout.gpus, 1)}"
-        if layout.gpus
-        else f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
-    )
-    if batch > 1:
-        where += f", up to {batch} cells trained as one batch per process"
-    log(
-        f"[study] {len(mine)} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {len(cells)})' if shard_of else ''}, "
-        f"{len(periods)} walk-forward window(s), {episodes_per_cell(spec, len(periods)):,} training episodes per "
-        f"cell, on {where}; data prepared in {prepare_s:.1f} s"
-    )
-
-
-def _report_study(study_dir: Path, ledger: Ledger, *, confidence: float, n_boot: int, log: Any) -> int:
-    """Write the study's report, print its verdict; return 1 when cells failed, else 0."""
-    t1 = time.perf_counter()
-    report = build_report(study_dir, ledger=ledger, confidence=confidence, n_boot=n_boot)
-    c = report["cells"]
-    log(
-        f"[study] report: {study_dir / 'study.md'} ({c['done']}/{c['total']} cells done, {c['failed']} failed; "
-        f"statistics and report in {time.perf_counter() - t1:.1f} s)"
-    )
-    for line in verdict_lines(report):
-        log(f"  {line}")
-    return 1 if c["failed"] else 0
 
 
 def merge_shards(
