@@ -1,25 +1,12 @@
-"""The study's numbers: each record's metrics, their spread across seeds, and the comparisons a quant asks for.
+"""The study's numbers: each record's metrics, their spread across seeds, and the comparisons a quant asks for
+(docs/study.md, "Statistics"). The statistics themselves are `clstm_ppo.evaluation.statistics` (oracle-tested); this
+module only arranges them.
 
-- Per record (a cell's stitched run, its untrained network, a baseline): the paper's Table 6 metrics (CR, MER,
-  MPB, APPT, SR), annual return and volatility, Sortino, Calmar, turnover, costs, mean gross exposure, beta and
-  annualised alpha against equal-weight buy-and-hold, the information ratio against it, and the probabilistic
-  Sharpe ratio (PSR) twice: of the daily returns (against 0) and of the active returns over equal-weight
-  buy-and-hold on the same days (`active_profile`), since on a long-only book in a rising market "Sharpe > 0"
-  mostly measures exposure.
-- Per record, over the days the turbulence stop did not force to cash (`exposure_profile`): how much the
-  chosen exposure moves from day to day and how it correlates with the market's next move.
-- Per configuration (a policy and variant over its seeds): mean, std and a 95% percentile-bootstrap interval of
-  each metric over seeds (days fixed); the Sharpe ratio's interval with days and seeds resampled
-  (`clstm_ppo.evaluation.statistics.sharpe_interval`); the deflated Sharpe ratio (DSR) of each seed, vs 0 and on
-  active returns, with the number of trials and their Sharpe variance from the trials ledger (`add_deflated_sharpe`).
-- Per configuration and baseline: the paired stationary block-bootstrap interval of the Sharpe difference on
-  daily returns (days and seeds resampled; see `clstm_ppo.evaluation.statistics.paired_sharpe_difference`), each
-  bound's Monte Carlo standard error, the interval widened (Bonferroni) for the configurations the ledger has seen on
-  these days, its p-value, and how many seeds beat the baseline; Holm's adjustment over every comparison of the
-  study (`holm_family`) says which verdicts survive a family-wise correction.
-- With 4 or more cells: the probability of backtest overfitting (CSCV) over the cells' daily returns.
-
-The statistics themselves are `clstm_ppo.evaluation.statistics` (oracle-tested); this module only arranges them.
+Per record (a cell's stitched run, its untrained network, a baseline): the paper's Table 6 metrics (CR, MER, MPB,
+APPT, SR), annual return and volatility, Sortino, Calmar, turnover, costs, mean gross exposure, beta and annualised
+alpha against equal-weight buy-and-hold, the information ratio against it, and the probabilistic Sharpe ratio (PSR)
+of the daily returns and of the active returns over buy-and-hold (`active_profile`), since on a long-only book in a
+rising market "Sharpe > 0" mostly measures exposure; the exposure's spread and timing (`exposure_profile`).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
-"""Several cells of a study in one process, trained as one batch (`clstm_ppo.training.trainer`): the groups
-`batches` forms, and `run_batch`, which walks them forward together.
+"""Several cells of a study in one process, trained as one batch (`clstm_ppo.training.trainer`): the groups `batches`
+forms, and `run_batch`, which walks them forward together (docs/study.md, "Seeds as a batch dimension").
 
-Cells group when their settings differ only where a batch allows (`clstm_ppo.training.trainer.PER_CELL`: the
-seed above all, and settings that change no shape, such as the learning rates or the entropy coefficient): then
-they share the data, the prepared markets and the walk-forward schedule (the study's), and the network's shape.
-Groups are formed from the whole grid in its order, whatever is done, and a shard takes whole groups
-(`clstm_ppo.study.runner`): a re-run and every shard put each cell beside the same batch mates in the same place, so
-an interrupted cell continues as it would have, and a sharded study gives the whole study's numbers bit for bit.
-
-`run_batch` walks each window (`clstm_ppo.study.cell`) with one `clstm_ppo.training.trainer.Trainer` for every cell
-of the group that still has to train that window (each as alone, `period_config`; a cell alone is a group of one,
-which a one-seed Trainer trains as a run), then trades the window of every live cell of the group at once
-(`_trade_together`: their checkpoints and untrained networks as one stacked network on one env of 2K columns), so
-each cell's traded record is what `clstm-ppo backtest` of its checkpoint gives up to the float rounding of the
-stacked forward. A cell's folder is exactly a cell's folder. A cell that fails (an error in its training, NaN for
-``max_bad_updates`` updates) is recorded failed and the others go on; an error outside any one cell fails the
-group's unfinished cells.
+Groups are formed from the whole grid in its order, whatever is done, and a shard takes whole groups: a re-run and
+every shard put each cell beside the same batch mates in the same place, so an interrupted cell continues as it would
+have, and a sharded study gives the whole study's numbers bit for bit. A cell's folder is exactly a cell's folder. A
+cell that fails (an error in its training, NaN for ``max_bad_updates`` updates) is recorded failed and the others go
+on; an error outside any one cell fails the group's unfinished cells.
 """
 
 from __future__ import annotations
@@ -123,8 +113,8 @@ def batches(
         compatible.setdefault(batch_key(configs[cell]), []).append(cell)
     sets = list(compatible.values())
 
-    def split(members: list[Cell], count: int) -> list[list[Cell]]:
-        return [members[_bounds(len(members), count, i)] for i in range(count)]
+    def split(members: list[Cell], count: int) -> list[list[Cell]]:  # consecutive, sizes differing by one at most
+        return [members[i * len(members) // count : (i + 1) * len(members) // count] for i in range(count)]
 
     def cost(group: list[Cell]) -> float:
         return _cost([work[c] for c in group], device)
@@ -150,11 +140,6 @@ def batches(
                     counts[k], changed = best, True
     groups = [group for members, count in zip(sets, counts, strict=True) for group in split(members, count)]
     return sorted(groups, key=lambda g: -cost(g))  # stable: equal costs keep the grid's order
-
-
-def _bounds(total: int, parts: int, i: int) -> slice:
-    """The i-th of ``parts`` consecutive slices of ``total`` items whose sizes differ by at most one."""
-    return slice(i * total // parts, (i + 1) * total // parts)
 
 
 class _Member:

@@ -1,12 +1,7 @@
 """One cell of a study: a full walk-forward run of one policy, seed and variant, through the real trainer
-(`clstm_ppo.study.batch.run_batch` walks it, alone or beside its batch mates).
-
-For each retraining window k (see `clstm_ppo.study.schedule`): train with `clstm_ppo.training.trainer.Trainer`
-on the window's prepared market (warm-started from window k-1's selected weights, or from scratch), select the
-checkpoint (best validation Sharpe when there is a validation slice, else the last weights), then trade the
-window's days deterministically with `clstm_ppo.agent.evaluate.evaluate_policy`, starting from the portfolio
-the previous window left. The same walk-forward runs with the untrained network (the seed's initial weights) as
-a baseline. The periods stitched together give the cell's out-of-sample record.
+(`clstm_ppo.study.batch.run_batch` walks it, alone or beside its batch mates). Each window (`clstm_ppo.study.schedule`)
+trains, selects its checkpoint (``--deploy``) and trades its days from the portfolio the previous window left, and so
+does the untrained network (the seed's initial weights); stitched, they are the cell's out-of-sample record.
 
 A cell's folder (``cells/<name>/``)::
 
@@ -128,10 +123,9 @@ def period_config(cfg: TrainConfig, spec: StudySpec, pdir: Path, k: int, previou
 
 def keep_traded_weights(folder: Path) -> None:
     """A traded window's checkpoints (``folder``'s latest.pt and best.pt) without what only resuming their training
-    reads (`clstm_ppo.training.checkpoint.keep_weights_only`): the study never trains a traded window again, and
-    the optimizer's state is two thirds of a file. Called once the window has traded and before its record
-    (trade.npz, which marks it traded) is saved, so a window found traded holds them already; a run killed between
-    the two trades the window again from the kept weights."""
+    reads (`clstm_ppo.training.checkpoint.keep_weights_only`): the study never trains a traded window again. Called
+    before its record (trade.npz, which marks it traded) is saved; a run killed between the two trades the window
+    again from the kept weights."""
     for name in (LATEST, BEST):
         if (folder / name).is_file():
             keep_weights_only(folder / name)
@@ -268,8 +262,11 @@ def training_diagnostics(periods: Path) -> dict[str, float]:
     for path in sorted(periods.glob("*/metrics.jsonl")):
         last: dict[str, dict[int, dict[str, Any]]] = {"update": {}, "episode": {}}
         for line in path.read_text(encoding="utf-8").splitlines():
-            row = _record(line)
-            if row is not None and row.get("kind") in last:
+            try:  # a blank line, or one a killed process cut short (its run, resumed, logged that update again)
+                row = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError:
+                continue
+            if isinstance(row, dict) and row.get("kind") in last:
                 last[row["kind"]][int(row[row["kind"]])] = row
         updates = [last["update"][n] for n in sorted(last["update"])]
         episodes = [last["episode"][n] for n in sorted(last["episode"])]
@@ -284,16 +281,6 @@ def training_diagnostics(periods: Path) -> dict[str, float]:
     if costs:
         out["train_episode_costs"] = float(np.mean(costs))
     return out
-
-
-def _record(line: str) -> dict[str, Any] | None:
-    """One metrics.jsonl line as a record; None for a blank line or one a killed process cut short (its run, resumed,
-    logged that update again)."""
-    try:
-        row = json.loads(line) if line.strip() else None
-    except json.JSONDecodeError:
-        return None
-    return row if isinstance(row, dict) else None
 
 
 def finish_cell(
