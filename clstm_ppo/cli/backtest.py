@@ -109,8 +109,13 @@ def main(argv: list[str]) -> int:
             new_universe=args.new_universe,
         )
     print(f"backtest {done.checkpoint.path} | {_said_period(done)}")
-    if done.new_universe is not None:
-        print(_said_universe(done.new_universe))
+    if done.new_universe is not None:  # its tickers, the checkpoint's, and the refit's days
+        fit = done.new_universe["refitted"]
+        print(
+            f"new universe: {len(done.new_universe['tickers'])} tickers (trained on "
+            f"{len(done.new_universe['trained_tickers'])}); normalisation and turbulence threshold refitted on "
+            f"{fit['start']} .. {fit['end']} ({fit['days']} days of the checkpoint's training split)"
+        )
     if done.stochastic is not None:
         print(f"\nover {args.episodes} sampled episodes:")
         print(distribution_table(done.stochastic["summary"]))
@@ -137,16 +142,6 @@ def _said_period(done: Any) -> str:
         print(f"--unseal: {describe(entry)}")
     d0, d1 = (str(d)[:10] for d in (done.dates[0], done.dates[-1]))
     return f"{done.period.source} {d0} .. {d1} ({len(done.dates)} days) | {done.num_tickers} tickers | {done.mode}"
-
-
-def _said_universe(universe: dict[str, Any]) -> str:
-    """One line on a --new_universe backtest: its tickers, the checkpoint's, and the refit's days."""
-    fit = universe["refitted"]
-    return (
-        f"new universe: {len(universe['tickers'])} tickers (trained on {len(universe['trained_tickers'])}); "
-        f"normalisation and turbulence threshold refitted on {fit['start']} .. {fit['end']} ({fit['days']} days of "
-        "the checkpoint's training split)"
-    )
 
 
 def compare_main(argv: list[str]) -> int:

@@ -1,17 +1,8 @@
-"""`clstm-ppo` command line: one entry point dispatching to sub-command modules.
+"""`clstm-ppo` command line: one entry point dispatching to the sub-command modules of `COMMANDS`.
 
-    clstm-ppo train ...        the distributed trainer (same flags as train_distributed_clstm_ppo.py)
-    clstm-ppo backtest ...     backtest a checkpoint
-    clstm-ppo compare ...      several checkpoints on one period
-    clstm-ppo study ...        walk-forward study over policies x seeds x variants (merge, report, seal)
-    clstm-ppo trade ...        paper-trade a checkpoint on Alpaca (trade report: paper vs backtest)
-    clstm-ppo plot RUN_DIR     training curves to PNG
-    clstm-ppo data ...         generate | inspect | download market data
-    clstm-ppo doctor           environment checklist for (multi-)GPU training
-
-Every sub-command module exposes ``main(argv: list[str]) -> int``. Problems the user can fix are
-raised as `envs.errors.UserError` and printed here as one line with exit status 2; ``--debug``
-anywhere on the command line shows the traceback instead.
+Every sub-command module exposes ``main(argv: list[str]) -> int``. Problems the user can fix are raised as
+`envs.errors.UserError` and printed here as one line with exit status 2; ``--debug`` anywhere on the command line shows
+the traceback instead.
 """
 
 from __future__ import annotations
@@ -42,13 +33,9 @@ _ONE_COMMAND = False  # this interpreter runs one command, then exits (`run_comm
 
 def freeze_imports() -> None:
     """Put every object alive now out of the cyclic garbage collector's reach (``gc.freeze``), in a process that runs
-    one command and exits; call it once the command's imports are done.
-
-    Those are the imported modules' objects (torch alone makes ~170k), which live until the process ends, and every
-    full collection during the run and the interpreter's collections as it exits would walk them all again (the
-    exit's share of a short run: benchmarks/README.md). Objects made later are collected as before.
-    A test calling commands in its own interpreter keeps its collector as it is.
-    """
+    one command and exits; call it once the command's imports are done. Those are the imported modules' objects (torch
+    alone makes ~170k), which every full collection and the exit's would walk again (benchmarks/README.md). A test
+    calling commands in its own interpreter keeps its collector as it is."""
     if _ONE_COMMAND:
         gc.freeze()
 

@@ -6,10 +6,8 @@
     clstm-ppo study report studies/us
     clstm-ppo study seal --data csv:PATH --from 2022-01-01 [--to 2023-12-29]
 
-Every training flag of `train_distributed_clstm_ppo.py` (``--num_episodes``, ``--window``, ``--preset``,
-``--config``, ...) sets the cells' common settings, but ``--num_episodes`` defaults to `STUDY_NUM_EPISODES` (a
-study trains every cell once per window; training's 10,000 would take hours per cell on a CPU). Every command here
-reads and writes the trials ledger (``--ledger``, `clstm_ppo.evaluation.ledger`). See docs/study.md.
+Every training flag sets the cells' common settings (``--num_episodes`` with the study's own default,
+`STUDY_NUM_EPISODES`); every command here reads and writes the trials ledger (``--ledger``). See docs/study.md.
 """
 
 from __future__ import annotations
@@ -71,10 +69,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_config_flags(parser, skip=STUDY_OWNED | {"num_episodes"})
     commands = parser.add_subparsers(dest="command", metavar="{merge,report,seal}", parser_class=Parser)
-    _merge_parser(commands)
-    _report_parser(commands)
-    _seal_parser(commands)
-    _cell_parser(commands)
+    merge = commands.add_parser(
+        "merge",
+        help="join the finished cells of shard folders into one study",
+        description="Join the finished cells of shard folders of one study into --out and write its report.",
+    )
+    merge.add_argument("--out", required=True, help="the merged study's folder (may be one of the shards)")
+    merge.add_argument("shards", nargs="+", help="study folders written with --shard I/N")
+    _report_flags(merge)
+    merge.set_defaults(run=_merge)
+    report = commands.add_parser(
+        "report",
+        help="write a study's report again",
+        description="Write a study's report again from its cells, adding the study and its finished cells to the "
+        "trials ledger (once: reporting again does not count them twice).",
+    )
+    report.add_argument("folder", help="the study's folder")
+    _report_flags(report)
+    report.set_defaults(run=_report)
+    seal = commands.add_parser(
+        "seal",
+        help="seal a hold-out period of a data set",
+        description="Seal a hold-out period of a data set: any later study, backtest or compare that would trade "
+        "its days refuses unless given --unseal, which the ledger records and every later report on those days "
+        "counts. The seal applies to the same market loaded again (a later end date, another file format, a "
+        "subset of its tickers): it is recognised by its closes on the first trading day of each month.",
+    )
+    seal.add_argument("--data", required=True, help="the data source (synthetic[:k=v] | csv:PATH | parquet:PATH)")
+    seal.add_argument("--from", dest="start", required=True, help="first sealed day (YYYY-MM-DD)")
+    seal.add_argument("--to", dest="end", default="", help="last sealed day (default: none, every later day too)")
+    seal.add_argument("--ledger", default=None, help=LEDGER_HELP)
+    seal.set_defaults(run=_seal)
+    cell = commands.add_parser("_cell")  # the runner's own: not listed
+    cell.add_argument("folder")
+    cell.add_argument("cells", help="a cell's name, or several comma-separated: trained as one batch")
+    cell.add_argument("--threads", type=int, default=1)
+    cell.set_defaults(run=_cell)
     return parser
 
 
@@ -82,15 +112,12 @@ def study_config(args: dict[str, Any]) -> TrainConfig:
     """The cells' common settings from the parsed training flags (consumed from ``args``), as `config_from_args`
     makes them, but with the study's own default of `STUDY_NUM_EPISODES` episodes unless ``--num_episodes``, the
     ``--preset`` or a ``--config`` file names a number."""
-    if "num_episodes" not in args and not _names_num_episodes(args):
+    if "num_episodes" not in args and not (
+        "num_episodes" in PRESETS.get(args.get("preset", ""), {})
+        or any("num_episodes" in read_settings_file(path) for path in args.get("config", []))
+    ):
         args["num_episodes"] = STUDY_NUM_EPISODES
     return config_from_args(args)
-
-
-def _names_num_episodes(args: dict[str, Any]) -> bool:
-    if "num_episodes" in PRESETS.get(args.get("preset", ""), {}):
-        return True
-    return any("num_episodes" in read_settings_file(path) for path in args.get("config", []))
 
 
 def main(argv: list[str]) -> int:
@@ -134,18 +161,6 @@ def main(argv: list[str]) -> int:
     )
 
 
-def _merge_parser(commands: Any) -> None:
-    parser = commands.add_parser(
-        "merge",
-        help="join the finished cells of shard folders into one study",
-        description="Join the finished cells of shard folders of one study into --out and write its report.",
-    )
-    parser.add_argument("--out", required=True, help="the merged study's folder (may be one of the shards)")
-    parser.add_argument("shards", nargs="+", help="study folders written with --shard I/N")
-    _report_flags(parser)
-    parser.set_defaults(run=_merge)
-
-
 def _report_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
     parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP_DRAWS, help=BOOTSTRAP_HELP)
@@ -166,18 +181,6 @@ def _merge(args: dict[str, Any]) -> int:
     )
 
 
-def _report_parser(commands: Any) -> None:
-    parser = commands.add_parser(
-        "report",
-        help="write a study's report again",
-        description="Write a study's report again from its cells, adding the study and its finished cells to the "
-        "trials ledger (once: reporting again does not count them twice).",
-    )
-    parser.add_argument("folder", help="the study's folder")
-    _report_flags(parser)
-    parser.set_defaults(run=_report)
-
-
 def _report(args: dict[str, Any]) -> int:
     from clstm_ppo.evaluation.ledger import Ledger
     from clstm_ppo.study.report import build_report, verdict_lines
@@ -193,22 +196,6 @@ def _report(args: dict[str, Any]) -> int:
     for line in verdict_lines(report):
         print(f"  {line}")
     return 0
-
-
-def _seal_parser(commands: Any) -> None:
-    parser = commands.add_parser(
-        "seal",
-        help="seal a hold-out period of a data set",
-        description="Seal a hold-out period of a data set: any later study, backtest or compare that would trade "
-        "its days refuses unless given --unseal, which the ledger records and every later report on those days "
-        "counts. The seal applies to the same market loaded again (a later end date, another file format, a "
-        "subset of its tickers): it is recognised by its closes on the first trading day of each month.",
-    )
-    parser.add_argument("--data", required=True, help="the data source (synthetic[:k=v] | csv:PATH | parquet:PATH)")
-    parser.add_argument("--from", dest="start", required=True, help="first sealed day (YYYY-MM-DD)")
-    parser.add_argument("--to", dest="end", default="", help="last sealed day (default: none, every later day too)")
-    parser.add_argument("--ledger", default=None, help=LEDGER_HELP)
-    parser.set_defaults(run=_seal)
 
 
 def _seal(args: dict[str, Any]) -> int:
@@ -230,14 +217,6 @@ def _seal(args: dict[str, Any]) -> int:
         f"{len(seal['tickers'])} tickers (seal {seal['id']} in {ledger.path})"
     )
     return 0
-
-
-def _cell_parser(commands: Any) -> None:
-    parser = commands.add_parser("_cell")  # the runner's own: not listed
-    parser.add_argument("folder")
-    parser.add_argument("cells", help="a cell's name, or several comma-separated: trained as one batch")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.set_defaults(run=_cell)
 
 
 def _cell(args: dict[str, Any]) -> int:

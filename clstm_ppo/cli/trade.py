@@ -147,11 +147,8 @@ def build_report_parser() -> argparse.ArgumentParser:
 def report_main(argv: list[str]) -> int:
     """`clstm-ppo trade report`: the journal's paper equity vs the backtest's values, day by day."""
     args = build_report_parser().parse_args(argv)
-    if args.journal:
-        folder = args.journal
-    else:
-        folder = str(default_journal(Path(args.checkpoint[0]), Endpoint("", args.live), len(args.checkpoint)))
-    report = trade_report(folder, args.out)
+    folder = args.journal or default_journal(Path(args.checkpoint[0]), Endpoint("", args.live), len(args.checkpoint))
+    report = trade_report(str(folder), args.out)
     print(report_table(report))
     print(f"\nreport: {report.path}")
     return 0

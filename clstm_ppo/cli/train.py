@@ -1,8 +1,8 @@
 """`clstm-ppo train` / `python train_distributed_clstm_ppo.py`: flags -> config -> workers.
 
 Settings resolve in this order, later winning: TrainConfig defaults, ``--preset``, each ``--config FILE`` (JSON,
-repeatable: each overrides the settings it names), then the flags given on the command line. Market data is loaded and validated once in the
-parent before any worker starts, so bad data fails fast with one line.
+repeatable: each overrides the settings it names), then the flags given on the command line. Market data is loaded and
+validated once in the parent before any worker starts, so bad data fails fast with one line.
 """
 
 from __future__ import annotations
@@ -111,12 +111,11 @@ def describe_data(cfg: TrainConfig) -> str:
         f"({data.num_days} trading days; the first {cfg.data.window - 1} are the window's lookback)"
     ]
     for name, days in splits.as_dict().items():
-        if days is None:
-            lines.append(f"  {name:<10} none")
-        else:
-            lines.append(
-                f"  {name:<10} {data.date_str(days.start)} .. {data.date_str(days.stop - 1)} ({days.num_days} days)"
-            )
+        lines.append(
+            f"  {name:<10} none"
+            if days is None
+            else f"  {name:<10} {data.date_str(days.start)} .. {data.date_str(days.stop - 1)} ({days.num_days} days)"
+        )
     return "\n".join(lines)
 
 
