@@ -1,12 +1,5 @@
 """`clstm-ppo backtest` (one checkpoint) and `clstm-ppo compare` (several): flags -> `clstm_ppo.evaluation.backtest`.
 
-clstm-ppo backtest --checkpoint checkpoints/run/best.pt [--split test|validation|train]
-                   [--start YYYY-MM-DD] [--end YYYY-MM-DD] [--data SRC] [--out DIR]
-                   [--stochastic --episodes K] [--seed S] [--index FILE] [--risk_free R] [--device cpu|cuda]
-                   [--ledger FILE] [--unseal] [--new_universe]
-clstm-ppo compare CKPT [CKPT ...] [--labels a,b] [--out DIR] [--data/--start/--end/--split ...] [--unseal]
-                  (CKPT may be A.pt+B.pt+C.pt: an ensemble of those, compared as one policy)
-
 Days sealed with `clstm-ppo study seal` are refused unless ``--unseal`` (recorded in the trials ledger).
 ``--new_universe`` trades a ``--policy shared`` checkpoint on all the tickers of ``--data`` (its market refitted on
 that data's training days).

@@ -77,18 +77,14 @@ def run_checks(checkpoint_dir: Path, env_file: Path) -> list[tuple[str, str, str
         _check(rows, "checkpoint folder", True, f"{checkpoint_dir} writable")
     except OSError as err:
         _check(rows, "checkpoint folder", False, f"{checkpoint_dir}: {err.strerror or err}")
-    _check(
-        rows,
-        ".env file",
-        True if env_file.is_file() else None,
-        f"{env_file} found" if env_file.is_file() else f"{env_file} absent (copy .env.example to use Alpaca)",
-    )
+    file_values = {}
     if env_file.is_file():
         from dotenv import dotenv_values
 
         file_values = dotenv_values(env_file)
+        _check(rows, ".env file", True, f"{env_file} found")
     else:
-        file_values = {}
+        _check(rows, ".env file", None, f"{env_file} absent (copy .env.example to use Alpaca)")
     # The same rule as envs.alpaca.load_credentials: the first key variable set and the first secret variable set.
     key = next((name for name in KEY_VARS if os.environ.get(name) or file_values.get(name)), None)
     secret = next((name for name in SECRET_VARS if os.environ.get(name) or file_values.get(name)), None)

@@ -100,10 +100,7 @@ def batches(
     evenly: into groups of at most ``size``; 1: every cell alone; 0: automatic, sized by cost. Then each set in turn
     takes the number of groups (of at most `AUTO_MAX` cells) that gives the busiest worker the least work
     (`makespan`), the fewest on a tie, until none changes. So a batch is split rather than leave a worker idle, small
-    cells share a job's overhead, and large ones on the CPU train alone.
-
-    :param num_tickers: the study's tickers (the networks' widths depend on them).
-    :param gpus: the cells run on GPUs.
+    cells share a job's overhead, and large ones on the CPU train alone. ``num_tickers``: the networks' widths.
     """
     device = "cuda" if gpus else "cpu"
     configs = {cell: cell.config(base) for cell in cells}

@@ -437,7 +437,7 @@ TABLE6 = tuple(t for t in A.TABLE if t[1] in ("CR", "MER", "MPB", "APPT", "SR", 
 
 
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
-    """study.md: the opening lines, then one section after another, then the files."""
+    """study.md: the opening lines, then one section after another (each `_md_*` gives its lines), then the files."""
     lines = [
         *_md_head(report, spec),
         *_md_resampling(report),
@@ -458,7 +458,6 @@ def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]
 
 
 def _md_head(report: dict[str, Any], spec: StudySpec) -> list[str]:
-    """study.md's title and opening lines: data, traded days, schedule, cells, trials count and seals."""
     c, t, tr = report["cells"], report["traded"], report["trials"]
     base = spec.base
     return [
@@ -481,7 +480,6 @@ def _md_head(report: dict[str, Any], spec: StudySpec) -> list[str]:
 
 
 def _md_resampling(report: dict[str, Any]) -> list[str]:
-    """The section "What the intervals resample", Holm's correction for the verdicts included."""
     mc = report["multiple_comparisons"]
     c = f"{report['confidence']:.0%}"
     groups = list(report["groups"].values())
@@ -522,13 +520,11 @@ def _md_resampling(report: dict[str, Any]) -> list[str]:
 
 
 def _md_verdicts(report: dict[str, Any]) -> list[str]:
-    """The section "Verdicts": one line per configuration against buy-and-hold."""
     lines = [g["verdict"] for g in report["groups"].values()] + oracle_lines(report)
     return ["", "## Verdicts", "", *[f"- {line}" for line in lines]]
 
 
 def _md_sharpe_table(report: dict[str, Any]) -> list[str]:
-    """The Sharpe ratios table: each configuration and its untrained network with both intervals, the baselines."""
     lines = [
         "",
         "## Sharpe ratios",
@@ -550,7 +546,6 @@ def _md_sharpe_table(report: dict[str, Any]) -> list[str]:
 
 
 def _md_table6(report: dict[str, Any]) -> list[str]:
-    """The paper's Table 6 metrics table: mean over seeds with intervals, the untrained networks, the baselines."""
     rows = []
     for group, g in report["groups"].items():
         rows.append((f"{group} ({len(g['seeds'])} seeds)", [_ci(g["summary"][k], kind) for k, _, kind in TABLE6]))
@@ -560,7 +555,6 @@ def _md_table6(report: dict[str, Any]) -> list[str]:
 
 
 def _md_other_metrics(report: dict[str, Any]) -> list[str]:
-    """The table of every metric not in Table 6 (PSR and DSR among them): mean over seeds, and the baselines."""
     rest = tuple(t for t in A.TABLE if t not in TABLE6)
     rows = [
         (group, [_fmt(g["summary"][k]["mean"], kind) for k, _, kind in rest]) for group, g in report["groups"].items()
@@ -611,9 +605,6 @@ def _largest_mcse(report: dict[str, Any], intervals: list[dict[str, Any]]) -> st
 
 
 def _md_baseline_differences(report: dict[str, Any]) -> list[str]:
-    """The table of each configuration's Sharpe difference against each baseline and its untrained network: the
-    plain interval and the Bonferroni one for the configurations on these days, each bound with its Monte Carlo
-    standard error, and Holm's correction."""
     mc, c = report["multiple_comparisons"], report["confidence"]
     m, wide = mc["bonferroni_m"], _level(mc["bonferroni_confidence"])
     lines = [
@@ -640,7 +631,6 @@ def _md_baseline_differences(report: dict[str, Any]) -> list[str]:
 
 
 def _md_ensembles(report: dict[str, Any]) -> list[str]:
-    """The ensembles table (none when no configuration has two finished seeds): ensemble against members' mean."""
     ensembles = {group: g["ensemble"] for group, g in report["groups"].items() if "ensemble" in g}
     if not ensembles:
         return []
@@ -664,7 +654,6 @@ def _md_ensembles(report: dict[str, Any]) -> list[str]:
 
 
 def _md_pairs(report: dict[str, Any]) -> list[str]:
-    """The section on configurations against each other (none with a single configuration): one line per pair."""
     if not report["between"]:
         return []
     return [
@@ -678,7 +667,6 @@ def _md_pairs(report: dict[str, Any]) -> list[str]:
 
 
 def _md_overfitting(report: dict[str, Any]) -> list[str]:
-    """The section "Overfitting": the best cell's deflated Sharpe ratios and the probability of backtest overfitting."""
     pbo, best, tr = report["overfitting"], report["best_cell"], report["trials"]
     lines = ["", "## Overfitting", ""]
     if best is not None:
@@ -700,7 +688,6 @@ def _md_overfitting(report: dict[str, Any]) -> list[str]:
 
 
 def _md_not_in_statistics(rows: list[dict[str, Any]]) -> list[str]:
-    """The list of cells left out of the statistics (failed or unfinished), with their errors; none if all done."""
     failed = [r for r in rows if r["status"] != "done"]
     if not failed:
         return []

@@ -18,8 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,22 +145,15 @@ def run_cells(
     pool = _CellPool(
         study_dir, layout, jobs, total=len(cells), log=log, on_done=on_done, cell_episodes=cell_episodes, costs=costs
     )
-    with _signals_handled_by(pool.on_signal):
+    previous = {sig: signal.signal(sig, pool.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
         pool.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if pool.stop:
         pool.counts["signal"] = pool.stop[0][0]
     return pool.counts
-
-
-@contextmanager
-def _signals_handled_by(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """SIGINT and SIGTERM go to ``handler`` inside the block; the previous handlers come back after it."""
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler_before in previous.items():
-            signal.signal(sig, handler_before)
 
 
 @dataclass
@@ -198,20 +190,6 @@ def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) ->
             env=env,
             start_new_session=True,
         )
-
-
-def _settled_status(cell_dir: Path, code: int) -> tuple[str, dict[str, Any]]:
-    """A finished cell's state (done, failed, interrupted) and status; recorded failed if it died without a word."""
-    status = read_status(cell_dir)
-    state = status["status"] if status["status"] in ("done", "failed", "interrupted") else "failed"
-    if state == "failed" and status["status"] != "failed":  # died without a word: killed, OOM
-        write_status(
-            cell_dir,
-            "failed",
-            error=f"the cell's process exited with status {code} (killed, or out of memory?); see its log.txt",
-        )
-        status = read_status(cell_dir)
-    return state, status
 
 
 class _CellPool:
@@ -342,7 +320,13 @@ class _CellPool:
         """Count a cell of a job whose process exited with ``code``. A done one goes to ``on_done``, its job's time
         to its family's rate and to the time besides training, and, if nothing has yet, to the wall-time estimate.
         Then print how it ended, the counts so far and the ETA of the cells left (`eta`)."""
-        state, status = _settled_status(self.study_dir / "cells" / cell.name, code)
+        folder = self.study_dir / "cells" / cell.name
+        status = read_status(folder)
+        state = status["status"] if status["status"] in ("done", "failed", "interrupted") else "failed"
+        if state == "failed" and status["status"] != "failed":  # died without a word: killed, OOM
+            error = f"the cell's process exited with status {code} (killed, or out of memory?); see its log.txt"
+            write_status(folder, "failed", error=error)
+            status = read_status(folder)
         if self.stop and state != "done":
             state = "interrupted"
         counts = self.counts

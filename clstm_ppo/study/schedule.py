@@ -107,16 +107,12 @@ def walk_forward(
             f"shorten --window or --validation_days"
         )
     bounds = _boundaries(index, first, last, retrain)
-    periods = []
-    for k, b in enumerate(bounds):
-        stop = bounds[k + 1] if k + 1 < len(bounds) else last
-        validation = DayRange(b - validation_days, b) if validation_days else None
-        periods.append(
-            WalkPeriod(
-                index=k,
-                train=DayRange(lookback, b - validation_days),
-                validation=validation,
-                trade=DayRange(b, stop + 1),
-            )
+    return [
+        WalkPeriod(
+            index=k,
+            train=DayRange(lookback, b - validation_days),
+            validation=DayRange(b - validation_days, b) if validation_days else None,
+            trade=DayRange(b, stop + 1),
         )
-    return periods
+        for k, (b, stop) in enumerate(zip(bounds, [*bounds[1:], last], strict=True))
+    ]

@@ -22,6 +22,7 @@ from envs.errors import UserError
 
 SPEC_FILE = "spec.json"
 SPEC_FORMAT = 1
+SCHEDULE = ("trade_start", "trade_end", "retrain", "retrain_from", "validation_days", "retrain_episodes")
 
 
 @dataclass
@@ -52,13 +53,7 @@ class StudySpec:
             policies=settings.policy_list,
             seeds=settings.seed_list,
             variants=[[list(kv) for kv in v] for v in settings.variants],
-            trade_start=settings.trade_start,
-            trade_end=settings.trade_end,
-            retrain=settings.retrain,
-            retrain_from=settings.retrain_from,
-            validation_days=settings.validation_days,
-            retrain_episodes=settings.retrain_episodes,
-            index=settings.index,
+            **{k: getattr(settings, k) for k in (*SCHEDULE, "index")},
             run_settings=settings.run_settings(),
         )
 

@@ -29,12 +29,11 @@ from clstm_ppo.migrate import LEGACY
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key, traded_window
-from clstm_ppo.study.spec import StudySpec
+from clstm_ppo.study.spec import SCHEDULE, StudySpec
 from envs.data import MarketData
 from envs.execution import Terms
 from envs.fingerprint import data_fingerprint, market_witness
 
-SCHEDULE = ("trade_start", "trade_end", "retrain", "retrain_from", "validation_days", "retrain_episodes")
 # Settings that do not change a cell's numbers, or name the data (which the fingerprint identifies instead).
 NOT_SETTINGS = ("seed", "data", "log_every", *OUTPUT_SETTINGS)
 
