@@ -202,8 +202,7 @@ def main(argv: Sequence[str]) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    commands = {"generate": _generate, "inspect": _inspect, "oracle": _oracle, "download": _download}
-    return commands[args.command](args)
+    return {"generate": _generate, "inspect": _inspect, "oracle": _oracle, "download": _download}[args.command](args)
 
 
 def _oracle(args: argparse.Namespace) -> int:
@@ -269,11 +268,10 @@ def _download(args: argparse.Namespace) -> int:
             atomic_write(out, lambda handle: frame.to_parquet(handle, index=False))
     first, last = frame["date"].min(), frame["date"].max()
     fmt = "%Y-%m-%d" if (frame["date"] == frame["date"].dt.normalize()).all() else "%Y-%m-%d %H:%M"
-    where = f"; wrote {args.out}" if args.out else ""
     print(
         f"{len(frame)} bars for {frame['tic'].nunique()} tickers, {frame['date'].nunique()} dates "
         f"{first:{fmt}}..{last:{fmt}} ({args.timeframe}, {args.adjustment}, {args.feed}), "
-        f"cache {args.cache_dir}{where}"
+        f"cache {args.cache_dir}{f'; wrote {args.out}' if args.out else ''}"
     )
     return 0
 

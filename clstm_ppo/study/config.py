@@ -1,10 +1,9 @@
 """A study's own settings, typed: its grid, its walk-forward, how it runs and how it reports.
 
-`StudyConfig` is declared as training's sections are, each field with `envs.config.setting` (its default and help
-text), so every field is a flag of ``clstm-ppo study`` (`add_study_flags`) and the command line documents itself.
-`StudyConfig.validate` checks every rule once, with one clear line. The training flags beside them set the cells'
-common settings (a `clstm_ppo.config.TrainConfig`); the study's spec (`clstm_ppo.study.spec.StudySpec`) is made from
-both and keeps what decides the cells' numbers, and the rest of these settings beside it (``run_settings``).
+Each `StudyConfig` field is declared with `envs.config.setting` (its default and help text), as training's sections
+are, and is a flag of ``clstm-ppo study`` (`add_study_flags`). The training flags beside them set the cells' common
+settings; the study's spec (`clstm_ppo.study.spec.StudySpec`) is made from both and keeps what decides the cells'
+numbers, and the rest of these settings beside it (``run_settings``).
 """
 
 from __future__ import annotations

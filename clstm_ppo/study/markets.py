@@ -95,25 +95,23 @@ def load_markets(folder: Path, key: str) -> list[PreparedMarket]:
         close_only=bool(meta["close_only"]),
         **{name: arrays[name] for name in ARRAYS},
     )
-    out = []
-    for p in meta["periods"]:
-        thr = p["turbulence_threshold"]
-        splits = Splits(train=_unrange(p["train"]), validation=_unrange(p["validation"]), test=_unrange(p["test"]))
-        out.append(
-            PreparedMarket(
-                data=data,
-                indicators=arrays["indicators"],
-                indicator_names=tuple(meta["indicator_names"]),
-                turbulence=arrays["turbulence"],
-                turbulence_threshold=float("inf") if thr is None else float(thr),
-                normalization=Normalization.from_dict(p["normalization"]),
-                splits=splits,
-                window=int(meta["window"]),
-                turbulence_lookback=int(meta["turbulence_lookback"]),
-                use_turbulence=bool(meta["use_turbulence"]),
-            )
+    return [
+        PreparedMarket(
+            data=data,
+            indicators=arrays["indicators"],
+            indicator_names=tuple(meta["indicator_names"]),
+            turbulence=arrays["turbulence"],
+            turbulence_threshold=float("inf")
+            if p["turbulence_threshold"] is None
+            else float(p["turbulence_threshold"]),
+            normalization=Normalization.from_dict(p["normalization"]),
+            splits=Splits(train=_unrange(p["train"]), validation=_unrange(p["validation"]), test=_unrange(p["test"])),
+            window=int(meta["window"]),
+            turbulence_lookback=int(meta["turbulence_lookback"]),
+            use_turbulence=bool(meta["use_turbulence"]),
         )
-    return out
+        for p in meta["periods"]
+    ]
 
 
 SAME_MARKET_RTOL, SAME_MARKET_ATOL = 1e-9, 1e-12

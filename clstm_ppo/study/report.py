@@ -257,7 +257,7 @@ def _finished_cell(
         for record, prefix in ((result["policy"], ""), (result["untrained"], "untrained_")):
             record.update(A.exposure_profile(z[f"{prefix}values"], z[f"{prefix}holdings_value"], bench, turbulent))
             record.update(A.active_profile(z[f"{prefix}values"], bench))
-    entry = {
+    return {
         "cell": cell,
         "policy": result["policy"],
         "untrained": result["untrained"],
@@ -265,8 +265,7 @@ def _finished_cell(
         "untrained_values": untrained,
         "returns": M.excess_returns(values, rf),
         "untrained_returns": M.excess_returns(untrained, rf),
-    }
-    return entry, result
+    }, result
 
 
 def _group_statistics(

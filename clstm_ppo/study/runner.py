@@ -240,20 +240,16 @@ class _CellPool:
     def run(self) -> None:
         """Start jobs as workers free up until all have run (or a stop lets the running ones end)."""
         while self.queue or self.running:
-            self.start_cells()
+            while self.queue and self.free_slots and not self.stop:  # the next jobs on the free slots
+                cells, slot = self.queue.pop(0), self.free_slots.pop(0)
+                before = _episodes_done(self.study_dir / "cells" / cells[0].name)  # a resumed cell's, not timed
+                proc = _start_job(self.study_dir, cells, slot, self.layout)
+                self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter(), before)
             if not self.running:
                 break
             time.sleep(0.2)
             self.estimate_from_first_episodes()
             self.collect_finished()
-
-    def start_cells(self) -> None:
-        """Start the next waiting jobs on the free worker slots (none once stopping)."""
-        while self.queue and self.free_slots and not self.stop:
-            cells, slot = self.queue.pop(0), self.free_slots.pop(0)
-            before = _episodes_done(self.study_dir / "cells" / cells[0].name)  # a resumed cell's, not timed
-            proc = _start_job(self.study_dir, cells, slot, self.layout)
-            self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter(), before)
 
     def estimate_from_first_episodes(self) -> None:
         """Print the wall-time estimate once the first running cell has trained a tenth of the episodes it had left."""
@@ -344,8 +340,7 @@ class _CellPool:
             if not self.estimated:
                 self.estimated = True
                 self.log_estimate(job.cells, f" done in {seconds:,.0f} s")
-        finished = counts["done"] + counts["failed"]
-        left = len(self.todo) - finished - counts["interrupted"]
+        left = len(self.todo) - counts["done"] - counts["failed"] - counts["interrupted"]
         eta = self.eta() if left > 0 else math.nan
         what = {
             "done": f"done in {time.perf_counter() - job.began:,.0f} s",
