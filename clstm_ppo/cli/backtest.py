@@ -125,8 +125,9 @@ def main(argv: list[str]) -> int:
 
 def _period_options(args: argparse.Namespace) -> dict[str, Any]:
     """The flags `backtest` and `compare` share (`_common_flags`) as their keyword arguments."""
-    names = ("data", "split", "start", "end", "out", "risk_free", "ledger", "unseal")
-    return {name: getattr(args, name) for name in names}
+    return {
+        name: getattr(args, name) for name in ("data", "split", "start", "end", "out", "risk_free", "ledger", "unseal")
+    }
 
 
 def _said_period(done: Any) -> str:

@@ -7,7 +7,7 @@ cell folders and a re-run, a shard or a merge finds its cells by name.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 from clstm_ppo.config import SETTINGS, TrainConfig, format_seeds, parse_seeds  # noqa: F401 (the grid's seed syntax)
@@ -51,13 +51,7 @@ class Cell:
         return TrainConfig.from_dict(values, source=f"cell {self.name}").validate()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "group": self.group,
-            "policy": self.policy,
-            "seed": self.seed,
-            "variant": dict(self.variant),
-        }
+        return {"name": self.name, "group": self.group, **asdict(self), "variant": dict(self.variant)}
 
 
 def parse_variants(specs: list[str]) -> list[tuple[tuple[str, Any], ...]]:

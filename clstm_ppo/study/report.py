@@ -284,36 +284,22 @@ def _group_statistics(
     keys = [t[0] for t in A.TABLE]
     policy_returns = np.stack([e["returns"] for e in entries])
     untrained_returns = np.stack([e["untrained_returns"] for e in entries])
-    summary = A.seed_summary([e["policy"] for e in entries], keys, confidence=confidence, n_boot=n_boot, seed=seed)
-    untrained = A.seed_summary(
-        [e["untrained"] for e in entries],
-        [k for k in keys if k not in A.DEFLATED],
-        confidence=confidence,
-        n_boot=n_boot,
-        seed=seed,
-    )
+    boot: dict[str, Any] = {"confidence": confidence, "n_boot": n_boot, "seed": seed}  # every bootstrap here
+    summary = A.seed_summary([e["policy"] for e in entries], keys, **boot)
+    untrained = A.seed_summary([e["untrained"] for e in entries], [k for k in keys if k not in A.DEFLATED], **boot)
     against = {
-        name: S.paired_sharpe_difference(
-            policy_returns,
-            M.excess_returns(b["values"], rf),
-            confidence=confidence,
-            n_boot=n_boot,
-            seed=seed,
-            family=tried,
-        )
+        name: S.paired_sharpe_difference(policy_returns, M.excess_returns(b["values"], rf), family=tried, **boot)
         for name, b in baselines.items()
     }
     against[f"{UNTRAINED} {group}"] = S.paired_sharpe_difference(
-        policy_returns, untrained_returns, confidence=confidence, n_boot=n_boot, seed=seed, family=tried
+        policy_returns, untrained_returns, family=tried, **boot
     )
     return {
         "seeds": [e["cell"].seed for e in entries],
         "summary": summary,
         "untrained": untrained,
-        "sharpe_interval": S.sharpe_interval(policy_returns, confidence=confidence, n_boot=n_boot, seed=seed),
-        "untrained_sharpe_interval": S.sharpe_interval(
-            untrained_returns, confidence=confidence, n_boot=n_boot, seed=seed
-        ),
+        "sharpe_interval": S.sharpe_interval(policy_returns, **boot),
+        "untrained_sharpe_interval": S.sharpe_interval(untrained_returns, **boot),
         "vs": against,
     }
 
@@ -420,10 +406,9 @@ def _ensemble(
     interval (days resampled: it is one series) and the mean of its members' metrics beside them."""
     cells = [e["cell"] for e in entries]
     run = run_ensemble(study_dir, cells)
-    metrics = record_metrics(run, cells[0].config(base), bench)
     return {
         "members": [c.name for c in cells],
-        "metrics": metrics,
+        "metrics": record_metrics(run, cells[0].config(base), bench),
         "sharpe_interval": S.sharpe_interval(
             M.excess_returns(run.values, rf), confidence=confidence, n_boot=n_boot, seed=seed
         ),
