@@ -323,24 +323,19 @@ def _generate(args: argparse.Namespace) -> int:
         f"{data.date_str(0)} .. {data.date_str(-1)}, generator {args.generator}, seed {args.seed}, {signal}) to {out}"
     )
     if like is not None:
-        print(f"fitted to {args.like}: {_fitted(model)}")
+        shares = model.ticker_market_share or (model.market_share,)  # the per-ticker ones as their means
+        print(
+            f"fitted to {args.like}: market share {np.mean(shares):.2f} (mean over tickers), overnight share "
+            f"{model.overnight_share:.2f}, vol of vol {model.vol_of_vol:.3f} (persistence "
+            f"{model.vol_persistence:.3f}), leverage {model.leverage:.2f} (market {model.market_leverage:.2f}), "
+            f"jumps {model.jump_size:.2f} sigmas at {model.jump_rate:g} a day"
+        )
         print(facts_table([args.like, str(out)], [like, data]))
     return 0
 
 
 def _per_ticker(model: MarketModel) -> list[tuple[str, tuple[float, ...]]]:
     return [(k, v) for k in PER_TICKER if (v := getattr(model, k)) is not None]
-
-
-def _fitted(model: MarketModel) -> str:
-    """The fitted parameters in one line (the per-ticker ones as their means)."""
-    shares = model.ticker_market_share or (model.market_share,)
-    return (
-        f"market share {np.mean(shares):.2f} (mean over tickers), overnight share {model.overnight_share:.2f}, "
-        f"vol of vol {model.vol_of_vol:.3f} (persistence {model.vol_persistence:.3f}), "
-        f"leverage {model.leverage:.2f} (market {model.market_leverage:.2f}), "
-        f"jumps {model.jump_size:.2f} sigmas at {model.jump_rate:g} a day"
-    )
 
 
 def facts_table(names: list[str], markets: list[MarketData]) -> str:

@@ -158,8 +158,8 @@ def overfitting(cell_returns: np.ndarray) -> dict[str, Any] | None:
 
 
 def holm_family(comparisons: list[dict[str, Any]], confidence: float) -> None:
-    """Holm's adjustment over a family of comparisons (each a `compare` result, updated in place with ``p_holm``
-    and ``survives_holm``: adjusted p below ``1 - confidence``) and ``family_size``."""
+    """Holm's adjustment over a family of comparisons (each a `S.paired_sharpe_difference` result, updated in place
+    with ``p_holm`` and ``survives_holm``: adjusted p below ``1 - confidence``) and ``family_size``."""
     adjusted = S.holm_adjust([c["p_value"] for c in comparisons])
     for c, p in zip(comparisons, adjusted, strict=True):
         c.update(p_holm=float(p), survives_holm=bool(p < 1.0 - confidence), family_size=len(comparisons))

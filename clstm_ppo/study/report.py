@@ -8,6 +8,7 @@ ratios.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -318,22 +319,20 @@ def _between_groups(
     """Every pair of configurations on the seeds both finished: the paired block-bootstrap interval of the
     Sharpe difference (first minus second; seed s of one paired with seed s of the other, days resampled)."""
     out = []
-    names = list(by_group)
-    for i, a in enumerate(names):
-        for b in names[i + 1 :]:
-            seeds_a = {e["cell"].seed: e for e in by_group[a]}
-            seeds_b = {e["cell"].seed: e for e in by_group[b]}
-            common = sorted(seeds_a.keys() & seeds_b.keys())
-            if not common:
-                continue
-            d = S.paired_sharpe_difference(
-                np.stack([seeds_a[s]["returns"] for s in common]),
-                np.stack([seeds_b[s]["returns"] for s in common]),
-                confidence=confidence,
-                n_boot=n_boot,
-                seed=len(out),
-            )
-            out.append({"first": a, "second": b, "seeds": common, **d})
+    for a, b in itertools.combinations(by_group, 2):
+        seeds_a = {e["cell"].seed: e for e in by_group[a]}
+        seeds_b = {e["cell"].seed: e for e in by_group[b]}
+        common = sorted(seeds_a.keys() & seeds_b.keys())
+        if not common:
+            continue
+        d = S.paired_sharpe_difference(
+            np.stack([seeds_a[s]["returns"] for s in common]),
+            np.stack([seeds_b[s]["returns"] for s in common]),
+            confidence=confidence,
+            n_boot=n_boot,
+            seed=len(out),
+        )
+        out.append({"first": a, "second": b, "seeds": common, **d})
     return out
 
 
