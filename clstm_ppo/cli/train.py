@@ -24,9 +24,8 @@ from envs.errors import UserError, shown_list
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that reports bad flags as one line and exit 2 (a UserError), like every other user error; a flag
-    removed in 0.2.0 (`clstm_ppo.migrate.REMOVED`, `FOLDED`) or a config-only knob given as a flag is named as
-    such."""
+    """argparse that reports bad flags as one line and exit 2 (a UserError), like every other user error; a flag removed
+    in 0.2.0 (`clstm_ppo.migrate.REMOVED`, `FOLDED`) or a config-only knob given as a flag is named as such."""
 
     def error(self, message: str) -> None:
         if message.startswith("unrecognized arguments:"):

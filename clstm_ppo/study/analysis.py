@@ -56,8 +56,8 @@ def curve_metrics(
     traded_value: float | None = None,
     risk_free: float = 0.0,
 ) -> dict[str, float]:
-    """Every per-record metric (module docstring) of one value series ``[D]`` dollars (ratios on returns in excess
-    of the annual ``risk_free``).
+    """Every per-record metric (module docstring) of one value series ``[D]`` dollars (ratios on returns in excess of
+    the annual ``risk_free``).
 
     :param holdings_value: ``[D]`` dollars held in stock (exposure = holdings / value).
     :param benchmark_values: ``[D]`` equal-weight buy-and-hold on the same days (beta, alpha, IR).

@@ -1,9 +1,8 @@
 """A study's report from its folder: baselines on the traded days, statistics over the finished cells, and the files
 study.md, study.json (everything, machine readable), cells.csv (one row per cell) and study.png (docs/study.md, Output).
 
-Failed or unfinished cells are counted and listed; they are never averaged in. Building the report adds the study
-and its finished cells to the trials ledger (idempotently), whose count of trials on these days deflates the Sharpe
-ratios.
+Failed or unfinished cells are counted and listed; they are never averaged in. Building the report adds the study and
+its finished cells to the trials ledger (idempotently), whose count of trials on these days deflates the Sharpe ratios.
 """
 
 from __future__ import annotations
@@ -280,8 +279,7 @@ def _group_statistics(
     seed: int,
 ) -> dict[str, Any]:
     """One configuration's seeds, metric summaries (trained and untrained), Sharpe intervals and differences (each
-    against a baseline and against its untrained network, with the Bonferroni interval for ``tried``
-    configurations)."""
+    against a baseline and against its untrained network, with the Bonferroni interval for ``tried`` configurations)."""
     keys = [t[0] for t in A.TABLE]
     policy_returns = np.stack([e["returns"] for e in entries])
     untrained_returns = np.stack([e["untrained_returns"] for e in entries])

@@ -193,8 +193,7 @@ def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) ->
 
 
 class _CellPool:
-    """The jobs of one `run_cells` call: those waiting, those running, what their cells came to, the time they
-    take."""
+    """The jobs of one `run_cells` call: those waiting, those running, what their cells came to, the time they take."""
 
     def __init__(
         self,
@@ -405,8 +404,8 @@ def run_study(
     n_boot: int = BOOTSTRAP_DRAWS,
     log: Any = print,
 ) -> int:
-    """The whole study (or one shard of it) in ``study_dir``; returns the exit status (0, 1 when cells failed,
-    128 + signal when stopped).
+    """The whole study (or one shard of it) in ``study_dir``; returns the exit status (0, 1 when cells failed, 128 +
+    signal when stopped).
 
     Before anything is written: the ledger must be writable, and days a seal covers are trained on or traded only
     with ``unseal`` (recorded in the ledger). The study and each cell that finishes are appended to the ledger.

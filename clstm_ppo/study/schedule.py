@@ -66,8 +66,8 @@ def _boundaries(dates: pd.DatetimeIndex, first: int, last: int, retrain: str) ->
 def walk_forward(
     dates: np.ndarray, *, window: int, trade_start: str, trade_end: str | None, retrain: str, validation_days: int
 ) -> list[WalkPeriod]:
-    """The periods of a walk-forward over ``dates [D]`` (see the module docstring); UserError when the trade
-    window is outside the data or the first training window is too short.
+    """The periods of a walk-forward over ``dates [D]`` (see the module docstring); UserError when the trade window
+    is outside the data or the first training window is too short.
 
     :param window: T, the observation window: the first ``T - 1`` days only serve as lookback.
     :param trade_start: / :param trade_end: inclusive dates (YYYY-MM-DD); ``trade_end`` None: the data's last day.
