@@ -1,8 +1,4 @@
-"""Starting the workers and watching them: torch.multiprocessing, torchrun, or one process.
-
-`launch` runs ``fn(comm, payload)`` on every rank of a `WorldLayout` (see `clstm_ppo.training.distributed`)
-and turns how the ranks ended into one exit status and at most one ``error:`` line.
-"""
+"""Starting the workers (`launch`) and watching them: torch.multiprocessing, torchrun, or one process."""
 
 from __future__ import annotations
 
@@ -197,8 +193,7 @@ def _spawn_and_supervise(layout: WorldLayout, fn: WorkerFn, payload: Any) -> int
         kill_all(signal.SIGKILL)  # only if we got here by an exception of our own
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    codes = [p.exitcode for p in procs]
-    return _outcome(codes, collected, signals, layout.world_size)
+    return _outcome([p.exitcode for p in procs], collected, signals, layout.world_size)
 
 
 def _outcome(codes: list[int | None], collected: list[WorkerReport], signals: list[int], world_size: int) -> int:

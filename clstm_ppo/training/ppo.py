@@ -58,11 +58,8 @@ SUMMED_STATS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fract
 
 
 class PhaseTimer:
-    """Wall seconds per named phase, summed over calls (benchmarks; training passes none).
-
-    On CUDA the stream is synchronised around each phase so the time lands where the work runs;
-    that costs throughput, so only benchmarks that report the split use it.
-    """
+    """Wall seconds per named phase, summed over calls (benchmarks; training passes none). On CUDA the stream is
+    synchronised around each phase so the time lands where the work runs, at a cost in throughput."""
 
     def __init__(self, device: torch.device | str) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
@@ -130,10 +127,9 @@ def optimizer_step(
     """Clip one run's (or one seed's) already all-reduced gradients, step unless they are NaN/inf, decay the weight
     matrices by ``weight_decay`` (`decay_weights`); the caller zeroes the gradients.
 
-    Every rank holds the same gradients after DDP's all-reduce, so every rank takes the same decision
-    without a collective. With fp16 the GradScaler skips by itself (dynamic loss scaling); the fused
-    Adam kernel is told through ``found_inf`` and skips on the device (no host sync per minibatch, which
-    on a GPU would stall the launch queue); other optimizers check on the host.
+    With fp16 the GradScaler skips by itself (dynamic loss scaling); the fused Adam kernel is told through
+    ``found_inf`` and skips on the device (no host sync per minibatch, which on a GPU would stall the launch queue);
+    other optimizers check on the host.
 
     :return: ``(grad_norm, skipped)``: 0-dim tensors on the gradients' device; ``skipped`` is 1.0 when this
         step was skipped for non-finite gradients (the GradScaler's own skips are not counted).
@@ -181,14 +177,12 @@ def advantage_statistics(
     :return: per cell ``(adv_mean, adv_std, return_std, explained_variance)``.
     """
     per = advantages.shape[1] // cells
-    f64 = torch.float64
     parts: dict[str, list[Tensor]] = {name: [] for name in STAT_SUMS}
     for k in range(cells):
         cols = slice(k * per, (k + 1) * per)
         adv, ret = advantages[:, cols], returns[:, cols]
-        err = ret - values[:, cols]
-        parts["n"].append(torch.tensor(float(adv.numel()), device=advantages.device, dtype=f64))
-        for name, x in (("a", adv), ("r", ret), ("e", err)):
+        parts["n"].append(torch.tensor(float(adv.numel()), device=advantages.device, dtype=torch.float64))
+        for name, x in (("a", adv), ("r", ret), ("e", ret - values[:, cols])):
             parts[f"{name}1"].append(x.double().sum())
             parts[f"{name}2"].append(x.double().square().sum())
     sums = comm.all_reduce_named({name: torch.stack(v) for name, v in parts.items()})
