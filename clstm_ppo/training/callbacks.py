@@ -114,7 +114,6 @@ class Logger(Callback):
         if self.log is None:
             return
         c, episodes = run.counters, result.episodes
-        seconds = result.rollout_seconds + result.update_seconds
         self.log.record_update(
             episodes,
             first_episode=c.episodes - episodes.shape[0],
@@ -128,7 +127,7 @@ class Logger(Callback):
                 "rollout_seconds": result.rollout_seconds,
                 "update_seconds": result.update_seconds,
             },
-            sps=run.steps_per_update / max(seconds, 1e-9),
+            sps=run.steps_per_update / max(result.rollout_seconds + result.update_seconds, 1e-9),
             time=c.elapsed,
         )
 

@@ -48,9 +48,8 @@ def _number(v: Any) -> float:
 def load_training_log(run_dir: str | Path) -> TrainingLog:
     """Read RUN_DIR/metrics.jsonl (or a metrics file given directly).
 
-    Blank lines and rows of other kinds are ignored. A line that is not a JSON object, or an episode or
-    update row without a numeric ``global_step``, is malformed: skipped and counted, with one
-    ``UserWarning`` giving the count (a run killed mid-write leaves a truncated last line).
+    A line that is not a JSON object, or an episode or update row without a numeric ``global_step``, is malformed:
+    skipped and counted, with one ``UserWarning`` giving the count (a run killed mid-write leaves a truncated line).
 
     :raises UserError: the folder or file is missing, or it holds no episode or update row.
     """
@@ -115,14 +114,13 @@ def plot_training(log: TrainingLog, out_path: str | Path, *, title: str | None =
         ax.text(0.5, 0.5, f"no {what} rows yet", ha="center", va="center", transform=ax.transAxes, color="gray")
 
     def episodes(ax: Any, key: str, label: str) -> tuple[np.ndarray, np.ndarray] | None:
+        ax.set_title(label)
         if not n_ep:
             no_data(ax, "episode")
-            ax.set_title(label)
             return None
         x, y = log.series("episode", key)
         ax.scatter(x, y, s=6, alpha=0.35, color="tab:blue", lw=0, label="episode")
         ax.plot(x, rolling_mean(y, window), color="tab:blue", lw=1.8, label=f"mean of last {window}")
-        ax.set_title(label)
         ax.legend(loc="best", fontsize=8)
         return x, y
 
@@ -132,9 +130,8 @@ def plot_training(log: TrainingLog, out_path: str | Path, *, title: str | None =
             no_data(ax, "update")
             return
         targets = [ax] + [ax.twinx()] * (len(keys) - 1) if twin else [ax] * len(keys)  # twin: the rest on the right
-        colors = ["tab:red", "tab:green", "tab:purple"]
         handles = []
-        for (key, name), target, color in zip(keys, targets, colors, strict=False):
+        for (key, name), target, color in zip(keys, targets, ["tab:red", "tab:green", "tab:purple"], strict=False):
             x, y = log.series("update", key)
             (h,) = target.plot(x, y, color=color, lw=1.4, label=name)
             handles.append(h)
