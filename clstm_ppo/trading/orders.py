@@ -58,10 +58,9 @@ class OrderOutcome:
 def describe(o: OrderOutcome) -> str:
     """One line: "AAPL sell 19: sent (accepted)", "MSFT buy 5: refused: ...", ..."""
     head = f"{o.order.ticker} {o.order.side} {shares_text(o.order.shares)}"
-    status = f" ({o.state.status})" if o.state else ""
     if o.outcome in ("refused", "unknown", "not_sent"):
         return f"{head}: {o.outcome.replace('_', ' ')}: {o.message}"
-    return f"{head}: {o.outcome.replace('_', ' ')}{status}"
+    return f"{head}: {o.outcome.replace('_', ' ')}" + (f" ({o.state.status})" if o.state else "")
 
 
 def send_orders(

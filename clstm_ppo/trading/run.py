@@ -175,12 +175,7 @@ def _journal_decision(
         "decision",
         day=day,
         checkpoint=checkpoint,
-        account={
-            "number": account.number,
-            "cash": account.cash,
-            "equity": account.equity,
-            "buying_power": account.buying_power,
-        },
+        account={k: getattr(account, k) for k in ("number", "cash", "equity", "buying_power")},
         positions={t: float(q) for t, q in zip(decision.tickers, decision.shares, strict=True) if q},
         unknown_positions={s: p.qty for s, p in unknown.items()},
         **{k: v for k, v in decision.to_json().items() if k != "day"},
