@@ -90,16 +90,13 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
             f"not the optimizer and random state a run continues from; a --config file with "
             f'{{"init_weights": "{path}"}} starts a new run from its weights'
         )
-    tickers = other_tickers(ckpt, market)
-    if tickers:
+    if tickers := other_tickers(ckpt, market):
         raise UserError(f"--resume {path}: {tickers}, or start a new run")
-    diff = differences(ckpt, cfg, market, settings=resume_must_match(ckpt.cfg, cfg))
-    if diff:
+    if diff := differences(ckpt, cfg, market, settings=resume_must_match(ckpt.cfg, cfg)):
         raise UserError(
             f"--resume {path}: it was trained with {', '.join(diff)}; give the same settings, or start a new run"
         )
-    other_data = other_market(ckpt, cfg, market)
-    if other_data:
+    if other_data := other_market(ckpt, cfg, market):
         raise UserError(f"--resume {path}: {other_data}")
     return path
 
@@ -128,10 +125,8 @@ def load_weights(path: str | Path, cfg: TrainConfig, market: PreparedMarket) -> 
     """The model weights of checkpoint ``path`` for a new run of ``cfg`` on ``market`` (--init_weights): UserError
     unless it holds the same network (variant, sizes, window, features) for the same tickers."""
     ckpt = load_checkpoint(path)
-    tickers = other_tickers(ckpt, market)
-    if tickers:
+    if tickers := other_tickers(ckpt, market):
         raise UserError(f"--init_weights {path}: {tickers}")
-    diff = differences(ckpt, cfg, market)
-    if diff:
+    if diff := differences(ckpt, cfg, market):
         raise UserError(f"--init_weights {path}: it holds another network: {', '.join(diff)}")
     return ckpt.model_state
