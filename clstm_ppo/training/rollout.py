@@ -91,12 +91,11 @@ def compute_gae(
     :param last_value: ``[B]`` V of the observation after the last step (the next rollout's first).
     :return: ``(advantages [S, B], returns [S, B])`` with returns = advantages + values.
     """
-    steps = rewards.shape[0]
     advantages = torch.zeros_like(rewards)
     next_adv = torch.zeros_like(last_value)
     next_value = last_value
     not_done = (~dones).to(rewards.dtype)
-    for s in reversed(range(steps)):
+    for s in reversed(range(rewards.shape[0])):
         delta = rewards[s] + gamma * next_value * not_done[s] - values[s]
         next_adv = delta + gamma * gae_lambda * not_done[s] * next_adv
         advantages[s] = next_adv
@@ -266,16 +265,14 @@ class RolloutCollector:
         stacked network takes whole cells, so it evaluates every env on such a step (the envs of one run all start
         together: such steps are few) and adds V where cut."""
         if self.stacked:
-            no_start = torch.zeros_like(truncated)
-            values = self.policy.value(final_obs, self.state, no_start).float()
+            values = self.policy.value(final_obs, self.state, torch.zeros_like(truncated)).float()
             return torch.where(truncated, reward + self.gamma * values, reward)
         cut = torch.nonzero(truncated).flatten()
         if not cut.numel():
             return reward
         obs = final_obs.to(self.device).index_select(0, cut)
-        state = self.state.envs(cut)
         no_start = torch.zeros(cut.numel(), dtype=torch.bool, device=self.device)
-        return reward.index_add(0, cut, self.gamma * self.policy.value(obs, state, no_start).float())
+        return reward.index_add(0, cut, self.gamma * self.policy.value(obs, self.state.envs(cut), no_start).float())
 
     def bootstrap_value(self) -> Tensor:
         """V of the observation after the rollout's last step ``[E]`` float32 (GAE's ``last_value``)."""
