@@ -56,8 +56,7 @@ def execution_costs(events: list[dict[str, Any]]) -> tuple[dict[str, float], int
         if cid not in planned or qty <= 0 or price is None:
             continue
         day, side, decided = planned[cid]
-        sign = 1.0 if side == "buy" else -1.0
-        costs[day] = costs.get(day, 0.0) + sign * (float(price) - decided) * qty
+        costs[day] = costs.get(day, 0.0) + (1.0 if side == "buy" else -1.0) * (float(price) - decided) * qty
         fills += 1
     return costs, fills
 
