@@ -1,8 +1,7 @@
 """Historical stock bars from Alpaca's market-data API, as a long DataFrame, cached on disk (docs/data.md, "Alpaca").
 
-`fetch_bars` asks alpaca-py's `StockHistoricalDataClient` for `/v2/stocks/bars` (alpaca-py follows
-`next_page_token` itself, so multi-page, multi-symbol answers arrive whole) and returns FinRL's long
-format: one row per (date, tic) with open/high/low/close in dollars and volume in shares.
+`fetch_bars` asks alpaca-py's `StockHistoricalDataClient` for `/v2/stocks/bars` (alpaca-py follows `next_page_token`
+itself, so multi-page, multi-symbol answers arrive whole) and returns FinRL's long format, one row per (date, tic).
 
 Keys (``ALPACA_API_KEY`` / ``ALPACA_SECRET_KEY``, or alpaca's ``APCA_API_KEY_ID`` / ``APCA_API_SECRET_KEY``) come
 from the environment or ``./.env`` and are sent only as request headers: they never appear in messages, logs, cache
@@ -288,12 +287,11 @@ def patient_client_class(base: type, wait: float, timeout: float) -> type:
     """``base`` (an alpaca-py REST client class: ``StockHistoricalDataClient``, ``TradingClient``) with a
     per-request timeout and exponential backoff: what alpaca-py 0.44 lacks, shared by downloads and trading.
 
-    alpaca-py retries a request answered 429/504 after sleeping ``self._retry_wait``, up to ``self._retry``
-    times (set ``_retry`` on the instance: the clients do not forward ``retry_attempts``, and 0 there means
-    "the default"). Here each read of that wait doubles it (wait, 2 x wait, 4 x wait, ..., at most
-    MAX_RETRY_WAIT_S seconds). alpaca-py passes no timeout to requests, so a server that accepts and never
-    answers would block forever; every request gets ``timeout`` seconds and then raises
-    ``requests.exceptions.Timeout``.
+    alpaca-py retries a request answered 429/504 after sleeping ``self._retry_wait``, up to ``self._retry`` times (set
+    ``_retry`` on the instance: the clients do not forward ``retry_attempts``, and 0 there means "the default"). Here
+    each read of that wait doubles it (wait, 2 x wait, 4 x wait, ..., at most MAX_RETRY_WAIT_S seconds). alpaca-py
+    passes no timeout to requests, so a server that accepts and never answers would block forever; every request gets
+    ``timeout`` seconds and then raises ``requests.exceptions.Timeout``.
     """
 
     class PatientClient(base):  # type: ignore[misc, valid-type]

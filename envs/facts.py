@@ -2,14 +2,13 @@
 the synthetic generator is calibrated to (docs/data.md) and what ``data generate --like`` fits.
 
 All on daily log returns r[t, i] = log(close[t] / close[t-1]); a fact of one ticker is averaged over the tickers
-(`Facts` names them, `FACT_LABELS` in words): the excess kurtosis (`excess_kurtosis`), also its median over the
-tickers (robust to one ticker's outlier, such as an unadjusted split) and that median after `winsorize` (the body of
-the distribution, which a handful of extreme days cannot move); `abs_acf1` (volatility clustering); `leverage`
-(negative: falls raise the next day's volatility); `mean_pair_corr`, over all days and over the `selloff_days`
-(correlations rise in sell-offs on real markets); the median and max of `next_day_corr` (a lead-lag between stocks;
-on real daily data the median is about 0.02, the size of sampling noise); the overnight share var(log(open[t] /
-close[t-1])) / var(r) (NaN on close-only data); the drift (252 x the daily mean) and annual volatility (sqrt(252) x
-the daily std).
+(`Facts` names them, `FACT_LABELS` in words): the excess kurtosis (`excess_kurtosis`), also its median over the tickers
+(robust to one ticker's outlier, such as an unadjusted split) and that median after `winsorize` (the body of the
+distribution, which a handful of extreme days cannot move); `abs_acf1` (volatility clustering); `leverage` (negative:
+falls raise the next day's volatility); `mean_pair_corr`, over all days and over the `selloff_days` (correlations rise
+in sell-offs on real markets); the median and max of `next_day_corr` (a lead-lag between stocks; on real daily data the
+median is about 0.02, the size of sampling noise); the overnight share var(log(open[t] / close[t-1])) / var(r) (NaN on
+close-only data); the drift (252 x the daily mean) and annual volatility (sqrt(252) x the daily std).
 """
 
 from __future__ import annotations

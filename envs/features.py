@@ -164,10 +164,9 @@ def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = IN
 def turbulence_index(close: np.ndarray, lookback: int = TURBULENCE_LOOKBACK, chunk: int = 256) -> np.ndarray:
     """Mahalanobis distance of each day's returns from the trailing `lookback` days (Kritzman & Li).
 
-    turbulence_t = (r_t - mu)' pinv(S) (r_t - mu), r_t = close_t / close_{t-1} - 1 per ticker,
-    mu and S (sample covariance, ddof = 1) from r_{t-lookback} .. r_{t-1}: the days *before* t.
-    The first lookback + 1 days (no full history of returns) are 0. Unlike FinRL we do not also
-    zero the first two positive values after the warm-up.
+    turbulence_t = (r_t - mu)' pinv(S) (r_t - mu), r_t = close_t / close_{t-1} - 1 per ticker, mu and S (sample
+    covariance, ddof = 1) from r_{t-lookback} .. r_{t-1}: the days *before* t. The first lookback + 1 days (no full
+    history of returns) are 0. Unlike FinRL we do not also zero the first two positive values after the warm-up.
 
     :param close: [D, N] float64 dollars
     :param chunk: days per batched covariance/pinv (bounds memory at chunk x lookback x N)
@@ -471,12 +470,11 @@ class PreparedMarket:
     ) -> PreparedMarket:
         """Rebuild from a stored spec, reusing its normalisation and threshold (no refit on new data).
 
-        Indicators and turbulence are recomputed from ``data`` (they are causal, so longer data
-        gives the same values on shared days once warm). Splits come from the spec's dates mapped
-        onto ``data`` unless ``splits`` is given; a split with fewer than 2 days in the data becomes
-        None (the train split then falls back to the whole data, only used for indexing). ``lean``: where the spec's
-        stop is off, the turbulence index is left at zero instead of computed (nothing reads it then: a training
-        pool's markets, `clstm_ppo.market.build_market`).
+        Indicators and turbulence are recomputed from ``data`` (they are causal, so longer data gives the same values on
+        shared days once warm). Splits come from the spec's dates mapped onto ``data`` unless ``splits`` is given; a
+        split with fewer than 2 days in the data becomes None (the train split then falls back to the whole data, only
+        used for indexing). ``lean``: where the spec's stop is off, the turbulence index is left at zero instead of
+        computed (nothing reads it then: a training pool's markets, `clstm_ppo.market.build_market`).
         """
         if spec.get("format") != SPEC_FORMAT:
             raise UserError(f"unsupported market spec format {spec.get('format')!r} (expected {SPEC_FORMAT})")

@@ -132,10 +132,9 @@ def parse_synthetic_options(text: str) -> dict[str, Any]:
 
 def training_draws(text: str) -> int:
     """K of ``train_draws=K`` in the synthetic options ``text`` (after ``synthetic:``; 1 when absent): training runs on
-    the market's own training days and on those of K - 1 more draws of the same generator and options, each from
-    its own seed (`envs.synthetic_pool`), so a policy cannot learn one path by heart; validation and test days are
-    the market's own. UserError for a value that is not a whole number in [1, `MAX_TRAINING_DRAWS`], or on
-    generator 1 or 2."""
+    the market's own training days and on those of K - 1 more draws of the same generator and options, each from its own
+    seed (`training_pool`), so a policy cannot learn one path by heart; validation and test days are the market's own.
+    UserError for a value that is not a whole number in [1, `MAX_TRAINING_DRAWS`], or on generator 1 or 2."""
     named = [value for key, value in _options(text) if key == TRAINING_OPTION]
     if not named:
         return 1

@@ -3,12 +3,11 @@
 Each step is a fixed number of batched tensor operations, whatever B and N are: no Python loop over
 envs or stocks. The trading math is ``envs.kernel.trade_step`` (shared with ``StockTradingEnv``).
 
-Timing: the observation at day t holds closes and indicators up to day t only. The action's orders are sized at
-day t's close and fill at the price ``EnvConfig.execution`` names (`envs.execution`); turbulence of day t decides a
-liquidation, which fills the same way. The env then moves to day t+1 and the reward (the class docstring) is from
-the change of value = cash + shares x close from t's close to t+1's: the costs, the gap between t's close and the
-fill, and the market move of the holdings. Day t+1's prices reach the agent only through that reward and the next
-observation.
+Timing: the observation at day t holds closes and indicators up to day t only. The action's orders are sized at day t's
+close and fill at the price ``EnvConfig.execution`` names (`envs.execution`); turbulence of day t decides a liquidation,
+which fills the same way. The env then moves to day t+1 and the reward (the class docstring) is from the change of
+value = cash + shares x close from t's close to t+1's: the costs, the gap between t's close and the fill, and the market
+move of the holdings. Day t+1's prices reach the agent only through that reward and the next observation.
 
 Observation [B, T, F] float32, F = 1 + N + N + K*N, row j = day t - T + 1 + j (oldest first):
   [0]                    cash / initial_amount, cash held when that day's observation was made
