@@ -78,8 +78,7 @@ def _rolling_mean_and_mad(x: np.ndarray, window: int) -> tuple[np.ndarray, np.nd
     :return: ([D, N], [D, N]) float64
     """
     D = x.shape[0]
-    mean = np.empty_like(x)
-    mad = np.empty_like(x)
+    mean, mad = np.empty_like(x), np.empty_like(x)
     for t in range(min(window - 1, D)):  # warm-up: expanding window over the days so far
         w = x[: t + 1]
         m = w.mean(axis=0)
@@ -108,9 +107,7 @@ def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = IN
     close = np.asarray(data.close, dtype=np.float64)
     high = close if data.close_only else np.asarray(data.high, dtype=np.float64)
     low = close if data.close_only else np.asarray(data.low, dtype=np.float64)
-    D, N = close.shape
     w = INDICATOR_WINDOW
-    out = np.zeros((D, N, len(names)))
 
     # Every recursive average the chosen indicators need goes through one time loop.
     series: list[np.ndarray] = []
@@ -124,8 +121,7 @@ def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = IN
         series += [np.maximum(change, 0.0), np.maximum(-change, 0.0)]
         alphas += [1.0 / w, 1.0 / w]
     if "adx" in names:
-        up = np.zeros_like(high)
-        down = np.zeros_like(low)
+        up, down = np.zeros_like(high), np.zeros_like(low)
         up[1:] = high[1:] - high[:-1]
         down[1:] = low[:-1] - low[1:]
         plus_dm = np.where((up > down) & (up > 0), up, 0.0)
@@ -156,9 +152,7 @@ def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = IN
         tp_mean, tp_mad = _rolling_mean_and_mad(tp, w)
         with np.errstate(invalid="ignore", divide="ignore"):
             results["cci"] = np.where(tp_mad > 0, (tp - tp_mean) / (0.015 * tp_mad), 0.0)
-    for k, name in enumerate(names):
-        out[:, :, k] = results[name]
-    return out
+    return np.stack([results[name] for name in names], axis=-1) if names else np.zeros((*close.shape, 0))
 
 
 def turbulence_index(close: np.ndarray, lookback: int = TURBULENCE_LOOKBACK, chunk: int = 256) -> np.ndarray:
@@ -215,9 +209,7 @@ def price_features(
         return close, indicators
     if mode not in PRICE_MODES:
         raise UserError(f"unknown price feature mode {mode!r}; choose one of {', '.join(PRICE_MODES)}")
-    log_close = np.log(close)
-    price = np.zeros_like(close)
-    price[1:] = log_close[1:] - log_close[:-1]
+    price = np.concatenate([np.zeros_like(close[:1]), np.diff(np.log(close), axis=0)])
     if relative:
         indicators = indicators.copy()
         for k in relative:
@@ -327,9 +319,7 @@ def _dates_to_range(data: MarketData, d: dict[str, str] | None) -> DayRange | No
     dates = np.asarray(data.dates).astype("datetime64[D]")
     start = int(np.searchsorted(dates, np.datetime64(d["start"], "D"), side="left"))
     stop = int(np.searchsorted(dates, np.datetime64(d["end"], "D"), side="right"))
-    if stop - start < 2:
-        return None
-    return DayRange(start, stop)
+    return DayRange(start, stop) if stop - start >= 2 else None
 
 
 def split_ranges(data: MarketData, dates: dict[str, dict[str, str] | None]) -> dict[str, DayRange | None]:
