@@ -49,11 +49,10 @@ def market_witness(data: MarketData) -> dict[str, Any]:
     months = days.astype("datetime64[M]")
     first = np.flatnonzero(np.r_[True, months[1:] != months[:-1]])  # first row of each month present
     order = np.argsort(np.asarray(data.tickers, dtype=str), kind="stable")
-    close = np.asarray(data.close)[np.ix_(first, order)]
     return {
         "dates": [str(d) for d in days[first]],
         "tickers": [data.tickers[i] for i in order],
-        "close": close.tolist(),
+        "close": np.asarray(data.close)[np.ix_(first, order)].tolist(),
     }
 
 

@@ -125,10 +125,9 @@ def execute_orders(
     buy_cost_pct: float,
     sell_cost_pct: float,
 ) -> tuple[Tensor, Tensor, StepStats]:
-    """Rules 2-4 of the module docstring for whole-share ``orders [B, N]`` float64 (+ buy, - sell): sells first
-    (never more than held), then buys capped pro rata by the cash left, costs included; a turbulent env sells
-    everything and buys nothing. The env (through `trade_step`), the study's baselines and paper trading all
-    execute orders here. Same shapes and units as `trade_step`."""
+    """Rules 2-4 of the module docstring for whole-share ``orders [B, N]`` float64 (+ buy, - sell); the env (through
+    `trade_step`), the study's baselines and paper trading all execute orders here. Same shapes and units as
+    `trade_step`."""
     turb = turbulent.unsqueeze(1)
     sell = torch.where(turb, shares, torch.minimum((-orders).clamp_min(0.0), shares))
     want = torch.where(turb, 0.0, orders.clamp_min(0.0))
@@ -149,9 +148,7 @@ def execute_orders(
     new_cash = cash_after_sells - spend
     costs = sell_costs + (spend - (buy * prices).sum(1))
     traded = buy - sell
-    new_shares = shares + traded
-    num_trades = (traded != 0).sum(1)
-    return new_cash, new_shares, StepStats(costs, traded, num_trades, total, total - spend)
+    return new_cash, shares + traded, StepStats(costs, traded, (traded != 0).sum(1), total, total - spend)
 
 
 def portfolio_value(cash: Tensor, shares: Tensor, prices: Tensor) -> Tensor:

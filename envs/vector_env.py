@@ -432,15 +432,12 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         n = length.to(torch.float64)
         mean = s["sum_r"] / n
         var = (s["sum_r2"] - s["sum_r"] * mean) / (n - 1.0).clamp_min(1.0)
-        std = var.clamp_min(0.0).sqrt()
-        sharpe = annualised_sharpe(mean, std, n)
-        init = float(self.config.initial_amount)
         return {
             "reward": s["ep_reward"].clone(),
             "final_value": s["value"].clone(),
-            "return": s["value"] / init - 1.0,
+            "return": s["value"] / float(self.config.initial_amount) - 1.0,
             "trades": s["ep_trades"].clone(),
-            "sharpe": sharpe,
+            "sharpe": annualised_sharpe(mean, var.clamp_min(0.0).sqrt(), n),
             "max_drawdown": s["max_dd"].clone(),
             "length": length,
             "costs": s["ep_costs"].clone(),
