@@ -112,9 +112,7 @@ def redact_url(url: str) -> str:
     """``url`` without user:password and query string, safe to show in a message."""
     try:
         parts = urlsplit(url)
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
+        host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
         return urlunsplit((parts.scheme, host, parts.path, "", ""))
     except ValueError:
         return "<unparseable URL>"

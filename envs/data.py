@@ -491,8 +491,7 @@ def _forward_fill(
         if not col.any():
             continue
         if col[0]:
-            first = int(np.argmin(col))
-            problems.append(f"{tic} has no bar before {dates[first].date()} to fill from")
+            problems.append(f"{tic} has no bar before {dates[int(np.argmin(col))].date()} to fill from")
             continue
         # lengths of runs of consecutive missing days
         edges = np.diff(np.concatenate(([0], col.astype(np.int8), [0])))
@@ -617,7 +616,6 @@ class DayRange:
 
     @property
     def num_days(self) -> int:
-        """Trading days in the range."""
         return self.stop - self.start
 
 
@@ -630,7 +628,6 @@ class Splits:
     test: DayRange | None
 
     def as_dict(self) -> dict[str, DayRange | None]:
-        """{"train": ..., "validation": ..., "test": ...}"""
         return {"train": self.train, "validation": self.validation, "test": self.test}
 
 

@@ -468,8 +468,7 @@ class PreparedMarket:
         """
         if spec.get("format") != SPEC_FORMAT:
             raise UserError(f"unsupported market spec format {spec.get('format')!r} (expected {SPEC_FORMAT})")
-        want = list(spec["tickers"])
-        have = list(data.tickers)
+        want, have = list(spec["tickers"]), list(data.tickers)
         if want != have:
             missing = [t for t in want if t not in have]
             extra = [t for t in have if t not in want]

@@ -45,7 +45,6 @@ def alpaca_options(source: str) -> dict[str, str]:
             raise UserError(
                 f"data source {source!r}: unknown alpaca option {key!r}; accepted: {', '.join(ALPACA_OPTIONS)}"
             )
-        choices = ALPACA_OPTIONS[key]
-        if choices and value not in choices:
+        if (choices := ALPACA_OPTIONS[key]) and value not in choices:
             raise UserError(f"data source {source!r}: {key} must be one of {', '.join(choices)}, got {value!r}")
     return {**ALPACA_DEFAULTS, **options}
