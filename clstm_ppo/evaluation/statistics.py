@@ -315,10 +315,8 @@ def block_bootstrap_sharpe(
     for start in range(0, n_boot, chunk):
         c = min(chunk, n_boot - start)
         days = stationary_bootstrap_indices(d, c, mean_block, rng)  # [c, D]
-        if resample_seeds:
-            seed_counts = rng.multinomial(s, uniform, size=c)  # [c, S]: how often each seed is drawn
-        else:
-            seed_counts = np.ones((c, s))
+        # [c, S]: how often each seed is drawn
+        seed_counts = rng.multinomial(s, uniform, size=c) if resample_seeds else np.ones((c, s))
         # np.take gathers into C-contiguous rows, so every series is summed in the same (pairwise) order
         # whatever its batch shape: an identical policy and baseline give an exactly zero difference
         sharpe = _sharpe(np.take(policy, days, axis=1))  # [S, c]
@@ -343,8 +341,7 @@ def bootstrap_p_value(draws: Any, null: float = 0.0) -> float:
     x = np.asarray(draws, dtype=np.float64)
     if x.ndim != 1 or x.size == 0 or not np.all(np.isfinite(x)):
         raise ValueError(f"draws must be a non-empty finite 1-D array, got shape {x.shape}")
-    below = int(np.sum(x <= null)) + 1
-    above = int(np.sum(x >= null)) + 1
+    below, above = int(np.sum(x <= null)) + 1, int(np.sum(x >= null)) + 1
     return float(min(1.0, 2.0 * min(below, above) / (x.size + 1)))
 
 
@@ -411,8 +408,7 @@ def percentile_interval(draws: np.ndarray, confidence: float, family: int | None
     if family is not None:
         wide = bonferroni_confidence(confidence, family)
         levels += [alpha / family, 1.0 - alpha / family]
-    bounds = np.quantile(draws, levels)
-    errors = quantile_mcse(draws, levels)
+    bounds, errors = np.quantile(draws, levels), quantile_mcse(draws, levels)
     out = {"lo": float(bounds[0]), "hi": float(bounds[1]), "lo_mcse": float(errors[0]), "hi_mcse": float(errors[1])}
     if family is not None:
         out.update(
@@ -705,8 +701,7 @@ def _cscv_sharpe(r: np.ndarray, blocks: list[np.ndarray], masks: np.ndarray) -> 
     q_b = np.stack([(x[i] ** 2).sum(axis=0) for i in blocks])  # [K, N]
     m = masks.astype(np.float64)
     n = (m @ n_b)[:, None]  # [C, 1]
-    s = m @ s_b
-    q = m @ q_b
+    s, q = m @ s_b, m @ q_b
     var = np.maximum(q - s * s / n, 0.0) / (n - 1.0)
     return annualised_sharpe(mu + s / n, np.sqrt(var), n)
 
@@ -751,9 +746,7 @@ def probability_of_backtest_overfitting(returns: Any, num_splits: int = 16) -> d
     in_sample = np.zeros((len(combos), num_splits), dtype=bool)
     in_sample[np.arange(len(combos))[:, None], combos] = True
 
-    is_metric = _cscv_sharpe(r, blocks, in_sample)
-    oos_metric = _cscv_sharpe(r, blocks, ~in_sample)
-
+    is_metric, oos_metric = _cscv_sharpe(r, blocks, in_sample), _cscv_sharpe(r, blocks, ~in_sample)
     best = np.argmax(is_metric, axis=1)  # first index on ties
     chosen = oos_metric[np.arange(len(combos)), best][:, None]
     below = np.sum(oos_metric < chosen, axis=1)
