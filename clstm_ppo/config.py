@@ -3,11 +3,9 @@
 `TrainConfig` holds six sections (`SECTIONS`), each setting declared once with its default and help text
 (`envs.config.setting`, CleanRL's ``Args`` idea: the command line documents itself); functions take the section they
 use. A setting's flag is its field name (``--gamma`` is ``ppo.gamma``; the one exception, ``--data``, is
-``data.source``), so flag names are unique across sections, and the flat ``{flag: value}`` dict of
-`TrainConfig.to_dict` is what checkpoints, ``config.json``, ``--config`` files and study specs hold. A few
-rarely-touched knobs are settings without a flag (`CONFIG_ONLY`, docs/training.md lists them). Derived values are
-properties of their section; `TrainConfig.validate` checks every rule between settings, once, with one clear line;
-`TrainConfig.from_dict` reads a flat dict of any earlier version through `clstm_ppo.migrate`.
+``data.source``), so flag names are unique across sections and one flat ``{flag: value}`` dict (`TrainConfig.to_dict`)
+holds a whole config. Rarely-touched knobs have no flag (`CONFIG_ONLY`, docs/training.md lists them); derived values
+are properties of their section.
 """
 
 from __future__ import annotations
@@ -191,8 +189,7 @@ class DataConfig:
 
     @property
     def ticker_list(self) -> list[str] | None:
-        names = [t.strip() for t in self.tickers.split(",") if t.strip()]
-        return names or None
+        return [t.strip() for t in self.tickers.split(",") if t.strip()] or None
 
     @property
     def indicator_list(self) -> tuple[str, ...]:
@@ -495,8 +492,7 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
 def _known_settings(values: dict[str, Any], source: str) -> dict[str, Any]:
     """``values`` as this version reads them (`clstm_ppo.migrate.settings`); UserError naming unknown settings."""
     values = migrate.settings(values, source)
-    unknown = sorted(set(values) - set(SETTINGS))
-    if unknown:
+    if unknown := sorted(set(values) - set(SETTINGS)):
         raise UserError(f"{source}: unknown setting(s) {', '.join(unknown)}")
     return values
 
