@@ -219,9 +219,7 @@ def run_policy(
 
 def with_risk_free(ck: Checkpoint, risk_free: float | None) -> Checkpoint:
     """``ck`` with another ``--risk_free`` (cash interest and the excess in Sharpe/Sortino), or as it is."""
-    if risk_free is None:
-        return ck
-    return dataclasses.replace(ck, config={**ck.config, "risk_free": float(risk_free)})
+    return ck if risk_free is None else dataclasses.replace(ck, config={**ck.config, "risk_free": float(risk_free)})
 
 
 def result_of(
@@ -612,9 +610,7 @@ def checkpoint_oracle(ck: Checkpoint, market: PreparedMarket, days: DayRange) ->
     """The oracle of ``ck``'s own synthetic market over ``days`` with its env settings (`oracle_run`), or None where
     the market plants no signal (or the env trades shares, which the rule does not speak)."""
     rule = planted_rule(own_source(ck))
-    if rule is None or ck.cfg.env.action_mode != "weights":
-        return None
-    return oracle_run(market, days, ck.cfg.env, rule)
+    return None if rule is None or ck.cfg.env.action_mode != "weights" else oracle_run(market, days, ck.cfg.env, rule)
 
 
 def versus_buy_and_hold(diff: dict[str, Any] | None) -> str:

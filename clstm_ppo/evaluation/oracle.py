@@ -105,8 +105,7 @@ def run_figures(run: PolicyRun, market: PreparedMarket, days: DayRange, env: Env
     """``run``'s Sharpe, return, turnover a year and exposure over ``days`` of ``market`` as the backtest counts them
     (costs, fills, cash interest), beside equal-weight buy-and-hold's on the same days and terms."""
     terms = Terms.of(market.data, env.execution, env.risk_free).days(days.start, days.stop)
-    result = BacktestResult.from_run(run, env, terms)
-    metrics = compute_metrics(result, risk_free=env.risk_free)
+    metrics = compute_metrics(BacktestResult.from_run(run, env, terms), risk_free=env.risk_free)
     return OracleRun(
         run=run,
         sharpe=metrics["policy"]["sharpe"],
@@ -129,9 +128,7 @@ def excess_share(learned: float, buy_and_hold: float, oracle: float) -> float | 
     oracle's edge over buy-and-hold that a policy keeps (1: all of it, 0: none, < 0: it trails buy-and-hold). None
     where the oracle's excess is under `MIN_ORACLE_EXCESS`."""
     excess = oracle - buy_and_hold
-    if not excess >= MIN_ORACLE_EXCESS:
-        return None
-    return (learned - buy_and_hold) / excess
+    return (learned - buy_and_hold) / excess if excess >= MIN_ORACLE_EXCESS else None
 
 
 def share_words(learned: float, buy_and_hold: float, oracle: float) -> str:

@@ -36,9 +36,8 @@ def check_regenerated(ck: Checkpoint) -> None:
         ck.cfg.data, seed=ck.cfg.run.seed, source=source, start=record["first"], end=record["last"], tickers=ck.tickers
     )
     if not recorded_data_matches(record, data):
-        found = data_fingerprint(data)
         raise UserError(
             f"{ck.path}: {source} (seed {ck.cfg.run.seed}) no longer generates the market it was trained on "
-            f"({record['first']} .. {record['last']}: fingerprint {found}, recorded {record['fingerprint']}); "
-            f"backtest it with the version of clstm-ppo that trained it"
+            f"({record['first']} .. {record['last']}: fingerprint {data_fingerprint(data)}, recorded "
+            f"{record['fingerprint']}); backtest it with the version of clstm-ppo that trained it"
         )
