@@ -82,14 +82,11 @@ class SealHit(NamedTuple):
 
 def sealed_hits(ledger: Ledger, witness: dict[str, Any], first: str, last: str) -> list[SealHit]:
     """The seals in the ledger that cover a day of ``first .. last`` on the market of ``witness``."""
-    hits = []
-    for seal in ledger.records("seal"):
-        if not overlaps(seal["from"], seal["to"], first, last):
-            continue
-        agree, _ = agreeing_tickers(seal["witness"], witness)
-        if agree:
-            hits.append(SealHit(seal, agree, max(first, seal["from"]), min(last, seal["to"] or last)))
-    return hits
+    return [
+        SealHit(seal, agree, max(first, seal["from"]), min(last, seal["to"] or last))
+        for seal in ledger.records("seal")
+        if overlaps(seal["from"], seal["to"], first, last) and (agree := agreeing_tickers(seal["witness"], witness)[0])
+    ]
 
 
 def holdout_summary(ledger: Ledger, data: MarketData, first: str, last: str) -> list[dict[str, Any]]:

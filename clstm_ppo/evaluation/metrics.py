@@ -337,8 +337,7 @@ def summarize(
     """
     v = _as_values(values)
     nan = math.nan
-    count: float = nan
-    win = nan
+    count = win = nan
     tv = nan if traded_value is None else float(traded_value)
     cost = nan if costs is None else float(costs)
     if isinstance(trades, int | np.integer):

@@ -264,10 +264,9 @@ def compare_table(results: Mapping[str, Mapping[str, float]], *, keys: Sequence[
     unknown (NaN) as ``n/a``. ``keys`` picks and orders the rows (default: every metric `summarize` gives).
     """
     names = list(results)
-    keys = list(keys) if keys is not None else [k for k in M.METRIC_NAMES]
     header = ["metric", *names]
     rows = []
-    for key in keys:
+    for key in M.METRIC_NAMES if keys is None else keys:
         label, kind = METRIC_ROWS.get(key, (key, "float"))
         rows.append([label, *[format_metric(results[n].get(key, math.nan), kind) for n in names]])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -375,7 +374,6 @@ def write_report(
     """
     out = _prepare_out_dir(out_dir)
     dates = _iso_dates(result.dates)
-    trades = _trades_frame(result.trades)
     metrics = compute_metrics(result, risk_free=risk_free)
     paths = {
         "report": out / "report.json",
@@ -396,7 +394,7 @@ def write_report(
     if result.index_values is not None:
         equity["index_value"] = np.asarray(result.index_values, dtype=np.float64)
     equity.to_csv(paths["equity"], index=False)
-    trades.to_csv(paths["trades"], index=False)
+    _trades_frame(result.trades).to_csv(paths["trades"], index=False)
 
     who = Path(str(result.metadata.get("checkpoint") or result.metadata.get("name") or "policy")).name
     curves = {"policy": result.values, "buy-and-hold": result.baseline_values}
