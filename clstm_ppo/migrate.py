@@ -52,8 +52,7 @@ LEGACY: dict[str, Any] = {
     "rebalance_band": 0.01,  # until 0.2.3
 }
 """What a setting meant in checkpoints and study specs written before it existed, for every setting whose default
-has changed since: the paper's behaviour, no warm start, no bad-tick check, best.pt deployed, 0.2.0's exploration
-noise and 0.2.3's band."""
+has changed since."""
 
 
 def _was_on(values: dict[str, Any], flag: str) -> bool:

@@ -61,10 +61,7 @@ def _stderr(message: str) -> None:
 
 
 class Ledger:
-    """One ledger file: `records` reads it (warning once per problem line, on stderr), `append` adds records durably.
-
-    :param path: the file (`ledger_path` resolves the flag, the environment variable and the default).
-    """
+    """One ledger file (``path`` as `ledger_path` resolves it): `records` reads it, `append` adds records durably."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = ledger_path(path)

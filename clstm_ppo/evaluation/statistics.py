@@ -92,8 +92,7 @@ def beta_alpha(returns: Any, benchmark: Any) -> tuple[float, float]:
     :param returns: ``[D]`` daily simple returns of the portfolio (fractions).
     :param benchmark: ``[D]`` daily simple returns of the benchmark on the same days (fractions).
     :return: ``(beta, alpha)``: ``beta = cov(r, b) / var(b)`` (dimensionless) and the annualised alpha
-        ``alpha = (mean(r) - beta * mean(b)) * 252`` (fraction per year; Jensen's alpha with a zero
-        risk-free rate, annualised arithmetically: the mean daily intercept times 252, not compounded).
+        ``alpha = (mean(r) - beta * mean(b)) * 252`` (fraction per year; Jensen's alpha with a zero risk-free rate).
 
     A benchmark that does not vary (std ``<= ZERO_STD``, or a single day) explains nothing: ``beta = 0``
     and ``alpha = mean(r) * 252``.
