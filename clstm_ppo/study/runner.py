@@ -207,13 +207,11 @@ class _CellPool:
         cell_episodes: int,
         costs: dict[str, float] | None = None,
     ) -> None:
-        """Nothing started yet: ``jobs`` (each a batch of cells, or one) wait for ``layout.workers`` free slots."""
         self.study_dir = study_dir
         self.layout = layout
         self.jobs = jobs
         self.todo = [c for job in jobs for c in job]
         self.total = total  # cells in the study (or shard), the done ones included
-        self.skipped = total - len(self.todo)
         self.log = log
         self.on_done = on_done
         self.cell_episodes = cell_episodes
@@ -290,9 +288,7 @@ class _CellPool:
         )
 
     def eta(self) -> float:
-        """Seconds until the last job ends: each running job at its own pace once it has trained (else its
-        predicted time less what it has run), each waiting one at its family's measured rate, on the first worker to
-        come free. NaN before anything was measured."""
+        """Seconds until the last job ends (`_eta`): running jobs by `seconds_left`, waiting ones by `predicted`."""
         running = [self.seconds_left(job, self.predicted(job.cells)) for job in self.running.values()]
         queued = [self.predicted(cells) for cells in self.queue]
         return _eta(running, queued, self.layout.workers)
@@ -312,9 +308,8 @@ class _CellPool:
                 self.finish(job, cell, code)
 
     def finish(self, job: _Job, cell: Cell, code: int) -> None:
-        """Count a cell of a job whose process exited with ``code``. A done one goes to ``on_done``, its job's time
-        to its family's rate and to the time besides training, and, if nothing has yet, to the wall-time estimate.
-        Then print how it ended, the counts so far and the ETA of the cells left (`eta`)."""
+        """Count a cell of ``job``, whose process exited with ``code``, and print how it ended, the counts and the ETA;
+        a done one goes to ``on_done`` and its job's time into the estimates."""
         folder = self.study_dir / "cells" / cell.name
         status = read_status(folder)
         state = status["status"] if status["status"] in ("done", "failed", "interrupted") else "failed"
@@ -347,13 +342,12 @@ class _CellPool:
             "interrupted": "interrupted",
         }[state]
         self.log(
-            f"[study] {cell.name} {what} | {self.skipped + counts['done']}/{self.total} done, "
+            f"[study] {cell.name} {what} | {self.total - len(self.todo) + counts['done']}/{self.total} done, "
             f"{counts['failed']} failed, {max(left, 0)} left" + (f" | ETA {_duration(eta)}" if eta == eta else "")
         )
 
     def seconds_left(self, job: _Job, per_job: float) -> float:
-        """A running job's seconds to go, from the share of its first cell's episodes trained so far and the time
-        finished jobs took besides training."""
+        """A running job's seconds to go (`_job_seconds_left`), from its first cell's episodes trained so far."""
         todo = max(self.cell_episodes - job.episodes_before, 1) if self.cell_episodes else 0
         pid = job.proc.pid
         if todo and pid not in self.trained:
@@ -408,8 +402,7 @@ def run_study(
     signal when stopped).
 
     Before anything is written: the ledger must be writable, and days a seal covers are trained on or traded only
-    with ``unseal`` (recorded in the ledger). The study and each cell that finishes are appended to the ledger.
-    """
+    with ``unseal`` (recorded in the ledger)."""
     cells = spec.cells()
     _check_before_writing(study_dir, spec, cells, ledger, max_cells, log)
     # batches over the whole grid, shards of whole batches (`clstm_ppo.study.batch`: the same numbers in a shard)
@@ -438,9 +431,8 @@ def run_study(
     prepare(study_dir, spec, mine, data, periods)
     spec.save(study_dir)
     entry = record_study(ledger, study_dir, spec)
-    prepare_s = time.perf_counter() - t0
     where = (
-        f"{layout.gpus} GPU(s) x {layout.workers // max(layout.gpus, 1)}"
+        f"{layout.gpus} GPU(s) x {layout.workers // layout.gpus}"
         if layout.gpus
         else f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
     )
@@ -450,7 +442,7 @@ def run_study(
     log(
         f"[study] {len(mine)} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {len(cells)})' if shard_of else ''}, "
         f"{len(periods)} walk-forward window(s), {episodes_per_cell(spec, len(periods)):,} training episodes per "
-        f"cell, on {where}; data prepared in {prepare_s:.1f} s"
+        f"cell, on {where}; data prepared in {time.perf_counter() - t0:.1f} s"
     )
     counts = run_cells(
         study_dir,
