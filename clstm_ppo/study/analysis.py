@@ -2,11 +2,9 @@
 (docs/study.md, "Statistics"). The statistics themselves are `clstm_ppo.evaluation.statistics` (oracle-tested); this
 module only arranges them.
 
-Per record (a cell's stitched run, its untrained network, a baseline): the paper's Table 6 metrics (CR, MER, MPB,
-APPT, SR), annual return and volatility, Sortino, Calmar, turnover, costs, mean gross exposure, beta and annualised
-alpha against equal-weight buy-and-hold, the information ratio against it, and the probabilistic Sharpe ratio (PSR)
-of the daily returns and of the active returns over buy-and-hold (`active_profile`), since on a long-only book in a
-rising market "Sharpe > 0" mostly measures exposure; the exposure's spread and timing (`exposure_profile`).
+Per record (a cell's stitched run, its untrained network, a baseline): the columns of `TABLE`; beta, alpha and the
+information ratio are against equal-weight buy-and-hold, and "PSR vs B&H" tests the active returns over it, since on a
+long-only book in a rising market "Sharpe > 0" mostly measures exposure.
 """
 
 from __future__ import annotations
@@ -199,7 +197,6 @@ def verdict(
     """One line in plain words, e.g. "clstm: Sharpe 0.97 [0.20, 1.71] (days and seeds resampled; seeds only [0.81,
     1.12]) vs buy-and-hold 1.08 [0.31, 1.80] (days resampled); does not beat it (difference +0.11 [-0.30, +0.52]
     includes 0; p 0.61; does not survive Holm ...); 3/8 seeds beat it; mean exposure 18%"."""
-    exp = summary["exposure"]
     d = vs_buy_and_hold
     diff = f"{d['difference']:+.2f} [{d['lo']:+.2f}, {d['hi']:+.2f}]"
     if d["lo"] > 0:
@@ -214,5 +211,5 @@ def verdict(
     return (
         f"{group}: Sharpe {sharpe_words(interval, summary['sharpe'])} vs buy-and-hold "
         f"{sharpe_words(baseline_interval)}; {word}; {d['seeds_beating']}/{d['num_seeds']} seeds beat it; "
-        f"mean exposure {exp['mean']:.0%}"
+        f"mean exposure {summary['exposure']['mean']:.0%}"
     )

@@ -84,8 +84,6 @@ def build_report(
         oracle = _oracle(base, markets)
         baselines[ORACLE] = {"values": oracle.values, "metrics": record_metrics(oracle, base, bench)}
     cells, rows, by_group = _read_cells(study_dir, spec, bench, turbulent)
-
-    # the ledger: this study and its cells, then every trial on these days of this data (this study's included)
     study = record_study(ledger, study_dir, spec)
     record_cells(ledger, study_dir, spec, study, spec.cells())
     counted = count_trials(
@@ -121,8 +119,7 @@ def build_report(
             )
     between = _between_groups(by_group, confidence=confidence, n_boot=n_boot)
     family = [d for g in groups.values() for d in g["vs"].values()] + between  # Holm's, then each verdict
-    if family:
-        A.holm_family(family, confidence)
+    A.holm_family(family, confidence)
     for group, g in groups.items():
         g["verdict"] = A.verdict(
             group,
@@ -284,7 +281,6 @@ def _group_statistics(
     policy_returns = np.stack([e["returns"] for e in entries])
     untrained_returns = np.stack([e["untrained_returns"] for e in entries])
     boot: dict[str, Any] = {"confidence": confidence, "n_boot": n_boot, "seed": seed}  # every bootstrap here
-    summary = A.seed_summary([e["policy"] for e in entries], keys, **boot)
     untrained = A.seed_summary([e["untrained"] for e in entries], [k for k in keys if k not in A.DEFLATED], **boot)
     against = {
         name: S.paired_sharpe_difference(policy_returns, M.excess_returns(b["values"], rf), family=tried, **boot)
@@ -295,7 +291,7 @@ def _group_statistics(
     )
     return {
         "seeds": [e["cell"].seed for e in entries],
-        "summary": summary,
+        "summary": A.seed_summary([e["policy"] for e in entries], keys, **boot),
         "untrained": untrained,
         "sharpe_interval": S.sharpe_interval(policy_returns, **boot),
         "untrained_sharpe_interval": S.sharpe_interval(untrained_returns, **boot),
@@ -358,15 +354,13 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
     """The plain-words lines: the trials count and the seals, one per configuration against buy-and-hold, then one
     per pair of configurations."""
     tr = report["trials"]
-    head = [
-        f"these days have been traded by {_configurations(tr)} ({tr['num_trials']} trials) so far (ledger {tr['ledger']})"
-    ] + [describe(entry) for entry in report.get("holdout", [])]
-    return (
-        head
-        + [g["verdict"] for g in report["groups"].values()]
-        + oracle_lines(report)
-        + [between_verdict(pair, report["confidence"]) for pair in report.get("between", [])]
-    )
+    return [
+        f"these days have been traded by {_configurations(tr)} ({tr['num_trials']} trials) so far (ledger {tr['ledger']})",
+        *[describe(entry) for entry in report.get("holdout", [])],
+        *[g["verdict"] for g in report["groups"].values()],
+        *oracle_lines(report),
+        *[between_verdict(pair, report["confidence"]) for pair in report.get("between", [])],
+    ]
 
 
 def oracle_lines(report: dict[str, Any]) -> list[str]:
@@ -418,7 +412,6 @@ TABLE6 = tuple(t for t in A.TABLE if t[1] in ("CR", "MER", "MPB", "APPT", "SR", 
 
 
 def _markdown(report: dict[str, Any], spec: StudySpec, rows: list[dict[str, Any]]) -> str:
-    """study.md: the opening lines, then one section after another (each `_md_*` gives its lines), then the files."""
     lines = [
         *_md_head(report, spec),
         *_md_resampling(report),
