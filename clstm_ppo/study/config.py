@@ -43,8 +43,7 @@ class StudyConfig:
         "seeds per configuration: numbers and ranges, e.g. 1-8 or 1,3,5-7; more seeds on a study's folder grow it",
     )
     vary: tuple[str, ...] = setting(
-        (),
-        "a training setting to vary, SETTING=V1,V2 (repeatable: the grid is every combination), e.g. window=5,30",
+        (), "a training setting to vary, SETTING=V1,V2 (repeatable: the grid is every combination), e.g. window=5,30"
     )
     trade_start: str = setting("", "first trading day of the out-of-sample walk-forward (YYYY-MM-DD); required")
     trade_end: str = setting("", "last trading day (default: the data's last day)")

@@ -120,8 +120,7 @@ last bits of a synthetic market differently (prices 2e-13 dollars apart), which 
 
 
 def _close(x: Any, y: Any) -> bool:
-    """Equal shapes and kinds; floats within `SAME_MARKET_RTOL` / `SAME_MARKET_ATOL` (NaN matching NaN), the rest
-    exactly."""
+    """Equal shapes and kinds; floats within the `SAME_MARKET_*` tolerances (NaN matching NaN), the rest exactly."""
     x, y = np.asarray(x), np.asarray(y)
     if x.shape != y.shape or x.dtype.kind != y.dtype.kind:
         return False

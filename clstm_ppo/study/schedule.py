@@ -58,8 +58,7 @@ def _boundaries(dates: pd.DatetimeIndex, first: int, last: int, retrain: str) ->
         "quarterly": span.year * 4 + (span.month - 1) // 3,
         "yearly": span.year,
     }[retrain]
-    key = np.asarray(key)
-    starts = np.flatnonzero(np.diff(key) != 0) + 1  # first day of each new calendar period inside the span
+    starts = np.flatnonzero(np.diff(np.asarray(key)) != 0) + 1  # first day of each new calendar period inside the span
     return [first, *[first + int(i) for i in starts if first + int(i) < last]]
 
 

@@ -98,8 +98,7 @@ class StudySpec:
         """
         mine, theirs = self.identity(), other.identity()
         diff = sorted(k for k in mine if mine[k] != theirs.get(k))
-        grows = diff == ["seeds"] and set(self.seeds) < set(other.seeds)
-        if more_seeds and grows:
+        if more_seeds and diff == ["seeds"] and set(self.seeds) < set(other.seeds):  # a study grown
             return True
         if "base" in diff:
             base_diff = sorted(k for k in mine["base"] if mine["base"][k] != theirs["base"].get(k))

@@ -48,9 +48,7 @@ def config_key(spec: StudySpec, cell: Cell) -> str:
     A setting at the value a file without it is read as (`clstm_ppo.migrate.LEGACY`, else its default) is left
     out, so a release that adds a setting does not make every configuration in a ledger count again."""
     settings = cell.config(spec.base_config).to_dict()
-    for name in NOT_SETTINGS:
-        settings.pop(name, None)
-    settings = {flag: value for flag, value in settings.items() if value != LEGACY.get(flag, SETTINGS[flag].default)}
+    settings = {k: v for k, v in settings.items() if k not in NOT_SETTINGS and v != LEGACY.get(k, SETTINGS[k].default)}
     return _digest({"settings": settings, "schedule": {k: getattr(spec, k) for k in SCHEDULE}})
 
 
