@@ -104,10 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Gaussian market, whose signal is --signal; 2: its planted predictor is hidden from the prices)",
     )
     gen.add_argument(
-        "--signal",
-        type=float,
-        default=0.0,
-        help="--generator 1 only: strength in [0, 1) of its planted signal",
+        "--signal", type=float, default=0.0, help="--generator 1 only: strength in [0, 1) of its planted signal"
     )
 
     ins = sub.add_parser(

@@ -49,8 +49,7 @@ def run_command(entry: Callable[[list[str]], int]) -> int:
 
 
 def run_guarded(entry: Callable[[list[str]], int], argv: Sequence[str]) -> int:
-    """Run ``entry(argv)``; turn user errors into one line on stderr and exit status 2. In a process's one command,
-    what the command's module imported is frozen first (`freeze_imports`)."""
+    """Run ``entry(argv)`` after `freeze_imports`; turn user errors into one line on stderr and exit status 2."""
     freeze_imports()
     args = list(argv)
     debug = "--debug" in args

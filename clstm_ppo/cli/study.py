@@ -220,8 +220,7 @@ def _seal(args: dict[str, Any]) -> int:
 
 
 def _cell(args: dict[str, Any]) -> int:
-    """Internal: one cell, or a batch of cells (comma-separated), in its own process (what the study's runner
-    starts)."""
+    """Internal: one cell, or a batch of cells (comma-separated), in its own process (what the runner starts)."""
     import torch
 
     from clstm_ppo.study.batch import run_batch_guarded

@@ -103,13 +103,12 @@ def describe_data(cfg: TrainConfig) -> str:
     from clstm_ppo.market import data_splits, load_data
 
     data = load_data(cfg.data, seed=cfg.run.seed)
-    splits = data_splits(data, cfg.data)
     names = shown_list(data.tickers, 10)
     lines = [
         f"data: {cfg.data.source} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
         f"({data.num_days} trading days; the first {cfg.data.window - 1} are the window's lookback)"
     ]
-    for name, days in splits.as_dict().items():
+    for name, days in data_splits(data, cfg.data).as_dict().items():
         lines.append(
             f"  {name:<10} none"
             if days is None
