@@ -181,7 +181,7 @@ def main(argv: list[str]) -> int:
     for r, (then, alone, batched, gap) in enumerate(rounds, 1):
         runs = [("`--batch_cells 1` (each cell alone)", here, alone), ("`--batch_cells 0` (batches)", here, batched)]
         if then is not None and before is not None:
-            runs.insert(0, ("its defaults (each cell alone)", f"`{opts.before}` ({before[1]})", then))
+            runs.insert(0, ("its defaults", f"`{opts.before}` ({before[1]})", then))
         for name, code, run in runs:
             versus_before = f" {then['wall'] / run['wall']:.2f} |" if then is not None else ""
             print(
