@@ -124,6 +124,14 @@ CASES = [
     Case("--config with an unknown key", "train", ("--config", "{d}/unknown_key.json", *SYN, *TINY), "learning_rat"),
     Case("missing --config file", "train", ("--config", "{d}/none.json", *SYN, *TINY), "none.json"),
     Case("unknown sub-command", "cli", ("trian",), "trian"),
+    # every command answers a flag it does not know in one line, not with its usage text
+    Case("backtest unknown flag", "cli", ("backtest", "--checkpoint", "{d}/ck/good/latest.pt", "--bogus"), "--bogus"),
+    Case("compare unknown flag", "cli", ("compare", "{d}/ck/good/latest.pt", "--bogus"), "--bogus"),
+    Case("trade unknown flag", "cli", ("trade", "--checkpoint", "{d}/ck/good/latest.pt", "--bogus"), "--bogus"),
+    Case("trade report unknown flag", "cli", ("trade", "report", "--journal", "{d}/journal", "--bogus"), "--bogus"),
+    Case("plot unknown flag", "cli", ("plot", "{d}/ck/good", "--bogus"), "--bogus"),
+    Case("doctor unknown flag", "cli", ("doctor", "--bogus"), "--bogus"),
+    Case("data unknown flag", "cli", ("data", "inspect", "{d}/bad_dates.csv", "--bogus"), "--bogus"),
     # --- studies
     Case(
         "study trade window after the data", "cli", (*STUDY, "--trade_start", "2031-01-01"), "after the data's last day"

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from clstm_ppo.cli.main import OneLineParser
 from clstm_ppo.evaluation.backtest import SPLITS, backtest, compare, distribution_table
 from clstm_ppo.evaluation.holdout import describe
 from clstm_ppo.threads import torch_threads
@@ -67,7 +68,7 @@ def _device(args: argparse.Namespace) -> torch.device:
 
 def main(argv: list[str]) -> int:
     """`clstm-ppo backtest`: one checkpoint over one period -> report folder + console table."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="clstm-ppo backtest", description="Backtest a saved checkpoint against equal-weight buy-and-hold."
     )
     parser.add_argument(
@@ -140,7 +141,7 @@ def _said_period(done: Any) -> str:
 
 def compare_main(argv: list[str]) -> int:
     """`clstm-ppo compare`: several checkpoints, deterministic, on one period -> one table and one PNG."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="clstm-ppo compare", description="backtest several checkpoints (same tickers) on one period"
     )
     parser.add_argument(

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from clstm_ppo.cli.main import OneLineParser
 from envs.atomic import atomic_write
 from envs.data import GAP_POLICIES, MarketData, coverage_gaps, read_frame, standardize_frame
 from envs.errors import UserError
@@ -32,21 +33,16 @@ from envs.synthetic import GENERATOR_VERSION, GENERATOR_VERSIONS
 from envs.text import text_table
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad flags as a UserError (one line, exit 2) instead of printing usage."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise UserError(f"{self.prog}: {message} (see --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The `clstm-ppo data` argument parser."""
-    parser = _Parser(
+    parser = OneLineParser(
         prog="clstm-ppo data",
         description="Generate, inspect or download daily OHLCV market data "
         "in the long format date, tic, open, high, low, close, volume.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{generate,inspect,oracle,download}", parser_class=_Parser)
+    sub = parser.add_subparsers(
+        dest="command", metavar="{generate,inspect,oracle,download}", parser_class=OneLineParser
+    )
 
     gen = sub.add_parser(
         "generate",

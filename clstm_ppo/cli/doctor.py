@@ -7,7 +7,6 @@ values are never printed). Exit status 0 when nothing is wrong, 1 otherwise.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import socket
@@ -16,6 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from clstm_ppo.cli.main import OneLineParser
 from clstm_ppo.training.distributed import find_free_port
 from envs.alpaca import KEY_VARS, SECRET_VARS
 
@@ -100,7 +100,7 @@ def run_checks(checkpoint_dir: Path, env_file: Path) -> list[tuple[str, str, str
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="clstm-ppo doctor", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="clstm-ppo doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--checkpoint_dir", default="checkpoints", help="folder training will write to")
     parser.add_argument("--env_file", default=".env", help="the .env file holding Alpaca keys")
     args = parser.parse_args(argv)

@@ -7,6 +7,7 @@ the traceback instead.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import importlib
 import os
@@ -26,6 +27,14 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("clstm_ppo.cli.data", "main", "generate, inspect or download market data"),
     "doctor": ("clstm_ppo.cli.doctor", "main", "check torch, CUDA, NCCL/gloo, ports, folders and keys"),
 }
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one line and exit status 2 (a UserError), like every other user error,
+    instead of the usage text."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UserError(f"{self.prog}: {message} (see --help)")
 
 
 _ONE_COMMAND = False  # this interpreter runs one command, then exits (`run_command`, `main` without arguments)

@@ -3,19 +3,19 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+from clstm_ppo.cli.main import OneLineParser
 from clstm_ppo.training.curves import load_training_log, plot_training
 from envs.errors import UserError
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``clstm-ppo plot RUN_DIR [--out FILE] [--smooth N] [--title T]``; prints the PNG's path."""
-    parser = argparse.ArgumentParser(prog="clstm-ppo plot", description="Plot a run's training curves to PNG.")
+    parser = OneLineParser(prog="clstm-ppo plot", description="Plot a run's training curves to PNG.")
     parser.add_argument("run_dir", metavar="RUN_DIR", help="run folder holding metrics.jsonl (or the file)")
     parser.add_argument("--out", metavar="FILE", default=None, help="PNG to write (default RUN_DIR/training.png)")
     parser.add_argument("--smooth", type=int, default=0, help="rolling-mean window in episodes (0: auto)")

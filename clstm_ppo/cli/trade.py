@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from clstm_ppo.cli.backtest import device_flag
+from clstm_ppo.cli.main import OneLineParser
 from clstm_ppo.trading.broker import Endpoint
 from clstm_ppo.trading.report import report_table, trade_report
 from clstm_ppo.trading.run import TradeOptions, default_journal, run_trade
@@ -33,7 +34,7 @@ ALPACA_MAX_RETRIES and ALPACA_RETRY_WAIT_SECONDS tune the HTTP timeout and 429/5
 
 def build_parser() -> argparse.ArgumentParser:
     """The flags of `clstm-ppo trade`, each with its help."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="clstm-ppo trade", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
@@ -124,7 +125,7 @@ def main(argv: list[str]) -> int:
 
 def build_report_parser() -> argparse.ArgumentParser:
     """The flags of `clstm-ppo trade report`."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="clstm-ppo trade report",
         description="Compare the paper account's equity with the backtest's value for the same sessions, from the "
         "journal alone (no keys, no network): day returns, total returns, tracking error, and the "
