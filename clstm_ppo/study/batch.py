@@ -29,6 +29,7 @@ from clstm_ppo.study.cell import (
     keep_traded_weights,
     load_run,
     period_config,
+    period_dir,
     read_status,
     save_run,
     selected,
@@ -154,7 +155,7 @@ class _Member:
         self.started = started
 
     def window(self, k: int) -> Path:
-        return self.folder / "periods" / f"{k:03d}"
+        return period_dir(self.folder, k)
 
 
 def run_batch(

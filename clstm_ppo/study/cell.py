@@ -50,6 +50,11 @@ from envs.features import PreparedMarket
 RECORD_FIELDS = ("values", "cash", "holdings", "prices", "costs", "fill_prices", "fill_dates")
 
 
+def period_dir(cell_dir: Path, k: int) -> Path:
+    """Window k's run folder in a cell's folder (the layout above)."""
+    return cell_dir / "periods" / f"{k:03d}"
+
+
 def write_status(folder: Path, status: str, **extra: Any) -> None:
     """``folder/status.json`` (written whole: a reader never sees half a status)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -222,9 +227,7 @@ def run_ensemble(study_dir: Path, cells: list[Cell]) -> PolicyRun:
         return load_run(path, markets[0].data.tickers)[0]
 
     def acting(k: int, market: PreparedMarket) -> Any:
-        nets = [
-            deployed_network(cfg, market, study_dir / "cells" / c.name / "periods" / f"{k:03d}", "cpu") for c in cells
-        ]
+        nets = [deployed_network(cfg, market, period_dir(study_dir / "cells" / c.name, k), "cpu") for c in cells]
         return nets[0] if len(nets) == 1 else Ensemble(nets, cfg.env.action_mode)
 
     with torch_threads(1):  # in the study's own process, beside its cells or other jobs (`torch_threads`)
