@@ -192,6 +192,17 @@ def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) ->
         )
 
 
+def _settled_status(cell_dir: Path, code: int) -> tuple[str, dict[str, Any]]:
+    """A finished cell's state (done, failed, interrupted) and status; recorded failed if it died without a word."""
+    status = read_status(cell_dir)
+    state = status["status"] if status["status"] in ("done", "failed", "interrupted") else "failed"
+    if state == "failed" and status["status"] != "failed":  # died without a word: killed, OOM
+        error = f"the cell's process exited with status {code} (killed, or out of memory?); see its log.txt"
+        write_status(cell_dir, "failed", error=error)
+        status = read_status(cell_dir)
+    return state, status
+
+
 class _CellPool:
     """The jobs of one `run_cells` call: those waiting, those running, what their cells came to, the time they take."""
 
@@ -308,32 +319,34 @@ class _CellPool:
                 self.finish(job, cell, code)
 
     def finish(self, job: _Job, cell: Cell, code: int) -> None:
-        """Count a cell of ``job``, whose process exited with ``code``, and print how it ended, the counts and the ETA;
-        a done one goes to ``on_done`` and its job's time into the estimates."""
-        folder = self.study_dir / "cells" / cell.name
-        status = read_status(folder)
-        state = status["status"] if status["status"] in ("done", "failed", "interrupted") else "failed"
-        if state == "failed" and status["status"] != "failed":  # died without a word: killed, OOM
-            error = f"the cell's process exited with status {code} (killed, or out of memory?); see its log.txt"
-            write_status(folder, "failed", error=error)
-            status = read_status(folder)
+        """Count a cell of ``job``, whose process exited with ``code``, record it when done, print the progress."""
+        state, status = _settled_status(self.study_dir / "cells" / cell.name, code)
         if self.stop and state != "done":
             state = "interrupted"
-        counts = self.counts
-        counts[state] += 1
+        self.counts[state] += 1
         if state == "done":
-            seconds = time.perf_counter() - job.began
-            if not job.measured:
-                job.measured = True
-                self.measure(job.cells, seconds)
-            if job.tail is None and "train_seconds" in status:
-                job.tail = max(seconds - float(status["train_seconds"]), 0.0)
-                self.tails.append(job.tail)
-            if self.on_done is not None:
-                self.on_done(cell)
-            if not self.estimated:
-                self.estimated = True
-                self.log_estimate(job.cells, f" done in {seconds:,.0f} s")
+            self.record_done(job, cell, status)
+        self.log_progress(job, cell, state, status)
+
+    def record_done(self, job: _Job, cell: Cell, status: dict[str, Any]) -> None:
+        """Hand a done cell to ``on_done``; note its job's time (its family's rate) and its time besides training;
+        estimate the wall time from its job if nothing has yet."""
+        seconds = time.perf_counter() - job.began
+        if not job.measured:
+            job.measured = True
+            self.measure(job.cells, seconds)
+        if job.tail is None and "train_seconds" in status:
+            job.tail = max(seconds - float(status["train_seconds"]), 0.0)
+            self.tails.append(job.tail)
+        if self.on_done is not None:
+            self.on_done(cell)
+        if not self.estimated:
+            self.estimated = True
+            self.log_estimate(job.cells, f" done in {seconds:,.0f} s")
+
+    def log_progress(self, job: _Job, cell: Cell, state: str, status: dict[str, Any]) -> None:
+        """Print how a cell ended, the counts so far and the ETA of the cells left (`eta`)."""
+        counts = self.counts
         left = len(self.todo) - counts["done"] - counts["failed"] - counts["interrupted"]
         eta = self.eta() if left > 0 else math.nan
         what = {
