@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from clstm_ppo import __version__ as VERSION
+from envs.data import MarketData
 from envs.errors import UserError
+from envs.fingerprint import data_fingerprint, same_bars
 from envs.source_spec import ALPACA_DEFAULTS, split_source
 
 UNRECORDED_VERSION = "0.1.0"
@@ -286,6 +288,22 @@ def checkpoint(raw: dict[str, Any], path: str) -> dict[str, Any]:
         if written < release(step.release):
             raw = step.upgrade(raw, path)
     return raw
+
+
+# ----------------------------------------------------------------------------------------------- data records
+def unwitnessed_market_matches(record: dict[str, Any], data: MarketData, reference: Callable[[], MarketData]) -> bool:
+    """Whether ``data`` is the synthetic market a data record without a witness was made from (0.2.x, before
+    `envs.sources.data_record` added one at commit ``40e1ad4``).
+
+    Such a record holds only the fingerprint of the bits its machine's numpy computed, and numpy's AVX-512 ``exp``
+    and ``log`` differ from the C library's in the last bit (`envs.libm`), so on a CPU that rounds otherwise the
+    same seed gives another fingerprint. The rule: the market generated again in the C library's rounding
+    (``reference()``, `envs.libm.reference_rounding`: numpy's on every CPU without AVX-512) has the recorded
+    fingerprint, which proves it is the market trained on, bit for bit; and ``data`` holds that market up to float
+    rounding (`envs.fingerprint.same_bars`: every price to 1e-9 of itself). A record written on an AVX-512 CPU is
+    matched by its fingerprint on such a CPU, and refused on others: nothing reproduces its bits there."""
+    market = reference()
+    return data_fingerprint(market) == record.get("fingerprint") and same_bars(market, data)
 
 
 # ----------------------------------------------------------------------------------------------- studies

@@ -47,6 +47,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from envs import libm
 from envs.data import MarketData
 from envs.errors import UserError
 from envs.predictor import SIGNALS, SignalRule
@@ -267,8 +268,8 @@ def draw_factor_market(rng: np.random.Generator, d: int, n: int, model: MarketMo
     drift = rng.uniform(*model.annual_drift, n) / TRADING_DAYS
     m_share = model.market_share * rng.uniform(0.6, 1.4, n)
     s_share = model.sector_share * rng.uniform(0.5, 1.5, n)
-    start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))
-    median_volume = np.exp(rng.uniform(np.log(3e5), np.log(3e7), n))
+    start_price = libm.exp(rng.uniform(libm.log(20.0), libm.log(200.0), n))
+    median_volume = libm.exp(rng.uniform(libm.log(3e5), libm.log(3e7), n))
     # shocks
     normal = rng.standard_normal((d, k))
     chi2 = rng.chisquare(model.tail_dof, (d, k))
@@ -296,7 +297,7 @@ def draw_factor_market(rng: np.random.Generator, d: int, n: int, model: MarketMo
     x[:, 1:] += model.common_vol * x[:, :1]
     var_x = vov**2 / (1 - phi**2)
     var_x[1:] += model.common_vol**2 * var_x[0]  # independent Gaussian parts: variances add
-    h = np.exp(x - var_x / 2)  # [D, K], E[h] = 1
+    h = libm.exp(x - var_x / 2)  # [D, K], E[h] = 1
     scale = np.sqrt((model.tail_dof - 2) / chi2)  # the t shock's scale, z = n * scale
     sd = np.sqrt(h) * scale  # [D, K] the day's standard deviation of each component given its scale
     comp = sd * normal  # [D, K] unit-variance components c
@@ -354,10 +355,10 @@ def business_days(start: str, num_days: int) -> np.ndarray:
 def bars_from_parts(parts: SyntheticParts, dates: np.ndarray) -> MarketData:
     """The OHLCV bars of ``parts`` on ``dates`` [D] (module docstring)."""
     ret, vol = parts.returns, parts.conditional_vol
-    close = parts.start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
+    close = parts.start_price[None, :] * libm.exp(np.cumsum(ret, axis=0))
     prev_close = np.vstack([parts.start_price[None, :], close[:-1]])
-    open_ = prev_close * np.exp(parts.gap)
-    high = np.maximum(open_, close) * np.exp(np.abs(0.5 * vol * parts.wicks[0]))
-    low = np.minimum(open_, close) * np.exp(-np.abs(0.5 * vol * parts.wicks[1]))
-    volume = np.round(parts.median_volume[None, :] * np.exp(0.25 * np.abs(ret) / vol + 0.3 * parts.volume_noise))
+    open_ = prev_close * libm.exp(parts.gap)
+    high = np.maximum(open_, close) * libm.exp(np.abs(0.5 * vol * parts.wicks[0]))
+    low = np.minimum(open_, close) * libm.exp(-np.abs(0.5 * vol * parts.wicks[1]))
+    volume = np.round(parts.median_volume[None, :] * libm.exp(0.25 * np.abs(ret) / vol + 0.3 * parts.volume_noise))
     return MarketData(dates, ticker_names(ret.shape[1]), open_, high, low, close, volume)

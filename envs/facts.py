@@ -19,6 +19,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import stats
 
+from envs import libm
 from envs.data import MarketData
 
 SELLOFF_LOOKBACK = 20  # days of market return before a day that decide whether it is in a sell-off
@@ -62,7 +63,7 @@ FACT_LABELS: dict[str, str] = {
 
 def log_returns(data: MarketData) -> np.ndarray:
     """[D - 1, N] daily log returns of the closes."""
-    return np.diff(np.log(np.asarray(data.close, dtype=np.float64)), axis=0)
+    return np.diff(libm.log(np.asarray(data.close, dtype=np.float64)), axis=0)
 
 
 def excess_kurtosis(r: np.ndarray) -> np.ndarray:
@@ -129,7 +130,7 @@ def market_facts(data: MarketData) -> Facts:
     if data.close_only:
         overnight = float("nan")
     else:
-        gap = np.log(np.asarray(data.open[1:], dtype=np.float64) / np.asarray(data.close[:-1], dtype=np.float64))
+        gap = libm.log(np.asarray(data.open[1:], dtype=np.float64) / np.asarray(data.close[:-1], dtype=np.float64))
         overnight = float((gap.var(axis=0) / r.var(axis=0)).mean())
     kurt = excess_kurtosis(r)
     return Facts(

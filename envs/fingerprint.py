@@ -94,3 +94,16 @@ def recorded_data_matches(record: dict[str, Any], data: MarketData) -> bool:
         return False
     agree, _ = agreeing_tickers(witness, found)
     return len(agree) == len(witness["tickers"])
+
+
+def same_bars(a: MarketData, b: MarketData) -> bool:
+    """Whether two loads hold the same market up to float rounding: the same dates and tickers in the same order, the
+    prices (open, high, low, close) equal to `WITNESS_RTOL` and the volumes (whole shares, rounded from a float) to
+    one share. A price changed by 1e-6 of itself is another market."""
+    if list(a.tickers) != list(b.tickers) or not np.array_equal(np.asarray(a.dates), np.asarray(b.dates)):
+        return False
+    prices = all(
+        np.allclose(getattr(a, name), getattr(b, name), rtol=WITNESS_RTOL, atol=0.0)
+        for name in ("open", "high", "low", "close")
+    )
+    return prices and np.allclose(a.volume, b.volume, rtol=0.0, atol=1.0)

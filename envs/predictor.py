@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from envs import libm
 from envs.errors import UserError
 
 SIGNALS: tuple[str, ...] = ("momentum", "lead_lag")
@@ -145,7 +146,7 @@ def predictor_from_prices(close: np.ndarray, rule: SignalRule) -> np.ndarray:
     """``[D, N]`` the predictor ``a[t, i]`` of daily closes ``close [D, N]`` (dollars, > 0): row t reads rows 0..t
     only (module docstring)."""
     close = np.asarray(close, dtype=np.float64)
-    returns = np.diff(np.log(close), axis=0)
+    returns = np.diff(libm.log(close), axis=0)
     out = np.zeros(close.shape)
     predictor = PredictorFilter(rule, close.shape[1])
     for t in range(1, close.shape[0]):
@@ -159,7 +160,7 @@ def fill_returns(open_: np.ndarray | None, close: np.ndarray) -> np.ndarray:
     fills (``open_`` None: close-only data); NaN in the last two rows."""
     prices = np.asarray(close if open_ is None else open_, dtype=np.float64)
     out = np.full(prices.shape, np.nan)
-    out[:-2] = np.log(prices[2:] / prices[1:-1])
+    out[:-2] = libm.log(prices[2:] / prices[1:-1])
     return out
 
 

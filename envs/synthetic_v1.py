@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from envs import libm
 from envs.data import MarketData
 from envs.errors import UserError
 from envs.factor_market import DEFAULT_MODEL, business_days, checked_size, ticker_names, whole_number
@@ -149,15 +150,15 @@ def generate_market(
     rng = np.random.Generator(np.random.PCG64(seed))
     ret, daily_vol = _draw_returns(rng, d, n, strength, signal, lag)
 
-    start_price = np.exp(rng.uniform(np.log(20.0), np.log(200.0), n))
-    close = start_price[None, :] * np.exp(np.cumsum(ret, axis=0))
+    start_price = libm.exp(rng.uniform(libm.log(20.0), libm.log(200.0), n))
+    close = start_price[None, :] * libm.exp(np.cumsum(ret, axis=0))
     prev_close = np.vstack([start_price[None, :], close[:-1]])
-    open_ = prev_close * np.exp(0.3 * daily_vol * rng.standard_normal((d, n)))
-    high = np.maximum(open_, close) * np.exp(np.abs(0.5 * daily_vol * rng.standard_normal((d, n))))
-    low = np.minimum(open_, close) * np.exp(-np.abs(0.5 * daily_vol * rng.standard_normal((d, n))))
+    open_ = prev_close * libm.exp(0.3 * daily_vol * rng.standard_normal((d, n)))
+    high = np.maximum(open_, close) * libm.exp(np.abs(0.5 * daily_vol * rng.standard_normal((d, n))))
+    low = np.minimum(open_, close) * libm.exp(-np.abs(0.5 * daily_vol * rng.standard_normal((d, n))))
 
-    median_volume = np.exp(rng.uniform(np.log(3e5), np.log(3e7), n))
+    median_volume = libm.exp(rng.uniform(libm.log(3e5), libm.log(3e7), n))
     volume = np.round(
-        median_volume[None, :] * np.exp(0.25 * np.abs(ret) / daily_vol + 0.3 * rng.standard_normal((d, n)))
+        median_volume[None, :] * libm.exp(0.25 * np.abs(ret) / daily_vol + 0.3 * rng.standard_normal((d, n)))
     )
     return MarketData(dates, ticker_names(n), open_, high, low, close, volume)

@@ -18,9 +18,9 @@ import torch
 
 from clstm_ppo.cli.main import main as cli_main
 from clstm_ppo.cli.train import parse_config
-from clstm_ppo.evaluation.regenerate import own_source
 from clstm_ppo.market import load_data
 from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint, restore_market, restore_policy
+from clstm_ppo.training.own_market import own_source
 from clstm_ppo.training.resume import check_resume
 from clstm_ppo.training.run_folder import resolve_run_dir
 from envs.errors import UserError

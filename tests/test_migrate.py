@@ -4,8 +4,10 @@ in effect."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,11 +20,14 @@ from clstm_ppo.cli.train import parse_config
 from clstm_ppo.config import PAPER_BEHAVIOUR, TrainConfig, preset
 from clstm_ppo.market import build_market
 from clstm_ppo.migrate import LEGACY
-from clstm_ppo.training.checkpoint import load_checkpoint
+from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint
 from clstm_ppo.training.distributed import Comm
+from clstm_ppo.training.own_market import regenerated, trained_on
 from clstm_ppo.training.resume import check_resume
 from clstm_ppo.training.trainer import Trainer
 from envs.errors import UserError
+from envs.fingerprint import data_fingerprint
+from envs.libm import reference_rounding
 from tests.conftest import ROOT, TINY, small_model
 
 
@@ -203,20 +208,73 @@ RESUME_WITH = {  # the settings they were trained with whose defaults have chang
 }
 
 
+VALUE_RTOL = 1e-4
+"""Relative tolerance of a final portfolio value recorded on another machine (the fixtures': an AVX2 EPYC). Here the
+market is generated again (numpy's exp and log may round the last bit otherwise: prices move by about 1e-16 of
+themselves) and the network runs on this CPU's kernels (oneDNN's float32 LSTM on AVX-512 rounds otherwise: actions
+move by about 1e-7). A share count is an action times hmax rounded to a whole share, so an action that sits within
+1e-7 of a rounding boundary buys one share more or less: a $20-200 stock moving a few percent until the end of the
+episode, under $100 of $1,000,000. A changed generator, network or trading rule moves these values by far more."""
+SHARPE_ATOL = 1e-3
+"""Absolute tolerance of a Sharpe ratio recorded on another machine: one share more or less on a day moves a day's
+return by under 1e-4 of the book, and the Sharpe ratio of a year's days by well under 1e-3."""
+
+
+def released_backtest(name: str, out: Path) -> tuple[list[float], float]:
+    """The fixture ``name``'s sampled backtest (two episodes, seed 0): its final values; and its deterministic
+    backtest's Sharpe ratio."""
+    common = ["backtest", "--checkpoint", str(OLD / f"{name}.pt"), "--threads", "1"]
+    assert cli_main([*common, "--out", str(out / "s"), "--stochastic", "--episodes", "2", "--seed", "0"]) == 0
+    runs = json.loads((out / "s" / "report.json").read_text())["stochastic"]["runs"]
+    assert cli_main([*common, "--out", str(out / "d")]) == 0
+    sharpe = json.loads((out / "d" / "report.json").read_text())["metrics"]["policy"]["sharpe"]
+    return [r["final_value"] for r in runs], sharpe
+
+
 @pytest.mark.parametrize("name", RELEASED)
 def test_a_released_version_s_checkpoint_backtests_to_the_numbers_that_version_gave(name, tmp_path, capsys):
-    """Its sampled backtest ends its two episodes at the values its own release computed, to the last digit, and its
-    deterministic backtest has that release's Sharpe ratio."""
+    """Its sampled backtest ends its two episodes at the values its own release computed and its deterministic
+    backtest has that release's Sharpe ratio, to the tolerances of figures made on another machine (`VALUE_RTOL`,
+    `SHARPE_ATOL`)."""
     made = MADE[name]
-    ckpt = OLD / f"{name}.pt"
-    assert load_checkpoint(ckpt).version == made["version"]
-    common = ["backtest", "--checkpoint", str(ckpt), "--threads", "1"]
-    assert cli_main([*common, "--out", str(tmp_path / "s"), "--stochastic", "--episodes", "2", "--seed", "0"]) == 0
-    runs = json.loads((tmp_path / "s" / "report.json").read_text())["stochastic"]["runs"]
-    assert [r["final_value"] for r in runs] == made["old_final_values"]
-    assert cli_main([*common, "--out", str(tmp_path / "d")]) == 0
-    sharpe = json.loads((tmp_path / "d" / "report.json").read_text())["metrics"]["policy"]["sharpe"]
-    assert sharpe == float(made["old_deterministic_sharpe"])
+    assert load_checkpoint(OLD / f"{name}.pt").version == made["version"]
+    values, sharpe = released_backtest(name, tmp_path)
+    assert values == pytest.approx(made["old_final_values"], rel=VALUE_RTOL)
+    assert sharpe == pytest.approx(float(made["old_deterministic_sharpe"]), abs=SHARPE_ATOL)
+
+
+@pytest.mark.parametrize("name", ("v020", "v027"))
+def test_a_0_2_checkpoint_without_a_witness_travels_to_a_cpu_that_rounds_otherwise(
+    name, tmp_path, capsys, another_cpus_rounding
+):
+    """0.2.x recorded only its synthetic market's fingerprint. On a CPU whose numpy rounds exp and log otherwise
+    (`tests.conftest.nudged`) the same seed gives other bits, and migrate's rule (`unwitnessed_market_matches`)
+    finds the market by generating it again in the C library's rounding: the checkpoint backtests to its release's
+    figures (`VALUE_RTOL`), compares and resumes. A market with one price changed by 1e-6 of itself is refused."""
+    made = MADE[name]
+    ck = open_checkpoint(OLD / f"{name}.pt")
+    record = ck.market_spec["data"]
+    assert "witness" not in record  # what the rule is for
+    here = regenerated(ck)
+    assert data_fingerprint(here) != record["fingerprint"]  # this CPU's bits are not the recorded ones
+    with reference_rounding():
+        assert data_fingerprint(regenerated(ck)) == record["fingerprint"]
+    values, sharpe = released_backtest(name, tmp_path)
+    assert values == pytest.approx(made["old_final_values"], rel=VALUE_RTOL)
+    assert sharpe == pytest.approx(float(made["old_deterministic_sharpe"]), abs=SHARPE_ATOL)
+    assert cli_main(["compare", str(OLD / f"{name}.pt"), str(OLD / f"{name}.pt"), "--out", str(tmp_path / "c")]) == 0
+    assert trained_on(ck, here)
+    changed = dataclasses.replace(here, close=here.close.copy())
+    changed.close[17, 1] *= 1 + 1e-6  # not a witness day: every price counts
+    assert not trained_on(ck, changed)
+    run = tmp_path / "ck" / name
+    run.mkdir(parents=True)
+    shutil.copy(OLD / f"{name}.pt", run / "latest.pt")
+    generator = made["synthetic_generator"]
+    args = [*TINY, *RESUME_WITH[name], "--data", f"synthetic:tickers=4,days=400,generator={generator}"]
+    args += ["--checkpoint_dir", str(tmp_path / "ck"), "--run_name", name, "--resume", "latest"]
+    cfg = parse_config(args)
+    assert check_resume(cfg, build_market(cfg.data, seed=cfg.run.seed), run) == run / "latest.pt"
 
 
 def test_a_default_0_1_0_checkpoint_is_refused_in_one_line(tmp_path, capsys):

@@ -29,7 +29,6 @@ from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.holdout import guard, iso_days, parse_day
 from clstm_ppo.evaluation.ledger import Ledger
 from clstm_ppo.evaluation.oracle import OracleRun, oracle_run, oracle_words
-from clstm_ppo.evaluation.regenerate import check_regenerated, own_source
 from clstm_ppo.evaluation.report import (
     BacktestResult,
     Report,
@@ -42,6 +41,7 @@ from clstm_ppo.evaluation.report import (
 from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS, paired_sharpe_difference, sharpe_interval, t_interval
 from clstm_ppo.market import is_alpaca, load_data
 from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, refit_market, restore_market, restore_policy
+from clstm_ppo.training.own_market import check_regenerated, own_source
 from clstm_ppo.training.seeds import expand_members
 from envs.config import TRAINING_ONLY
 from envs.data import DayRange, MarketData

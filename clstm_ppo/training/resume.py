@@ -11,10 +11,11 @@ from clstm_ppo.agent.build import model_spec
 from clstm_ppo.agent.model import ModelSpec
 from clstm_ppo.config import SETTINGS, TrainConfig
 from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
+from clstm_ppo.training.own_market import trained_on
 from clstm_ppo.training.run_folder import resolve_resume
 from envs.errors import UserError, shown_list
 from envs.features import PreparedMarket
-from envs.fingerprint import data_fingerprint, recorded_data_matches
+from envs.fingerprint import data_fingerprint
 from envs.sources import is_synthetic, pin_synthetic, synthetic_version
 
 FLAG_OF_SPEC_FIELD = {"obs_norm": "norm_obs"}
@@ -104,15 +105,15 @@ def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Pat
 def other_market(ckpt: Checkpoint, cfg: TrainConfig, market: PreparedMarket) -> str | None:
     """Why ``market``'s data is not the data ``ckpt`` was trained on (None when it is, as far as can be told): the
     synthetic source names another generator than the recorded one (generator 1 where a file records none:
-    `clstm_ppo.migrate.market_spec`), or the recorded fingerprint differs."""
+    `clstm_ppo.migrate.market_spec`), or the data is not the recorded one (`clstm_ppo.training.own_market.trained_on`)."""
     record = ckpt.market_spec.get("data") or {}
-    source, trained_on = cfg.data.source, record.get("generator")
-    if is_synthetic(source) and trained_on is not None and synthetic_version(source.partition(":")[2]) != trained_on:
+    source, generator = cfg.data.source, record.get("generator")
+    if is_synthetic(source) and generator is not None and synthetic_version(source.partition(":")[2]) != generator:
         return (
-            f"it was trained on synthetic generator {trained_on}; give --data "
-            f"{pin_synthetic(source, generator=int(trained_on))} to continue on that market"
+            f"it was trained on synthetic generator {generator}; give --data "
+            f"{pin_synthetic(source, generator=int(generator))} to continue on that market"
         )
-    if "fingerprint" in record and not recorded_data_matches(record, market.data):
+    if not trained_on(ckpt, market.data):
         found = data_fingerprint(market.data)
         return (
             f"this run's data (fingerprint {found}) is not the data it was trained on ({record['fingerprint']}, "
