@@ -527,13 +527,15 @@ PRESETS: dict[str, dict[str, Any]] = {
     # anything in real daily data), trained on 16 draws of that market (train_draws=16) so that it learns the signal,
     # not one path; no turnover penalty and no KL limit (chosen on real data, where there is no signal to trade), a 1%
     # band, exploration noise of log-std -1. Chosen on seeds 201-208; its claim is measured on seeds 101-108
-    # (docs/learning.md). No turbulence stop (today's default).
+    # (docs/learning.md). No turbulence stop (today's default). Cash and holdings enter the state as fractions of the
+    # portfolio's value (issue 69): share counts and cash in units of the initial amount drift out of the range of
+    # 63-day training episodes over a year's evaluation, and some seeds then froze into one stock.
     "demo": dict(
         data="synthetic:tickers=6,days=2520,signal_ic=0.3,signal_kind=lead_lag,signal_halflife=5,train_draws=16",
         window=5, stage1_hidden=32, feature_dim=32, stage2_hidden=64, num_envs=64, n_steps=16, batch_size=512,
         epochs=4, episode_length=63, gamma=0.9, learning_rate_clstm=1e-3, learning_rate_actor_critic=1e-3,
         num_episodes=3000, log_every=500, threads=1, turnover_penalty=0.0, target_kl=0.0, rebalance_band=0.01,
-        init_log_std=-1.0,
+        init_log_std=-1.0, portfolio_features="weights",
     ),
 }  # fmt: skip
 

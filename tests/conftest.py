@@ -314,6 +314,18 @@ def array_checksums(x: np.ndarray) -> list[float]:
     return [float(flat.sum()), float((flat * flat).sum()), float((flat * weights).sum())]
 
 
+VALUE_RTOL = 1e-4
+"""Relative tolerance of a final portfolio value recorded on another machine (the fixtures': an AVX2 EPYC). Here the
+market is generated again (numpy's exp and log may round the last bit otherwise: prices move by about 1e-16 of
+themselves) and the network runs on this CPU's kernels (oneDNN's float32 LSTM on AVX-512 rounds otherwise: actions
+move by about 1e-7). A share count is an action times hmax rounded to a whole share, so an action that sits within
+1e-7 of a rounding boundary buys one share more or less: a $20-200 stock moving a few percent until the end of the
+episode, under $100 of $1,000,000. A changed generator, network or trading rule moves these values by far more."""
+SHARPE_ATOL = 1e-3
+"""Absolute tolerance of a Sharpe ratio recorded on another machine: one share more or less on a day moves a day's
+return by under 1e-4 of the book, and the Sharpe ratio of a year's days by well under 1e-3."""
+
+
 REAL_STOCK_RANGES = {
     "abs_acf1": (0.15, 0.30),
     "pair_corr": (0.2, 0.5),

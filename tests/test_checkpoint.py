@@ -27,7 +27,7 @@ from envs.errors import UserError
 from envs.fingerprint import data_fingerprint, market_witness
 from envs.sources import load_market_data
 from envs.synthetic import GENERATOR_VERSION
-from tests.conftest import QUICK_DATA, ROOT, SCRIPT, TINY, clean_env, read_metrics
+from tests.conftest import QUICK_DATA, ROOT, SCRIPT, TINY, VALUE_RTOL, clean_env, read_metrics
 
 FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
 # The flags it was trained with (tests/fixtures/README.md): TINY with 32 episodes.
@@ -87,7 +87,7 @@ def test_an_old_checkpoint_backtests_to_the_numbers_it_gave_when_written(tmp_pat
     )
     assert proc.returncode == 0, proc.stderr
     runs = json.loads((out / "report.json").read_text())["stochastic"]["runs"]
-    assert [r["final_value"] for r in runs] == pytest.approx(FINAL_VALUES_THEN, rel=1e-9)
+    assert [r["final_value"] for r in runs] == pytest.approx(FINAL_VALUES_THEN, rel=VALUE_RTOL)
 
 
 @pytest.mark.slow

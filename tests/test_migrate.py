@@ -28,7 +28,7 @@ from clstm_ppo.training.trainer import Trainer
 from envs.errors import UserError
 from envs.fingerprint import data_fingerprint
 from envs.libm import reference_rounding
-from tests.conftest import ROOT, TINY, small_model
+from tests.conftest import ROOT, SHARPE_ATOL, TINY, VALUE_RTOL, small_model
 
 
 def recorded(values: dict, source: str = "checkpoint") -> TrainConfig:
@@ -206,18 +206,6 @@ RESUME_WITH = {  # the settings they were trained with whose defaults have chang
     "v020": ["--rebalance_band", "0.01", "--use_turbulence"],
     "v027": ["--use_turbulence"],
 }
-
-
-VALUE_RTOL = 1e-4
-"""Relative tolerance of a final portfolio value recorded on another machine (the fixtures': an AVX2 EPYC). Here the
-market is generated again (numpy's exp and log may round the last bit otherwise: prices move by about 1e-16 of
-themselves) and the network runs on this CPU's kernels (oneDNN's float32 LSTM on AVX-512 rounds otherwise: actions
-move by about 1e-7). A share count is an action times hmax rounded to a whole share, so an action that sits within
-1e-7 of a rounding boundary buys one share more or less: a $20-200 stock moving a few percent until the end of the
-episode, under $100 of $1,000,000. A changed generator, network or trading rule moves these values by far more."""
-SHARPE_ATOL = 1e-3
-"""Absolute tolerance of a Sharpe ratio recorded on another machine: one share more or less on a day moves a day's
-return by under 1e-4 of the book, and the Sharpe ratio of a year's days by well under 1e-3."""
 
 
 def released_backtest(name: str, out: Path) -> tuple[list[float], float]:
