@@ -31,7 +31,7 @@ from clstm_ppo.agent.build import build_model
 from clstm_ppo.agent.evaluate import evaluate_policy
 from clstm_ppo.evaluation.backtest import open_checkpoint, restore_policy
 from clstm_ppo.evaluation.oracle import excess_share, oracle_run, run_figures
-from clstm_ppo.evaluation.statistics import t_interval
+from clstm_ppo.evaluation.statistics import ratio_t_interval, t_interval
 from clstm_ppo.market import build_market
 from clstm_ppo.study.grid import parse_seeds
 from clstm_ppo.training.run_folder import deployed_checkpoint
@@ -55,7 +55,9 @@ def train(seed: int, folder: Path, config: str | None) -> float:
 
 def figures(seed: int, folder: Path) -> dict[str, float]:
     """Trained (test and training days), untrained, buy-and-hold and oracle Sharpe ratios of seed's run, with the
-    trained network's and the oracle's turnover and exposure on the test days."""
+    trained network's and the oracle's turnover and exposure on the test days, and how the trained book moves there:
+    its largest stock's mean weight (a book frozen into one stock shows near 1) and the mean over stocks of each
+    weight's standard deviation over the days (near 0: a static book)."""
     run_dir = folder / f"s{seed}"
     cfg = open_checkpoint(run_dir / "latest.pt").cfg
     ck = open_checkpoint(deployed_checkpoint(run_dir, True, cfg.run.deploy))
@@ -64,12 +66,16 @@ def figures(seed: int, folder: Path) -> dict[str, float]:
     torch.manual_seed(cfg.run.seed)  # the trainer's initial weights
     untrained = build_model(cfg, market)
     oracle = oracle_run(market, "test", cfg.env, require_planted_rule(cfg.data.source))
-    learned = run_figures(evaluate_policy(trained, market, "test", cfg.env), market, market.splits.test, cfg.env)
+    run = evaluate_policy(trained, market, "test", cfg.env)
+    learned = run_figures(run, market, market.splits.test, cfg.env)
+    weights = run.holdings * run.prices / run.values[:, None]  # [D, N] each stock's share of the book
     return {
         "seed": seed,
         "trained": learned.run.sharpe,
         "trained_turnover": learned.annual_turnover,
         "trained_exposure": learned.exposure,
+        "trained_top_weight": float(weights.mean(axis=0).max()),
+        "trained_weight_sd": float(weights.std(axis=0).mean()),
         "oracle_turnover": oracle.annual_turnover,
         "oracle_exposure": oracle.exposure,
         "trained_training_days": evaluate_policy(trained, market, "train", cfg.env).sharpe,
@@ -78,16 +84,6 @@ def figures(seed: int, folder: Path) -> dict[str, float]:
         "oracle": oracle.sharpe,
         "test_days": market.splits.test.num_days,
     }
-
-
-def share_interval(col: dict[str, np.ndarray], draws: int = 10_000, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of the share of the oracle's excess with the seeds resampled (10,000 draws, fixed seed):
-    how far another set of as many seeds could move it."""
-    rng = np.random.default_rng(0)
-    rows = rng.integers(0, len(col["trained"]), (draws, len(col["trained"])))
-    gain = (col["trained"] - col["buy_and_hold"])[rows].mean(axis=1)
-    room = (col["oracle"] - col["buy_and_hold"])[rows].mean(axis=1)
-    return tuple(float(q) for q in np.quantile(gain / room, [(1 - level) / 2, (1 + level) / 2]))  # type: ignore[return-value]
 
 
 def main() -> None:
@@ -112,14 +108,15 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = [{**figures(s, folder), "wall_s": walls[s]} for s in seeds]
     print(
-        "| seed | trained | on training days | untrained | buy-and-hold | oracle | trained turnover, exposure | wall s |"
+        "| seed | trained | on training days | untrained | buy-and-hold | oracle | trained turnover, exposure | "
+        "top weight, weight sd | wall s |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['seed']} | {r['trained']:.2f} | {r['trained_training_days']:.2f} | {r['untrained']:.2f} | "
             f"{r['buy_and_hold']:.2f} | {r['oracle']:.2f} | {r['trained_turnover']:.1f}x, "
-            f"{r['trained_exposure']:.0%} | {r['wall_s']:.0f} |"
+            f"{r['trained_exposure']:.0%} | {r['trained_top_weight']:.0%}, {r['trained_weight_sd']:.2f} | {r['wall_s']:.0f} |"
         )
     col = {k: np.array([r[k] for r in rows]) for k in ("trained", "untrained", "buy_and_hold", "oracle")}
     mean = {k: float(v.mean()) for k, v in col.items()}
@@ -130,10 +127,10 @@ def main() -> None:
         f"\nmeans: trained {mean['trained']:.2f}, untrained {mean['untrained']:.2f}, buy-and-hold "
         f"{mean['buy_and_hold']:.2f}, oracle {mean['oracle']:.2f} (excess {mean['oracle'] - mean['buy_and_hold']:+.2f})"
     )
-    lo, hi = share_interval(col)
+    share_lo, share_hi = ratio_t_interval(col["trained"] - col["buy_and_hold"], col["oracle"] - col["buy_and_hold"])
     print(
-        f"share of the oracle's excess: {'n/a' if share is None else format(share, '.1%')} [{lo:.0%}, {hi:.0%}] "
-        f"(95%, the seeds resampled)"
+        f"share of the oracle's excess: {'n/a' if share is None else format(share, '.1%')} [{share_lo:.0%}, {share_hi:.0%}] "
+        f"(95% t over the seeds, delta method)"
     )
     for name, (lo, hi, one) in (("trained - buy-and-hold", minus_bh), ("trained - untrained", minus_untrained)):
         diff = col["trained"] - col["buy_and_hold" if "buy" in name else "untrained"]
@@ -152,7 +149,7 @@ def main() -> None:
             "config": json.loads(Path(args.config).read_text()) if args.config else {},
             "seeds": rows,
             "share": share,
-            "share_interval": share_interval(col),
+            "share_interval": [share_lo, share_hi],
             "trained_minus_buy_and_hold": minus_bh,
             "trained_minus_untrained": minus_untrained,
         }

@@ -9,7 +9,7 @@ real daily stocks show about 0.02 (docs/data.md). The oracle is the rule that tr
 recomputed from the prices (`clstm_ppo.evaluation.oracle`).
 
 Each seed (market and weights) trains the default policy of the preset through the real train script on the CPU
-(all six at once), whose last line scores the checkpoint it deploys on the test split (the last 15% of the days,
+(all ten at once), whose last line scores the checkpoint it deploys on the test split (the last 15% of the days,
 never seen in training) beside equal-weight buy-and-hold with the same costs and the oracle on the same days (the
 backtest confirms that line: `tests/test_backtest.py`); the same network untrained (the trainer's initial weights)
 is scored here. Asserted, over the seeds:
@@ -18,9 +18,17 @@ is scored here. Asserted, over the seeds:
 * trained minus buy-and-hold and trained minus untrained: one-sided 95% t lower bounds over seeds above 0;
 * the share of the oracle's excess, (mean trained - mean buy-and-hold) / (mean oracle - mean buy-and-hold): >= 25%.
 
-The seeds were drawn once, ``numpy.random.default_rng(58).integers(1000, 10000, 6)``, and written here before their
-first run: they judge, they chose nothing (the preset was chosen on seeds 201-208; its claim, >= 50% on seeds
-101-108, is measured by ``benchmarks/demo_seeds.py`` and recorded in docs/learning.md).
+The seeds were drawn once and written here before their first run: six as
+``numpy.random.default_rng(58).integers(1000, 10000, 6)``, four more as ``numpy.random.default_rng(6901).integers(1000,
+10000, 4)`` (issue 69). They judge, they chose nothing (the preset was chosen on seeds 201-208 and its state's
+portfolio block on issue 69's first 24 robustness seeds; its claims are measured by ``benchmarks/demo_seeds.py`` and
+recorded in docs/learning.md).
+
+Ten seeds, because a verdict must not hinge on the last bit: the same seed trains to other weights on a CPU whose
+kernels round otherwise, so a seed's result is a draw. Over 48 fresh seeds, each trained under two kernel settings,
+none trailed buy-and-hold; the one-sided 95% upper bound of that rate is 6.1%, and at that rate, with a failing seed
+as bad as the worst seen before issue 69's fix, ten seeds fail this test in under 1% of draws
+(`benchmarks/learning_test_size.py`; docs/learning.md, "The same verdict on any machine").
 """
 
 from __future__ import annotations
@@ -42,8 +50,8 @@ from clstm_ppo.market import build_market
 from tests.conftest import SCRIPT, clean_env
 
 LEARN = ["--preset", "demo", "--num_gpus", "0", "--no-progress", "--log_every", "100000"]
-SEEDS = (5590, 3781, 6110, 8918, 9571, 3187)
-"""``numpy.random.default_rng(58).integers(1000, 10000, 6)``: market and weight seeds drawn once, never picked."""
+SEEDS = (5590, 3781, 6110, 8918, 9571, 3187, 4844, 1145, 2240, 2336)
+"""Market and weight seeds drawn once, never picked (the module docstring says how)."""
 SHARE = 0.25
 """The smallest share of the oracle's excess over buy-and-hold the trained network must keep (issue 58)."""
 

@@ -576,3 +576,21 @@ def test_pbo_rejects_bad_shapes():
         st.probability_of_backtest_overfitting(np.zeros((10, 4)), num_splits=16)
     with pytest.raises(ValueError, match="even"):
         st.probability_of_backtest_overfitting(np.zeros((100, 4)), num_splits=5)
+
+
+def test_a_ratio_of_means_interval_scales_the_t_interval_and_covers_the_ratio():
+    """With a fixed denominator it is the numerators' t-interval over it; over 8 seeds drawn from a model whose
+    ratio of means is 0.5 it covers 0.5 in about 95% of 4,000 draws (a percentile bootstrap over the seeds covers
+    less)."""
+    rng = np.random.default_rng(1)
+    a = rng.normal(1.0, 0.7, 8)
+    lo, hi, _ = st.t_interval(a)
+    assert st.ratio_t_interval(a, np.full(8, 2.0)) == pytest.approx((lo / 2.0, hi / 2.0))
+    covered = 0
+    for _ in range(4000):
+        b = rng.normal(3.0, 0.8, 8)
+        lo, hi = st.ratio_t_interval(0.5 * b + rng.normal(0.0, 0.9, 8), b)
+        covered += lo <= 0.5 <= hi
+    assert 0.93 <= covered / 4000 <= 0.97
+    with pytest.raises(ValueError, match="pair by seed"):
+        st.ratio_t_interval(a, np.ones(7))

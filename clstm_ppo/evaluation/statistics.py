@@ -242,6 +242,22 @@ def t_interval(samples: Any, confidence: float = 0.95) -> tuple[float, float, fl
     return float(x.mean() - two), float(x.mean() + two), float(x.mean() - one)
 
 
+def ratio_t_interval(numerators: Any, denominators: Any, confidence: float = 0.95) -> tuple[float, float]:
+    """Student-t interval of a ratio of means over ``S`` seeds, ``mean(a) / mean(b)`` (a share of the oracle's
+    excess: a = trained - buy-and-hold, b = oracle - buy-and-hold, paired by seed), by the delta method: the ratio
+    r -+ ``t_{(1+c)/2, S-1} * std(a - r b, ddof=1) / (sqrt(S) * mean(b))``. For a handful of seeds it is wider and
+    more honest than resampling the seeds. ``S == 1``: ``(nan, nan)``.
+
+    :param numerators: ``[S]``; :param denominators: ``[S]``, with a mean far from 0.
+    """
+    a, b = np.asarray(numerators, dtype=np.float64), np.asarray(denominators, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"numerators {a.shape} and denominators {b.shape} must pair by seed")
+    ratio = float(a.mean() / b.mean())
+    lo, hi, _ = t_interval(a - ratio * b, confidence)
+    return ratio + lo / float(b.mean()), ratio + hi / float(b.mean())
+
+
 def default_block_length(num_days: int) -> int:
     """Mean block length for the stationary bootstrap: ``max(1, round(num_days ** (1/3)))`` days.
 
