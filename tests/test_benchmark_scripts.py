@@ -52,7 +52,7 @@ def test_the_learning_test_is_sized_by_an_upper_bound_on_the_failure_rate(tmp_pa
         for i in range(24):
             bh = float(rng.normal(1.0, 1.0))
             trained = bh - 1.0 if i < behind else bh + 1.5 + float(rng.normal(0.0, 0.6))
-            rows.append({"trained": trained, "buy_and_hold": bh, "untrained": bh - 0.1, "oracle": bh + 3.5})
+            rows.append({"seed": i, "trained": trained, "buy_and_hold": bh, "untrained": bh - 0.1, "oracle": bh + 3.5})
         return {"seeds": rows, "commit": "test"}
 
     chances = {}
@@ -69,6 +69,6 @@ def test_the_learning_test_is_sized_by_an_upper_bound_on_the_failure_rate(tmp_pa
         assert proc.returncode == 0, proc.stderr
         rows = re.findall(r"^\| (\d+) \| ([\d.]+)% \| ([\d.]+)% \|$", proc.stdout, re.M)
         chances[behind] = {int(m): (float(upper), float(point)) for m, upper, point in rows}
-        assert f"{behind}/24 seeds behind buy-and-hold" in proc.stdout
+        assert f"{behind}/24 distinct seeds behind buy-and-hold" in proc.stdout
     assert chances[0][10][0] <= chances[0][6][0] < 5.0
     assert chances[6][6][0] > 5 * max(chances[0][6][0], 0.1) and chances[6][6][0] > chances[6][6][1]
