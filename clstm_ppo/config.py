@@ -21,7 +21,7 @@ from clstm_ppo import migrate
 from envs.config import EnvConfig, setting
 from envs.errors import UserError
 from envs.source_spec import alpaca_options, split_source
-from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MODES
+from envs.state import DEFAULT_PRICE_MODE, INDICATORS, MAX_PRICE_RATIO, PRICE_MODES, column_of, indicator_name_problem
 
 POLICIES = ("clstm", "lstm", "mlp", "shared")
 """The policy families (one module each under `clstm_ppo.agent`): the paper's cascaded LSTM, stage 2 alone on the
@@ -178,8 +178,8 @@ class DataConfig:
     )
     indicators: str = setting(
         ",".join(INDICATORS),
-        f"technical indicators in each day's state, comma-separated from {', '.join(INDICATORS)}; 'none' leaves "
-        "cash, prices and holdings only",
+        f"technical indicators in each day's state, comma-separated from {', '.join(INDICATORS)}, and col:NAME for "
+        "a numeric column NAME of the data file (a forecast, a factor); 'none' leaves cash, prices and holdings only",
     )
     use_turbulence: bool = setting(
         False,
@@ -196,7 +196,8 @@ class DataConfig:
         """The ``--indicators`` as names (empty for 'none')."""
         if self.indicators.strip().lower() == "none":
             return ()
-        return tuple(n.strip().lower() for n in self.indicators.split(",") if n.strip())
+        names = (n.strip() for n in self.indicators.split(","))
+        return tuple(n if column_of(n) is not None else n.lower() for n in names if n)
 
     @property
     def alpaca_options(self) -> dict[str, str]:
@@ -209,9 +210,11 @@ class DataConfig:
             raise UserError(f"--max_price_ratio must be > 1, or 0 to allow any jump; got {self.max_price_ratio:g}")
         names = self.indicator_list
         given = self.indicators.strip().lower() == "none" or names
-        if any(n not in INDICATORS for n in names) or not given or len(set(names)) < len(names):
+        problem = indicator_name_problem(names) if given else "nothing given"
+        if problem:
             raise UserError(
-                f"--indicators {self.indicators!r}: give distinct names from {', '.join(INDICATORS)}, or none"
+                f"--indicators {self.indicators!r}: {problem}; give distinct names from {', '.join(INDICATORS)} "
+                "or col:NAME (a column of the data file), or none"
             )
         if split_source(self.source)[0] == "alpaca":
             alpaca_options(self.source)  # names an unknown option or value

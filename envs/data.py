@@ -26,8 +26,9 @@ runs, or a ticker missing the first date, are refused).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +212,8 @@ def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.Dat
         else:  # kept: MarketData.from_frame reads the dividends it implies
             out["adj_close"] = adj
 
+    features, unreadable = _feature_columns(df, mapping, out)
+
     for col in PRICE_COLUMNS:
         values = out[col].to_numpy()
         if np.isnan(values).any():
@@ -241,7 +244,29 @@ def standardize_frame(df: pd.DataFrame, *, use_adjusted: bool = False) -> pd.Dat
     out.attrs["close_only"] = close_only
     out.attrs["source_columns"] = {k: str(v) for k, v in mapping.items()}
     out.attrs["adjusted"] = bool(use_adjusted)
+    out.attrs["feature_columns"] = features
+    out.attrs["unreadable_columns"] = unreadable
     return out
+
+
+def _feature_columns(df: pd.DataFrame, mapping: dict[str, str], out: pd.DataFrame) -> tuple[list[str], dict[str, str]]:
+    """Copy every further column of ``df`` (beyond those ``mapping`` gives the bars) that reads as numbers into
+    ``out`` under its stripped name, NaN where a value is missing: the data's feature columns (``--indicators
+    col:NAME``, docs/data.md "Feature columns"). Returns their names and, for the columns that do not read as numbers,
+    why (said only where a run names one: a text column such as a sector is no error otherwise)."""
+    used = set(map(str, mapping.values()))
+    features: list[str] = []
+    unreadable: dict[str, str] = dict(df.attrs.get("unreadable_columns", {}))
+    for col in df.columns:
+        name = str(col).strip()
+        if str(col) in used or not name or name in out.columns:
+            continue
+        try:
+            out[name] = _parse_numbers(df[col].reset_index(drop=True), name, out)
+            features.append(name)
+        except UserError as err:
+            unreadable[name] = str(err)
+    return features, unreadable
 
 
 def coverage_gaps(frame: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -286,6 +311,9 @@ class MarketData:
     volume: np.ndarray  # [D, N] float64, shares
     close_only: bool = False  # True when open/high/low were filled from close
     dividends: np.ndarray | None = None  # [D, N] float64 dollars per share paid on day t (zeros when None)
+    columns: dict[str, np.ndarray] = field(default_factory=dict)  # name -> [D, N] float64, the file's further
+    # numeric columns (NaN where missing), the values of date t known at t's close: `envs.features.feature_column`
+    unreadable_columns: dict[str, str] = field(default_factory=dict)  # name -> why it does not read as numbers
 
     def __post_init__(self) -> None:
         dates = np.asarray(self.dates).astype("datetime64[ns]")
@@ -299,6 +327,12 @@ class MarketData:
             if arr.shape != shape:
                 raise ValueError(f"MarketData.{name} has shape {arr.shape}, expected {shape} (days, tickers)")
             object.__setattr__(self, name, arr)
+        columns = {str(k): np.asarray(v, dtype=np.float64) for k, v in self.columns.items()}
+        for name, arr in columns.items():
+            if arr.shape != shape:
+                raise ValueError(f"MarketData column {name!r} has shape {arr.shape}, expected {shape} (days, tickers)")
+        object.__setattr__(self, "columns", columns)
+        object.__setattr__(self, "unreadable_columns", dict(self.unreadable_columns))
         if len(dates) > 1 and not (np.diff(dates.astype(np.int64)) > 0).all():
             raise ValueError("MarketData.dates must be strictly increasing")
         if len(set(self.tickers)) != len(self.tickers):
@@ -353,8 +387,11 @@ class MarketData:
                 )
         columns = (*COLUMNS[2:], *(("adj_close",) if "adj_close" in frame else ()))
         arrays = {c: _pivot(frame, c, dates, tickers) for c in columns}
+        features = {name: _pivot(frame, name, dates, tickers) for name in frame.attrs.get("feature_columns", [])}
         if gaps and gap_policy == "ffill":
             arrays = _forward_fill(arrays, dates, tickers, max_ffill_days)
+        if gap_policy == "ffill":
+            features = {name: _fill_column(name, v, max_ffill_days) for name, v in features.items()}
         check_price_jumps(arrays["close"], dates, tickers, max_price_ratio)
         adj = arrays.pop("adj_close", None)
         return cls(
@@ -362,6 +399,8 @@ class MarketData:
             tickers=tuple(tickers),
             close_only=bool(frame.attrs["close_only"]),
             dividends=None if adj is None else implied_dividends(arrays["close"], adj, dates, tickers),
+            columns=features,
+            unreadable_columns=frame.attrs.get("unreadable_columns", {}),
             **arrays,
         )
 
@@ -383,6 +422,7 @@ class MarketData:
         if self.dividends.any():
             growth = (self.close[1:] + self.dividends[1:]) / self.close[:-1]
             columns["adj_close"] = np.vstack([np.ones((1, n)), np.cumprod(growth, axis=0)]).reshape(-1)
+        columns.update({name: values.reshape(-1) for name, values in self.columns.items()})
         return pd.DataFrame(columns)
 
     def to_path(self, path: str | Path) -> Path:
@@ -402,7 +442,10 @@ class MarketData:
         if not (0 <= start < stop <= self.num_days):
             raise UserError(f"day range [{start}, {stop}) is empty or outside 0..{self.num_days}")
         sl = slice(start, stop)
-        return replace(self, dates=self.dates[sl].copy(), **{k: getattr(self, k)[sl].copy() for k in ARRAYS})
+        columns = {name: v[sl].copy() for name, v in self.columns.items()}
+        return replace(
+            self, dates=self.dates[sl].copy(), columns=columns, **{k: getattr(self, k)[sl].copy() for k in ARRAYS}
+        )
 
     def select_tickers(self, tickers: Iterable[str]) -> MarketData:
         """The given tickers, in the given order; UserError naming any unknown or repeated ticker."""
@@ -420,7 +463,8 @@ class MarketData:
             raise UserError(f"tickers selected more than once: {', '.join(repeated)}")
         cols = [index[t] for t in wanted]
         arrays = {k: getattr(self, k)[:, cols] for k in ARRAYS}
-        return replace(self, dates=self.dates.copy(), tickers=tuple(wanted), **arrays)
+        columns = {name: v[:, cols] for name, v in self.columns.items()}
+        return replace(self, dates=self.dates.copy(), tickers=tuple(wanted), columns=columns, **arrays)
 
     def select_dates(self, start: str | None = None, end: str | None = None) -> MarketData:
         """Days with start <= date <= end (either bound optional); UserError when none remain."""
@@ -438,8 +482,9 @@ class MarketData:
         return str(self.dates[day].astype("datetime64[D]"))
 
     def equals(self, other: MarketData, rtol: float = 0.0, atol: float = 0.0) -> bool:
-        """Equality of dates, tickers and the close_only flag, and of all six arrays: bit for bit by default, or
-        within ``rtol`` / ``atol`` (NaN matching NaN) where another machine's float rounding is not other data."""
+        """Equality of dates, tickers and the close_only flag, and of all six arrays and the feature columns: bit for
+        bit by default (NaN matching NaN in a column), or within ``rtol`` / ``atol`` (NaN matching NaN) where another
+        machine's float rounding is not other data."""
 
         def same(x: np.ndarray, y: np.ndarray) -> bool:
             if not (rtol or atol):
@@ -452,6 +497,13 @@ class MarketData:
             and self.close_only == other.close_only
             and np.array_equal(self.dates, other.dates)
             and all(same(getattr(self, c), getattr(other, c)) for c in ARRAYS)
+            and self.columns.keys() == other.columns.keys()
+            and all(
+                bool(np.array_equal(v, other.columns[k], equal_nan=True))
+                if not (rtol or atol)
+                else same(v, other.columns[k])
+                for k, v in self.columns.items()
+            )
         )
 
 
@@ -507,6 +559,29 @@ def _forward_fill(
     out["volume"] = np.where(missing, 0.0, arrays["volume"])
     if "adj_close" in arrays:  # a filled day pays nothing: both series stay flat
         out["adj_close"] = pd.DataFrame(arrays["adj_close"]).ffill().to_numpy()
+    return out
+
+
+def _fill_column(name: str, values: np.ndarray, max_days: int) -> np.ndarray:
+    """``values`` [D, N] of feature column ``name`` with each run of at most ``max_days`` missing days after a value
+    filled with that value (``gap_policy="ffill"``), saying so in a warning; leading and longer runs stay NaN (a run
+    that names the column is refused: `envs.features.feature_column`)."""
+    missing = np.isnan(values)
+    if not missing.any():
+        return values
+    out = values.copy()
+    for j in np.flatnonzero(missing.any(axis=0)):
+        edges = np.diff(np.concatenate(([0], missing[:, j].astype(np.int8), [0])))
+        for start, stop in zip(np.flatnonzero(edges == 1), np.flatnonzero(edges == -1), strict=True):
+            if start > 0 and stop - start <= max_days:
+                out[start:stop, j] = values[start - 1, j]
+    count = int(missing.sum() - np.isnan(out).sum())
+    if count:
+        warnings.warn(
+            f"--gap_policy ffill: filled {count} missing value(s) of column {name!r} with the previous day's value "
+            f"(runs of at most {max_days} days)",
+            stacklevel=4,
+        )
     return out
 
 
@@ -722,3 +797,32 @@ def split_days(
                 f"({data.num_days} days in the data, window {window})"
             )
     return splits
+
+
+def columns_from_file(path: str | Path, names: Sequence[str], data: MarketData) -> MarketData:
+    """``data`` with the feature columns ``names`` taken from the long file ``path`` (date, tic and the columns; bars
+    are not needed) by date and ticker: what `clstm-ppo trade --features` adds to Alpaca's bars, which hold none. A
+    day or ticker the file lacks is missing (NaN), and `envs.features.feature_column` names it where a run reads it.
+
+    :raises UserError: an unreadable file, no date or tic column, or a column of ``names`` it lacks (one line naming
+        it), or one that does not read as numbers.
+    """
+    frame = read_frame(path)
+    mapping = _resolve_columns(list(frame.columns))
+    if "date" not in mapping or "tic" not in mapping:
+        raise UserError(
+            f"{path}: needs date and tic columns beside the feature columns (has {', '.join(map(str, frame.columns))})"
+        )
+    by_name = {str(c).strip(): c for c in frame.columns}
+    lacking = [n for n in names if n not in by_name]
+    if lacking:
+        raise UserError(f"{path} has no column {', '.join(map(repr, lacking))}, which the policy reads (col:NAME)")
+    tics = frame[mapping["tic"]].astype(str).str.strip().reset_index(drop=True)
+    dates, _ = _parse_dates(frame[mapping["date"]].reset_index(drop=True), tics)
+    long = pd.DataFrame({"date": dates, "tic": tics})
+    for name in names:
+        long[name] = _parse_numbers(frame[by_name[name]].reset_index(drop=True), name, long)
+    long = long.drop_duplicates(["date", "tic"], keep="last")
+    index = pd.DatetimeIndex(data.dates)
+    added = {name: _pivot(long, name, index, list(data.tickers)) for name in names}
+    return replace(data, columns={**data.columns, **added})

@@ -40,7 +40,15 @@ import numpy as np
 
 from envs.data import DayRange, MarketData, Splits
 from envs.errors import UserError
-from envs.state import DEFAULT_PRICE_MODE, HOLDINGS_SCALE, INDICATORS, PRICE_MODES, StateLayout
+from envs.state import (
+    DEFAULT_PRICE_MODE,
+    HOLDINGS_SCALE,
+    INDICATORS,
+    PRICE_MODES,
+    StateLayout,
+    column_of,
+    indicator_name_problem,
+)
 
 INDICATOR_WINDOW = 30
 """Window of RSI, CCI and DX in trading days (FinRL's ``_30`` indicators)."""
@@ -92,16 +100,47 @@ def _rolling_mean_and_mad(x: np.ndarray, window: int) -> tuple[np.ndarray, np.nd
     return mean, mad
 
 
-def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = INDICATORS) -> np.ndarray:
-    """Technical indicators for every day and ticker (conventions in the module docstring).
+def feature_column(data: MarketData, name: str) -> np.ndarray:
+    """``[D, N]`` float64: the data's own numeric column ``name`` (``--indicators col:NAME``), its value on date t
+    known at t's close (docs/data.md, "Feature columns").
 
-    :param names: a subset of ``INDICATORS``, in the order wanted
+    :raises UserError: in one line, naming the column, where the data has no such column, where it does not read as
+        numbers, where a value is infinite, or where one is missing (the first ticker and date, and how many).
+    """
+    if name not in data.columns:
+        if name in data.unreadable_columns:
+            raise UserError(f"col:{name}: {data.unreadable_columns[name]}")
+        have = ", ".join(data.columns) or "none"
+        raise UserError(f"col:{name}: the data has no column {name!r} (its feature columns: {have})")
+    values = data.columns[name]
+    for bad, what, fix in (
+        (np.isinf(values), "is infinite", "fix the file"),
+        (
+            np.isnan(values),
+            "has no value",
+            "fill it in the file, start the data later, or load with --gap_policy ffill (fills short runs)",
+        ),
+    ):
+        if bad.any():
+            day, col = np.argwhere(bad)[0]
+            raise UserError(
+                f"column {name!r} {what} for {data.tickers[col]} on {data.date_str(int(day))} ({int(bad.sum())} "
+                f"value(s) in all): {fix}"
+            )
+    return values
+
+
+def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = INDICATORS) -> np.ndarray:
+    """Technical indicators for every day and ticker (conventions in the module docstring), and the data's own feature
+    columns named ``col:NAME`` (`feature_column`).
+
+    :param names: built-in indicators of ``INDICATORS`` and ``col:NAME``, in the order wanted
     :return: [D, N, K] float64, K = len(names); causal (day t uses days 0..t)
     """
     names = tuple(names)
-    unknown = [n for n in names if n not in INDICATORS]
-    if unknown:
-        raise UserError(f"unknown indicator(s) {unknown}; available: {list(INDICATORS)}")
+    problem = indicator_name_problem(names)
+    if problem:
+        raise UserError(f"indicators {list(names)}: {problem}; available: {list(INDICATORS)} and col:NAME")
     if data.close_only and ({"cci", "adx"} & set(names)):
         warnings.warn("market data has closes only: CCI and ADX use the close for high and low", stacklevel=2)
     close = np.asarray(data.close, dtype=np.float64)
@@ -132,7 +171,7 @@ def compute_indicators(data: MarketData, names: tuple[str, ...] | list[str] = IN
         alphas += [1.0 / w] * 3
     smooth = iter(np.moveaxis(_ewm(np.stack(series, axis=-1), np.asarray(alphas)), -1, 0)) if series else iter(())
 
-    results: dict[str, np.ndarray] = {}
+    results: dict[str, np.ndarray] = {n: feature_column(data, c) for n in names if (c := column_of(n)) is not None}
     if "macd" in names:
         results["macd"] = next(smooth) - next(smooth)
     if "rsi" in names:

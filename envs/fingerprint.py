@@ -26,13 +26,17 @@ _FIELDS = ("open", "high", "low", "close", "volume")
 
 def data_fingerprint(data: MarketData) -> str:
     """``sha256`` (hex, first 20 characters) of the tickers in sorted order, the dates (day resolution) and the
-    ``[D, N]`` OHLCV arrays with their columns in that ticker order (float64, little-endian bits)."""
+    ``[D, N]`` OHLCV arrays with their columns in that ticker order (float64, little-endian bits), then each feature
+    column (`MarketData.columns`, by name), so a file with a planted forecast is other data than its bars alone."""
     order = np.argsort(np.asarray(data.tickers, dtype=str), kind="stable")
     h = hashlib.sha256()
     h.update(("\n".join(data.tickers[i] for i in order) + "\n").encode())
     h.update(np.ascontiguousarray(np.asarray(data.dates).astype("datetime64[D]").astype("<i8")).tobytes())
     for name in _FIELDS:
         h.update(np.ascontiguousarray(np.asarray(getattr(data, name))[:, order].astype("<f8")).tobytes())
+    for name in sorted(data.columns):  # a file's feature columns (none: the fingerprint of its bars alone)
+        h.update(f"column {name}\n".encode())
+        h.update(np.ascontiguousarray(data.columns[name][:, order].astype("<f8")).tobytes())
     return h.hexdigest()[:20]
 
 
@@ -43,17 +47,24 @@ WITNESS_RTOL = 1e-9
 def market_witness(data: MarketData) -> dict[str, Any]:
     """The close of every ticker on the first trading day of each calendar month in ``data``.
 
-    :return: ``{"dates": [M] "YYYY-MM-DD", "tickers": [N] (sorted), "close": [M][N] dollars}`` (JSON-able).
+    :return: ``{"dates": [M] "YYYY-MM-DD", "tickers": [N] (sorted), "close": [M][N] dollars}`` (JSON-able), and
+        where the data has feature columns, ``"columns": {name: [M][N]}`` of their values on the same days.
     """
     days = np.asarray(data.dates).astype("datetime64[D]")
     months = days.astype("datetime64[M]")
     first = np.flatnonzero(np.r_[True, months[1:] != months[:-1]])  # first row of each month present
     order = np.argsort(np.asarray(data.tickers, dtype=str), kind="stable")
-    return {
+    witness: dict[str, Any] = {
         "dates": [str(d) for d in days[first]],
         "tickers": [data.tickers[i] for i in order],
         "close": np.asarray(data.close)[np.ix_(first, order)].tolist(),
     }
+    if data.columns:  # ``{name: [M][N]}``, None where missing: a planted forecast makes another market
+        witness["columns"] = {
+            name: [[None if math.isnan(v) else v for v in row] for row in values[np.ix_(first, order)].tolist()]
+            for name, values in sorted(data.columns.items())
+        }
+    return witness
 
 
 def agreeing_tickers(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -77,6 +88,27 @@ def agreeing_tickers(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], l
         )
         (agree if same else differ).append(ticker)
     return agree, differ
+
+
+def same_columns(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Do two witnesses (`market_witness`) hold the same feature columns: the same names (none in a witness without
+    ``"columns"``) and, on every witness day and ticker both hold, values equal to `WITNESS_RTOL` (missing matching
+    missing)?"""
+    a_columns, b_columns = a.get("columns", {}), b.get("columns", {})
+    if a_columns.keys() != b_columns.keys():
+        return False
+    a_col = {t: i for i, t in enumerate(a["tickers"])}
+    b_col = {t: i for i, t in enumerate(b["tickers"])}
+    b_row = {d: i for i, d in enumerate(b["dates"])}
+    shared = [(i, b_row[d]) for i, d in enumerate(a["dates"]) if d in b_row]
+    tickers = a_col.keys() & b_col.keys()
+    for name, values in a_columns.items():
+        for i, j in shared:
+            for ticker in tickers:
+                x, y = values[i][a_col[ticker]], b_columns[name][j][b_col[ticker]]
+                if (x is None) != (y is None) or (x is not None and not math.isclose(x, y, rel_tol=WITNESS_RTOL)):
+                    return False
+    return True
 
 
 def recorded_data_matches(record: dict[str, Any], data: MarketData) -> bool:

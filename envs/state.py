@@ -20,6 +20,29 @@ return stays in the training range out of sample, where price levels drift away 
 INDICATORS: tuple[str, ...] = ("macd", "rsi", "cci", "adx")
 """The technical indicators a state can carry (all by default, FinRL's set; conventions in envs.features)."""
 
+COLUMN_PREFIX = "col:"
+"""``--indicators col:NAME`` puts the data file's own numeric column NAME into each day's state as one more indicator
+(docs/data.md, "Feature columns"): a forecast, a factor, a sentiment score."""
+
+
+def column_of(name: str) -> str | None:
+    """The file column a state indicator name reads (``"col:alpha"`` -> ``"alpha"``), None for a built-in one."""
+    return name[len(COLUMN_PREFIX) :] if name.startswith(COLUMN_PREFIX) else None
+
+
+def indicator_name_problem(names: tuple[str, ...]) -> str | None:
+    """Why ``names`` (``--indicators``, parsed) is not a valid indicator list, or None: each a distinct built-in
+    indicator or ``col:NAME`` with a NAME."""
+    for name in names:
+        column = column_of(name)
+        if column is None and name not in INDICATORS:
+            return f"unknown indicator {name!r}"
+        if column is not None and not column.strip():
+            return f"{name!r} names no column (give col:NAME)"
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    return f"{', '.join(repeated)} given twice" if repeated else None
+
+
 PORTFOLIO_FEATURES = ("shares", "weights")
 """How cash and holdings enter the state: "shares" (cash / initial amount and shares / HOLDINGS_SCALE, as in
 the paper) or "weights" (cash and each holding's value as fractions of the portfolio value)."""

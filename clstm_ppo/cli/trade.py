@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data_cache_dir", default=None, help="where bars are cached (default: the run's setting)")
     parser.add_argument("--device", default="cpu", help="cpu | cuda: where the policy runs")
+    parser.add_argument(
+        "--features",
+        default=None,
+        help="CSV or Parquet file with date, tic and the columns a policy trained with --indicators col:NAME reads, "
+        "up to the decision day (Alpaca's bars hold none; docs/trading.md)",
+    )
     return parser
 
 

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from envs.errors import UserError
-from envs.fingerprint import agreeing_tickers
+from envs.fingerprint import agreeing_tickers, same_columns
 
 LEDGER_ENV = "CLSTM_PPO_LEDGER"
 DEFAULT_LEDGER = "~/.clstm_ppo/ledger.jsonl"
@@ -217,12 +217,14 @@ def overlaps(first_a: str, last_a: str, first_b: str, last_b: str) -> bool:
 def same_market(study: dict[str, Any], tickers: list[str], witness: dict[str, Any]) -> bool:
     """Is a ledger study record's data the market described by ``tickers`` and ``witness``?
 
-    The same tickers, and every one of them agrees on the witness days both hold (`agreeing_tickers`).
+    The same tickers, every one of them agreeing on the witness days both hold (`agreeing_tickers`), and the same
+    feature columns (`same_columns`): a file with a planted forecast is another market than its bars alone, and a
+    forecast planted with another seed another again, so each counts its own trials.
     """
     if sorted(study["tickers"]) != sorted(tickers):
         return False
     agree, differ = agreeing_tickers(study["witness"], witness)
-    return not differ and len(agree) == len(tickers)
+    return not differ and len(agree) == len(tickers) and same_columns(study["witness"], witness)
 
 
 def same_data_trials(

@@ -2,8 +2,9 @@
 (window, price feature, turbulence stop), then normalisation and turbulence threshold refitted once per
 retraining window. Stored as plain arrays and JSON (no pickle) for the cell processes to load.
 
-    prepared/<key>.npz    dates [D] int64 ns, open/high/low/close/volume [D, N], indicators [D, N, K], turbulence [D]
-    prepared/<key>.json   tickers, indicator names, window, settings, and per period: splits (day ranges),
+    prepared/<key>.npz    dates [D] int64 ns, open/high/low/close/volume [D, N], indicators [D, N, K], turbulence [D],
+                          columns [C, D, N] (the data's feature columns)
+    prepared/<key>.json   tickers, column and indicator names, window, settings, and per period: splits (day ranges),
                           normalisation statistics and turbulence threshold
 """
 
@@ -60,11 +61,13 @@ def save_markets(folder: Path, key: str, markets: list[PreparedMarket]) -> None:
         dates=data.dates.astype("datetime64[ns]").astype(np.int64),
         indicators=first.indicators,
         turbulence=first.turbulence,
+        columns=np.stack(list(data.columns.values())) if data.columns else np.zeros((0, *data.close.shape)),
         **{name: getattr(data, name) for name in ARRAYS},
     )
     meta: dict[str, Any] = {
         "tickers": list(data.tickers),
         "close_only": bool(data.close_only),
+        "columns": list(data.columns),
         "indicator_names": list(first.indicator_names),
         "window": first.window,
         "turbulence_lookback": first.turbulence_lookback,
@@ -87,12 +90,13 @@ def load_markets(folder: Path, key: str) -> list[PreparedMarket]:
     """The markets `save_markets` wrote, one per period (arrays loaded without pickle)."""
     meta = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
     with np.load(folder / f"{key}.npz", allow_pickle=False) as z:
-        arrays = {name: z[name] for name in (*ARRAYS, "dates", "indicators", "turbulence") if name in z}
+        arrays = {name: z[name] for name in (*ARRAYS, "dates", "indicators", "turbulence", "columns") if name in z}
     arrays.setdefault("dividends", np.zeros_like(arrays["close"]))  # prepared before dividends were read
     data = MarketData(
         dates=arrays["dates"].astype("datetime64[ns]"),
         tickers=tuple(meta["tickers"]),
         close_only=bool(meta["close_only"]),
+        columns=dict(zip(meta.get("columns", []), arrays.get("columns", ()), strict=True)),
         **{name: arrays[name] for name in ARRAYS},
     )
     return [

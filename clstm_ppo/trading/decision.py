@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,12 +26,13 @@ from clstm_ppo.market import is_alpaca
 from clstm_ppo.training.checkpoint import Checkpoint, restore_market
 from envs.alpaca import parse_timeframe, resolve_data_url
 from envs.config import EnvConfig
-from envs.data import DayRange, parse_date
+from envs.data import DayRange, columns_from_file, parse_date
 from envs.errors import UserError, shown_list
 from envs.execution import FILLS_AT, resolve_execution
 from envs.factor_market import is_synthetic_ticker
 from envs.features import PreparedMarket
 from envs.kernel import orders_from_actions, portfolio_value, target_weights, trade_step
+from envs.state import column_of
 from envs.vector_env import write_portfolio_columns
 
 
@@ -97,17 +99,37 @@ class Decision:
 
 
 def check_tradable(
-    ck: Checkpoint, *, replay_start: str | None = None, history_start: str | None = None, data_url: str | None = None
+    ck: Checkpoint,
+    *,
+    replay_start: str | None = None,
+    history_start: str | None = None,
+    data_url: str | None = None,
+    features: str | None = None,
 ) -> None:
     """Everything about the checkpoint, its tickers and the dates that can be checked without the network.
 
     :raises UserError: synthetic tickers (no exchange lists them), bars other than daily, no start date for the
         bars, a ``history_start`` or ``replay_start`` that is not a date, no test split to start the replay at,
-        a data URL that is not http(s).
+        a data URL that is not http(s), a policy reading feature columns without a ``features`` file holding them.
     """
+    _feature_columns(ck, features)
     _bars_start(ck, history_start)
     _replay_start(ck, replay_start)
     resolve_data_url(data_url or ck.cfg.data.data_url or None)
+
+
+def _feature_columns(ck: Checkpoint, features: str | None) -> list[str]:
+    """The data columns ``ck``'s policy reads (``col:NAME`` indicators), once a ``features`` file (``trade
+    --features``) is known to be given for them: Alpaca's bars hold none."""
+    names = [c for n in ck.market_spec.get("indicator_names", []) if (c := column_of(str(n))) is not None]
+    if names and not features:
+        raise UserError(
+            f"{ck.path} reads the column(s) {', '.join(names)} of its data (col:NAME), which Alpaca's bars do not "
+            "hold: pass --features FILE with date, tic and those columns up to the decision day"
+        )
+    if features and not Path(features).is_file():
+        raise UserError(f"--features {features}: no such file")
+    return names
 
 
 def _bars_start(ck: Checkpoint, history_start: str | None) -> str:
@@ -161,8 +183,10 @@ def load_trading_market(
     history_start: str | None = None,
     data_url: str | None = None,
     cache_dir: str | None = None,
+    features: str | None = None,
 ) -> PreparedMarket:
-    """The checkpoint's market over its tickers' daily Alpaca bars from its first date to ``day`` (step 1-2).
+    """The checkpoint's market over its tickers' daily Alpaca bars from its first date to ``day`` (step 1-2), with
+    the feature columns its policy reads taken from the file ``features`` (`envs.data.columns_from_file`).
 
     :param history_start: first date of bars (default: the checkpoint's ``start``; earlier or later moves the
         indicators' warm-up away from the backtest's).
@@ -178,7 +202,10 @@ def load_trading_market(
     if cache_dir:
         overrides["data_cache_dir"] = cache_dir
     run_ck = dataclasses.replace(ck, config={**ck.config, **overrides})
-    market = restore_market(ck, load_backtest_data(run_ck, end=day.isoformat()))
+    data = load_backtest_data(run_ck, end=day.isoformat())
+    if columns := _feature_columns(ck, features):
+        data = columns_from_file(str(features), columns, data)
+    market = restore_market(ck, data)
     last = _day(market.data.dates[-1])
     if last < day:
         raise UserError(

@@ -57,6 +57,7 @@ class TradeOptions:
     data_url: str | None = None
     data_cache_dir: str | None = None
     device: str = "cpu"
+    features: str | None = None  # a file of the feature columns the policy reads (Alpaca's bars hold none)
 
 
 @dataclass
@@ -84,7 +85,13 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
     cks = open_members(paths)
     ck = cks[0]  # the members share its market and env settings (open_members)
     for member in cks:
-        check_tradable(member, replay_start=opts.replay_start, history_start=opts.history_start, data_url=opts.data_url)
+        check_tradable(
+            member,
+            replay_start=opts.replay_start,
+            history_start=opts.history_start,
+            data_url=opts.data_url,
+            features=opts.features,
+        )
     name = opts.order_tag or ck.cfg.run.run_name or ck.path.resolve().parent.name
     tag = run_tag(name if len(cks) == 1 else f"{name}-ensemble{len(cks)}")
     folder = Path(opts.journal) if opts.journal else default_journal(ck.path, endpoint, len(cks))
@@ -110,7 +117,12 @@ def run_trade(opts: TradeOptions, say: Say = print) -> TradeResult:
         )
 
     market = load_trading_market(
-        ck, session.day, history_start=opts.history_start, data_url=opts.data_url, cache_dir=opts.data_cache_dir
+        ck,
+        session.day,
+        history_start=opts.history_start,
+        data_url=opts.data_url,
+        cache_dir=opts.data_cache_dir,
+        features=opts.features,
     )
     days = replay_days(ck, market, opts.replay_start)
     account, shares, unknown = _holdings(broker, endpoint, market, submit=opts.submit)
