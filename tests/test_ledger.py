@@ -3,6 +3,7 @@ the same market recognised across reloads, seals refused or recorded; bad input 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from clstm_ppo.evaluation.holdout import guard, make_seal, sealed_hits
-from clstm_ppo.evaluation.ledger import Ledger, count_trials, record, same_data_trials
+from clstm_ppo.evaluation.ledger import Ledger, count_trials, record, same_data_trials, same_data_tried
 from envs.errors import UserError
 from envs.fingerprint import agreeing_tickers, data_fingerprint, market_witness
 from envs.sources import load_market_data
@@ -225,6 +226,39 @@ def test_trials_count_on_the_same_data_and_overlapping_days_only(tmp_path):
     n = count_trials(found)
     assert (n.num_trials, n.num_configurations) == (5, 3)
     assert n.sharpe_variance_daily == pytest.approx(np.var([0.10, 0.05, -0.02, 0.07, 0.07], ddof=1))
+
+
+def test_trials_tried_outside_the_ledger_count_on_their_days_of_their_market(tmp_path):
+    data = generate_market(num_tickers=3, num_days=300, seed=4)
+    path = tmp_path / "bars.csv"
+    data.to_path(path)
+    ledger_file = tmp_path / "ledger.jsonl"
+    tried = ["study", "tried", "--data", f"csv:{path}", "--ledger", str(ledger_file)]
+    days = ["--from", "2014-06-02", "--to", "2014-09-30"]
+    what = ["--trials", "60", "--configurations", "15", "--what", "rounds 1-6, docs/changes.md"]
+    proc = cli(tmp_path, *tried, *days, *what)
+    assert proc.returncode == 0 and "recorded: 60 trials of 15 configurations" in proc.stdout, proc.stderr
+    again = cli(tmp_path, *tried, *days, *what)
+    assert again.returncode == 0 and "already recorded" in again.stdout
+    ledger = Ledger(ledger_file)
+    ledger.append([trial("t1", 0.10, fingerprint=data_fingerprint(data), first="2014-06-02", last="2014-09-30")])
+    shorter = data.slice_days(0, 280)  # the same market to an earlier day: the same data, another fingerprint
+    planted = dataclasses.replace(data, columns={"alpha": np.ones(data.close.shape)})
+
+    def counted(market, first: str, last: str) -> tuple[int, int]:
+        where = dict(fingerprint=data_fingerprint(market), tickers=list(market.tickers), witness=market_witness(market))
+        found = same_data_trials(ledger, **where, first=first, last=last)
+        n = count_trials(found, same_data_tried(ledger, **where, first=first, last=last))
+        return n.num_trials, n.num_configurations
+
+    assert counted(data, "2014-09-01", "2014-12-31") == (61, 16)
+    assert counted(shorter, "2014-09-01", "2014-12-31") == (60, 15)  # t1's fingerprint is the whole data's
+    assert counted(shorter, "2014-10-01", "2014-12-31") == (0, 0)  # other days
+    assert counted(planted, "2014-09-01", "2014-12-31") == (0, 0)  # a planted column: another market
+    bad = ["--trials", "3", "--configurations", "4", "--what", "x"]
+    assert "no fewer trials" in one_error_line(cli(tmp_path, *tried, *days, *bad))
+    later = ["--from", "2030-01-02", "--to", "2030-09-30", *what]
+    assert "outside the data" in one_error_line(cli(tmp_path, *tried, *later))
 
 
 # -------------------------------------------------------------------------------------------------- seals

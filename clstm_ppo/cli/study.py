@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--config sets; later windows: --retrain_episodes)",
     )
     add_config_flags(parser, skip=STUDY_OWNED | {"num_episodes"})
-    commands = parser.add_subparsers(dest="command", metavar="{merge,report,seal}", parser_class=Parser)
+    commands = parser.add_subparsers(dest="command", metavar="{merge,report,seal,tried}", parser_class=Parser)
     merge = commands.add_parser(
         "merge",
         help="join the finished cells of shard folders into one study",
@@ -100,6 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
     seal.add_argument("--to", dest="end", default="", help="last sealed day (default: none, every later day too)")
     seal.add_argument("--ledger", default=None, help=LEDGER_HELP)
     seal.set_defaults(run=_seal)
+    tried = commands.add_parser(
+        "tried",
+        help="count trials run before or outside the ledger",
+        description="Record in the trials ledger that TRIALS trials of CONFIGURATIONS configurations were traded on "
+        "--from .. --to of a data set outside the ledger (before it existed, or by hand): every later report on "
+        "those days of that market counts them in its Bonferroni family and its deflated Sharpe ratio's number "
+        "of trials. Their Sharpe ratios are unknown, so they add to the count only.",
+    )
+    tried.add_argument("--data", required=True, help="the data source (synthetic[:k=v] | csv:PATH | parquet:PATH)")
+    tried.add_argument("--from", dest="start", required=True, help="first traded day (YYYY-MM-DD)")
+    tried.add_argument("--to", dest="end", required=True, help="last traded day (YYYY-MM-DD)")
+    tried.add_argument("--trials", type=int, required=True, help="how many trials (a configuration and a seed each)")
+    tried.add_argument("--configurations", type=int, required=True, help="how many distinct configurations")
+    tried.add_argument("--what", required=True, help="what was tried, where it is written down (one line)")
+    tried.add_argument("--ledger", default=None, help=LEDGER_HELP)
+    tried.set_defaults(run=_tried)
     cell = commands.add_parser("_cell")  # the runner's own: not listed
     cell.add_argument("folder")
     cell.add_argument("cells", help="a cell's name, or several comma-separated: trained as one batch")
@@ -216,6 +232,33 @@ def _seal(args: dict[str, Any]) -> int:
         f"sealed {period} of {args['data']}: {seal['sealed_days_then']} trading days there now, "
         f"{len(seal['tickers'])} tickers (seal {seal['id']} in {ledger.path})"
     )
+    return 0
+
+
+def _tried(args: dict[str, Any]) -> int:
+    from clstm_ppo.evaluation.holdout import parse_day
+    from clstm_ppo.evaluation.ledger import Ledger, tried_record
+    from clstm_ppo.market import load_data
+
+    ledger = Ledger(args["ledger"])
+    ledger.check_writable()
+    source = TrainConfig.from_dict({"data": args["data"]}, source="--data").validate()
+    data = load_data(source.data, seed=source.run.seed)
+    first, last = (parse_day(args[k], f).strftime("%Y-%m-%d") for k, f in (("start", "--from"), ("end", "--to")))
+    entry = tried_record(
+        data,
+        args["data"],
+        first,
+        last,
+        trials=args["trials"],
+        configurations=args["configurations"],
+        what=args["what"],
+    )
+    said = f"{entry['num_trials']} trials of {entry['num_configurations']} configurations on {first} .. {last}"
+    if not ledger.append([entry]):
+        print(f"already recorded: {said} of {args['data']} ({ledger.path})")
+        return 0
+    print(f"recorded: {said} of {args['data']}, counted by every later report on those days ({ledger.path})")
     return 0
 
 

@@ -1,7 +1,8 @@
 """The trials ledger (docs/study.md): one append-only JSON-lines file, by default one per user (`ledger_path`), that
 remembers every configuration traded on a market's days, every seal of a hold-out period and every time one was broken.
 
-Each line is one JSON object with ``"kind"`` (study, trial, seal, unseal: `REQUIRED` lists their fields), ``"key"`` and
+Each line is one JSON object with ``"kind"`` (study, trial, seal, unseal, tried: `REQUIRED` lists their fields; a
+"tried" record counts trials run before or outside the ledger, by hand: `tried_record`), ``"key"`` and
 ``"ledger": 1``. A record whose ``(kind, key)`` is already there is not written again (re-reporting a study never counts
 its cells twice). Every record is written whole, flushed and fsynced before the next; a line that is not a record (a
 last line cut short by a kill) is reported once on stderr and skipped, and the next append starts on a fresh line.
@@ -10,6 +11,7 @@ last line cut short by a kill) is reported once on stderr and skipped, and the n
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import sys
@@ -19,8 +21,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from envs.data import MarketData
 from envs.errors import UserError
-from envs.fingerprint import agreeing_tickers, same_columns
+from envs.fingerprint import agreeing_tickers, data_fingerprint, market_witness, same_columns
 
 LEDGER_ENV = "CLSTM_PPO_LEDGER"
 DEFAULT_LEDGER = "~/.clstm_ppo/ledger.jsonl"
@@ -43,6 +46,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     ),
     "seal": ("key", "fingerprint", "tickers", "witness", "from", "to", "source", "time"),
     "unseal": ("key", "seal", "command", "what", "first", "last", "time"),
+    "tried": ("key", "fingerprint", "tickers", "witness", "first", "last", "num_trials", "num_configurations", "what"),
 }
 """The fields each kind of record must hold; a line lacking one is reported and skipped."""
 
@@ -257,6 +261,56 @@ def same_data_trials(
     return list(out.values())
 
 
+def tried_record(
+    data: MarketData, source: str, first: str, last: str, *, trials: int, configurations: int, what: str
+) -> dict[str, Any]:
+    """The ledger record of ``trials`` trials of ``configurations`` configurations traded on ``first .. last``
+    (inclusive, ``YYYY-MM-DD``) of ``data`` before or outside the ledger (``clstm-ppo study tried``): counted with the
+    ledger's own trials wherever a report counts trials on those days of that market (`count_trials`). Their Sharpe
+    ratios are unknown, so they add to the count, not to the spread of Sharpe ratios.
+
+    :raises UserError: a day outside the data or before ``first``, fewer trials than configurations, or none.
+    """
+    days = np.datetime_as_string(np.asarray(data.dates).astype("datetime64[D]"), unit="D")
+    for name, day in (("--from", first), ("--to", last)):
+        if not str(days[0]) <= day <= str(days[-1]):
+            raise UserError(f"{name} {day} is outside the data ({days[0]} .. {days[-1]})")
+    if last < first:
+        raise UserError(f"--to {last} is before --from {first}")
+    if configurations < 1 or trials < configurations:
+        raise UserError(f"give at least one configuration and no fewer trials: {trials} trials of {configurations}")
+    if not what.strip():
+        raise UserError("say what was tried (--what): the record is read by people too")
+    fingerprint = data_fingerprint(data)
+    key = hashlib.sha256(f"tried\n{fingerprint}\n{first}\n{last}\n{what.strip()}".encode()).hexdigest()[:16]
+    return record(
+        "tried",
+        key,
+        source=source,
+        fingerprint=fingerprint,
+        tickers=sorted(data.tickers),
+        witness=market_witness(data),
+        first=first,
+        last=last,
+        num_trials=int(trials),
+        num_configurations=int(configurations),
+        what=what.strip(),
+    )
+
+
+def same_data_tried(
+    ledger: Ledger, *, fingerprint: str, tickers: list[str], witness: dict[str, Any], first: str, last: str
+) -> list[dict[str, Any]]:
+    """Every "tried" record (`tried_record`) on the same data (its fingerprint, or `same_market`) that traded a day of
+    ``first .. last``."""
+    return [
+        r
+        for r in ledger.records("tried")
+        if overlaps(r["first"], r["last"], first, last)
+        and (r["fingerprint"] == fingerprint or same_market(r, tickers, witness))
+    ]
+
+
 def _trial_identity(trial: dict[str, Any]) -> tuple[Any, ...]:
     """What makes two trial records one trial: the configuration, the cell (its seed), the days and the Sharpe ratio
     it earned on them; a record without a cell name is only itself (its key)."""
@@ -275,16 +329,20 @@ class TrialCount(NamedTuple):
     active_variance_daily: float  # variance of the daily Sharpe ratios of their returns over buy-and-hold
 
 
-def count_trials(trials: list[dict[str, Any]]) -> TrialCount:
-    """`TrialCount` of ledger trial records (`same_data_trials`)."""
+def count_trials(trials: list[dict[str, Any]], tried: list[dict[str, Any]] | None = None) -> TrialCount:
+    """`TrialCount` of ledger trial records (`same_data_trials`) and "tried" records (`same_data_tried`): the latter
+    add their trials and configurations to the counts, and nothing to the variances (their Sharpe ratios are not
+    known)."""
+    extra_trials = sum(int(r["num_trials"]) for r in tried or [])
+    extra_configurations = sum(int(r["num_configurations"]) for r in tried or [])
     if not trials:
-        return TrialCount(0, 0, 0.0, 0.0)
+        return TrialCount(extra_trials, extra_configurations, 0.0, 0.0)
     sharpe = np.array([t["sharpe_daily"] for t in trials], dtype=np.float64)
     active = np.array([t["active_sharpe_daily"] for t in trials], dtype=np.float64)
     many = len(trials) > 1
     return TrialCount(
-        num_trials=len(trials),
-        num_configurations=len({t["config"] for t in trials}),
+        num_trials=len(trials) + extra_trials,
+        num_configurations=len({t["config"] for t in trials}) + extra_configurations,
         sharpe_variance_daily=float(sharpe.var(ddof=1)) if many else 0.0,
         active_variance_daily=float(active.var(ddof=1)) if many else 0.0,
     )
