@@ -6,6 +6,8 @@ clstm-ppo data inspect examples/data/stocks_daily_6_ohlcv.csv
 clstm-ppo data inspect --facts csv:examples/data/stocks_daily_6_ohlcv.csv synthetic:tickers=20
 clstm-ppo data oracle synthetic:tickers=6,signal_ic=0.3,signal_halflife=5 --seed 3
 clstm-ppo data oracle examples/data/stocks_daily_6_ohlcv.csv --signal momentum,halflife=20
+clstm-ppo data oracle planted.csv --signal col:forecast
+clstm-ppo data plant examples/data/stocks_daily_6_ohlcv.csv --ic 0.05 --halflife 10 --seed 1 --out planted.csv
 clstm-ppo data download --tickers AAPL,MSFT --start 2015-01-01 --end 2024-12-31 --out bars.csv
 """
 
@@ -41,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         "in the long format date, tic, open, high, low, close, volume.",
     )
     sub = parser.add_subparsers(
-        dest="command", metavar="{generate,inspect,oracle,download}", parser_class=OneLineParser
+        dest="command", metavar="{generate,inspect,oracle,plant,download}", parser_class=OneLineParser
     )
 
     gen = sub.add_parser(
@@ -136,27 +138,58 @@ def build_parser() -> argparse.ArgumentParser:
 
     orc = sub.add_parser(
         "oracle",
-        help="what the rule that trades a planted signal earns on a market, computed from its prices alone",
-        description="Recompute a signal's predictor from the market's closes (what the file holds up to each day's "
-        "close, nothing else: envs/predictor.py), measure its information coefficient with the return the fills "
-        "earn, and trade it by the oracle's rule (target weights ~ exp(1.5 x predictor)) through the backtest's env, "
-        "costs and fills, beside equal-weight buy-and-hold on the same days.",
+        help="the reference trader of a signal: the best of a family of signal traders, chosen on the training days",
+        description='The reference trader a policy\'s result is read against (docs/data.md, "The reference trader"): '
+        "take the signal a (a rule's predictor recomputed from the closes, envs/predictor.py, or a forecast column of "
+        "the file, standardised per ticker on the training days), measure its information coefficient with the "
+        "return the fills earn, run every member of the family (target weights from clip(scale x a, -1, 1) over a "
+        "grid of scales, 0 the equal-weight book, x a grid of no-trade bands) through the backtest's env, costs and "
+        "fills on the training days, keep the best Sharpe, and trade it on the days asked for, beside equal-weight "
+        "buy-and-hold. It is a reference, not a bound: a policy may beat it.",
     )
     orc.add_argument("source", help="a data source: FILE, csv:PATH, parquet:PATH or synthetic:k=v,...")
     orc.add_argument(
         "--signal",
         default=None,
-        metavar="RULE",
-        help="the rule: KIND[,halflife=DAYS][,lag=DAYS], KIND lead_lag or momentum (default: a generated "
-        "market's own planted rule, read from its synthetic options)",
+        metavar="SIGNAL",
+        help="a rule KIND[,halflife=DAYS][,lag=DAYS] (KIND lead_lag or momentum) computed from the closes, or "
+        "col:NAME, a forecast column of the file (its value on date t known at t's close); default: a generated "
+        "market's own planted rule, read from its synthetic options",
     )
     orc.add_argument("--seed", type=int, default=0, help="seed of a synthetic source that names none (default 0)")
     orc.add_argument(
         "--split",
         default="test",
         choices=("train", "validation", "test"),
-        help="the days traded: the default splits' (70 / 15 / 15 %% of the days, as training's); default test",
+        help="the days traded: the default splits' (70 / 15 / 15 %% of the days, as training's; the member is "
+        "always chosen on the training days); default test",
     )
+
+    plant = sub.add_parser(
+        "plant",
+        help="write a file's rows back with a planted forecast column of an exact information coefficient",
+        description="Write FILE's rows and columns unchanged plus one column: a forecast of the return the fills earn "
+        "(next open to the open after where FILE has opens, next close to the close after where it has closes only), "
+        "a forward exponential average of the winsorised fill returns plus AR(1) noise of the same half-life, "
+        "calibrated so that its IC (Pearson per ticker, averaged) on FILE is exactly --ic. The rule: docs/data.md, "
+        '"Planting a forecast".',
+    )
+    plant.add_argument("file", help="a long-format .csv or .parquet file of daily bars (as training reads it)")
+    plant.add_argument("--out", required=True, help="the new file, of FILE's format (.csv or .parquet); never FILE")
+    plant.add_argument("--ic", type=float, required=True, help="the IC to plant, in (0, 1); 0.02-0.05 is realistic")
+    plant.add_argument(
+        "--halflife", type=float, default=10.0, help="days for the forecast to lose half its memory (10)"
+    )
+    plant.add_argument("--seed", type=int, default=0, help="seed of the noise (default 0): a replication's forecast")
+    plant.add_argument("--name", default="forecast", help="the new column's name (default forecast)")
+    plant.add_argument(
+        "--gap_policy",
+        default="fail",
+        choices=("fail", "ffill"),
+        help="tickers with missing dates: fail (default) | ffill (short gaps as flat bars, as training's ffill)",
+    )
+    plant.add_argument("--train_end", default="", help="the IC printed per split: last training day (default 70%%)")
+    plant.add_argument("--validation_end", default="", help="last validation day (default 85%% of the days)")
 
     dl = sub.add_parser(
         "download",
@@ -195,26 +228,29 @@ def main(argv: Sequence[str]) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    return {"generate": _generate, "inspect": _inspect, "oracle": _oracle, "download": _download}[args.command](args)
+    commands = {"generate": _generate, "inspect": _inspect, "oracle": _oracle, "plant": _plant, "download": _download}
+    return commands[args.command](args)
 
 
 def _oracle(args: argparse.Namespace) -> int:
     from clstm_ppo.config import TrainConfig
-    from clstm_ppo.evaluation.oracle import oracle_run
+    from clstm_ppo.evaluation.oracle import reference_run
     from clstm_ppo.market import build_market
     from envs.execution import describe_execution
-    from envs.oracle import require_planted_rule
-    from envs.predictor import SignalRule, fill_returns, information_coefficient, predictor_from_prices
+    from envs.oracle import describe_family, parse_signal, require_planted_rule, signal_predictor
+    from envs.predictor import fill_returns, information_coefficient
+    from envs.text import text_table
 
-    rule = SignalRule.parse(args.signal) if args.signal else require_planted_rule(args.source)
+    signal = parse_signal(args.signal) if args.signal else require_planted_rule(args.source)
     cfg = TrainConfig.from_dict({"data": args.source, "seed": args.seed}, source="data oracle")
     market = build_market(cfg.data, seed=args.seed)
-    days = market.split_range(args.split)
+    days, train = market.split_range(args.split), market.splits.train
     data = market.data
-    predictor = predictor_from_prices(data.close, rule)
+    predictor = signal_predictor(data, signal, train)
     ahead = fill_returns(None if data.close_only else data.open, data.close)
     rows = slice(days.start, days.stop)
-    result = oracle_run(market, days, cfg.env, rule)
+    result = reference_run(market, days, cfg.env, signal)
+    choice, figures = result.choice, result.figures
     followed = int((np.abs(predictor).sum(axis=0) > 0).sum())
     print(
         f"market: {args.source} ({data.num_tickers} tickers x {data.num_days} days); {args.split} days "
@@ -222,17 +258,119 @@ def _oracle(args: argparse.Namespace) -> int:
         f"{describe_execution(cfg.env.execution, data)}, {cfg.env.buy_cost_pct:.1%} a side"
     )
     print(
-        f"rule: {rule.describe()}, from the closes up to each day's: {followed} of {data.num_tickers} tickers have a "
-        f"predictor; its IC with the return the fills earn: {information_coefficient(predictor[rows], ahead[rows]):.3f} "
-        f"on these days, {information_coefficient(predictor, ahead):.3f} on all"
+        f"signal: {signal.describe()}, known at each day's close: {followed} of {data.num_tickers} tickers have one; "
+        f"its IC with the return the fills earn: {information_coefficient(predictor[rows], ahead[rows]):.3f} on "
+        f"these days, {information_coefficient(predictor, ahead):.3f} on all"
     )
     print(
-        f"oracle: Sharpe {result.sharpe:.2f} after costs, return {result.cumulative_return:+.2%}, turnover "
-        f"{result.annual_turnover:.1f}x a year, exposure {result.exposure:.0%} | buy-and-hold Sharpe "
-        f"{result.buy_and_hold_sharpe:.2f}, return {result.buy_and_hold_return:+.2%} | the oracle's excess over "
-        f"buy-and-hold: {result.sharpe - result.buy_and_hold_sharpe:+.2f}"
+        f"family: {describe_family()}; each one's Sharpe after costs on the training days "
+        f"{data.date_str(train.start)} .. {data.date_str(train.stop - 1)} ({train.num_days} days):"
+    )
+    print("\n".join(text_table(choice.table(), "l" + "r" * (len(choice.table()[0]) - 1))))
+    print(
+        f"chosen on the training days: {result.member.describe()} (Sharpe {choice.figures.sharpe:.2f} there, "
+        f"buy-and-hold {choice.figures.buy_and_hold_sharpe:.2f})"
+    )
+    print(
+        f"reference trader: Sharpe {figures.sharpe:.2f} after costs, return {figures.cumulative_return:+.2%}, turnover "
+        f"{figures.annual_turnover:.1f}x a year, exposure {figures.exposure:.0%} on the {args.split} days"
+        f"{' (the days it was chosen on)' if days == train else ''} | buy-and-hold Sharpe "
+        f"{figures.buy_and_hold_sharpe:.2f}, return {figures.buy_and_hold_return:+.2%} | the reference's excess over "
+        f"buy-and-hold: {figures.sharpe - figures.buy_and_hold_sharpe:+.2f}"
     )
     return 0
+
+
+def _plant(args: argparse.Namespace) -> int:
+    from clstm_ppo.config import DataConfig
+    from clstm_ppo.market import data_splits
+    from envs.plant import PlantRule, plant_forecast, row_cells
+
+    rule = PlantRule(args.ic, args.halflife, args.seed)
+    source, out = Path(args.file), Path(args.out)
+    kind = _plant_paths(source, out)
+    _plant_name(args.name, [])
+    raw = read_frame(source)
+    _plant_name(args.name, list(raw.columns))
+    data = MarketData.from_frame(raw, gap_policy=args.gap_policy)
+    splits = data_splits(data, DataConfig(train_end=args.train_end, validation_end=args.validation_end))
+    planted = plant_forecast(data, rule)
+    days, tickers = row_cells(raw, data)
+    frame = _plant_write(source, out, kind, raw, args.name, planted.column[days, tickers])
+    print(f'planted {args.name!r}: {rule.describe(planted.target)} (the rule: docs/data.md, "Planting a forecast")')
+    ranges = [("all", slice(0, data.num_days))]
+    ranges += [(name, slice(r.start, r.stop)) for name, r in splits.as_dict().items() if r is not None]
+    print(_plant_ics(data, planted.column, planted.ahead, ranges))
+    print(f"wrote {len(frame)} rows, {source}'s {len(frame.columns) - 1} columns and {args.name!r}, to {out}")
+    return 0
+
+
+def _plant_write(source: Path, out: Path, kind: str, raw: pd.DataFrame, name: str, values: np.ndarray) -> pd.DataFrame:
+    """Write ``source``'s rows with the column ``name`` = ``values`` ``[rows]`` to ``out``, atomically; returns the
+    frame written. A CSV's cells are written back as the text they were; a Parquet frame as read (index included)."""
+    if kind == "csv":
+        frame = pd.read_csv(source, dtype=str, keep_default_na=False, na_filter=False)
+        if len(frame) != len(values):
+            raise UserError(f"{source}: its rows read as text ({len(frame)}) are not the {len(values)} it holds")
+        frame[name] = values
+        atomic_write(out, lambda handle: frame.to_csv(handle, index=False))
+    else:
+        frame = raw.copy()
+        frame[name] = values
+        atomic_write(out, lambda handle: frame.to_parquet(handle))
+    return frame
+
+
+def _plant_ics(data: MarketData, column: np.ndarray, ahead: np.ndarray, ranges: list[tuple[str, slice]]) -> str:
+    """Two lines: the IC of ``column`` ``[D, N]`` with the fill returns ``ahead`` ``[D, N]`` (per ticker, averaged),
+    then its cross-sectional IC, on each of the named ``ranges`` of days."""
+    from envs.plant import cross_sectional_ic
+    from envs.predictor import information_coefficient
+
+    lines = []
+    for label, measure in (
+        ("IC (Pearson over days per ticker, mean over tickers)", information_coefficient),
+        ("cross-sectional IC (Pearson across tickers per day, mean over days)", cross_sectional_ic),
+    ):
+        parts = [f"{name}{_plant_days(data, rows)} {measure(column[rows], ahead[rows]):.4f}" for name, rows in ranges]
+        lines.append(f"{label}: {' | '.join(parts)}")
+    return "\n".join(lines)
+
+
+def _plant_paths(source: Path, out: Path) -> str:
+    """The input's kind, "csv" or "parquet", once ``out`` is a new file of that kind (else one `UserError`)."""
+    kind = "parquet" if source.name.lower().endswith((".parquet", ".pq")) else "csv"
+    if out.suffix.lower() not in (".csv", ".parquet"):
+        raise UserError(f"--out {out} must end in .csv or .parquet")
+    if out.suffix.lower() != f".{kind}":
+        raise UserError(f"--out {out} must be a .{kind} file, like {source}: planting writes its rows back as they are")
+    if out.resolve() == source.resolve():
+        raise UserError(f"--out {out} is the input file; planting never overwrites it: name a new file")
+    if out.exists():
+        raise UserError(f"--out {out} exists; planting writes a new file: remove it or name another")
+    return kind
+
+
+def _plant_name(name: str, columns: list[object]) -> None:
+    """One `UserError` unless ``name`` is a new column's: not a bar's (or any alias the loader reads as one), and not
+    one of ``columns`` (compared stripped and lower-cased, as the loader matches names)."""
+    from envs.data import ALIASES
+
+    if not name or name != name.strip():
+        raise UserError(f"--name must be a column name without surrounding spaces, got {name!r}")
+    bars = [canonical for canonical, spellings in ALIASES.items() if name.lower() in spellings]
+    if bars:
+        raise UserError(f"--name {name!r} is a name the loader reads as the {bars[0]} column; choose another")
+    taken = [c for c in columns if str(c).strip().lower() == name.lower()]
+    if taken:
+        raise UserError(f"--name {name!r}: the file already has a column {str(taken[0])!r}; choose another name")
+
+
+def _plant_days(data: MarketData, rows: slice) -> str:
+    """`` 2001-01-02 .. 2003-12-31`` for a split's rows, nothing for all of them."""
+    if rows.start == 0 and rows.stop == data.num_days:
+        return ""
+    return f" {data.date_str(rows.start)} .. {data.date_str(rows.stop - 1)}"
 
 
 def _download(args: argparse.Namespace) -> int:
