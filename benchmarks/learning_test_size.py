@@ -4,14 +4,15 @@
         --failures before-default.json before-sse41.json --seeds 4-10
 
 Reads `benchmarks/demo_seeds.py` JSON files (one per kernel setting; each row a seed's held-out trained,
-buy-and-hold, untrained and oracle Sharpe ratios). A seed *fails* when its trained network trails buy-and-hold on
-its held-out days under any of the files' settings (the same seed under another kernel is a related run, so the
-count is over distinct seeds, the conservative one). With k failing seeds of n, the failure rate's one-sided 95%
+buy-and-hold, untrained and reference-trader Sharpe ratios, the last under the key ``oracle``; files written before
+issue 70 hold the old fixed tilt there). A seed *fails* when its trained network trails buy-and-hold on its held-out
+days under any of the files' settings (the same seed under another kernel is a related run, so the count is over
+distinct seeds, the conservative one). With k failing seeds of n, the failure rate's one-sided 95%
 Clopper-Pearson upper bound p_u is what the test is sized by, not the point estimate k / n.
 
-The test (`tests/test_learning.py`) fails when any of its asserts does over its seeds: an oracle less than
+The test (`tests/test_learning.py`) fails when any of its asserts does over its seeds: a reference less than
 `MIN_ORACLE_EXCESS` above buy-and-hold, a one-sided 95% t lower bound of trained - buy-and-hold or of trained -
-untrained at or below 0, or a share of the oracle's excess under the test's 25%. Its chance of failing with m seeds
+untrained at or below 0, or a share of the reference's excess under the test's 25%. Its chance of failing with m seeds
 is simulated (100,000 draws, fixed seed): each of the m seeds fails with probability p_u, a passing seed is one of
 the measured rows that passed, and a failing seed one of the failing rows (both drawn with replacement): those of
 ``--failures`` where given (e.g. the runs before a fix: a bad seed as bad as the bad seeds seen), else the files'
@@ -47,16 +48,16 @@ def upper_bound(failures: int, rows: int, confidence: float = 0.95) -> float:
 
 def test_fails(sample: np.ndarray) -> np.ndarray:
     """``[S]`` whether the learning test fails on each of S draws of seeds ``sample [S, m, 4]`` (`COLUMNS`)."""
-    trained, bh, untrained, oracle = (sample[..., i] for i in range(4))
+    trained, bh, untrained, reference = (sample[..., i] for i in range(4))
     m = sample.shape[1]
     t = stats.t.ppf(0.95, m - 1)
 
     def lower(x: np.ndarray) -> np.ndarray:
         return x.mean(axis=1) - t * x.std(axis=1, ddof=1) / np.sqrt(m)
 
-    room = oracle.mean(axis=1) - bh.mean(axis=1)
+    room = reference.mean(axis=1) - bh.mean(axis=1)
     share = np.where(room >= MIN_ORACLE_EXCESS, (trained.mean(axis=1) - bh.mean(axis=1)) / room, -np.inf)
-    no_room = (oracle - bh < MIN_ORACLE_EXCESS).any(axis=1)
+    no_room = (reference - bh < MIN_ORACLE_EXCESS).any(axis=1)
     return no_room | (lower(trained - bh) <= 0) | (lower(trained - untrained) <= 0) | (share < SHARE)
 
 

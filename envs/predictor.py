@@ -1,6 +1,6 @@
 """A planted signal's predictor, computed as a trader computes it: from the daily closes up to day t and nothing else.
 
-Generator 3 (`envs.synthetic`) plants its signal with this filter while it draws each day, and the oracle
+Generator 3 (`envs.synthetic`) plants its signal with this filter while it draws each day, and the reference trader
 (`envs.oracle`, ``clstm-ppo data oracle``) runs the same filter over a market's closes (a generated one, or any file),
 so the predictor the market was built around and the one a trader recomputes from the written file are the same up to
 float rounding.

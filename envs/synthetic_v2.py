@@ -8,7 +8,7 @@ idiosyncratic normal shock n_i of day t - lag + 1; ``"lead_lag"``: that of ticke
 It moves the next day, ``P[t + 1, i] = k_i a[t, i]`` (a share ``signal_overnight`` in day t+1's overnight gap), with
 k_i = kappa sigma_i from `envs.factor_market.signal_coefficient`. The shock is only part of what the day's prices show
 (the leader's observable residual return correlates about 0.6 with it), so no trader can compute ``a`` from the
-market's prices: generator 2's predictor is hidden, and its markets have no oracle.
+market's prices: generator 2's predictor is hidden, and its markets have no reference trader.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import torch
 
 from clstm_ppo.config import TrainConfig, preset
 from clstm_ppo.evaluation.baselines import buy_and_hold
-from clstm_ppo.evaluation.oracle import ORACLE
+from clstm_ppo.evaluation.oracle import REFERENCE
 from clstm_ppo.study.analysis import seed_summary
 from clstm_ppo.study.cell import read_status
 from clstm_ppo.study.grid import Cell, build_grid, parse_seeds, parse_shard, parse_variants, shard
@@ -1170,28 +1170,33 @@ def test_seed_summary_of_a_metric_some_seeds_leave_undefined():
 
 
 @pytest.mark.slow
-def test_a_study_on_a_planted_market_reports_the_oracle_and_its_cells_backtest_on_their_own_market(tmp_path):
-    """On a planted market the report sets the rule that trades the signal from prices beside the baselines (a ceiling,
-    kept out of the comparisons and Holm's family) with each configuration's share of its excess over buy-and-hold;
-    the study pins its market's seed and generator in the cells' source, so a cell (seed 2) trained on the market
-    drawn with the study's seed (1) backtests on that market, not on one drawn with its own seed."""
+def test_a_study_on_a_planted_market_reports_the_reference_and_its_cells_backtest_on_their_own_market(tmp_path):
+    """On a planted market the report sets the reference trader (the best of its family on the first window's
+    training days) beside the baselines (a yardstick, kept out of the comparisons and Holm's family) with each
+    configuration's share of its excess over buy-and-hold and the paired test of share >= 50%; the study pins its
+    market's seed and generator in the cells' source, so a cell (seed 2) trained on the market drawn with the study's
+    seed (1) backtests on that market, not on one drawn with its own seed."""
     planted = "synthetic:tickers=4,days=700,signal_ic=0.3,signal_halflife=1"
     args = ["--out", "p", "--data", planted, *TINY_STUDY, "--policies", "mlp", "--seeds", "2"]
     proc = study(tmp_path, *args, "--trade_start", "2016-03-01", "--retrain", "none", "--ledger", str(tmp_path / "l"))
     assert proc.returncode == 0, proc.stderr + proc.stdout
     report = json.loads((tmp_path / "p" / "study.json").read_text())
-    oracle = report["baselines"][ORACLE]
+    reference = report["baselines"][REFERENCE]
     held = report["baselines"]["buy-and-hold"]["sharpe"]
-    assert oracle["sharpe"] > held + 1.0  # IC 0.3: a toy, a strong one
-    share = report["groups"]["mlp"]["share_of_oracle"]
+    assert reference["sharpe"] > held + 1.0  # IC 0.3: a toy, a strong one
+    share = report["groups"]["mlp"]["reference_share"]
     mean = report["groups"]["mlp"]["summary"]["sharpe"]["mean"]
-    assert share == pytest.approx((mean - held) / (oracle["sharpe"] - held))
-    assert ORACLE not in report["groups"]["mlp"]["vs"]
+    assert share["share"] == pytest.approx((mean - held) / (reference["sharpe"] - held))
+    assert share["margin"] == pytest.approx(mean - held - 0.5 * (reference["sharpe"] - held))
+    assert share["lo"] is None and share["seeds"] == 1  # one seed: no interval
+    assert REFERENCE not in report["groups"]["mlp"]["vs"]
+    chosen = report["reference"]
+    assert chosen["member"]["scale"] > 0 and chosen["described"] in proc.stdout
     assert (
-        f"earns Sharpe {oracle['sharpe']:.2f} after costs on the same days, {oracle['sharpe'] - held:+.2f}"
+        f"earns Sharpe {reference['sharpe']:.2f} after costs on the same days, {reference['sharpe'] - held:+.2f}"
         in proc.stdout
     )
-    assert f"share of that excess: mlp {share:.0%}" in proc.stdout
+    assert f"mlp: share of the reference's excess: {share['share']:.1%}; paired test of share >= 50%" in proc.stdout
     spec = json.loads((tmp_path / "p" / "spec.json").read_text())
     assert spec["base"]["data"] == f"{planted},seed=1,generator=3"
     ck = tmp_path / "p" / "cells" / "mlp-s2" / "periods" / "000" / "latest.pt"
@@ -1200,7 +1205,7 @@ def test_a_study_on_a_planted_market_reports_the_oracle_and_its_cells_backtest_o
         cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bt.returncode == 0, bt.stderr
-    assert f"on this planted market, the {ORACLE} Sharpe" in bt.stdout and "of that excess" in bt.stdout
+    assert "on this planted market, the reference trader (" in bt.stdout and "of that excess" in bt.stdout
 
 
 def test_training_diagnostics_count_each_update_once_after_a_resume_and_skip_a_torn_line(tmp_path):

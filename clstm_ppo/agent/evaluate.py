@@ -72,7 +72,7 @@ def evaluate_policy(
     """Run ``model`` over the whole ``split`` once (deterministic = mean action) and record every day.
 
     :param model: a network or an ensemble, or anything that acts like one (``act``, ``env_action``,
-        ``initial_state``, ``eval``/``train``: the oracle's `clstm_ppo.evaluation.oracle.OracleRule`).
+        ``initial_state``, ``eval``/``train``: the reference trader's `clstm_ppo.evaluation.oracle.ReferencePolicy`).
     :param split: "train" | "validation" | "test", or a `DayRange` of day indices into ``market.data``
         (a custom period; its first observation looks back ``window - 1`` days before ``split.start``).
     :param config: env settings (the episode length is not: the run covers the whole split).
@@ -131,6 +131,26 @@ def evaluate_cells(
     return runs
 
 
+def evaluate_actions(
+    actions: np.ndarray, market: PreparedMarket, split: str | DayRange, config: EnvConfig
+) -> list[PolicyRun]:
+    """B fixed rules through the whole ``split`` in one pass, one env column each (a reference trader's family:
+    `clstm_ppo.evaluation.oracle`): column b trades ``actions[t, b]`` on day t's close, as `evaluate_policy` trades
+    a policy's action for day t, and run b equals that rule's `evaluate_policy` run.
+
+    :param actions: ``[D, B, A]`` the env actions of every day of ``market.data`` (D its days; the split's are read).
+    """
+    days = market.split_range(split)
+    table = torch.as_tensor(np.asarray(actions), dtype=torch.float32)
+    day = iter(range(days.start, days.stop))
+
+    def decide(obs: torch.Tensor, state: None, start: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return table[next(day)], state
+
+    runs, _ = _trade(decide, None, market, days, config, "cpu", [None] * table.shape[1])
+    return runs
+
+
 def _trade(
     decide: Callable[[torch.Tensor, Any, torch.Tensor], tuple[torch.Tensor, Any]],
     state: Any,
@@ -169,16 +189,22 @@ def _trade(
             done = bool(terminated[0] or truncated[0])  # the columns trade the same days
     day = np.array([int(d[0]) for d in days])
     fill_day = np.concatenate([day[:1], day[1:] - 1 if env.execution == "close" else day[1:]])
+
+    def by_day(rows: list[Any]) -> np.ndarray:  # [D, B, ...] float64, stacked once for every column
+        return torch.stack([torch.as_tensor(r, dtype=torch.float64) for r in rows]).numpy()
+
+    value_rows, cash_rows, held_rows, cost_rows = by_day(values), by_day(cash), by_day(holdings), by_day(costs)
+    fill_rows = by_day(fills[1:])  # the loop steps at least once
     runs = [
         PolicyRun(
             dates=dates[day].astype("datetime64[ns]"),
-            values=np.array([float(v[k]) for v in values], dtype=np.float64),
-            cash=np.array([float(c[k]) for c in cash], dtype=np.float64),
-            holdings=np.stack([h[k].numpy() for h in holdings]).astype(np.float64),
+            values=value_rows[:, k].copy(),
+            cash=cash_rows[:, k].copy(),
+            holdings=held_rows[:, k].copy(),
             prices=close[day].copy(),
-            costs=np.array([float(c[k]) for c in costs], dtype=np.float64),
+            costs=cost_rows[:, k].copy(),
             tickers=tuple(market.data.tickers),
-            fill_prices=np.stack([close[day[0]], *(f[k].numpy() for f in fills[1:])]).astype(np.float64),
+            fill_prices=np.concatenate([close[day[0]][None], fill_rows[:, k]]),
             fill_dates=dates[fill_day].astype("datetime64[ns]"),
             last_obs=obs[k].numpy().astype(np.float32, copy=True),
         )

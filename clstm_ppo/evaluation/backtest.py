@@ -28,7 +28,7 @@ from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.holdout import guard, iso_days, parse_day
 from clstm_ppo.evaluation.ledger import Ledger
-from clstm_ppo.evaluation.oracle import OracleRun, oracle_run, oracle_words
+from clstm_ppo.evaluation.oracle import ReferenceRun, reference_run, reference_words
 from clstm_ppo.evaluation.report import (
     BacktestResult,
     Report,
@@ -343,7 +343,7 @@ class Backtest:
     stochastic: dict[str, Any] | None  # seed, episodes, per-episode metrics and their summary
     holdout: list[dict[str, Any]] = field(default_factory=list)  # sealed days traded with --unseal (holdout_summary)
     new_universe: dict[str, Any] | None = None  # with --new_universe: `new_universe_metadata`
-    oracle: str | None = None  # on a planted synthetic market: `oracle_words` (the oracle on the same days)
+    oracle: str | None = None  # on a planted synthetic market: `reference_words` (the reference trader, same days)
 
 
 def open_members(paths: list[str | Path]) -> list[Checkpoint]:
@@ -468,10 +468,13 @@ def backtest(
         metadata["ensemble"] = [str(c.path) for c in cks]
     if holdout:
         metadata["holdout"] = holdout
-    oracle = None if (data or new_universe) else checkpoint_oracle(ck, market, period.days)
-    if oracle is not None:  # what the rule that knows the planted signal earns on the same days and terms
-        metadata["oracle"] = {
-            k: getattr(oracle, k) for k in ("sharpe", "cumulative_return", "annual_turnover", "exposure")
+    reference = None if (data or new_universe) else checkpoint_reference(ck, market, period.days)
+    if reference is not None:  # the reference trader of the planted signal on the same days and terms
+        metadata["reference"] = {
+            "member": reference.member._asdict(),
+            **{
+                k: getattr(reference.figures, k) for k in ("sharpe", "cumulative_return", "annual_turnover", "exposure")
+            },
         }
     dates = np.asarray(market.data.dates)[period.days.start : period.days.stop]
     index_values = read_index(index, dates) if index else None
@@ -509,16 +512,16 @@ def backtest(
         stochastic=summary,
         holdout=holdout,
         new_universe=universe,
-        oracle=None if oracle is None else oracle_words(oracle, report.metrics["policy"]["sharpe"]),
+        oracle=None if reference is None else reference_words(reference, report.metrics["policy"]["sharpe"]),
     )
 
 
 def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = BOOTSTRAP_DRAWS) -> str | None:
     """One line for the end of a training run: the deterministic policy of ``checkpoint`` on the held-out test split
-    of ``market`` (the run's own: nothing is loaded again, no file is written) beside buy-and-hold (and the oracle, on
-    a planted market), its Sharpe's 95% interval over days and the paired difference from ``n_boot`` draws, and its
-    Sharpe on as many of the last training days (a policy that learned its training path by heart shows a far higher
-    one there). None without a test split."""
+    of ``market`` (the run's own: nothing is loaded again, no file is written) beside buy-and-hold (and the reference
+    trader, on a planted market), its Sharpe's 95% interval over days and the paired difference from ``n_boot``
+    draws, and its Sharpe on as many of the last training days (a policy that learned its training path by heart
+    shows a far higher one there). None without a test split."""
     test = market.splits.test
     if test is None:
         return None
@@ -531,12 +534,12 @@ def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = 
     trained_days = run_policy(ck, model, market, Period(days=last, label="train", source="training split"), cpu)
     on_training_days = M.summarize(trained_days.values, risk_free=ck.cfg.env.risk_free)["sharpe"]
     held = HeldOut.of(ck, run, market, period, n_boot)
-    policy, oracle = held.policy, checkpoint_oracle(ck, market, test)
+    policy, reference = held.policy, checkpoint_reference(ck, market, test)
     return (
         f"{held.where}: {ck.path.name} Sharpe {policy['sharpe']:.2f}{held.interval} (95% over days; {on_training_days:.2f} on its last "
         f"{last.num_days} training days), return {policy['cumulative_return']:+.2%}, exposure {held.exposure:.0%}, turnover {policy['annual_turnover']:.1f}x a "
         f"year | {held.baseline_words} | "
-        f"{versus_buy_and_hold(held.diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, policy['sharpe'])} | "
+        f"{versus_buy_and_hold(held.diff)}{'' if reference is None else ' | ' + reference_words(reference, policy['sharpe'])} | "
         f"full report: clstm-ppo backtest --checkpoint {ck.path}"
     )
 
@@ -594,23 +597,26 @@ def seeds_held_out_line(
     )  # fmt: skip
     lo, hi, _ = t_interval(each)
     held = HeldOut.of(ck, run_policy(ck, restore_acting(cks, market, cpu), market, period, cpu), market, period, n_boot)
-    ensemble, oracle = held.policy, checkpoint_oracle(ck, market, test)
+    ensemble, reference = held.policy, checkpoint_reference(ck, market, test)
     names = "/".join(sorted({c.path.name for c in cks}))
     return (
         f"{held.where}: {len(cks)} seeds' {names} Sharpe {each.mean():.2f} [{lo:.2f}, "
         f"{hi:.2f}] (mean, 95% over seeds; each {', '.join(f'{x:.2f}' for x in each)}) | their ensemble Sharpe "
         f"{ensemble['sharpe']:.2f}{held.interval} (95% over days), return {ensemble['cumulative_return']:+.2%}, exposure "
         f"{held.exposure:.0%}, turnover {ensemble['annual_turnover']:.1f}x a year | {held.baseline_words} | the ensemble "
-        f"{versus_buy_and_hold(held.diff)}{'' if oracle is None else ' | ' + oracle_words(oracle, float(each.mean()))} | "
+        f"{versus_buy_and_hold(held.diff)}{'' if reference is None else ' | ' + reference_words(reference, float(each.mean()))} | "
         f"full report: clstm-ppo backtest --checkpoint {folder}"
     )
 
 
-def checkpoint_oracle(ck: Checkpoint, market: PreparedMarket, days: DayRange) -> OracleRun | None:
-    """The oracle of ``ck``'s own synthetic market over ``days`` with its env settings (`oracle_run`), or None where
-    the market plants no signal (or the env trades shares, which the rule does not speak)."""
+def checkpoint_reference(ck: Checkpoint, market: PreparedMarket, days: DayRange) -> ReferenceRun | None:
+    """The reference trader of ``ck``'s own synthetic market over ``days`` with its env settings (`reference_run`:
+    chosen on the market's training days), or None where the market plants no signal (or the env trades shares,
+    which the members do not speak)."""
     rule = planted_rule(own_source(ck))
-    return None if rule is None or ck.cfg.env.action_mode != "weights" else oracle_run(market, days, ck.cfg.env, rule)
+    if rule is None or ck.cfg.env.action_mode != "weights":
+        return None
+    return reference_run(market, days, ck.cfg.env, rule)
 
 
 def versus_buy_and_hold(diff: dict[str, Any] | None) -> str:

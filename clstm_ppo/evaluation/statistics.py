@@ -243,10 +243,10 @@ def t_interval(samples: Any, confidence: float = 0.95) -> tuple[float, float, fl
 
 
 def ratio_t_interval(numerators: Any, denominators: Any, confidence: float = 0.95) -> tuple[float, float]:
-    """Student-t interval of a ratio of means over ``S`` seeds, ``mean(a) / mean(b)`` (a share of the oracle's
-    excess: a = trained - buy-and-hold, b = oracle - buy-and-hold, paired by seed), by the delta method: the ratio
-    r -+ ``t_{(1+c)/2, S-1} * std(a - r b, ddof=1) / (sqrt(S) * mean(b))``. For a handful of seeds it is wider and
-    more honest than resampling the seeds. ``S == 1``: ``(nan, nan)``.
+    """Student-t interval of a ratio of means over ``S`` seeds, ``mean(a) / mean(b)`` (a share of the reference
+    trader's excess: a = trained - buy-and-hold, b = reference - buy-and-hold, paired by seed), by the delta method:
+    the ratio r -+ ``t_{(1+c)/2, S-1} * std(a - r b, ddof=1) / (sqrt(S) * mean(b))``. For a handful of seeds it is
+    wider and more honest than resampling the seeds. ``S == 1``: ``(nan, nan)``.
 
     :param numerators: ``[S]``; :param denominators: ``[S]``, with a mean far from 0.
     """

@@ -23,8 +23,17 @@ from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.backtest import read_index
 from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, rule_baselines
 from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
-from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials
-from clstm_ppo.evaluation.oracle import ORACLE, OracleRule, excess_share, planted
+from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials, same_data_tried
+from clstm_ppo.evaluation.oracle import (
+    REFERENCE,
+    ReferencePolicy,
+    SeedShare,
+    choose_member,
+    member_env,
+    planted,
+    seed_share_words,
+    share_over_seeds,
+)
 from clstm_ppo.evaluation.report import write_json
 from clstm_ppo.study import analysis as A
 from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, walk_windows
@@ -35,8 +44,7 @@ from clstm_ppo.study.trials import record_cells, record_study
 from envs.data import MarketData
 from envs.execution import Terms
 from envs.features import PreparedMarket
-from envs.oracle import oracle_actions, require_planted_rule
-from envs.predictor import predictor_from_prices
+from envs.oracle import Member, member_actions, require_planted_rule, signal_predictor
 
 UNTRAINED = "untrained"
 
@@ -80,21 +88,23 @@ def build_report(
     dates = np.asarray(data.dates)[days.start : days.stop]
     baselines = _baselines(spec, data, days, dates, paper_stop_days(markets))
     bench = baselines[BUY_AND_HOLD]["values"]
-    if planted(base.data.source) and base.env.action_mode == "weights":  # the ceiling a planted signal sets
-        oracle = _oracle(base, markets)
-        baselines[ORACLE] = {"values": oracle.values, "metrics": record_metrics(oracle, base, bench)}
+    reference = None
+    if planted(base.data.source) and base.env.action_mode == "weights":  # the yardstick a planted signal sets
+        member, run = _reference(base, markets)
+        baselines[REFERENCE] = {"values": run.values, "metrics": record_metrics(run, base, bench)}
+        train = markets[0].splits.train
+        reference = {
+            "member": member._asdict(),
+            "described": member.describe(),
+            "chosen_on": {"first": str(iso_days(data)[train.start]), "last": str(iso_days(data)[train.stop - 1])},
+        }
     cells, rows, by_group = _read_cells(study_dir, spec, bench, turbulent)
     study = record_study(ledger, study_dir, spec)
     record_cells(ledger, study_dir, spec, study, spec.cells())
-    counted = count_trials(
-        same_data_trials(
-            ledger,
-            fingerprint=study.fingerprint,
-            tickers=list(data.tickers),
-            witness=study.witness,
-            first=study.first,
-            last=study.last,
-        )
+    where = dict(fingerprint=study.fingerprint, tickers=list(data.tickers), witness=study.witness)
+    days = dict(first=study.first, last=study.last)
+    counted = count_trials(  # the ledger's trials, and those recorded as tried outside it (`study tried`)
+        same_data_trials(ledger, **where, **days), same_data_tried(ledger, **where, **days)
     )
     A.add_deflated_sharpe(cells, counted, M.excess_returns(bench, rf))  # by the ledger's count of trials
     for entry in cells:
@@ -105,18 +115,16 @@ def build_report(
         name: S.sharpe_interval(M.excess_returns(b["values"], rf), confidence=confidence, n_boot=n_boot, seed=k)
         for k, (name, b) in enumerate(baselines.items())
     }
-    compared = {name: b for name, b in baselines.items() if name != ORACLE}  # the oracle is a ceiling, not a test
+    compared = {name: b for name, b in baselines.items() if name != REFERENCE}  # a yardstick, not a comparison
     groups: dict[str, Any] = {}
     for i, (group, entries) in enumerate(by_group.items()):  # per configuration, then its seeds' ensemble
         groups[group] = g = _group_statistics(group, entries, compared, rf, confidence, n_boot, tried, i)
         if len(entries) >= 2:
             g["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, n_boot, i)
-        if ORACLE in baselines:
-            g["share_of_oracle"] = excess_share(
-                g["summary"]["sharpe"]["mean"],
-                baselines[BUY_AND_HOLD]["metrics"]["sharpe"],
-                baselines[ORACLE]["metrics"]["sharpe"],
-            )
+        if REFERENCE in baselines:  # every seed trades the same days: buy-and-hold and the reference are one each
+            sharpe = [e["policy"]["sharpe"] for e in entries]
+            held, ref = (baselines[k]["metrics"]["sharpe"] for k in (BUY_AND_HOLD, REFERENCE))
+            g["reference_share"] = share_over_seeds(sharpe, [held] * len(sharpe), [ref] * len(sharpe))._asdict()
     between = _between_groups(by_group, confidence=confidence, n_boot=n_boot)
     family = [d for g in groups.values() for d in g["vs"].values()] + between  # Holm's, then each verdict
     A.holm_family(family, confidence)
@@ -155,6 +163,7 @@ def build_report(
             "bonferroni_confidence": S.bonferroni_confidence(confidence, tried),
         },
         "baselines": {name: b["metrics"] for name, b in baselines.items()},
+        "reference": reference,
         "baseline_sharpe_intervals": baseline_intervals,
         "groups": groups,
         "between": between,
@@ -201,16 +210,19 @@ def _baselines(
     return baselines
 
 
-def _oracle(base: TrainConfig, markets: list[PreparedMarket]) -> PolicyRun:
-    """The rule that trades the planted signal (`clstm_ppo.evaluation.oracle`), its predictor recomputed from each
-    window's closes, on the study's traded days: each window's days through that window's env, the portfolio carried
-    over, as a cell's trades are."""
+def _reference(base: TrainConfig, markets: list[PreparedMarket]) -> tuple[Member, PolicyRun]:
+    """The reference trader of the planted signal (`clstm_ppo.evaluation.oracle`) on the study's traded days: its
+    member chosen once, on the first window's training days (the days before any traded day), then traded through
+    each window's days and env, the portfolio carried over, as a cell's trades are."""
     signal = require_planted_rule(base.data.source)
+    first = markets[0]
+    member = choose_member(first, base.env, signal_predictor(first.data, signal, first.splits.train)).member
 
-    def rule(_: int, market: PreparedMarket) -> OracleRule:
-        return OracleRule(oracle_actions(predictor_from_prices(market.data.close, signal)), market.splits.test.start)
+    def acting(_: int, market: PreparedMarket) -> ReferencePolicy:
+        predictor = signal_predictor(market.data, signal, first.splits.train)
+        return ReferencePolicy(member_actions(predictor, [member.scale])[:, 0], market.splits.test.start)
 
-    return walk_windows(markets, base.env, rule)
+    return member, walk_windows(markets, member_env(base.env, member.band), acting)
 
 
 def _read_cells(
@@ -358,26 +370,29 @@ def verdict_lines(report: dict[str, Any]) -> list[str]:
         f"these days have been traded by {_configurations(tr)} ({tr['num_trials']} trials) so far (ledger {tr['ledger']})",
         *[describe(entry) for entry in report.get("holdout", [])],
         *[g["verdict"] for g in report["groups"].values()],
-        *oracle_lines(report),
+        *reference_lines(report),
         *[between_verdict(pair, report["confidence"]) for pair in report.get("between", [])],
     ]
 
 
-def oracle_lines(report: dict[str, Any]) -> list[str]:
-    """On a planted market, one line: the oracle's Sharpe on the study's days, its excess over buy-and-hold, and each
-    configuration's share of that excess (`excess_share`; n/a where the oracle's excess is under 0.5)."""
-    oracle = report["baselines"].get(ORACLE)
-    if oracle is None:
+def reference_lines(report: dict[str, Any]) -> list[str]:
+    """On a planted market: the reference trader's member and Sharpe on the study's days, its excess over
+    buy-and-hold, and per configuration its share of that excess with a 95% t interval over the seeds and the paired
+    test of share >= the target (`clstm_ppo.evaluation.oracle.seed_share_words`; the share n/a where the reference's
+    excess is under 0.5)."""
+    reference = report["baselines"].get(REFERENCE)
+    if reference is None:
         return []
     held = report["baselines"][BUY_AND_HOLD]["sharpe"]
-    shares = ", ".join(
-        f"{name} {'n/a' if g['share_of_oracle'] is None else format(g['share_of_oracle'], '.0%')}"
-        for name, g in report["groups"].items()
-    )
-    return [
-        f"on this planted market, the {ORACLE} earns Sharpe {oracle['sharpe']:.2f} after costs on the same days, "
-        f"{oracle['sharpe'] - held:+.2f} over buy-and-hold; each configuration's share of that excess: {shares}"
+    chosen = report["reference"]
+    lines = [
+        f"on this planted market, the {REFERENCE} ({chosen['described']}, chosen on "
+        f"{chosen['chosen_on']['first']} .. {chosen['chosen_on']['last']}) earns Sharpe {reference['sharpe']:.2f} after "
+        f"costs on the same days, {reference['sharpe'] - held:+.2f} over buy-and-hold"
     ]
+    for name, g in report["groups"].items():
+        lines.append(f"{name}: {seed_share_words(SeedShare(**g['reference_share']))}")
+    return lines
 
 
 ENSEMBLE_KEYS = ("sharpe", "max_drawdown", "annual_turnover", "cumulative_return")
@@ -494,7 +509,7 @@ def _md_resampling(report: dict[str, Any]) -> list[str]:
 
 
 def _md_verdicts(report: dict[str, Any]) -> list[str]:
-    lines = [g["verdict"] for g in report["groups"].values()] + oracle_lines(report)
+    lines = [g["verdict"] for g in report["groups"].values()] + reference_lines(report)
     return ["", "## Verdicts", "", *[f"- {line}" for line in lines]]
 
 
