@@ -103,6 +103,7 @@ def train(planted: Path, settings: Path, name: str, seed: int, phase: dict[str, 
     command += ["--num_gpus", "0", "--no-progress"]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
+    (folder / "runs").mkdir(parents=True, exist_ok=True)
     (folder / "runs" / f"{name}.log").write_text(done.stdout + done.stderr, encoding="utf-8")
     if done.returncode != 0:
         raise SystemExit(f"{name} failed: {done.stderr[-2000:]}")

@@ -72,3 +72,34 @@ def test_the_learning_test_is_sized_by_an_upper_bound_on_the_failure_rate(tmp_pa
         assert f"{behind}/24 distinct seeds behind buy-and-hold" in proc.stdout
     assert chances[0][10][0] <= chances[0][6][0] < 5.0
     assert chances[6][6][0] > 5 * max(chances[0][6][0], 0.1) and chances[6][6][0] > chances[6][6][1]
+
+
+@pytest.mark.slow
+def test_the_signal_recovery_curve_plants_trains_reads_and_resumes(tmp_path):
+    """benchmarks/signal_recovery.py on a tiny plan: one planted file per seed, one run per seed, each read beside
+    its untrained self, buy-and-hold and the reference trader of its column; run again, it reads and trains nothing."""
+    from envs.synthetic import generate_market
+
+    data = tmp_path / "prices.csv"
+    generate_market(num_tickers=3, num_days=560, seed=3).to_path(data)
+    tiny = {"window": 5, "num_envs": 4, "n_steps": 16, "batch_size": 32, "epochs": 1, "episode_length": 16}
+    tiny |= {"stage1_hidden": 8, "feature_dim": 8, "stage2_hidden": 16, "num_episodes": 4, "policy": "mlp"}
+    days = {"train_end": "2015-03-31", "validation_end": "2015-08-31", "test_end": "2016-02-24"}
+    plan = {"data": f"csv:{data}", "halflife": 5, "choose": {**days, "ics": [0.2], "seeds": [11, 12]}}
+    plan["choose"]["candidates"] = {"tiny": tiny}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    command = [sys.executable, str(ROOT / "benchmarks" / "signal_recovery.py"), "--plan", str(tmp_path / "plan.json")]
+    command += ["--phase", "choose", "--dir", str(tmp_path / "runs"), "--out", str(tmp_path / "out.json")]
+    proc = subprocess.run(command, capture_output=True, text=True, env=clean_env(), timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads((tmp_path / "out.json").read_text())
+    rows = out["candidates"]["tiny"]["rows"]["0.2"]
+    assert [r["seed"] for r in rows] == [11, 12] and all(np.isfinite(r["oracle"]) for r in rows)
+    assert all(r["train_seconds"] > 0 for r in rows)
+    curve = out["candidates"]["tiny"]["curve"]["0.2"]
+    assert set(curve["minus_untrained"]) >= {"mean", "lo", "hi"} and "paired test of share" in curve["share_words"]
+    assert "| 0.2 |" in proc.stdout and "IC 0.2 with the next-open fill returns" in out["planted"]["ic0.2-s11"]
+    again = subprocess.run([*command, "--train_only"], capture_output=True, text=True, env=clean_env(), timeout=300)
+    assert again.returncode == 0 and "(0 s of training)" in again.stdout, again.stderr  # resumed: nothing to train
+    planted = [(tmp_path / "runs" / "choose" / "planted" / f"ic0.2-s{s}.csv").read_text() for s in (11, 12)]
+    assert planted[0] != planted[1]  # each seed its own forecast
