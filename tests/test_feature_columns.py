@@ -190,3 +190,14 @@ def test_trade_needs_a_file_of_the_columns_and_reads_them_by_date_and_ticker(tmp
         feature_column(columns_from_file(features, ["alpha"], bars), "alpha")
     with pytest.raises(UserError, match="has no column 'beta'"):
         columns_from_file(features, ["beta"], bars)
+
+
+def test_training_on_a_column_with_a_missing_value_stops_in_one_line_naming_it(tmp_path):
+    path, frame = with_alpha(tmp_path)
+    second, day = frame["tic"].unique()[1], frame["date"].unique()[40]
+    frame.loc[(frame["tic"] == second) & (frame["date"] == day), "alpha"] = np.nan
+    frame.to_csv(path, index=False)
+    command = [sys.executable, SCRIPT, "--data", f"csv:{path}", "--indicators", "col:alpha", *QUICK]
+    proc = subprocess.run(command, cwd=tmp_path, env=clean_env(), capture_output=True, text=True)
+    one_line_error(proc, "'alpha'", second, str(pd.Timestamp(day).date()))
+    assert not (tmp_path / "checkpoints").exists()  # nothing written before the refusal
