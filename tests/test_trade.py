@@ -27,6 +27,7 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -1011,3 +1012,47 @@ def test_help_explains_every_flag(capsys: pytest.CaptureFixture) -> None:
         timeout=60,
     )
     assert "  trade " in usage.stdout
+
+
+@pytest.mark.slow
+def test_a_policy_reading_a_column_trades_it_from_a_features_file_as_its_backtest_did(
+    env: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Trained on a file of bars with a forecast column (``--indicators rsi,col:alpha``): `trade` refuses it in one
+    line without ``--features``, and with the file plans exactly its backtest's trades on Alpaca's bars (which hold
+    no column), the column read by date and ticker."""
+    root = tmp_path_factory.mktemp("trade_columns")
+    bars = daily_bars(TICKERS, START, END)
+    rows = [
+        {"date": pd.Timestamp(b["t"]).tz_convert("America/New_York").date().isoformat(), "tic": tic}
+        | {name: b[key] for name, key in (("open", "o"), ("high", "h"), ("low", "l"), ("close", "c"), ("volume", "v"))}
+        for tic, series in bars.items()
+        for b in series
+    ]
+    frame = pd.DataFrame(rows)
+    frame["alpha"] = np.random.default_rng(5).normal(size=len(frame))
+    prices = root / "prices.csv"
+    frame.to_csv(prices, index=False)
+    command = [sys.executable, SCRIPT, *TINY, "--data", f"csv:{prices}", "--start", START, "--end", END]
+    command += ["--indicators", "rsi,col:alpha", "--checkpoint_dir", str(root / "ck"), "--run_name", "col"]
+    done = subprocess.run(command, cwd=root, env=_subprocess_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr
+    ckpt = root / "ck" / "col" / "latest.pt"
+    backtest = ["backtest", "--checkpoint", str(ckpt), "--out", str(root / "bt"), "--threads", "1"]
+    assert cli.main(backtest) == 0
+    report = json.loads((root / "bt" / "report.json").read_text())
+    trained = Trained(
+        ckpt,
+        bars,
+        pd.read_csv(root / "bt" / "trades.csv"),
+        pd.read_csv(root / "bt" / "equity.csv"),
+        report["metadata"]["execution"],
+    )
+    with AlpacaTestServer(ServerState(key=KEY, secret=SECRET, bars=bars)) as data:
+        day = date.fromisoformat(trained.equity["date"].iloc[5])
+        with broker(account(trained, day), monkeypatch):
+            refused = trade(capsys, trained, data, env / "j-refused")
+        assert refused.code == 2 and len(refused.err.strip().splitlines()) == 1, refused.err
+        assert "--features FILE" in refused.err and "alpha" in refused.err
+        capsys.readouterr()
+        check_plans_equal_backtest(trained, env, data, capsys, monkeypatch, "--features", str(prices))
