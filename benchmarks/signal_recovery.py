@@ -177,6 +177,7 @@ def plot(curve: dict[str, dict[str, Any]], path: Path, title: str) -> None:
     ax.plot(ics, [s["untrained"] - s["buy_and_hold"] for s in curve.values()], "x--", label="untrained network")
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xscale("log")
+    ax.minorticks_off()
     ax.set_xticks(ics, [f"{ic:g}" for ic in ics])
     ax.set_xlabel("planted forecast's IC (per ticker, with the next-close fill return)")
     ax.set_ylabel("Sharpe minus buy-and-hold's, after costs")
