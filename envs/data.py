@@ -822,7 +822,9 @@ def columns_from_file(path: str | Path, names: Sequence[str], data: MarketData) 
     long = pd.DataFrame({"date": dates, "tic": tics})
     for name in names:
         long[name] = _parse_numbers(frame[by_name[name]].reset_index(drop=True), name, long)
-    long = long.drop_duplicates(["date", "tic"], keep="last")
+    repeated = long.duplicated(["date", "tic"], keep=False).to_numpy()
+    if repeated.any():
+        raise UserError(f"{path}: duplicate (date, tic) rows: {_rows(long, repeated)}; keep one value per day")
     index = pd.DatetimeIndex(data.dates)
     added = {name: _pivot(long, name, index, list(data.tickers)) for name in names}
     return replace(data, columns={**data.columns, **added})

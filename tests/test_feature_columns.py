@@ -190,6 +190,9 @@ def test_trade_needs_a_file_of_the_columns_and_reads_them_by_date_and_ticker(tmp
         feature_column(columns_from_file(features, ["alpha"], bars), "alpha")
     with pytest.raises(UserError, match="has no column 'beta'"):
         columns_from_file(features, ["beta"], bars)
+    pd.concat([frame[["date", "tic", "alpha"]]] * 2).to_csv(features, index=False)  # two values of one day
+    with pytest.raises(UserError, match=r"duplicate \(date, tic\) rows"):
+        columns_from_file(features, ["alpha"], bars)
 
 
 def test_training_on_a_column_with_a_missing_value_stops_in_one_line_naming_it(tmp_path):
