@@ -47,13 +47,11 @@ from clstm_ppo.evaluation.oracle import (
     seed_share_words,
     share_over_seeds,
 )
-from clstm_ppo.evaluation.report import BacktestResult
 from clstm_ppo.evaluation.statistics import t_interval
 from clstm_ppo.market import build_market
 from clstm_ppo.study.grid import parse_seeds
 from clstm_ppo.training.run_folder import deployed_checkpoint
 from envs.data import DayRange
-from envs.execution import Terms
 from envs.oracle import parse_signal, require_planted_rule, signal_predictor
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,12 +126,8 @@ def figures(
         "test_days": market.splits.test.num_days,
     }
     if returns:  # the daily simple returns the Sharpe ratios above are of (`run_figures`'s backtest record)
-        test = market.splits.test
-        record = BacktestResult.from_run(
-            run, cfg.env, Terms.of(market.data, cfg.env.execution, cfg.env.risk_free).days(test.start, test.stop)
-        )
-        row["trained_returns"] = daily_returns(record.values)
-        row["buy_and_hold_returns"] = daily_returns(record.baseline_values)
+        row["trained_returns"] = daily_returns(learned.record.values)
+        row["buy_and_hold_returns"] = daily_returns(learned.record.baseline_values)
     if not stretches:
         return row
     predictor = signal_predictor(market.data, signal, market.splits.train)

@@ -67,6 +67,15 @@ def market_witness(data: MarketData) -> dict[str, Any]:
     return witness
 
 
+def _shared_cells(a: dict[str, Any], b: dict[str, Any]) -> tuple[dict[str, int], dict[str, int], list[tuple[int, int]]]:
+    """Where two witnesses' values meet: each witness's column of every ticker, and the row pairs ``(i, j)`` of the
+    witness days both hold (``a``'s row i is ``b``'s row j)."""
+    a_col = {t: i for i, t in enumerate(a["tickers"])}
+    b_col = {t: i for i, t in enumerate(b["tickers"])}
+    b_row = {d: i for i, d in enumerate(b["dates"])}
+    return a_col, b_col, [(i, b_row[d]) for i, d in enumerate(a["dates"]) if d in b_row]
+
+
 def agreeing_tickers(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Which tickers two witnesses (`market_witness`) show to be the same market.
 
@@ -74,10 +83,7 @@ def agreeing_tickers(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[str], l
         (to `WITNESS_RTOL`) on every shared one, and those that share a day but disagree on one. A ticker with no
         shared witness day is in neither: nothing tells whether it is the same market.
     """
-    a_col = {t: i for i, t in enumerate(a["tickers"])}
-    b_col = {t: i for i, t in enumerate(b["tickers"])}
-    b_row = {d: i for i, d in enumerate(b["dates"])}
-    shared = [(i, b_row[d]) for i, d in enumerate(a["dates"]) if d in b_row]
+    a_col, b_col, shared = _shared_cells(a, b)
     agree, differ = [], []
     if not shared:
         return agree, differ
@@ -97,10 +103,7 @@ def same_columns(a: dict[str, Any], b: dict[str, Any]) -> bool:
     a_columns, b_columns = a.get("columns", {}), b.get("columns", {})
     if a_columns.keys() != b_columns.keys():
         return False
-    a_col = {t: i for i, t in enumerate(a["tickers"])}
-    b_col = {t: i for i, t in enumerate(b["tickers"])}
-    b_row = {d: i for i, d in enumerate(b["dates"])}
-    shared = [(i, b_row[d]) for i, d in enumerate(a["dates"]) if d in b_row]
+    a_col, b_col, shared = _shared_cells(a, b)
     tickers = a_col.keys() & b_col.keys()
     for name, values in a_columns.items():
         for i, j in shared:

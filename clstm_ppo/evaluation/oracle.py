@@ -96,6 +96,7 @@ class RunFigures(NamedTuple):
     exposure: float  # mean invested fraction of the portfolio
     buy_and_hold_sharpe: float
     buy_and_hold_return: float
+    record: BacktestResult  # the run and buy-and-hold day by day as the backtest counts them (values, costs)
 
 
 class FamilyChoice(NamedTuple):
@@ -188,7 +189,8 @@ def run_figures(run: PolicyRun, market: PreparedMarket, days: DayRange, env: Env
     """``run``'s Sharpe, return, turnover a year and exposure over ``days`` of ``market`` as the backtest counts them
     (costs, fills, cash interest), beside equal-weight buy-and-hold's on the same days and terms."""
     terms = Terms.of(market.data, env.execution, env.risk_free).days(days.start, days.stop)
-    metrics = compute_metrics(BacktestResult.from_run(run, env, terms), risk_free=env.risk_free)
+    record = BacktestResult.from_run(run, env, terms)
+    metrics = compute_metrics(record, risk_free=env.risk_free)
     return RunFigures(
         run=run,
         sharpe=metrics["policy"]["sharpe"],
@@ -197,6 +199,7 @@ def run_figures(run: PolicyRun, market: PreparedMarket, days: DayRange, env: Env
         exposure=mean_exposure(run.values, run.holdings_value),
         buy_and_hold_sharpe=metrics["baseline"]["sharpe"],
         buy_and_hold_return=metrics["baseline"]["cumulative_return"],
+        record=record,
     )
 
 
