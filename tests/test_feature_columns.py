@@ -42,6 +42,12 @@ def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+def train_quick(cwd: Path, path: Path, indicators: str, *flags: str) -> subprocess.CompletedProcess:
+    """The QUICK run of the real training script on the file ``path`` with ``--indicators indicators``."""
+    command = [sys.executable, SCRIPT, "--data", f"csv:{path}", "--indicators", indicators, *QUICK, *flags]
+    return subprocess.run(command, cwd=cwd, env=clean_env(), capture_output=True, text=True)
+
+
 def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> None:
     """A nonzero exit whose stderr is one line naming every word, and no traceback."""
     assert proc.returncode != 0, proc.stdout
@@ -134,14 +140,7 @@ def test_a_feature_column_round_trips_through_train_backtest_and_study(tmp_path)
     path, _ = with_alpha(tmp_path, days=700)
     bare = tmp_path / "bare.csv"
     pd.read_csv(path).drop(columns=["alpha"]).to_csv(bare, index=False)
-    run = [sys.executable, SCRIPT, "--data", f"csv:{path}", "--indicators", "rsi,col:alpha", *QUICK]
-    proc = subprocess.run(
-        [*run, "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "r"],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-    )
+    proc = train_quick(tmp_path, path, "rsi,col:alpha", "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "r")
     assert proc.returncode == 0, proc.stderr
     ck = load_checkpoint(tmp_path / "ck" / "r" / "latest.pt")
     assert ck.market_spec["indicator_names"] == ["rsi", "col:alpha"]
@@ -165,14 +164,7 @@ def test_a_feature_column_round_trips_through_train_backtest_and_study(tmp_path)
 
 def test_trade_needs_a_file_of_the_columns_and_reads_them_by_date_and_ticker(tmp_path):
     path, frame = with_alpha(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, SCRIPT, "--data", f"csv:{path}", "--indicators", "col:alpha", *QUICK]
-        + ["--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "r"],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-    )
+    proc = train_quick(tmp_path, path, "col:alpha", "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "r")
     assert proc.returncode == 0, proc.stderr
     ck = load_checkpoint(tmp_path / "ck" / "r" / "latest.pt")
     with pytest.raises(UserError, match="reads the column.* alpha .*pass --features FILE"):
@@ -200,7 +192,5 @@ def test_training_on_a_column_with_a_missing_value_stops_in_one_line_naming_it(t
     second, day = frame["tic"].unique()[1], frame["date"].unique()[40]
     frame.loc[(frame["tic"] == second) & (frame["date"] == day), "alpha"] = np.nan
     frame.to_csv(path, index=False)
-    command = [sys.executable, SCRIPT, "--data", f"csv:{path}", "--indicators", "col:alpha", *QUICK]
-    proc = subprocess.run(command, cwd=tmp_path, env=clean_env(), capture_output=True, text=True)
-    one_line_error(proc, "'alpha'", second, str(pd.Timestamp(day).date()))
+    one_line_error(train_quick(tmp_path, path, "col:alpha"), "'alpha'", second, str(pd.Timestamp(day).date()))
     assert not (tmp_path / "checkpoints").exists()  # nothing written before the refusal
