@@ -360,6 +360,9 @@ def check_plans_equal_backtest(
     monkeypatch: pytest.MonkeyPatch,
     *flags: str,
 ) -> None:
+    # Two years of bars per session, answered by a server in this process: on a loaded 2-core box an answer took over
+    # the `env` fixture's 0.5 s once (CI at ef68b5e). These tests check the plan, not timeouts (those tests keep 0.5 s).
+    monkeypatch.setenv("ALPACA_TIMEOUT_SECONDS", "5")
     trades = trained.trades
     mode = open_checkpoint(trained.ckpt[0] if isinstance(trained.ckpt, list) else trained.ckpt).cfg.env.action_mode
     decided = {trained.fill_day(date.fromisoformat(d)): d for d in trained.equity["date"].iloc[:-1]}
