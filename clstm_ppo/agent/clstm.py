@@ -8,12 +8,11 @@ one layer) across days over those features, a linear head for the Gaussian's mea
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.lstm import LSTMPolicy
+from clstm_ppo.agent.net import Net
 from clstm_ppo.agent.windows import Windows
 
 
@@ -27,7 +26,7 @@ class CLSTMPolicy(LSTMPolicy):
         return self.spec.stage1_hidden
 
     @classmethod
-    def encode(cls, net: Any, windows: Windows) -> Tensor:
+    def encode(cls, net: Net, windows: Windows) -> Tensor:
         return net.layers("features", net.window_summary(windows))
 
     def stage1_parameters(self) -> list[nn.Parameter]:

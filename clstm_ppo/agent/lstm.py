@@ -7,12 +7,11 @@ row ``[F]``) goes through two tanh layers to ``feature_dim`` features, then stag
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells, to_cells
+from clstm_ppo.agent.net import Net
 from clstm_ppo.agent.recurrence import cut_days, run_lstm
 from clstm_ppo.agent.windows import Windows
 
@@ -57,13 +56,13 @@ class LSTMPolicy(ActorCritic):
         return list(self.features.parameters())
 
     @classmethod
-    def encode(cls, net: Any, windows: Windows) -> Tensor:
+    def encode(cls, net: Net, windows: Windows) -> Tensor:
         """Stage 1 of the K networks ``net``: L x E windows -> features ``[K, L x M, feature_dim]``."""
         return net.layers("features", today(windows, net.cells))
 
     @classmethod
     def forward_cells(
-        cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+        cls, net: Net, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
         steps, envs = windows.steps, windows.envs
         feats = cls.encode(net, windows).view(net.cells, steps, envs // net.cells, -1)  # [K, L, M, D]

@@ -5,13 +5,12 @@ critic, each with its linear head. The recurrent state has zero width.
 
 from __future__ import annotations
 
-from typing import Any
-
 from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.lstm import feature_layers, today
 from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells
+from clstm_ppo.agent.net import Net
 from clstm_ppo.agent.windows import Windows
 
 
@@ -33,7 +32,7 @@ class MLPPolicy(ActorCritic):
 
     @classmethod
     def forward_cells(
-        cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+        cls, net: Net, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
         steps = windows.steps
         feats = net.layers("features", today(windows, net.cells))

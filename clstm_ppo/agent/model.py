@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -30,6 +30,9 @@ from clstm_ppo.agent.window_lstm import window_last_output
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import ACTION_DISTS, POLICIES
 from envs.errors import UserError
+
+if TYPE_CHECKING:  # net.py reads this module's ModelSpec and RecurrentState
+    from clstm_ppo.agent.net import Net
 
 LOG_STD_MIN = -5.0  # lower bound of a bounded log-std
 OBS_CLIP = 10.0  # normalised state numbers are clipped to +-this (obs_norm)
@@ -305,9 +308,10 @@ class Policy:
 class ActorCritic(nn.Module, Policy):
     """A recurrent Gaussian actor-critic over windowed market observations, one network (K = 1 of `Policy`): what
     every policy family shares (see the module docstring). A family builds its layers in ``__init__`` (then calls
-    `_finish`) and gives `forward_cells` (its forward, written once for K >= 1 networks through the kernels a `Net`
-    offers) and `stage1_parameters`. As a `Net` of one it offers its own layers (``layers``), its window LSTMs
-    (``window_summary``, for the families that have one) and stage-2 LSTMs (``stage2``), on torch's kernels."""
+    `_finish`) and gives `forward_cells` (its forward, written once for K >= 1 networks through the kernels a
+    `clstm_ppo.agent.net.Net` offers) and `stage1_parameters`. As a `Net` of one it offers its own layers
+    (``layers``), its window LSTMs (``window_summary``, for the families that have one) and stage-2 LSTMs
+    (``stage2``, for the families recurrent across days), on torch's kernels."""
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
@@ -333,11 +337,11 @@ class ActorCritic(nn.Module, Policy):
     # ------------------------------------------------------------------ what a family gives
     @classmethod
     def forward_cells(
-        cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+        cls, net: Net, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
         """The family's forward for the K >= 1 networks ``net`` (this network, or a `CellPolicy` of K): L days of
         E = K x M columns -> action means ``[L, E, A]``, values ``[L, E]`` and the state after day L-1. It reads the
-        weights only through ``net``'s kernels (``net.cells``, ``net.layers(name, x [K, R, in])``, and the
+        weights only through the `Net`'s members (``net.cells``, ``net.layers(name, x [K, R, in])``, and the
         family's ``net.window_summary`` / ``net.stage2``), so the arithmetic exists once whatever K."""
         raise NotImplementedError
 
@@ -363,6 +367,13 @@ class ActorCritic(nn.Module, Policy):
     def window_summary(self, windows: Windows, name: str = "window_lstm") -> Tensor:
         """The window LSTM ``name`` of this network (K = 1) through ``window_kernel``: ``[1, L x E, H]``."""
         return window_last_output(self.get_submodule(name), windows, self.window_kernel).unsqueeze(0)
+
+    def stage2(
+        self, feats: Tensor, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+    ) -> tuple[Tensor, Tensor, RecurrentState]:
+        """Stage 2's LSTMs across days of this network (`Net.stage2`, K = 1): only the families recurrent across
+        days have them (`clstm_ppo.agent.lstm.LSTMPolicy`, which overrides this); the others' forwards never ask."""
+        raise NotImplementedError(f"{type(self).__name__} has no stage-2 LSTMs across days")
 
     def forward(self, *args: Any, **kwargs: Any) -> PolicyOutput:
         """`evaluate` (the loss forward, which goes through the DDP wrapper when distributed)."""

@@ -21,14 +21,13 @@ the same weights act on a market of any N with the same K indicators (tests/test
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.lstm import feature_layers
 from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells, to_cells
+from clstm_ppo.agent.net import Net
 from clstm_ppo.agent.windows import Windows
 from envs.state import StateLayout
 
@@ -79,7 +78,7 @@ class SharedPolicy(ActorCritic):
 
     @classmethod
     def forward_cells(
-        cls, net: Any, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
+        cls, net: Net, windows: Windows, state: RecurrentState, starts: Tensor, host_starts: Tensor | None
     ) -> tuple[Tensor, Tensor, RecurrentState]:
         """Stages 1-3 (module docstring) of K >= 1 networks (here K counts networks): each network's R = L x M
         observations, of N tickers each (any N: the state's width says it)."""

@@ -54,7 +54,8 @@ def _rebind(model: nn.Module, name: str, value: Tensor, parameter: bool) -> None
 
 
 class CellPolicy(Policy):
-    """K networks of one family and shape trained together (see the module docstring for the layout).
+    """K networks of one family and shape trained together (see the module docstring for the layout), and the
+    `clstm_ppo.agent.net.Net` of K their family's forward runs on (``layers``, ``window_summary``, ``stage2``).
 
     :param models: the cells' networks, each initialised as its run alone would be; their parameters and buffers
         are rebound to views of the stacked storage (so keep using them: `cell`).

@@ -95,9 +95,15 @@ class StackedLSTM(torch.autograd.Function):
 
 
 def stacked_lstm(
-    x: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor, state: tuple[Tensor, Tensor],
-    starts: Tensor, cuts: list[int],
-) -> tuple[Tensor, tuple[Tensor, Tensor]]:  # fmt: skip
+    x: Tensor,
+    w_ih: Tensor,
+    w_hh: Tensor,
+    b_ih: Tensor,
+    b_hh: Tensor,
+    state: tuple[Tensor, Tensor],
+    starts: Tensor,
+    cuts: list[int],
+) -> tuple[Tensor, tuple[Tensor, Tensor]]:
     """C stacked LSTMs over L days: `run_lstm` for stacked weights.
 
     :param x: ``[C, L, M, D]`` inputs; :param w_ih: ``[C, 4H, D]``; :param w_hh: ``[C, 4H, H]``; :param b_ih: /
