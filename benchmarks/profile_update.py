@@ -236,9 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     for n in envs:
         with tempfile.TemporaryDirectory() as tmp:
             opts = dict(
-                device=args.device, threads=args.threads, policy=args.policy, num_envs=n, preset="paper",
-                minibatches=args.minibatches, mixed_precision=args.mixed_precision, compile=args.compile, tmp=tmp,
-            )  # fmt: skip
+                device=args.device,
+                threads=args.threads,
+                policy=args.policy,
+                num_envs=n,
+                preset="paper",
+                minibatches=args.minibatches,
+                mixed_precision=args.mixed_precision,
+                compile=args.compile,
+                tmp=tmp,
+            )
             print("\n".join(profile_one(opts, Path(args.trace_dir) if args.trace_dir else None)) + "\n", flush=True)
             if args.device == "cuda":
                 torch.cuda.empty_cache()

@@ -518,11 +518,33 @@ PRESETS: dict[str, dict[str, Any]] = {
     # Zou et al. 2022, Table 1 and the sweeps' winners (window 30, stage-2 LSTM 512, one layer); epochs, minibatch
     # and GAE lambda are sb3-contrib RecurrentPPO's defaults, which the paper used.
     "paper": dict(
-        window=30, stage1_hidden=128, feature_dim=128, stage2_hidden=512, n_steps=128, epochs=10, batch_size=128,
-        gamma=0.99, gae_lambda=0.95, clip_coef=0.2, vf_coef=0.5, ent_coef=0.01, max_grad_norm=0.5,
-        learning_rate_clstm=3e-4, learning_rate_actor_critic=3e-4, adam_eps=1e-8, hmax=100,
-        initial_amount=1_000_000.0, buy_cost_pct=1e-3, sell_cost_pct=1e-3, reward_scaling=1e-4, policy="clstm",
-        portfolio_features="shares", **PAPER_BEHAVIOUR,
+        # the networks
+        window=30,
+        stage1_hidden=128,
+        feature_dim=128,
+        stage2_hidden=512,
+        # PPO
+        n_steps=128,
+        epochs=10,
+        batch_size=128,
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_coef=0.2,
+        vf_coef=0.5,
+        ent_coef=0.01,
+        max_grad_norm=0.5,
+        learning_rate_clstm=3e-4,
+        learning_rate_actor_critic=3e-4,
+        adam_eps=1e-8,
+        # the trading env, the policy network and its state
+        hmax=100,
+        initial_amount=1_000_000.0,
+        buy_cost_pct=1e-3,
+        sell_cost_pct=1e-3,
+        reward_scaling=1e-4,
+        policy="clstm",
+        portfolio_features="shares",
+        **PAPER_BEHAVIOUR,
         init_log_std=-0.5,  # not stated in the paper (sb3's default is 0): 0.1.0's, so the preset trains as it did
     ),
     # A first run in under a minute on one CPU core: a small clstm on a toy lead-lag market (docs/data.md: generator
@@ -535,12 +557,32 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 63-day training episodes over a year's evaluation, and some seeds then froze into one stock.
     "demo": dict(
         data="synthetic:tickers=6,days=2520,signal_ic=0.3,signal_kind=lead_lag,signal_halflife=5,train_draws=16",
-        window=5, stage1_hidden=32, feature_dim=32, stage2_hidden=64, num_envs=64, n_steps=16, batch_size=512,
-        epochs=4, episode_length=63, gamma=0.9, learning_rate_clstm=1e-3, learning_rate_actor_critic=1e-3,
-        num_episodes=3000, log_every=500, threads=1, turnover_penalty=0.0, target_kl=0.0, rebalance_band=0.01,
-        init_log_std=-1.0, portfolio_features="weights",
+        # a small network
+        window=5,
+        stage1_hidden=32,
+        feature_dim=32,
+        stage2_hidden=64,
+        # rollouts and PPO
+        num_envs=64,
+        n_steps=16,
+        batch_size=512,
+        epochs=4,
+        episode_length=63,
+        gamma=0.9,
+        learning_rate_clstm=1e-3,
+        learning_rate_actor_critic=1e-3,
+        # the run's length, logging and threads
+        num_episodes=3000,
+        log_every=500,
+        threads=1,
+        # the choices the paragraph above explains
+        turnover_penalty=0.0,
+        target_kl=0.0,
+        rebalance_band=0.01,
+        init_log_std=-1.0,
+        portfolio_features="weights",
     ),
-}  # fmt: skip
+}
 
 
 def preset(name: str, **overrides: Any) -> TrainConfig:

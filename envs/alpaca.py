@@ -49,13 +49,14 @@ RETRIES_VAR = "ALPACA_MAX_RETRIES"
 RETRY_WAIT_VAR = "ALPACA_RETRY_WAIT_SECONDS"
 TIMEOUT_VAR = "ALPACA_TIMEOUT_SECONDS"
 
-_TIMEFRAME_UNITS = {
-    "min": "Min", "mins": "Min", "minute": "Min", "minutes": "Min", "t": "Min",
-    "h": "Hour", "hour": "Hour", "hours": "Hour",
-    "d": "Day", "day": "Day", "days": "Day",
-    "w": "Week", "week": "Week", "weeks": "Week",
-    "m": "Month", "mo": "Month", "month": "Month", "months": "Month",
-}  # fmt: skip
+_TIMEFRAME_ALIASES = {  # alpaca-py's TimeFrameUnit name: the unit words a --timeframe may use (lower case)
+    "Min": ("min", "mins", "minute", "minutes", "t"),
+    "Hour": ("h", "hour", "hours"),
+    "Day": ("d", "day", "days"),
+    "Week": ("w", "week", "weeks"),
+    "Month": ("m", "mo", "month", "months"),
+}
+_TIMEFRAME_UNITS = {word: unit for unit, words in _TIMEFRAME_ALIASES.items() for word in words}
 
 
 @dataclass(frozen=True)

@@ -83,9 +83,14 @@ def test_hand_worked_next_open_fills() -> None:
     market = PreparedMarket.prepare(data, Splits(DayRange(0, 3), None, None), window=1, use_turbulence=False)
     rules = {**SHARES, "execution": "next_open"}
     cfg = EnvConfig(
-        hmax=100, initial_amount=1000.0, buy_cost_pct=0.01, sell_cost_pct=0.02, reward_scaling=1.0,
-        episode_length="full", **rules,
-    )  # fmt: skip
+        hmax=100,
+        initial_amount=1000.0,
+        buy_cost_pct=0.01,
+        sell_cost_pct=0.02,
+        reward_scaling=1.0,
+        episode_length="full",
+        **rules,
+    )
     env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
     env.reset()
     # Day 0: orders 50 and 25 shares (sized at the close); at day 1's open they cost 50 x 10.605 + 25 x 19.695 =
@@ -134,9 +139,15 @@ def test_cash_earns_interest_and_holders_receive_dividends_by_hand() -> None:
     for execution, held in (("close", 60.0), ("next_open", 10.0)):
         rules = {**SHARES, "execution": execution}
         cfg = EnvConfig(
-            hmax=100, initial_amount=1000.0, buy_cost_pct=0.0, sell_cost_pct=0.0, reward_scaling=1.0,
-            episode_length="full", risk_free=0.0252, **rules,
-        )  # fmt: skip
+            hmax=100,
+            initial_amount=1000.0,
+            buy_cost_pct=0.0,
+            sell_cost_pct=0.0,
+            reward_scaling=1.0,
+            episode_length="full",
+            risk_free=0.0252,
+            **rules,
+        )
         env = VectorStockTradingEnv(market, num_envs=1, config=cfg)
         env.reset()
         *_, info = env.step(torch.tensor([[0.1, 0.0]]))  # buy 10 AAA

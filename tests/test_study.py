@@ -880,10 +880,28 @@ def test_the_deflated_sharpe_counts_every_trial_the_ledger_holds_on_these_days(f
 
 
 @pytest.mark.slow
+def test_study_report_and_merge_carry_their_confidence_bootstrap_and_ledger_into_the_report(full_study, tmp_path):
+    """Each sub-command's --confidence and --bootstrap reach study.json and study.md, and its --ledger gets the
+    study and its cells."""
+    out, _ = full_study
+    shutil.copytree(out, tmp_path / "old")
+    flags = ["--confidence", "0.9", "--bootstrap", "300"]
+    for command, folders, written in (("report", ["old"], "old"), ("merge", ["--out", "merged", "old"], "merged")):
+        ledger = tmp_path / f"{command}-ledger.jsonl"
+        proc = study(tmp_path, command, *folders, *flags, "--ledger", str(ledger))
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        report = json.loads((tmp_path / written / "study.json").read_text())
+        assert (report["confidence"], report["bootstrap"], report["trials"]["ledger"]) == (0.9, 300, str(ledger))
+        assert "intervals are 90%, each bootstrap of 300 draws" in (tmp_path / written / "study.md").read_text()
+        assert [r["kind"] for r in ledger_lines(ledger)] == ["study"] + ["trial"] * 4  # the study's 4 cells'
+
+
+@pytest.mark.slow
 def test_a_study_on_sealed_days_refuses_and_an_unseal_is_recorded_and_counted(full_study, tmp_path):
     from clstm_ppo.evaluation.backtest import backtest, compare
     from clstm_ppo.evaluation.holdout import make_seal
     from clstm_ppo.evaluation.ledger import Ledger
+    from clstm_ppo.study.config import StudyConfig
     from clstm_ppo.study.report import build_report, verdict_lines
     from clstm_ppo.study.runner import Layout, run_study
     from clstm_ppo.study.spec import StudySpec
@@ -901,8 +919,9 @@ def test_a_study_on_sealed_days_refuses_and_an_unseal_is_recorded_and_counted(fu
     # days the study only trains on are as spent as the days it trades
     training = Ledger(tmp_path / "training-seal.jsonl")
     training.append([make_seal(generate_market(num_tickers=3, num_days=700, seed=1), DATA, "2015-06-01", "2015-06-30")])
+    settings = StudyConfig(out=str(tmp_path / "full"), ledger=str(training.path))
     with pytest.raises(UserError, match="2015-06-01 .. 2015-06-30 of this data are sealed"):
-        run_study(tmp_path / "full", StudySpec.load(tmp_path / "full"), layout=Layout(1, 0, 1), ledger=training)
+        run_study(StudySpec.load(tmp_path / "full"), settings, layout=Layout(1, 0, 1))
     unsealed = study(tmp_path, *again, "--unseal")
     assert unsealed.returncode == 0, unsealed.stderr + unsealed.stdout
     assert "these days have been unsealed 1 time(s) so far" in unsealed.stdout
@@ -1228,6 +1247,35 @@ def test_training_diagnostics_count_each_update_once_after_a_resume_and_skip_a_t
     expected = training_diagnostics(tmp_path / "clean")
     assert expected == {"final_kl": 0.02, "final_clip_fraction": 0.002, "train_episode_costs": 20.0}
     assert training_diagnostics(tmp_path / "killed") == expected
+
+
+def test_report_settings_come_from_the_flags_of_study_merge_and_study_report_and_of_a_study():
+    from clstm_ppo.cli.study import build_parser
+    from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS
+    from clstm_ppo.study.config import ReportSettings, StudyConfig
+
+    flags = ["--confidence", "0.9", "--bootstrap", "300", "--ledger", "here.jsonl"]
+    for command in (["report", "folder"], ["merge", "--out", "merged", "a", "b"]):
+        args = vars(build_parser().parse_args([*command, *flags]))
+        assert ReportSettings.from_args(args) == ReportSettings(confidence=0.9, bootstrap=300, ledger="here.jsonl")
+        defaults = vars(build_parser().parse_args(command))
+        assert ReportSettings.from_args(defaults) == ReportSettings(
+            confidence=0.95, bootstrap=BOOTSTRAP_DRAWS, ledger=""
+        )
+    settings = StudyConfig.from_args(
+        {"out": "s", "trade_start": "2016-03-01", "confidence": 0.8, "bootstrap": 200, "ledger": "l"}
+    )
+    assert settings.report_settings == ReportSettings(confidence=0.8, bootstrap=200, ledger="l")
+
+
+def test_study_merge_and_study_report_refuse_a_bad_confidence_or_bootstrap_in_one_line(tmp_path):
+    """Before reading any folder: the same rule as a study's own flags."""
+    ledger = ["--ledger", str(tmp_path / "ledger.jsonl")]
+    for command in (["report", "nowhere"], ["merge", "--out", "merged", "nowhere"]):
+        for bad in (["--confidence", "1.5"], ["--bootstrap", "50"]):
+            line = one_error_line(study(tmp_path, *command, *bad, *ledger))
+            assert "--confidence must be in (0, 1) and --bootstrap at least 100" in line, (command, bad)
+    assert not (tmp_path / "merged").exists() and not (tmp_path / "ledger.jsonl").exists()
 
 
 def test_the_study_settings_are_typed_and_how_it_ran_stays_out_of_its_identity(tmp_path):

@@ -14,6 +14,7 @@ clstm-ppo data download --tickers AAPL,MSFT --start 2015-01-01 --end 2024-12-31 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
@@ -478,7 +479,7 @@ def facts_table(names: list[str], markets: list[MarketData]) -> str:
 
 
 def _fact(value: float) -> str:
-    return "n/a (close only)" if value != value else f"{value:.3f}"
+    return "n/a (close only)" if math.isnan(value) else f"{value:.3f}"
 
 
 def summarize(frame: pd.DataFrame) -> str:

@@ -21,8 +21,7 @@ from typing import Any
 from clstm_ppo.cli.main import freeze_imports
 from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
 from clstm_ppo.config import OUTPUT_SETTINGS, PRESETS, TrainConfig, read_settings_file
-from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS
-from clstm_ppo.study.config import BOOTSTRAP_HELP, LEDGER_HELP, StudyConfig, add_study_flags
+from clstm_ppo.study.config import LEDGER_HELP, ReportSettings, StudyConfig, add_report_flags, add_study_flags
 from envs.errors import UserError
 
 # Settings the study decides for each cell and training run (the rest pass through to every cell).
@@ -76,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     merge.add_argument("--out", required=True, help="the merged study's folder (may be one of the shards)")
     merge.add_argument("shards", nargs="+", help="study folders written with --shard I/N")
-    _report_flags(merge)
+    add_report_flags(merge)
     merge.set_defaults(run=_merge)
     report = commands.add_parser(
         "report",
@@ -85,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "trials ledger (once: reporting again does not count them twice).",
     )
     report.add_argument("folder", help="the study's folder")
-    _report_flags(report)
+    add_report_flags(report)
     report.set_defaults(run=_report)
     seal = commands.add_parser(
         "seal",
@@ -141,7 +140,6 @@ def main(argv: list[str]) -> int:
     command = args.pop("command", None)
     if command is not None:
         return args.pop("run")(args)
-    from clstm_ppo.evaluation.ledger import Ledger
     from clstm_ppo.study.runner import plan_layout, run_study
     from clstm_ppo.study.spec import StudySpec
 
@@ -164,37 +162,15 @@ def main(argv: list[str]) -> int:
     spec = StudySpec.of(settings, {**base.to_dict(), "progress": False, "data": source})
     for cell in spec.cells():  # every cell's settings must be valid before anything runs
         cell.config(base)
-    return run_study(
-        Path(settings.out),
-        spec,
-        layout=layout,
-        ledger=Ledger(settings.ledger or None),
-        unseal=settings.unseal,
-        shard_of=settings.shard_of,
-        max_cells=settings.max_cells,
-        confidence=settings.confidence,
-        n_boot=settings.bootstrap,
-    )
-
-
-def _report_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of every interval")
-    parser.add_argument("--bootstrap", type=int, default=BOOTSTRAP_DRAWS, help=BOOTSTRAP_HELP)
-    parser.add_argument("--ledger", default=None, help=LEDGER_HELP)
+    return run_study(spec, settings, layout=layout)
 
 
 def _merge(args: dict[str, Any]) -> int:
-    from clstm_ppo.evaluation.ledger import Ledger
     from clstm_ppo.study.runner import merge_shards
 
+    settings = ReportSettings.from_args(args)
     freeze_imports()
-    return merge_shards(
-        Path(args["out"]),
-        [Path(s) for s in args["shards"]],
-        ledger=Ledger(args["ledger"]),
-        confidence=args["confidence"],
-        n_boot=args["bootstrap"],
-    )
+    return merge_shards(Path(args["out"]), [Path(s) for s in args["shards"]], settings)
 
 
 def _report(args: dict[str, Any]) -> int:
@@ -202,12 +178,13 @@ def _report(args: dict[str, Any]) -> int:
     from clstm_ppo.study.report import build_report, verdict_lines
     from clstm_ppo.study.spec import StudySpec
 
+    settings = ReportSettings.from_args(args)
     freeze_imports()
     folder = Path(args["folder"])
-    ledger = Ledger(args["ledger"])
+    ledger = Ledger(settings.ledger)
     StudySpec.load(folder)  # not a study folder: say so before anything else
     ledger.check_writable()
-    report = build_report(folder, ledger=ledger, confidence=args["confidence"], n_boot=args["bootstrap"])
+    report = build_report(folder, ledger=ledger, confidence=settings.confidence, n_boot=settings.bootstrap)
     print(f"report: {folder / 'study.md'} ({report['cells']['done']}/{report['cells']['total']} cells done)")
     for line in verdict_lines(report):
         print(f"  {line}")

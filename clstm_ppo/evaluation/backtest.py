@@ -353,13 +353,17 @@ def open_members(paths: list[str | Path]) -> list[Checkpoint]:
     cks = [open_checkpoint(p) for p in expand_members(paths)]
     first = cks[0]
     for ck in cks[1:]:
-        spec_diff = sorted(k for k in set(first.market_spec) | set(ck.market_spec)
-                           if first.market_spec.get(k) != ck.market_spec.get(k))  # fmt: skip
+        spec_diff = _differing_keys(first.market_spec, ck.market_spec)
         env_diff = first.cfg.env.differences(ck.cfg.env, skip=TRAINING_ONLY)  # how actions trade, what they cost
         if spec_diff or env_diff:
             what = ", ".join([*(f"its market's {k}" for k in spec_diff), *(f"--{k}" for k in env_diff)])
             raise UserError(f"{ck.path} cannot join {first.path} in an ensemble: they differ in {what}")
     return cks
+
+
+def _differing_keys(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The keys, sorted, whose values differ between ``a`` and ``b`` (a key one of them lacks is None there)."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
 def restore_acting(
@@ -579,6 +583,12 @@ class HeldOut:
         return f"buy-and-hold Sharpe {self.baseline['sharpe']:.2f}, return {self.baseline['cumulative_return']:+.2%}"
 
 
+def _alone_sharpe(ck: Checkpoint, market: PreparedMarket, period: Period, device: torch.device, rf: float) -> float:
+    """The Sharpe ratio (over the risk-free rate ``rf``, a year) of one member's policy trading ``period`` alone."""
+    run = run_policy(ck, restore_policy(ck, market), market, period, device)
+    return M.summarize(run.values, risk_free=rf)["sharpe"]
+
+
 def seeds_held_out_line(
     checkpoints: list[Path], market: PreparedMarket, folder: Path, n_boot: int = BOOTSTRAP_DRAWS
 ) -> str | None:
@@ -591,10 +601,7 @@ def seeds_held_out_line(
     cks = open_members(checkpoints)
     ck, cpu, rf = cks[0], torch.device("cpu"), cks[0].cfg.env.risk_free
     period = Period(days=test, label="test", source="test split")
-    each = np.array(
-        [M.summarize(run_policy(c, restore_policy(c, market), market, period, cpu).values, risk_free=rf)["sharpe"]
-         for c in cks]
-    )  # fmt: skip
+    each = np.array([_alone_sharpe(c, market, period, cpu, rf) for c in cks])
     lo, hi, _ = t_interval(each)
     held = HeldOut.of(ck, run_policy(ck, restore_acting(cks, market, cpu), market, period, cpu), market, period, n_boot)
     ensemble, reference = held.policy, checkpoint_reference(ck, market, test)

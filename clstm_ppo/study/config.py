@@ -3,7 +3,8 @@
 Each `StudyConfig` field is declared with `envs.config.setting` (its default and help text), as training's sections
 are, and is a flag of ``clstm-ppo study`` (`add_study_flags`). The training flags beside them set the cells' common
 settings; the study's spec (`clstm_ppo.study.spec.StudySpec`) is made from both and keeps what decides the cells'
-numbers, and the rest of these settings beside it (``run_settings``).
+numbers, and the rest of these settings beside it (``run_settings``). `ReportSettings`, the part a report uses
+(confidence level, bootstrap draws, trials ledger), are the flags of ``study merge`` and ``study report``.
 """
 
 from __future__ import annotations
@@ -28,8 +29,38 @@ BOOTSTRAP_HELP = (
     f"bootstrap draws of every interval and Sharpe difference of the report (default {BOOTSTRAP_DRAWS:,}; study.md "
     "states the count and each difference bound's Monte Carlo standard error)"
 )
+CONFIDENCE_HELP = "confidence level of every interval"
 RUN_ONLY = ("out", "workers", "cells_per_gpu", "threads", "batch_cells", "cpu", "shard", "ledger", "unseal")
 """Settings that say where and how a study runs, never what a cell computes (kept beside the spec's identity)."""
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """How a study's report resamples and where it counts the trials: the flags of ``study merge`` and ``study
+    report`` (a field's flag is its name), and the part of a `StudyConfig` its own report uses
+    (`StudyConfig.report_settings`)."""
+
+    confidence: float = setting(0.95, CONFIDENCE_HELP)
+    bootstrap: int = setting(BOOTSTRAP_DRAWS, BOOTSTRAP_HELP)
+    ledger: str = setting("", LEDGER_HELP)  # "": the default ledger (`clstm_ppo.evaluation.ledger.ledger_path`)
+
+    def validate(self) -> ReportSettings:
+        """UserError unless the confidence level is in (0, 1) and every bootstrap has at least 100 draws."""
+        if not 0 < self.confidence < 1 or self.bootstrap < 100:
+            raise UserError("--confidence must be in (0, 1) and --bootstrap at least 100")
+        return self
+
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> ReportSettings:
+        """From the parsed flags of ``study merge`` or ``study report`` (`add_report_flags`), validated."""
+        return cls(**{f.name: args[f.name] for f in fields(cls)}).validate()
+
+
+def add_report_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per `ReportSettings` field, with its help and default."""
+    for f in fields(ReportSettings):
+        text = f.metadata["help"].replace("%", "%%")
+        parser.add_argument(f"--{f.name}", type=scalar_type(f.type), default=f.default, help=text)
 
 
 @dataclass(frozen=True)
@@ -82,7 +113,7 @@ class StudyConfig:
         "join the folders with `clstm-ppo study merge`",
     )
     max_cells: int = setting(1000, "refuse a grid larger than this (a typo guard)")
-    confidence: float = setting(0.95, "confidence level of every interval")
+    confidence: float = setting(0.95, CONFIDENCE_HELP)
     bootstrap: int = setting(BOOTSTRAP_DRAWS, BOOTSTRAP_HELP)
     ledger: str = setting("", LEDGER_HELP)
     unseal: bool = setting(
@@ -108,6 +139,11 @@ class StudyConfig:
     def shard_of(self) -> tuple[int, int] | None:
         return parse_shard(self.shard) if self.shard else None
 
+    @property
+    def report_settings(self) -> ReportSettings:
+        """The settings of the study's report: its confidence level, bootstrap draws and trials ledger."""
+        return ReportSettings(confidence=self.confidence, bootstrap=self.bootstrap, ledger=self.ledger)
+
     def validate(self) -> StudyConfig:
         """Every rule between these settings, once; UserError naming the first broken one."""
         if not self.out:
@@ -120,8 +156,7 @@ class StudyConfig:
         self.seed_list, self.variants, self.shard_of  # noqa: B018 (each parses, or says what is wrong)
         if self.validation_days < 0 or self.retrain_episodes < 0 or self.max_cells < 1:
             raise UserError("--validation_days and --retrain_episodes must be >= 0, --max_cells >= 1")
-        if not 0 < self.confidence < 1 or self.bootstrap < 100:
-            raise UserError("--confidence must be in (0, 1) and --bootstrap at least 100")
+        self.report_settings.validate()
         if self.cells_per_gpu < 1 or self.threads < 0 or self.workers < 0 or self.batch_cells < 0:
             raise UserError("--workers, --threads and --batch_cells must be >= 0 and --cells_per_gpu >= 1")
         if self.index and not Path(self.index).is_file():

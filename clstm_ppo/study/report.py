@@ -23,7 +23,7 @@ from clstm_ppo.evaluation import statistics as S
 from clstm_ppo.evaluation.backtest import read_index
 from clstm_ppo.evaluation.baselines import BUY_AND_HOLD, rule_baselines
 from clstm_ppo.evaluation.holdout import describe, holdout_summary, iso_days
-from clstm_ppo.evaluation.ledger import Ledger, count_trials, same_data_trials, same_data_tried
+from clstm_ppo.evaluation.ledger import Ledger, TrialCount, count_trials, same_data_trials, same_data_tried
 from clstm_ppo.evaluation.oracle import (
     REFERENCE,
     ReferencePolicy,
@@ -40,7 +40,7 @@ from clstm_ppo.study.cell import read_status, record_metrics, run_ensemble, walk
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.markets import load_markets, market_key, paper_stop_days, traded_window
 from clstm_ppo.study.spec import StudySpec
-from clstm_ppo.study.trials import record_cells, record_study
+from clstm_ppo.study.trials import StudyData, record_cells, record_study
 from envs.data import MarketData
 from envs.execution import Terms
 from envs.features import PreparedMarket
@@ -88,86 +88,33 @@ def build_report(
     dates = np.asarray(data.dates)[days.start : days.stop]
     baselines = _baselines(spec, data, days, dates, paper_stop_days(markets))
     bench = baselines[BUY_AND_HOLD]["values"]
-    reference = None
-    if planted(base.data.source) and base.env.action_mode == "weights":  # the yardstick a planted signal sets
-        member, run = _reference(base, markets)
-        baselines[REFERENCE] = {"values": run.values, "metrics": record_metrics(run, base, bench)}
-        train = markets[0].splits.train
-        reference = {
-            "member": member._asdict(),
-            "described": member.describe(),
-            "chosen_on": {"first": str(iso_days(data)[train.start]), "last": str(iso_days(data)[train.stop - 1])},
-        }
+    reference = _add_reference(baselines, base, markets)
     cells, rows, by_group = _read_cells(study_dir, spec, bench, turbulent)
     study = record_study(ledger, study_dir, spec)
     record_cells(ledger, study_dir, spec, study, spec.cells())
-    where = dict(fingerprint=study.fingerprint, tickers=list(data.tickers), witness=study.witness)
-    days = dict(first=study.first, last=study.last)
-    counted = count_trials(  # the ledger's trials, and those recorded as tried outside it (`study tried`)
-        same_data_trials(ledger, **where, **days), same_data_tried(ledger, **where, **days)
-    )
-    A.add_deflated_sharpe(cells, counted, M.excess_returns(bench, rf))  # by the ledger's count of trials
-    for entry in cells:
-        row = next(r for r in rows if r["cell"] == entry["cell"].name)
-        row.update({k: entry["policy"][k] for k in A.DEFLATED})
+    counted = _trials_on_these_days(ledger, study, data)
+    _deflate(cells, rows, counted, M.excess_returns(bench, rf))
     tried = max(1, counted.num_configurations)  # the Bonferroni family: configurations on these days
-    baseline_intervals = {  # days resampled: a baseline has no seeds
-        name: S.sharpe_interval(M.excess_returns(b["values"], rf), confidence=confidence, n_boot=n_boot, seed=k)
-        for k, (name, b) in enumerate(baselines.items())
-    }
-    compared = {name: b for name, b in baselines.items() if name != REFERENCE}  # a yardstick, not a comparison
-    groups: dict[str, Any] = {}
-    for i, (group, entries) in enumerate(by_group.items()):  # per configuration, then its seeds' ensemble
-        groups[group] = g = _group_statistics(group, entries, compared, rf, confidence, n_boot, tried, i)
-        if len(entries) >= 2:
-            g["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, n_boot, i)
-        if REFERENCE in baselines:  # every seed trades the same days: buy-and-hold and the reference are one each
-            sharpe = [e["policy"]["sharpe"] for e in entries]
-            held, ref = (baselines[k]["metrics"]["sharpe"] for k in (BUY_AND_HOLD, REFERENCE))
-            g["reference_share"] = share_over_seeds(sharpe, [held] * len(sharpe), [ref] * len(sharpe))._asdict()
+    baseline_intervals = _baseline_intervals(baselines, rf, confidence=confidence, n_boot=n_boot)
+    groups = _groups(study_dir, base, by_group, baselines, confidence=confidence, n_boot=n_boot, tried=tried)
     between = _between_groups(by_group, confidence=confidence, n_boot=n_boot)
-    family = [d for g in groups.values() for d in g["vs"].values()] + between  # Holm's, then each verdict
-    A.holm_family(family, confidence)
-    for group, g in groups.items():
-        g["verdict"] = A.verdict(
-            group,
-            g["summary"],
-            g["sharpe_interval"],
-            g["vs"][BUY_AND_HOLD],
-            baseline_intervals[BUY_AND_HOLD],
-            confidence,
-        )
-    pbo = A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None
+    family = _judge(groups, between, baseline_intervals, confidence)
     report = {
         "spec": spec.identity(),
         "confidence": confidence,
         "bootstrap": n_boot,
-        "traded": {
-            "first": str(dates[0])[:10],
-            "last": str(dates[-1])[:10],
-            "num_days": int(len(dates)),
-            "turbulent_days": int(turbulent.sum()),
-        },
+        "traded": _traded(dates, turbulent),
         "data": {"fingerprint": study.fingerprint, "tickers": list(data.tickers)},
-        "cells": {
-            "total": len(rows),
-            **{s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")},
-        },
+        "cells": {"total": len(rows), **_cell_counts(rows)},
         "trials": {**counted._asdict(), "ledger": str(ledger.path), "first": study.first, "last": study.last},
         "holdout": holdout_summary(ledger, data, str(iso_days(data)[markets[0].splits.train.start]), study.last),
-        "multiple_comparisons": {
-            "method": "holm",
-            "family_size": len(family),
-            "alpha": 1.0 - confidence,
-            "bonferroni_m": tried,
-            "bonferroni_confidence": S.bonferroni_confidence(confidence, tried),
-        },
+        "multiple_comparisons": _multiple_comparisons(family, confidence, tried),
         "baselines": {name: b["metrics"] for name, b in baselines.items()},
         "reference": reference,
         "baseline_sharpe_intervals": baseline_intervals,
         "groups": groups,
         "between": between,
-        "overfitting": pbo,
+        "overfitting": A.overfitting(np.stack([e["returns"] for e in cells], axis=1)) if len(cells) >= 4 else None,
         "best_cell": _best_cell(cells),
     }
     write_json(study_dir / "study.json", report)
@@ -225,6 +172,27 @@ def _reference(base: TrainConfig, markets: list[PreparedMarket]) -> tuple[Member
     return member, walk_windows(markets, member_env(base.env, member.band), acting)
 
 
+def _add_reference(
+    baselines: dict[str, dict[str, Any]], base: TrainConfig, markets: list[PreparedMarket]
+) -> dict[str, Any] | None:
+    """On a planted market traded by weights, the yardstick its signal sets: add the reference trader (`_reference`)
+    to ``baselines`` and return study.json's ``reference`` (its member, in words, and the training days it was
+    chosen on). None on any other market."""
+    if not (planted(base.data.source) and base.env.action_mode == "weights"):
+        return None
+    member, run = _reference(base, markets)
+    baselines[REFERENCE] = {
+        "values": run.values,
+        "metrics": record_metrics(run, base, baselines[BUY_AND_HOLD]["values"]),
+    }
+    days, train = iso_days(markets[0].data), markets[0].splits.train
+    return {
+        "member": member._asdict(),
+        "described": member.describe(),
+        "chosen_on": {"first": str(days[train.start]), "last": str(days[train.stop - 1])},
+    }
+
+
 def _read_cells(
     study_dir: Path, spec: StudySpec, bench: np.ndarray, turbulent: np.ndarray
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
@@ -275,6 +243,111 @@ def _finished_cell(
         "returns": M.excess_returns(values, rf),
         "untrained_returns": M.excess_returns(untrained, rf),
     }, result
+
+
+def _trials_on_these_days(ledger: Ledger, study: StudyData, data: MarketData) -> TrialCount:
+    """The ledger's count of trials on this study's days of this data (this study's included), with those recorded
+    as tried outside it (``study tried``)."""
+    where = dict(fingerprint=study.fingerprint, tickers=list(data.tickers), witness=study.witness)
+    days = dict(first=study.first, last=study.last)
+    return count_trials(same_data_trials(ledger, **where, **days), same_data_tried(ledger, **where, **days))
+
+
+def _deflate(
+    cells: list[dict[str, Any]], rows: list[dict[str, Any]], counted: TrialCount, bench_returns: np.ndarray
+) -> None:
+    """Add the deflated Sharpe ratios (by the ledger's count of trials) to each finished cell's metrics and row."""
+    A.add_deflated_sharpe(cells, counted, bench_returns)
+    for entry in cells:
+        row = next(r for r in rows if r["cell"] == entry["cell"].name)
+        row.update({k: entry["policy"][k] for k in A.DEFLATED})
+
+
+def _baseline_intervals(
+    baselines: dict[str, dict[str, Any]], rf: float, *, confidence: float, n_boot: int
+) -> dict[str, dict[str, float]]:
+    """Each baseline's Sharpe interval (days resampled: a baseline has no seeds)."""
+    return {
+        name: S.sharpe_interval(M.excess_returns(b["values"], rf), confidence=confidence, n_boot=n_boot, seed=k)
+        for k, (name, b) in enumerate(baselines.items())
+    }
+
+
+def _groups(
+    study_dir: Path,
+    base: TrainConfig,
+    by_group: dict[str, list[dict[str, Any]]],
+    baselines: dict[str, dict[str, Any]],
+    *,
+    confidence: float,
+    n_boot: int,
+    tried: int,
+) -> dict[str, Any]:
+    """Per configuration: its statistics over seeds (`_group_statistics`, against every baseline but the reference
+    trader, a yardstick rather than a comparison), the ensemble of its seeds where it has two or more, and on a
+    planted market its share of the reference trader's edge over buy-and-hold (every seed trades the same days:
+    buy-and-hold and the reference are one each)."""
+    rf, bench = base.env.risk_free, baselines[BUY_AND_HOLD]["values"]
+    compared = {name: b for name, b in baselines.items() if name != REFERENCE}
+    groups: dict[str, Any] = {}
+    for i, (group, entries) in enumerate(by_group.items()):
+        groups[group] = g = _group_statistics(group, entries, compared, rf, confidence, n_boot, tried, i)
+        if len(entries) >= 2:
+            g["ensemble"] = _ensemble(study_dir, base, entries, bench, rf, confidence, n_boot, i)
+        if REFERENCE in baselines:
+            sharpe = [e["policy"]["sharpe"] for e in entries]
+            held, ref = (baselines[k]["metrics"]["sharpe"] for k in (BUY_AND_HOLD, REFERENCE))
+            g["reference_share"] = share_over_seeds(sharpe, [held] * len(sharpe), [ref] * len(sharpe))._asdict()
+    return groups
+
+
+def _judge(
+    groups: dict[str, Any],
+    between: list[dict[str, Any]],
+    baseline_intervals: dict[str, dict[str, float]],
+    confidence: float,
+) -> list[dict[str, Any]]:
+    """Holm's correction over the study's comparisons (each configuration against each baseline and its untrained
+    network, and every pair of configurations), then each configuration's verdict; return the family."""
+    family = [d for g in groups.values() for d in g["vs"].values()] + between
+    A.holm_family(family, confidence)
+    for group, g in groups.items():
+        g["verdict"] = A.verdict(
+            group,
+            g["summary"],
+            g["sharpe_interval"],
+            g["vs"][BUY_AND_HOLD],
+            baseline_intervals[BUY_AND_HOLD],
+            confidence,
+        )
+    return family
+
+
+def _traded(dates: np.ndarray, turbulent: np.ndarray) -> dict[str, Any]:
+    """study.json's ``traded``: first and last traded day, how many days, how many with the turbulence stop on."""
+    return {
+        "first": str(dates[0])[:10],
+        "last": str(dates[-1])[:10],
+        "num_days": int(len(dates)),
+        "turbulent_days": int(turbulent.sum()),
+    }
+
+
+def _cell_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """How many cells are in each status."""
+    return {s: sum(r["status"] == s for r in rows) for s in ("done", "failed", "interrupted", "running", "new")}
+
+
+def _multiple_comparisons(family: list[dict[str, Any]], confidence: float, tried: int) -> dict[str, Any]:
+    """study.json's ``multiple_comparisons``: Holm's family and level, and the Bonferroni m (``tried``, the
+    configurations on these days) with its confidence level."""
+    return {
+        "method": "holm",
+        "family_size": len(family),
+        "alpha": 1.0 - confidence,
+        "bonferroni_m": tried,
+        "bonferroni_confidence": S.bonferroni_confidence(confidence, tried),
+    }
 
 
 def _group_statistics(

@@ -25,12 +25,13 @@ from typing import Any
 
 import torch
 
+from clstm_ppo.config import TrainConfig
 from clstm_ppo.evaluation.holdout import describe, guard, iso_days
 from clstm_ppo.evaluation.ledger import Ledger
-from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS
 from clstm_ppo.market import load_data
 from clstm_ppo.study.batch import batches, cell_cost
 from clstm_ppo.study.cell import read_status, write_status
+from clstm_ppo.study.config import ReportSettings, StudyConfig
 from clstm_ppo.study.grid import Cell, format_seeds, shard
 from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, same_market, save_markets
 from clstm_ppo.study.report import build_report, verdict_lines
@@ -356,7 +357,7 @@ class _CellPool:
         }[state]
         self.log(
             f"[study] {cell.name} {what} | {self.total - len(self.todo) + counts['done']}/{self.total} done, "
-            f"{counts['failed']} failed, {max(left, 0)} left" + (f" | ETA {_duration(eta)}" if eta == eta else "")
+            f"{counts['failed']} failed, {max(left, 0)} left" + ("" if math.isnan(eta) else f" | ETA {_duration(eta)}")
         )
 
     def seconds_left(self, job: _Job, per_job: float) -> float:
@@ -387,76 +388,36 @@ def _eta(running_left: list[float], queued: list[float], workers: int) -> float:
     heapq.heapify(free)
     for seconds in queued:
         heapq.heappush(free, heapq.heappop(free) + seconds)
-    return max(free, default=0.0) if all(x == x for x in free) else math.nan
+    return math.nan if any(math.isnan(x) for x in free) else max(free, default=0.0)
 
 
 def _duration(seconds: float) -> str:
-    if not seconds == seconds:  # NaN
+    if math.isnan(seconds):
         return "?"
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
-def run_study(
-    study_dir: Path,
-    spec: StudySpec,
-    *,
-    layout: Layout,
-    ledger: Ledger,
-    unseal: bool = False,
-    shard_of: tuple[int, int] | None = None,
-    max_cells: int = 1000,
-    confidence: float = 0.95,
-    n_boot: int = BOOTSTRAP_DRAWS,
-    log: Any = print,
-) -> int:
-    """The whole study (or one shard of it) in ``study_dir``; returns the exit status (0, 1 when cells failed, 128 +
-    signal when stopped).
+def run_study(spec: StudySpec, settings: StudyConfig, *, layout: Layout, log: Any = print) -> int:
+    """The whole study (or the shard of it ``settings.shard_of`` names) in ``settings.out``, its trials in
+    ``settings.ledger``; returns the exit status (0, 1 when cells failed, 128 + signal when stopped).
 
     Before anything is written: the ledger must be writable, and days a seal covers are trained on or traded only
-    with ``unseal`` (recorded in the ledger)."""
-    cells = spec.cells()
-    _check_before_writing(study_dir, spec, cells, ledger, max_cells, log)
-    # batches over the whole grid, shards of whole batches (`clstm_ppo.study.batch`: the same numbers in a shard)
-    shards = shard_of[1] if shard_of else 1
+    with ``settings.unseal`` (recorded in the ledger)."""
+    study_dir, ledger, cells = Path(settings.out), Ledger(settings.ledger), spec.cells()
+    _check_before_writing(study_dir, spec, cells, ledger, settings.max_cells, log)
     t0 = time.perf_counter()
     base = spec.base_config
     data = load_data(base.data, seed=base.run.seed)
-    groups = batches(
-        cells, base, layout.batch_cells, layout.workers * shards, num_tickers=data.num_tickers, gpus=bool(layout.gpus)
-    )
-    groups = shard(groups, *shard_of) if shard_of else groups
+    groups = _batches_to_run(cells, base, data, layout, settings.shard_of)
     mine = [c for group in groups for c in group]
     periods = plan(spec, mine, data)
-    days = iso_days(data)
-    for seal in guard(  # a day trained on is as spent as a day traded: from the first training day on
-        ledger,
-        data,
-        str(days[periods[0].train.start]),
-        str(days[periods[-1].trade.stop - 1]),
-        unseal=unseal,
-        command="study",
-        look=study_key(spec, data_fingerprint(data)),
-        what=str(study_dir.resolve()),
-    ):
-        log(f"[study] --unseal: {describe(seal)}")
+    _guard_holdout(study_dir, spec, ledger, data, periods, unseal=settings.unseal, log=log)
     prepare(study_dir, spec, mine, data, periods)
     spec.save(study_dir)
     entry = record_study(ledger, study_dir, spec)
-    where = (
-        f"{layout.gpus} GPU(s) x {layout.workers // layout.gpus}"
-        if layout.gpus
-        else f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
-    )
-    batch = max(len(g) for g in groups)
-    if batch > 1:
-        where += f", up to {batch} cells trained as one batch per process"
-    log(
-        f"[study] {len(mine)} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {len(cells)})' if shard_of else ''}, "
-        f"{len(periods)} walk-forward window(s), {episodes_per_cell(spec, len(periods)):,} training episodes per "
-        f"cell, on {where}; data prepared in {time.perf_counter() - t0:.1f} s"
-    )
+    _log_plan(spec, layout, groups, len(cells), periods, settings.shard_of, time.perf_counter() - t0, log)
     counts = run_cells(
         study_dir,
         groups,
@@ -469,16 +430,7 @@ def run_study(
     if "signal" in counts:
         log("[study] stopped: finished cells are kept (and in the ledger); run the same command again to continue")
         return 128 + counts["signal"]
-    t1 = time.perf_counter()
-    report = build_report(study_dir, ledger=ledger, confidence=confidence, n_boot=n_boot)
-    c = report["cells"]
-    log(
-        f"[study] report: {study_dir / 'study.md'} ({c['done']}/{c['total']} cells done, {c['failed']} failed; "
-        f"statistics and report in {time.perf_counter() - t1:.1f} s)"
-    )
-    for line in verdict_lines(report):
-        log(f"  {line}")
-    return 1 if c["failed"] else 0
+    return _report_study(study_dir, ledger, settings.report_settings, log)
 
 
 def _check_before_writing(
@@ -503,16 +455,91 @@ def _check_before_writing(
             )
 
 
-def merge_shards(
-    out: Path,
-    shards: list[Path],
-    *,
+def _batches_to_run(
+    cells: list[Cell], base: TrainConfig, data: MarketData, layout: Layout, shard_of: tuple[int, int] | None
+) -> list[list[Cell]]:
+    """The batches of ``cells`` this run trains (`clstm_ppo.study.batch.batches`), each in one process. They are
+    formed over the whole grid, as if every shard's workers were here, and a shard takes whole batches: a cell trains
+    with the same batch mates, so to the same numbers, in a shard as in the whole study."""
+    shards = shard_of[1] if shard_of else 1
+    groups = batches(
+        cells, base, layout.batch_cells, layout.workers * shards, num_tickers=data.num_tickers, gpus=bool(layout.gpus)
+    )
+    return shard(groups, *shard_of) if shard_of else groups
+
+
+def _guard_holdout(
+    study_dir: Path,
+    spec: StudySpec,
     ledger: Ledger,
-    confidence: float = 0.95,
-    n_boot: int = BOOTSTRAP_DRAWS,
-    log: Any = print,
-) -> int:
-    """Join the finished cells of shard folders into ``out`` (all of one study) and write the report there."""
+    data: MarketData,
+    periods: list[WalkPeriod],
+    *,
+    unseal: bool,
+    log: Any,
+) -> None:
+    """Refuse sealed days the study would train on or trade (unless ``unseal``: then say which are unsealed). A day
+    trained on is as spent as a day traded: the guarded days run from the first training day on."""
+    days = iso_days(data)
+    for seal in guard(
+        ledger,
+        data,
+        str(days[periods[0].train.start]),
+        str(days[periods[-1].trade.stop - 1]),
+        unseal=unseal,
+        command="study",
+        look=study_key(spec, data_fingerprint(data)),
+        what=str(study_dir.resolve()),
+    ):
+        log(f"[study] --unseal: {describe(seal)}")
+
+
+def _log_plan(
+    spec: StudySpec,
+    layout: Layout,
+    groups: list[list[Cell]],
+    grid_cells: int,
+    periods: list[WalkPeriod],
+    shard_of: tuple[int, int] | None,
+    prepare_s: float,
+    log: Any,
+) -> None:
+    """Print what is about to run: this run's cells of ``groups`` (of ``grid_cells`` in the grid, when a shard), the
+    windows and episodes, and on what."""
+    where = (
+        f"{layout.gpus} GPU(s) x {layout.workers // layout.gpus}"
+        if layout.gpus
+        else f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
+    )
+    batch = max(len(g) for g in groups)
+    if batch > 1:
+        where += f", up to {batch} cells trained as one batch per process"
+    mine = sum(len(g) for g in groups)
+    log(
+        f"[study] {mine} cell(s){f' (shard {shard_of[0]}/{shard_of[1]} of {grid_cells})' if shard_of else ''}, "
+        f"{len(periods)} walk-forward window(s), {episodes_per_cell(spec, len(periods)):,} training episodes per "
+        f"cell, on {where}; data prepared in {prepare_s:.1f} s"
+    )
+
+
+def _report_study(study_dir: Path, ledger: Ledger, settings: ReportSettings, log: Any) -> int:
+    """Write the study's report, print its verdicts; return 1 when cells failed, else 0."""
+    t1 = time.perf_counter()
+    report = build_report(study_dir, ledger=ledger, confidence=settings.confidence, n_boot=settings.bootstrap)
+    c = report["cells"]
+    log(
+        f"[study] report: {study_dir / 'study.md'} ({c['done']}/{c['total']} cells done, {c['failed']} failed; "
+        f"statistics and report in {time.perf_counter() - t1:.1f} s)"
+    )
+    for line in verdict_lines(report):
+        log(f"  {line}")
+    return 1 if c["failed"] else 0
+
+
+def merge_shards(out: Path, shards: list[Path], settings: ReportSettings, *, log: Any = print) -> int:
+    """Join the finished cells of shard folders into ``out`` (all of one study) and write the report there, as
+    ``settings`` say (its trials in ``settings.ledger``)."""
+    ledger = Ledger(settings.ledger)
     specs = [StudySpec.load(s) for s in shards]
     for s, other in zip(shards[1:], specs[1:], strict=True):
         specs[0].check_same(other, s)
@@ -536,13 +563,14 @@ def merge_shards(
             ):
                 shutil.copytree(cell_dir, out / "cells" / cell_dir.name, dirs_exist_ok=True)
                 copied += 1
-    report = build_report(out, ledger=ledger, confidence=confidence, n_boot=n_boot)
+    report = build_report(out, ledger=ledger, confidence=settings.confidence, n_boot=settings.bootstrap)
     c = report["cells"]
     log(
         f"[study] merged {copied} cell(s) from {len(shards)} folder(s): {c['done']}/{c['total']} done; "
         f"report: {out / 'study.md'}"
     )
     missing = c["total"] - c["done"]
-    if missing:
-        log(f"[study] {missing} cell(s) not finished in any shard (listed in study.md)")
-    return 0 if not missing else 1
+    if not missing:
+        return 0
+    log(f"[study] {missing} cell(s) not finished in any shard (listed in study.md)")
+    return 1
