@@ -180,7 +180,7 @@ def profile_one(opts: dict[str, Any], trace_dir: Path | None) -> list[str]:
     comm = Comm(rank=0, world_size=1, device=device)
     if not cuda:
         torch.set_num_threads(opts["threads"])
-    trainer = Trainer(cfg, market, comm, Path(opts["tmp"]) / "profile")
+    trainer = Trainer([cfg], market, comm, [Path(opts["tmp"]) / "profile"])
     trainer.update(ppo=dataclasses.replace(cfg.ppo, epochs=1))  # warm-up
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

@@ -127,7 +127,7 @@ def _worker(comm: Comm, payload: tuple[dict[str, Any], Any, str]) -> None:
         torch.set_num_threads(opts["threads"])
     else:
         torch.cuda.reset_peak_memory_stats(comm.device)
-    trainer = Trainer(cfg, market, comm, Path(opts["tmp"]) / "bench")
+    trainer = Trainer([cfg], market, comm, [Path(opts["tmp"]) / "bench"])
     trainer.update(ppo=dataclasses.replace(cfg.ppo, epochs=1))  # warm-up: kernels, allocator, oneDNN primitives
     rollout_s, update_s, phases = [], [], []
     for _ in range(opts["updates"]):

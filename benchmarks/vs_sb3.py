@@ -118,7 +118,7 @@ def bench_ours(market, cfg, updates: int, device: str) -> tuple[float, float, in
 
     with tempfile.TemporaryDirectory() as tmp:
         comm = Comm(device=torch.device(device))
-        trainer = Trainer(cfg.with_settings(checkpoint_dir=tmp), market, comm, Path(tmp) / "run")
+        trainer = Trainer([cfg.with_settings(checkpoint_dir=tmp)], market, comm, [Path(tmp) / "run"])
         sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
         trainer.update(ppo=dataclasses.replace(cfg.ppo, epochs=1))  # warm-up: one rollout + a short update
         sync()

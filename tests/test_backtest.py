@@ -168,11 +168,12 @@ def test_the_last_line_scores_the_checkpoint_deploy_names(
     from clstm_ppo.market import build_market
     from clstm_ppo.training.checkpoint import load_checkpoint
     from clstm_ppo.training.run_folder import deployed_checkpoint
+    from clstm_ppo.training.seeds import RunPlan
 
     cfg = load_checkpoint(ckpts["a"] / "latest.pt").cfg
     market = build_market(cfg.data, seed=cfg.run.seed)
     for deploy, name in (("best", "best.pt"), ("last", "latest.pt")):
-        report_held_out(ckpts["a"], market, deploy)
+        report_held_out(RunPlan(cfg.with_settings(deploy=deploy), (cfg.run.seed,), ckpts["a"]), market)
         assert f"open: {name} Sharpe" in capsys.readouterr().out, deploy
     assert deployed_checkpoint(ckpts["a"], False, "best").name == "latest.pt"
     assert deployed_checkpoint(tmp_path, True, "best") == tmp_path / "latest.pt"  # no best.pt written

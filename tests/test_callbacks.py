@@ -12,7 +12,8 @@ from clstm_ppo.market import build_market
 from clstm_ppo.training.callbacks import Callback, Checkpointer, Logger, RunState, with_defaults
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.trainer import RunView, Trainer
+from clstm_ppo.training.seed import Seed
+from clstm_ppo.training.trainer import Trainer
 from tests.conftest import TINY, read_metrics
 
 pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey the gradient layout contract")
@@ -56,14 +57,14 @@ def test_the_products_callbacks_read_only_what_run_state_declares(tmp_path):
     """Logger and Checkpointer driven through a proxy that refuses every undeclared attribute still write the run
     folder; a callback that reaches for the trainer's optimizer or model fails here."""
     cfg, market = tiny(tmp_path, "declared", "--norm_reward")
-    trainer = Trainer(cfg, market, Comm(), tmp_path / "declared", callbacks=[])
-    run = DeclaredOnly(trainer.views[0])
-    (counters,) = trainer.counters
+    trainer = Trainer([cfg], market, Comm(), [tmp_path / "declared"], callbacks=[[]])
+    (seed,) = trainer.seeds
+    run, counters = DeclaredOnly(seed), seed.counters
     callbacks = with_defaults()
     for callback in callbacks:
         callback.on_training_start(run)
     while counters.episodes < cfg.ppo.num_episodes:
-        result = trainer.gather(0, trainer.update()[0])
+        result = trainer.gather(seed, trainer.update()[0])
         for callback in callbacks:
             callback.on_update_end(run, result)
     for callback in callbacks:
@@ -80,8 +81,8 @@ def test_a_run_and_a_batched_seed_both_offer_every_declared_member(tmp_path):
     cfg, market = tiny(tmp_path, "a")
     cfgs = [tiny(tmp_path, f"cell{k}", "--seed", str(k + 1))[0] for k in range(2)]
     batch = Trainer(cfgs, market, Comm(), [tmp_path / f"cell{k}" for k in range(2)])
-    for run in (*Trainer(cfg, market, Comm(), tmp_path / "a").views, *batch.views):
-        assert isinstance(run, RunView)
+    for run in (*Trainer([cfg], market, Comm(), [tmp_path / "a"]).seeds, *batch.seeds):
+        assert isinstance(run, Seed)
         missing = sorted(name for name in RUN_STATE if not hasattr(run, name))
         assert not missing, f"{type(run).__name__} lacks {missing}"
         assert set(run.figures()) == {"policy_std", "lr_clstm", "lr_actor_critic"}
@@ -92,8 +93,8 @@ def test_callbacks_add_to_the_products_and_never_replace_them(tmp_path):
     (``callbacks=`` replacing them) leaves no metrics.jsonl or latest.pt and fails here."""
     cfg, market = tiny(tmp_path, "alone")
     mine = Recorder()
-    trainer = Trainer(cfg, market, Comm(), tmp_path / "alone", callbacks=[mine])
-    assert [type(c) for c in trainer.callbacks[0]] == [Logger, Checkpointer, Recorder]
+    trainer = Trainer([cfg], market, Comm(), [tmp_path / "alone"], callbacks=[[mine]])
+    assert [type(c) for c in trainer.seeds[0].callbacks] == [Logger, Checkpointer, Recorder]
     trainer.train()
     cfgs = [tiny(tmp_path, f"cell{k}", "--seed", str(k + 1))[0] for k in range(2)]
     hooks = [[Recorder()], [Recorder()]]
@@ -110,8 +111,9 @@ def test_the_update_itself_merges_the_normalisers_statistics(tmp_path):
     """``Trainer.update`` with no callback at all leaves the observation and reward statistics merged with its
     rollout's: no hook can be forgotten that a run's next rollout depends on."""
     cfg, market = tiny(tmp_path, "norm", "--norm_obs", "--norm_reward")
-    trainer = Trainer(cfg, market, Comm(), tmp_path / "norm", callbacks=[])
+    trainer = Trainer([cfg], market, Comm(), [tmp_path / "norm"])
     trainer.update()
     rows = cfg.ppo.num_envs * cfg.ppo.n_steps
-    assert trainer.models[0].obs_count.item() == rows
-    assert trainer.rollout.reward_norms[0].moments[0] == rows
+    (seed,) = trainer.seeds
+    assert seed.model.obs_count.item() == rows
+    assert seed.actor.reward_norm.moments[0] == rows

@@ -66,7 +66,7 @@ def run_dirs(cfgs: list[TrainConfig]) -> list[Path]:
 
 def train_alone(cfgs: list[TrainConfig], market) -> None:
     for cfg, folder in zip(cfgs, run_dirs(cfgs), strict=True):
-        Trainer(cfg, market, Comm(), folder).train()
+        Trainer([cfg], market, Comm(), [folder]).train()
 
 
 @pytest.mark.parametrize("policy, cells", [("clstm", 4), ("mlp", 3), ("lstm", 2), ("shared", 2)])
@@ -93,6 +93,22 @@ def test_each_batched_cell_trains_as_it_does_alone_and_resumes_alike(policy, cel
         assert any(u["epochs_run"] < 2 for u in updates)
 
 
+def test_each_seed_follows_its_own_learning_rate_schedule(tmp_path):
+    """Seed 2 anneals its learning rates (``--anneal_lr``, `Seed.anneal`) by its own counters and budget, seed 1 keeps
+    its own: each as its run alone does, the schedule logged per update (2 seeds on 2 ranks: tests/test_seeds.py)."""
+    schedules = [{}, {"anneal_lr": True}]
+    alone = [c.with_settings(**s) for c, s in zip(configs(tmp_path, "alone", "mlp", 2), schedules, strict=True)]
+    batch = [c.with_settings(**s) for c, s in zip(configs(tmp_path, "batch", "mlp", 2), schedules, strict=True)]
+    market = build_market(alone[0].data, seed=1)
+    train_alone(alone, market)
+    Trainer(batch, market, Comm(), run_dirs(batch)).train()
+    for a, b in zip(run_dirs(alone), run_dirs(batch), strict=True):
+        assert_same_run(a, b)
+    kept, annealed = ([u["lr_clstm"] for u in read_metrics(folder)[1]] for folder in run_dirs(batch))
+    assert len(kept) == len(annealed) == 3 and set(kept) == {kept[0]}
+    assert annealed[0] == kept[0] and annealed == sorted(set(annealed), reverse=True)
+
+
 def test_a_cell_resumes_a_checkpoint_its_run_alone_wrote(tmp_path):
     """A single run's latest.pt continues as a batched cell, and ends where that run alone ends."""
     alone = configs(tmp_path, "alone", "clstm", 2)
@@ -112,15 +128,16 @@ def test_a_diverging_cell_fails_alone_and_the_others_train_on(tmp_path):
     hooks = [[], [FaultHook(update=2, kind="nan")], [FaultHook(update=1, kind="raise")]]
     trainer = Trainer(cfgs, market, Comm(), run_dirs(cfgs), callbacks=hooks)
     trainer.train()
-    assert trainer.errors[0] is None
-    assert isinstance(trainer.errors[1], UserError) and "2 updates in a row had NaN/inf" in str(trainer.errors[1])
-    assert isinstance(trainer.errors[2], RuntimeError) and "injected fault" in str(trainer.errors[2])
+    errors = [seed.error for seed in trainer.seeds]
+    assert errors[0] is None
+    assert isinstance(errors[1], UserError) and "2 updates in a row had NaN/inf" in str(errors[1])
+    assert isinstance(errors[2], RuntimeError) and "injected fault" in str(errors[2])
     # cell 1 kept its last good checkpoint (update 1); cell 2 failed before its first step: its weights never moved
     assert load_checkpoint(run_dirs(cfgs)[1] / "latest.pt").counters["update"] == 1
     torch.manual_seed(cfgs[2].run.seed)
     initial = build_model(cfgs[2], market)
     for name, weight in initial.state_dict().items():
-        assert torch.equal(weight, trainer.models[2].state_dict()[name]), name
+        assert torch.equal(weight, trainer.seeds[2].model.state_dict()[name]), name
     alone = configs(tmp_path, "alone", "mlp", 1, max_bad_updates=2)
     train_alone(alone, market)
     assert_same_run(run_dirs(alone)[0], run_dirs(cfgs)[0])

@@ -105,11 +105,11 @@ def test_batched_cells_train_on_the_gpu_as_each_cell_alone(tmp_path, policy):
     }
     market = build_market(cfgs["a1"].data, seed=1)
     for s in (1, 2, 3):
-        Trainer(cfgs[f"a{s}"], market, Comm(device=torch.device("cuda")), tmp_path / f"a{s}").train()
+        Trainer([cfgs[f"a{s}"]], market, Comm(device=torch.device("cuda")), [tmp_path / f"a{s}"]).train()
     batch = [cfgs[f"b{s}"] for s in (1, 2, 3)]
     trainer = Trainer(batch, market, Comm(device=torch.device("cuda")), [tmp_path / f"b{s}" for s in (1, 2, 3)])
     trainer.train()
-    assert trainer.errors == [None, None, None]
+    assert [seed.error for seed in trainer.seeds] == [None, None, None]
     for s in (1, 2, 3):
         alone, batched = (load_checkpoint(tmp_path / f"{who}{s}" / "latest.pt") for who in ("a", "b"))
         scale = max(float(v.abs().max()) for v in alone.model_state.values() if v.is_floating_point() and v.numel())

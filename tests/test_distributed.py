@@ -13,7 +13,7 @@ from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.model import RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.training.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
-from clstm_ppo.training.ppo import ppo_update
+from clstm_ppo.training.ppo import SeedLearner, ppo_update
 from clstm_ppo.training.rollout import RolloutBuffer, compute_gae
 from tests.conftest import fake_rollout, net_spec, ppo_cfg, small_model
 
@@ -25,7 +25,7 @@ def run_update(model, buf, comm, num_envs, through_ddp=True):
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(num_envs), cfg.gamma, cfg.gae_lambda)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     trained = DDP(model) if (comm.distributed and through_ddp) else model
-    ppo_update(trained, [opt], buf, adv, ret, cfg, comm, generators=[torch.Generator().manual_seed(0)])[0]
+    ppo_update(trained, [SeedLearner(cfg, opt, torch.Generator().manual_seed(0))], buf, adv, ret, comm)
     return [p.detach().clone() for p in model.parameters()]
 
 
@@ -145,8 +145,12 @@ def run_cell_update(
         )
         for net, (lr1, lr2) in zip(policy.models, [(3e-3, 3e-3), (1e-3, 2e-3)], strict=True)
     ]
-    gens = [torch.Generator().manual_seed(k) for k in range(CELLS)]
-    ppo_update(policy, adams, buf, adv, ret, [cfg] * CELLS, comm, generators=gens, scalers=scalers)
+    scalers = scalers or [None] * CELLS
+    learners = [
+        SeedLearner(cfg, adam, torch.Generator().manual_seed(k), scaler)
+        for k, (adam, scaler) in enumerate(zip(adams, scalers, strict=True))
+    ]
+    ppo_update(policy, learners, buf, adv, ret, comm)
     return [flat.clone() for flat in policy.flat]
 
 

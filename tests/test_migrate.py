@@ -292,6 +292,6 @@ def test_a_released_version_s_checkpoint_resumes_with_the_settings_it_was_traine
         check_resume(today, build_market(today.data, seed=today.run.seed), run)
     if name != "v010":
         return
-    (counters,) = Trainer(cfg, market, Comm(), run).train()
+    (counters,) = Trainer([cfg], market, Comm(), [run]).train()
     assert counters.episodes >= 48 and counters.update > load_checkpoint(OLD / "v010.pt").counters["update"]
     assert load_checkpoint(run / "latest.pt").version == __version__

@@ -10,7 +10,7 @@ import torch
 
 from clstm_ppo.agent.recurrence import cut_days
 from clstm_ppo.training.distributed import Comm
-from clstm_ppo.training.ppo import PhaseTimer, ppo_update
+from clstm_ppo.training.ppo import PhaseTimer, SeedLearner, ppo_update
 from clstm_ppo.training.rollout import compute_gae
 from tests.conftest import fake_rollout, ppo_cfg, small_model
 
@@ -22,7 +22,7 @@ def test_ppo_update_changes_parameters_and_reports_statistics():
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
     before = [p.detach().clone() for p in model.parameters()]
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    stats = ppo_update(model, [opt], buf, adv, ret, cfg, Comm(), generators=[torch.Generator().manual_seed(0)])[0]
+    stats = ppo_update(model, [SeedLearner(cfg, opt, torch.Generator().manual_seed(0))], buf, adv, ret, Comm())[0]
     assert stats.epochs_run == 3 and stats.skipped_steps == 0
     assert all(math.isfinite(v) for v in (stats.policy_loss, stats.value_loss, stats.entropy, stats.grad_norm))
     assert 0.0 <= stats.clip_fraction <= 1.0 and stats.approx_kl >= 0.0
@@ -35,7 +35,7 @@ def test_kl_early_stop_cuts_epochs():
     cfg = ppo_cfg(epochs=10, target_kl=1e-9)
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    stats = ppo_update(model, [opt], buf, adv, ret, cfg, Comm(), generators=[torch.Generator().manual_seed(0)])[0]
+    stats = ppo_update(model, [SeedLearner(cfg, opt, torch.Generator().manual_seed(0))], buf, adv, ret, Comm())[0]
     assert stats.epochs_run == 1
 
 
@@ -46,7 +46,7 @@ def test_nan_gradients_skip_the_step():
     cfg = ppo_cfg(epochs=1, norm_adv=False)
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    stats = ppo_update(model, [opt], buf, adv, ret, cfg, Comm(), generators=[torch.Generator().manual_seed(0)])[0]
+    stats = ppo_update(model, [SeedLearner(cfg, opt, torch.Generator().manual_seed(0))], buf, adv, ret, Comm())[0]
     assert stats.skipped_steps >= 1
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
@@ -60,7 +60,7 @@ def test_gradient_accumulation_equals_one_big_minibatch():
         buf = fake_rollout(model)
         adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        ppo_update(model, [opt], buf, adv, ret, cfg, Comm(), generators=[torch.Generator().manual_seed(0)])[0]
+        ppo_update(model, [SeedLearner(cfg, opt, torch.Generator().manual_seed(0))], buf, adv, ret, Comm())[0]
         results.append([p.detach().clone() for p in model.parameters()])
     for a, b in zip(*results, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -76,7 +76,7 @@ def test_ppo_update_is_the_same_with_shared_and_fused_window_kernels():
         cfg = ppo_cfg(epochs=2)
         adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
-        ppo_update(model, [opt], buf, adv, ret, cfg, Comm(), generators=[torch.Generator().manual_seed(0)])[0]
+        ppo_update(model, [SeedLearner(cfg, opt, torch.Generator().manual_seed(0))], buf, adv, ret, Comm())[0]
         results.append([p.detach().clone() for p in model.parameters()])
     assert any(not torch.equal(a, b) for a, b in zip(results[0], small_model("clstm").parameters(), strict=True))
     for a, b in zip(*results, strict=True):
@@ -91,7 +91,7 @@ def _update(fused: bool, nan: bool) -> tuple[list[torch.Tensor], int, set[float]
     cfg = ppo_cfg(epochs=2, norm_adv=False)
     adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=fused)
-    stats = ppo_update(model, [opt], buf, adv, ret, cfg, Comm(), generators=[torch.Generator().manual_seed(0)])[0]
+    stats = ppo_update(model, [SeedLearner(cfg, opt, torch.Generator().manual_seed(0))], buf, adv, ret, Comm())[0]
     steps = {float(s["step"]) for s in opt.state.values()}
     return [p.detach().clone() for p in model.parameters()], stats.skipped_steps, steps
 
@@ -133,17 +133,8 @@ def test_phase_timer_sums_each_phase_and_timing_an_update_changes_nothing():
         cfg = ppo_cfg(epochs=1)
         adv, ret = compute_gae(buf.rewards, buf.values, buf.dones, torch.zeros(4), cfg.gamma, cfg.gae_lambda)
         timer = PhaseTimer("cpu") if timed else None
-        ppo_update(
-            model,
-            [torch.optim.Adam(model.parameters(), lr=1e-3)],
-            buf,
-            adv,
-            ret,
-            cfg,
-            Comm(),
-            generators=[torch.Generator().manual_seed(0)],
-            timer=timer,
-        )
+        learner = SeedLearner(cfg, torch.optim.Adam(model.parameters(), lr=1e-3), torch.Generator().manual_seed(0))
+        ppo_update(model, [learner], buf, adv, ret, Comm(), timer=timer)
         results.append([p.detach().clone() for p in model.parameters()])
     assert set(timer.seconds) == {"forward", "backward", "optimizer"}
     for a, b in zip(*results, strict=True):

@@ -10,8 +10,8 @@ from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.moments import merge_moments, moment_sums
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.ppo import optimizer_step
-from clstm_ppo.training.reward_norm import REWARD_CLIP
-from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector
+from clstm_ppo.training.reward_norm import REWARD_CLIP, RewardNormalizer
+from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, SeedActor
 from envs.config import EnvConfig
 from envs.vector_env import VectorStockTradingEnv
 from tests.conftest import net_spec
@@ -33,11 +33,13 @@ def mlp_for(market, obs_norm: bool = False, seed: int = 0) -> ActorCritic:
     )
 
 
-def collector_for(market, model, *, envs: int = 4, episode_length: int = 7, **kw) -> RolloutCollector:
+def collector_for(
+    market, model, *, envs: int = 4, episode_length: int = 7, norm_reward: bool = False
+) -> RolloutCollector:
     env = VectorStockTradingEnv(market, num_envs=envs, config=EnvConfig(episode_length=episode_length), seed=3)
-    return RolloutCollector(
-        env, model, gamma=0.9, device=torch.device("cpu"), generators=[torch.Generator().manual_seed(1)], seeds=3, **kw
-    )
+    cpu = torch.device("cpu")
+    actor = SeedActor(torch.Generator().manual_seed(1), 3, RewardNormalizer(envs, 0.9, cpu, enabled=norm_reward))
+    return RolloutCollector(env, model, [actor], gamma=0.9, device=cpu)
 
 
 def test_merged_moments_equal_the_statistics_of_all_rows():
@@ -85,7 +87,7 @@ def test_reward_normalisation_scales_rewards_and_records_discounted_returns(wind
     model = mlp_for(m)
     plain = collector_for(m, model, episode_length=60)  # no episode ends in 40 steps: no truncation bootstrap
     scaled = collector_for(m, model, episode_length=60, norm_reward=True)
-    norm = scaled.reward_norms[0]
+    norm = scaled.seeds[0].reward_norm
     norm.moments = (1.0, 0.0, 1 / 49 - 1e-8)  # a scale of 7
     steps = 40
     bufs = [RolloutBuffer.allocate(steps, 4, (m.window, m.num_features), m.num_tickers, "cpu") for _ in range(2)]
@@ -107,7 +109,7 @@ def test_reward_normalisation_scales_rewards_and_records_discounted_returns(wind
     assert count == steps * 4 and not norm.batch.any()
     np.testing.assert_allclose([mean, var], [seen.mean(), seen.var()], rtol=1e-9)
     assert norm.scale == 1 / np.sqrt(var + 1e-8)
-    again = collector_for(m, model, norm_reward=True).reward_norms[0]
+    again = collector_for(m, model, norm_reward=True).seeds[0].reward_norm
     again.load_state_dict(norm.state_dict())
     assert again.moments == norm.moments and torch.equal(again.discounted, norm.discounted)
 

@@ -96,7 +96,8 @@ def test_gae_bootstraps_on_truncation_not_on_termination(seed):
 def test_rollout_statistics_describe_what_the_policy_did(window_market):
     """The diagnostics logged each update agree with the rollout they summarise."""
     from clstm_ppo.agent.build import make_policy
-    from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, RolloutStats
+    from clstm_ppo.training.reward_norm import RewardNormalizer
+    from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, RolloutStats, SeedActor
     from envs.config import EnvConfig
     from envs.vector_env import VectorStockTradingEnv
     from tests.conftest import net_spec
@@ -116,19 +117,20 @@ def test_rollout_statistics_describe_what_the_policy_did(window_market):
     )
     # hmax far above what the cash buys: the wanted buys cannot all be paid for
     env = VectorStockTradingEnv(m, num_envs=4, config=EnvConfig(hmax=100_000, episode_length=20, **SHARES), seed=0)
-    collector = RolloutCollector(
-        env, model, gamma=0.99, device=torch.device("cpu"), generators=[torch.Generator().manual_seed(0)], seeds=0
+    actor = SeedActor(
+        torch.Generator().manual_seed(0), 0, RewardNormalizer(4, 0.99, torch.device("cpu"), enabled=False)
     )
+    collector = RolloutCollector(env, model, [actor], gamma=0.99, device=torch.device("cpu"))
     buf = RolloutBuffer.allocate(30, 4, (m.window, m.num_features), m.num_tickers, "cpu")
     collector.collect(buf)
-    stats = collector.stats[0].as_dict()
+    stats = actor.stats.as_dict()
     a = buf.actions.double()
     np.testing.assert_allclose(stats["action_mean"], a.mean(dim=(0, 1)).numpy(), rtol=1e-9)
     np.testing.assert_allclose(stats["action_std"], a.std(dim=(0, 1), unbiased=False).numpy(), rtol=1e-6)
     assert stats["clipped_fraction"] == pytest.approx(float((a.abs() > 1).double().mean()))
     assert 0 < stats["clipped_fraction"] < 1  # std e^0.5: some samples beyond +-1
     assert 0 < stats["refused_buy_fraction"] < 1 and 0 < stats["exposure"] <= 1
-    sums = collector.stats[0].named()
+    sums = actor.stats.named()
     doubled = RolloutStats(**{k: v * 2 for k, v in sums.items()}).as_dict()  # two workers' sums, as all-reduced
     assert doubled["action_mean"] == pytest.approx(stats["action_mean"]) and doubled["exposure"] == pytest.approx(
         stats["exposure"]

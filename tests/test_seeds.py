@@ -11,7 +11,7 @@ import pytest
 from clstm_ppo.evaluation.backtest import open_members
 from clstm_ppo.training.seeds import split_seed_flag
 from envs.errors import UserError
-from tests.conftest import assert_same_run, train
+from tests.conftest import assert_same_run, read_metrics, train
 
 pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey the gradient layout contract")
 
@@ -70,17 +70,21 @@ def test_a_seed_range_trains_each_seed_as_its_run_alone_and_the_folder_is_an_ens
 def test_seeds_on_two_ranks_train_each_seed_as_its_run_alone_on_two_ranks(tmp_path):
     """``--seed 1-2 --num_workers 2``: every rank holds both seeds and its own envs of each, and each seed's gradients
     are averaged over the ranks in the update, as DDP averages a run's: seed 2 of the batch is seed 2 trained alone on
-    the same 2 ranks (DDP), its checkpoint holding both ranks' states, up to float rounding."""
-    data = ["--data", "synthetic:tickers=4,days=400,seed=1,generator=3"]
+    the same 2 ranks (DDP), its checkpoint holding both ranks' states, up to float rounding. Each seed anneals its
+    learning rates by its own counters, on every rank alike (`Seed.anneal`)."""
+    data = ["--data", "synthetic:tickers=4,days=400,seed=1,generator=3", "--anneal_lr", "--num_episodes", "16"]
     pair = train(tmp_path, *SHORT, *data, "--seed", "1-2", "--num_workers", "2", "--run_name", "pair")
     assert pair.returncode == 0, pair.stderr
     out = pair.stdout
     assert "[seed 2] replicas in sync: 2 ranks hold identical weights" in out, out[-1500:]
-    assert "[seed 1] done: 8 episodes" in out and "world size 2" in out
+    assert "[seed 1] done: 16 episodes" in out and "world size 2" in out
     alone = train(tmp_path, *SHORT, *data, "--seed", "2", "--num_workers", "2", "--run_name", "alone")
     assert alone.returncode == 0, alone.stderr
     assert_same_run(tmp_path / "ck" / "alone", tmp_path / "ck" / "pair" / "seed-2")
     assert (tmp_path / "ck" / "pair" / "seeds.json").is_file()
+    for seed in (1, 2):
+        lrs = [u["lr_clstm"] for u in read_metrics(tmp_path / "ck" / "pair" / f"seed-{seed}")[1]]
+        assert len(lrs) >= 2 and lrs == sorted(set(lrs), reverse=True), lrs
 
 
 def test_a_folder_without_finished_seeds_is_named_in_one_line(tmp_path):

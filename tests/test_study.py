@@ -204,24 +204,14 @@ def test_warm_start_loads_the_previous_windows_weights(tmp_path):
     warm_start = settings_file(tmp_path, init_weights=str(tmp_path / "a" / "latest.pt"))
     cfg = parse_config([*TINY, "--num_episodes", "8", "--checkpoint_dir", str(tmp_path), "--run_name", "a"])
     market = build_market(cfg.data, seed=cfg.run.seed)
-    Trainer(cfg, market, Comm(), tmp_path / "a").train()
+    Trainer([cfg], market, Comm(), [tmp_path / "a"]).train()
     source = load_checkpoint(tmp_path / "a" / "latest.pt").model_state
-    warm = Trainer(
-        parse_config([*TINY, "--seed", "9", *warm_start]),
-        market,
-        Comm(),
-        tmp_path / "b",
-    )
-    assert all(torch.equal(v, warm.models[0].state_dict()[k]) for k, v in source.items())
-    cold = Trainer(parse_config([*TINY, "--seed", "9"]), market, Comm(), tmp_path / "c")
-    assert not all(torch.equal(v, cold.models[0].state_dict()[k]) for k, v in source.items())
+    warm = Trainer([parse_config([*TINY, "--seed", "9", *warm_start])], market, Comm(), [tmp_path / "b"])
+    assert all(torch.equal(v, warm.seeds[0].model.state_dict()[k]) for k, v in source.items())
+    cold = Trainer([parse_config([*TINY, "--seed", "9"])], market, Comm(), [tmp_path / "c"])
+    assert not all(torch.equal(v, cold.seeds[0].model.state_dict()[k]) for k, v in source.items())
     with pytest.raises(UserError, match="another network: --stage2_hidden 16 \\(now 24\\)"):
-        Trainer(
-            parse_config([*TINY, "--stage2_hidden", "24", *warm_start]),
-            market,
-            Comm(),
-            tmp_path / "d",
-        )
+        Trainer([parse_config([*TINY, "--stage2_hidden", "24", *warm_start])], market, Comm(), [tmp_path / "d"])
 
 
 # ---------------------------------------------------------------------------------------------- end to end

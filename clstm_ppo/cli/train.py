@@ -12,12 +12,15 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clstm_ppo.cli.main import freeze_imports
 from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig, read_settings_file
 from clstm_ppo.migrate import FOLDED, REMOVED, REMOVED_IN
 from envs.errors import UserError, shown_list
+
+if TYPE_CHECKING:
+    from clstm_ppo.training.seeds import RunPlan
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
 # answers in a fraction of a second instead of after torch's ~2 s import.
@@ -118,10 +121,11 @@ def describe_data(cfg: TrainConfig) -> str:
 
 
 def main(argv: list[str], callbacks: tuple = ()) -> int:
-    """Train with the settings of ``argv``; ``callbacks`` (picklable `clstm_ppo.training.callbacks.Callback`s) run
-    on every worker after the product's: the tests' fault injector comes in this way. ``--seed 1-8`` trains the seeds
-    as one batch (`train_seeds`)."""
-    from clstm_ppo.training.seeds import split_seed_flag
+    """Train with the settings of ``argv``: one seed (a plain run), or several as one batch (``--seed 1-8``, each in
+    ``<run>/seed-<s>/``; `clstm_ppo.training.seeds.RunPlan` chooses the layout). ``callbacks`` (picklable
+    `clstm_ppo.training.callbacks.Callback`s) run on every worker after the product's: the tests' fault injector
+    comes in this way."""
+    from clstm_ppo.training.seeds import RunPlan, split_seed_flag
 
     argv, seeds = split_seed_flag(argv)
     cfg = parse_config(argv)
@@ -131,71 +135,27 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     from clstm_ppo.market import build_market
     from clstm_ppo.training.distributed import resolve_layout
     from clstm_ppo.training.launch import launch
-    from clstm_ppo.training.run_folder import claim_run_dir, resolve_run_dir
-    from clstm_ppo.training.trainer import train_worker
+    from clstm_ppo.training.worker import train_worker
 
     freeze_imports()
     system = cfg.system
     layout = resolve_layout(system.num_gpus, system.num_workers, system.backend, system.master_port)
-    if seeds is not None:
-        return train_seeds(cfg, seeds, layout, callbacks)
-    run_dir = resolve_run_dir(cfg.run, cfg.model.policy)
+    plan = RunPlan.of(cfg, seeds, layout)
     if cfg.run.dry_run:
-        print(json.dumps(cfg.to_dict(), indent=2))
-        print(describe_data(cfg))
-        print(f"world layout: {layout.describe(cfg.ppo.num_envs)}")
-        print(f"run folder: {run_dir}")
+        print(json.dumps(plan.configs()[0].to_dict(), indent=2))
+        print(describe_data(plan.cfg))  # with several seeds, the first seed's (split_seed_flag)
+        print("\n".join(plan.describe(layout)))
         return 0
-    market = build_market(cfg.data, seed=cfg.run.seed)
-    if not (cfg.run.run_name or cfg.run.resume or layout.torchrun):  # a generated name: claim it (torchrun: --run_name)
-        run_dir = claim_run_dir(run_dir)
-    prepare_run_dir(cfg, market, run_dir)
-    code = launch(layout, train_worker, ([cfg], market, [run_dir], layout, list(callbacks)))
+    if plan.note:
+        print(f"[seeds] {plan.note}", flush=True)
+    market = build_market(plan.cfg.data, seed=plan.cfg.run.seed)
+    plan = plan.claimed(layout)
+    for run_cfg, run_dir in zip(plan.configs(), plan.run_dirs(), strict=True):
+        prepare_run_dir(run_cfg, market, run_dir)
+    code = launch(layout, train_worker, (plan, market, layout, list(callbacks)))
     if code == 0 and (not layout.torchrun or os.environ.get("RANK") == "0"):
-        report_held_out(run_dir, market, cfg.run.deploy)
+        report_held_out(plan, market)
     return code
-
-
-def train_seeds(cfg: TrainConfig, seeds: list[int], layout: Any, callbacks: tuple = ()) -> int:
-    """``--seed 1-8``: one run per seed in ``<run>/seed-<s>/``, trained as one batch on every worker
-    (`clstm_ppo.training.seeds`), then ``<run>/seeds.json`` and the seeds' held-out line."""
-    from clstm_ppo.config import format_seeds
-    from clstm_ppo.market import build_market
-    from clstm_ppo.training.launch import launch
-    from clstm_ppo.training.run_folder import claim_run_dir, deployed_checkpoint, resolve_run_dir
-    from clstm_ppo.training.seeds import check_seed_run, seed_configs, shared_market, write_manifest
-    from clstm_ppo.training.trainer import train_worker
-
-    check_seed_run(cfg, layout)
-    cfg, shared = shared_market(cfg, seeds)
-    folder = resolve_run_dir(cfg.run, cfg.model.policy)
-    if cfg.run.dry_run:
-        print(json.dumps(seed_configs(cfg, seeds, folder)[0].to_dict(), indent=2))
-        print(describe_data(cfg))  # cfg.run.seed is the first seed (split_seed_flag)
-        print(f"seeds: {format_seeds(seeds)}, as one batch on every worker ({layout.describe(cfg.ppo.num_envs)})")
-        print(f"run folders: {folder}/seed-<s>")
-        return 0
-    if shared:
-        print(f"[seeds] {shared}", flush=True)
-    market = build_market(cfg.data, seed=seeds[0])
-    if not (cfg.run.run_name or cfg.run.resume):
-        folder = claim_run_dir(folder)
-    cfgs = seed_configs(cfg, seeds, folder)
-    folders = [folder / c.run.run_name for c in cfgs]
-    for c, f in zip(cfgs, folders, strict=True):
-        prepare_run_dir(c, market, f)
-    code = launch(layout, train_worker, (cfgs, market, folders, layout, list(callbacks)))
-    if code != 0:
-        return code
-    has_validation = market.splits.validation is not None
-    deployed = [deployed_checkpoint(f, has_validation, c.run.deploy) for c, f in zip(cfgs, folders, strict=True)]
-    write_manifest(folder, cfgs, deployed)
-    from clstm_ppo.evaluation.backtest import seeds_held_out_line
-
-    line = seeds_held_out_line(deployed, market, folder)
-    if line is not None:
-        print(f"[seeds] {line}", flush=True)
-    return 0
 
 
 def prepare_run_dir(cfg: TrainConfig, market: Any, run_dir: Path) -> None:
@@ -210,16 +170,25 @@ def prepare_run_dir(cfg: TrainConfig, market: Any, run_dir: Path) -> None:
     remove_stale_temp_files(run_dir)
 
 
-def report_held_out(run_dir: Path, market: Any, deploy: str) -> None:
-    """The run's last line: its deployed policy (``--deploy``: best.pt or latest.pt) on the held-out test days
-    against buy-and-hold (`clstm_ppo.evaluation.backtest.held_out_line`)."""
-    from clstm_ppo.evaluation.backtest import held_out_line
+def report_held_out(plan: RunPlan, market: Any) -> None:
+    """The command's last line: the deployed policy (``--deploy``: best.pt or latest.pt) on the held-out test days
+    against buy-and-hold (`clstm_ppo.evaluation.backtest.held_out_line`); with several seeds, first their manifest
+    ``seeds.json``, then their mean and their ensemble (`seeds_held_out_line`)."""
+    from clstm_ppo.evaluation.backtest import held_out_line, seeds_held_out_line
     from clstm_ppo.training.run_folder import deployed_checkpoint
+    from clstm_ppo.training.seeds import write_manifest
 
-    path = deployed_checkpoint(run_dir, market.splits.validation is not None, deploy)
-    line = held_out_line(path, market) if path.is_file() else None
+    cfgs, has_validation = plan.configs(), market.splits.validation is not None
+    deployed = [
+        deployed_checkpoint(d, has_validation, c.run.deploy) for c, d in zip(cfgs, plan.run_dirs(), strict=True)
+    ]
+    if plan.batch:
+        write_manifest(plan.folder, cfgs, deployed)
+        line, prefix = seeds_held_out_line(deployed, market, plan.folder), "[seeds]"
+    else:
+        line, prefix = held_out_line(deployed[0], market) if deployed[0].is_file() else None, "[Rank 0]"
     if line is not None:
-        print(f"[Rank 0] {line}", flush=True)
+        print(f"{prefix} {line}", flush=True)
 
 
 if __name__ == "__main__":

@@ -259,9 +259,9 @@ def _train_together(
         [callbacks.get(m.cell.name, []) for m in members],
     )
     trainer.train()
-    for m, error in zip(members, trainer.errors, strict=True):
-        if error is not None:
-            _fail(m, error, "".join(traceback.format_exception(error))[-4000:], len(members))
+    for m, seed in zip(members, trainer.seeds, strict=True):
+        if seed.error is not None:
+            _fail(m, seed.error, "".join(traceback.format_exception(seed.error))[-4000:], len(members))
     return time.perf_counter() - start
 
 

@@ -105,6 +105,32 @@ def build_optimizer(ppo: PPOConfig, model: ActorCritic, world_size: int) -> torc
     return torch.optim.Adam(groups, eps=ppo.adam_eps, fused=True)
 
 
+@dataclass
+class SeedLearner:
+    """What the PPO update holds of one seed (K of them train as one batch; a run is one): its settings, its
+    optimizer over its own parameters (K > 1: views of the stacked ones), its GradScaler (fp16), its
+    minibatch-shuffle generator (CPU, one per worker), and whether it still trains (a finished or failed seed is
+    computed with the others but never steps). Nothing of its run folder or callbacks: `ppo_update` needs none."""
+
+    ppo: PPOConfig
+    optimizer: torch.optim.Optimizer
+    shuffle: torch.Generator
+    scaler: torch.amp.GradScaler | None = None
+    active: bool = True
+
+    def params(self) -> list[nn.Parameter]:
+        """Every parameter the optimizer steps, in group order (what its gradient clip sees)."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def lrs(self) -> list[float]:
+        """The learning rate per parameter group (stage 1, the rest)."""
+        return [group["lr"] for group in self.optimizer.param_groups]
+
+    def set_lrs(self, lrs: list[float]) -> None:
+        for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
+            group["lr"] = lr
+
+
 @torch.no_grad()
 def decay_weights(optimizer: torch.optim.Optimizer, weight_decay: float, skipped: Tensor) -> None:
     """Decoupled weight decay (AdamW's, Loshchilov & Hutter): every weight matrix (``dim >= 2``; not biases nor
@@ -157,12 +183,11 @@ def optimizer_step(
 
 def scaled_loss(loss: Tensor, scalers: list[torch.amp.GradScaler | None]) -> Tensor:
     """What to differentiate: a run's loss (0-dim) or K seeds' ``[K]`` summed (no seed's gradient depends on another
-    seed's loss), each times its own GradScaler's scale where fp16."""
+    seed's loss), each times its own GradScaler's scale where fp16. One part's sum is that part, bit for bit."""
+    parts = loss.reshape(-1)
     if scalers[0] is None:
-        return loss if loss.dim() == 0 else loss.sum()
-    if loss.dim() == 0:
-        return scalers[0].scale(loss)
-    return torch.stack([scaler.scale(part) for scaler, part in zip(scalers, loss, strict=True)]).sum()
+        return parts.sum()
+    return torch.stack([scaler.scale(part) for scaler, part in zip(scalers, parts, strict=True)]).sum()
 
 
 STAT_SUMS = ("n", "a1", "a2", "r1", "r2", "e1", "e2")
@@ -318,7 +343,7 @@ def update_batch(
     if ppo.norm_adv:
         per = buf.num_envs // cells
         normalised = [(advantages[:, k * per : (k + 1) * per] - s[0]) / (s[1] + 1e-8) for k, s in enumerate(statistics)]
-        advantages = normalised[0] if cells == 1 else torch.cat(normalised, dim=1)
+        advantages = torch.cat(normalised, dim=1)
     batch = UpdateBatch(
         windows=buf.obs.windows(),  # [B, R, F] distinct rows + [S, B, T] row numbers, built once per update
         starts=buf.starts,
@@ -334,58 +359,54 @@ def update_batch(
 
 
 def running_only(values: Tensor, running: Tensor) -> Tensor:
-    """A minibatch's figures ``[K]`` (0-dim for a run) as float64, 0 for the cells no longer ``running`` (``[K]``
-    bool): a run's single cell runs while its epochs do, so its figures pass as they are."""
-    return values.double() if values.dim() == 0 else torch.where(running, values.double(), 0.0)
+    """A minibatch's figures ``[K]`` (0-dim for a run) as float64 ``[K]``, 0 for the cells no longer ``running``
+    (``[K]`` bool)."""
+    return torch.where(running, values.double(), 0.0)
 
 
 def ppo_update(
     model: nn.Module | CellPolicy,
-    optimizers: list[torch.optim.Optimizer],
+    learners: list[SeedLearner],
     buf: RolloutBuffer,
     advantages: Tensor,
     returns: Tensor,
-    ppo: PPOConfig | list[PPOConfig],
     comm: Comm,
     *,
-    generators: list[torch.Generator],
-    active: list[bool] | None = None,
     autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-    scalers: list[torch.amp.GradScaler | None] | None = None,
     timer: PhaseTimer | None = None,
 ) -> list[UpdateStats | None]:
     """``epochs`` epochs of PPO over this worker's rollout ``buf``: one run (K = 1: ``model`` the ActorCritic, possibly
-    wrapped by torch.compile and/or DDP) or K cells trained as one batch (``model`` their `CellPolicy`; ``buf``'s
-    columns are K blocks), each cell with its own optimizer (``optimizers[k]``) and, with fp16, its own GradScaler
-    (``scalers[k]``). On several ranks a batch's gradients are averaged over the ranks per cell before its step, as
-    DDP averages a run's.
+    wrapped by torch.compile and/or DDP) or K seeds trained as one batch (``model`` their `CellPolicy`; ``buf``'s
+    columns are K blocks), each seed with its own `SeedLearner` (settings, optimizer, GradScaler with fp16, shuffle
+    generator). On several ranks a batch's gradients are averaged over the ranks per seed before its step, as DDP
+    averages a run's.
 
-    Per cell, as its run alone: its advantages normalised with its own statistics (over all workers), its own shuffle
-    order (a cell that stopped draws nothing more), loss over its own columns, loss weights, gradient clip, KL target
+    Per seed, as its run alone: its advantages normalised with its own statistics (over all workers), its own shuffle
+    order (a seed that stopped draws nothing more), loss over its own columns, loss weights, gradient clip, KL target
     and optimizer step (skipped where its gradients are not finite). Every minibatch is
-    ``gradient_accumulation_steps`` micro-batches, then one optimizer step. With ``target_kl`` a cell's epochs stop
-    once the all-workers mean approx KL of an epoch exceeds it; a stopped cell's weights and optimizer state stay
-    where its epochs ended while the others go on.
+    ``gradient_accumulation_steps`` micro-batches, then one optimizer step. With ``target_kl`` a seed's epochs stop
+    once the all-workers mean approx KL of an epoch exceeds it; a stopped seed's weights and optimizer state stay
+    where its epochs ended while the others go on. A seed that is not ``active`` (finished or failed) is computed
+    with the others but never steps.
 
+    :param learners: each seed's (they may differ in the numbers the loss and the optimizer take,
+        `clstm_ppo.training.trainer.PER_CELL`; the rest is the first's).
     :param advantages: ``[S, E]``; :param returns: ``[S, E]`` (from `compute_gae`).
-    :param ppo: the run's PPO settings, or each cell's (they may differ in the numbers the loss and the optimizer
-        take, `clstm_ppo.training.trainer.PER_CELL`).
-    :param generators: each cell's minibatch-shuffle generator (CPU; per worker).
-    :param active: the cells that train (finished and failed ones are computed but never step); default all.
     :param timer: optional `PhaseTimer` summing forward (with the loss), backward (with DDP's overlapped gradient
         all-reduce) and optimizer (clip, step, zero_grad) seconds.
-    :return: each active cell's `UpdateStats` over all workers (None for the others).
+    :return: each active seed's `UpdateStats` over all workers (None for the others).
     """
     phase = timer if timer is not None else no_timer
-    ppos = ppo if isinstance(ppo, list) else [ppo]
-    cells, device, ppo = len(ppos), buf.actions.device, ppos[0]
+    ppos = [learner.ppo for learner in learners]
+    cells, device, ppo = len(learners), buf.actions.device, ppos[0]
     per = buf.num_envs // cells
-    active = list(active) if active is not None else [True] * cells
+    active = [learner.active for learner in learners]
     batch, statistics = update_batch(buf, advantages, returns, ppo, comm, cells)
+    # K = 1 keeps its run's loss reduction, bit for bit (a mean over everything, not per seed)
     coefficients: LossCoefficients = ppo if cells == 1 else CellCoefficients.of(ppos, device)
-    stacked = cells > 1
-    scalers = scalers or [None] * cells
-    params = [[p for group in opt.param_groups for p in group["params"]] for opt in optimizers]
+    stacked = isinstance(model, CellPolicy)
+    scalers = [learner.scaler for learner in learners]
+    params = [learner.params() for learner in learners]
     micro = ppo.gradient_accumulation_steps
     size = ppo.envs_per_minibatch // micro
     ddp = hasattr(model, "no_sync")
@@ -398,8 +419,8 @@ def ppo_update(
         if not any(running):
             break
         orders = [
-            torch.randperm(per, generator=g) if run else torch.arange(per)
-            for g, run in zip(generators, running, strict=True)
+            torch.randperm(per, generator=learner.shuffle) if run else torch.arange(per)
+            for learner, run in zip(learners, running, strict=True)
         ]
         # [K, M]: cell k's M columns in its own shuffled order, offset to its block, on the CPU and (copied once per
         # epoch) on the device: a (micro-)batch is a slice of both
@@ -423,15 +444,17 @@ def ppo_update(
                     for grad in model.grad:
                         grad.copy_(comm.all_reduce_sum(grad).div_(comm.world_size))
                 steps_taken = [
-                    optimizer_step(optimizers[k], params[k], ppos[k].max_grad_norm, scalers[k], ppos[k].weight_decay)
+                    optimizer_step(
+                        learner.optimizer, params[k], learner.ppo.max_grad_norm, scalers[k], learner.ppo.weight_decay
+                    )
                     if running[k]
                     else (zero, zero)
-                    for k in range(cells)
+                    for k, learner in enumerate(learners)
                 ]
-                if stacked:
+                if stacked:  # the seeds' optimizers step views of its gradients: zeroed in place, never dropped
                     model.stepped()
                 else:
-                    optimizers[0].zero_grad(set_to_none=True)
+                    learners[0].optimizer.zero_grad(set_to_none=True)
                 grad_norm, skipped_now = (torch.stack(column) for column in zip(*steps_taken, strict=True))
             skipped += skipped_now
             parts["grad_norm"] = grad_norm.detach().float().view_as(parts["policy_loss"])

@@ -139,65 +139,70 @@ class RolloutStats:
         }
 
 
+@dataclass
+class SeedActor:
+    """What acting in the envs keeps of one seed (K of them share a `RolloutCollector`; a run is one): its action
+    noise, its envs' first reset, its reward normaliser, and what its policy did in the last rollout."""
+
+    noise: torch.Generator  # the action samples' generator, on the policy's device
+    env_seed: int  # the seed of its envs' first reset (this worker's)
+    reward_norm: RewardNormalizer  # its envs' rewards (enabled with --norm_reward); merged over workers by the trainer
+    stats: RolloutStats | None = None  # what its policy did in the last rollout (`RolloutCollector.collect`)
+
+
 class RolloutCollector:
     """Runs the policy in the envs for ``n_steps`` days per rollout; the envs, the last observation and the recurrent
     state carry over from one rollout to the next. For K >= 1 runs as one batch the E env columns are K blocks of B
-    (cell-major), and what a run keeps of its own is kept per cell (action noise, envs' start days, reward normaliser,
-    `RolloutStats`, finished episodes).
+    (seed-major), and what a run keeps of its own is its seed's `SeedActor` (action noise, envs' first reset, reward
+    normaliser, `RolloutStats`); its finished episodes come back per seed.
 
-    :param env: the K x B envs (auto-reset), seeded per cell; its device may differ from the policy's.
-    :param policy: the raw ActorCritic (K = 1; no DDP wrapper: acting needs no gradient all-reduce), or the K cells'
+    :param env: the K x B envs (auto-reset), seeded per seed; its device may differ from the policy's.
+    :param policy: the raw ActorCritic (K = 1; no DDP wrapper: acting needs no gradient all-reduce), or the K seeds'
         `clstm_ppo.agent.stacked.CellPolicy`.
+    :param seeds: each seed's `SeedActor`, in column-block order.
     :param gamma: discount, for folding a truncated episode's bootstrap value into its last reward.
-    :param generators: each cell's action-noise generator on the policy's device (K of them).
-    :param seeds: the seed of the envs' first reset (a run's), or each cell's.
-    :param norm_reward: rewards go through each cell's `RewardNormalizer` (``self.reward_norms``; the trainer merges
-        their statistics over all workers after each update).
     """
 
     def __init__(
         self,
         env: VectorStockTradingEnv,
         policy: ActorCritic | CellPolicy,
+        seeds: list[SeedActor],
         *,
         gamma: float,
         device: torch.device,
-        generators: list[torch.Generator],
-        seeds: int | list[int],
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
-        norm_reward: bool = False,
     ) -> None:
-        self.env, self.policy, self.gamma, self.device = env, policy, gamma, device
-        self.generators, self.autocast = generators, autocast
-        self.cells = len(generators)
+        self.env, self.policy, self.seeds, self.gamma, self.device = env, policy, seeds, gamma, device
+        self.generators = [seed.noise for seed in seeds]  # the policy's act() takes them as a list
+        self.autocast = autocast
+        self.cells = len(seeds)
         if env.num_envs % self.cells:
-            raise ValueError(f"{env.num_envs} envs do not split into {self.cells} cells")
-        self.per_cell = per = env.num_envs // self.cells
+            raise ValueError(f"{env.num_envs} envs do not split into {self.cells} seeds")
+        self.per_cell = env.num_envs // self.cells
         self.stacked = isinstance(policy, CellPolicy)
-        self.reward_norms = [RewardNormalizer(per, gamma, device, enabled=norm_reward) for _ in generators]
-        obs, _ = env.reset(seed=seeds)
+        self.normalise_rewards = seeds[0].reward_norm.enabled
+        obs, _ = env.reset(seed=[seed.env_seed for seed in seeds])
         self.next_start = torch.ones(env.num_envs, dtype=torch.bool, device=device)  # [E] it starts an episode
         self.next_obs = obs.to(device)  # [E, T, F] what the next step acts on
         self.state = policy.initial_state(env.num_envs, device)  # recurrent state before the next step
-        self.stats: list[RolloutStats] = []
 
     def envs_of(self, cell: int) -> slice:
         """Cell ``cell``'s env columns."""
         return slice(cell * self.per_cell, (cell + 1) * self.per_cell)
 
     def _normalise(self, reward: Tensor, done: Tensor) -> Tensor:
-        """Each cell's rewards through its own normaliser (or as they are, without ``--norm_reward``)."""
-        if not self.reward_norms[0].enabled:
+        """Each seed's rewards through its own normaliser (or as they are, without ``--norm_reward``)."""
+        if not self.normalise_rewards:
             return reward
-        if self.cells == 1:
-            return self.reward_norms[0](reward, done)
-        return torch.cat([rn(reward[self.envs_of(k)], done[self.envs_of(k)]) for k, rn in enumerate(self.reward_norms)])
+        envs = [self.envs_of(k) for k in range(self.cells)]
+        return torch.cat([seed.reward_norm(reward[e], done[e]) for seed, e in zip(self.seeds, envs, strict=True)])
 
     def collect(self, buf: RolloutBuffer) -> list[Tensor]:
         """Fill ``buf`` (all E columns) with ``buf.n_steps`` days of every env.
 
-        :return: each cell's finished episodes ``[k, len(EPISODE_KEYS)]`` float64 on the CPU, step-major and in env
-            order within a step. ``self.stats`` then holds each cell's `RolloutStats`.
+        :return: each seed's finished episodes ``[k, len(EPISODE_KEYS)]`` float64 on the CPU, step-major and in env
+            order within a step. Each seed's `SeedActor.stats` then holds its `RolloutStats`.
         """
         device, cells, per = self.device, self.cells, self.per_cell
         buf.initial_state = self.state.map(torch.Tensor.clone)
@@ -249,13 +254,12 @@ class RolloutCollector:
                 buf.dones[step] = done
                 self.next_obs, self.next_start = obs, done
         sums["wanted_buy_value"], sums["refused_buy_value"], sums["exposure_sum"] = env_sums.to(device).unbind(1)
-        self.stats = [RolloutStats(**{name: value[k] for name, value in sums.items()}) for k in range(cells)]
+        for k, seed in enumerate(self.seeds):
+            seed.stats = RolloutStats(**{name: value[k] for name, value in sums.items()})
         if not ep_masks:
             return [torch.zeros((0, len(EPISODE_KEYS)), dtype=torch.float64) for _ in range(cells)]
         masks = torch.cat(ep_masks)
         rows = torch.cat(ep_fields)[masks].cpu()
-        if cells == 1:
-            return [rows]
         cell_of = (torch.arange(masks.numel(), device=masks.device) % self.env.num_envs // per)[masks].cpu()
         return [rows[cell_of == k] for k in range(cells)]
 
@@ -284,11 +288,11 @@ class RolloutCollector:
         """What makes cell ``cell``'s next rollout bitwise reproducible, as its run alone saves it (CPU tensors)."""
         envs = self.envs_of(cell)
         return {
-            "action_gen": self.generators[cell].get_state(),
+            "action_gen": self.seeds[cell].noise.get_state(),
             "next_obs": self.next_obs[envs].cpu().clone(),
             "next_start": self.next_start[envs].cpu().clone(),
             "recurrent": [s[:, envs].cpu().clone() for s in self.state],
-            "reward_norm": self.reward_norms[cell].state_dict(),
+            "reward_norm": self.seeds[cell].reward_norm.state_dict(),
             "env": self.env.state_dict() if self.cells == 1 else self.env.cell_state_dict(cell),
         }
 
@@ -296,7 +300,7 @@ class RolloutCollector:
         """Cell ``cell``'s part from a `state_dict` of its run, alone or batched (a checkpoint's of any release:
         `clstm_ppo.migrate.resume_state`)."""
         envs = self.envs_of(cell)
-        self.generators[cell].set_state(state["action_gen"])
+        self.seeds[cell].noise.set_state(state["action_gen"])
         self.next_obs[envs] = state["next_obs"].to(self.device)
         self.next_start[envs] = state["next_start"].to(self.device)
         for mine, saved in zip(self.state, state["recurrent"], strict=True):
@@ -305,4 +309,4 @@ class RolloutCollector:
             self.env.load_state_dict(state["env"])
         else:
             self.env.load_cell_state_dict(cell, state["env"])
-        self.reward_norms[cell].load_state_dict(state["reward_norm"])
+        self.seeds[cell].reward_norm.load_state_dict(state["reward_norm"])

@@ -1,5 +1,6 @@
-"""Several seeds from one command: ``--seed 1-8`` trains one run per seed as one batch (docs/training.md "Several
-seeds from one command").
+"""What one train command trains, and where: one seed (a plain run), or several from one command: ``--seed 1-8``
+trains one run per seed as one batch (docs/training.md "Several seeds from one command"). The folder layout is chosen
+here alone (`RunPlan`).
 
 Each seed is the run it would be alone (`clstm_ppo.training.trainer.Trainer`, K seeds), in its own folder
 ``<run>/seed-<s>/``. They share one market: a synthetic source that names no ``seed=`` would draw one per seed, so
@@ -11,6 +12,7 @@ under torchrun: the command writes the manifest after the seeds finish.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from clstm_ppo.config import TrainConfig, format_seeds, parse_seeds
@@ -58,6 +60,75 @@ def shared_market(cfg: TrainConfig, seeds: list[int]) -> tuple[TrainConfig, str 
         f"no seed=, which would draw one market per seed"
     )
     return cfg.with_settings(data=source), note
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one train command trains and where. One seed is a plain run in its run's folder (``folder``); several
+    train as one batch, each in ``folder/seed-<s>/``, and the folder gets the manifest ``seeds.json`` when they are
+    done. The train command's every step (dry run, market, claim, prepare, launch, held-out line) reads the layout
+    from here.
+
+    :param cfg: the command's settings (several seeds: on the market they share, `shared_market`, with the first
+        seed's ``--seed``).
+    :param seeds: the seeds, in order (a plain run's one: ``cfg.run.seed``).
+    :param folder: the run's folder, or the one that holds the seeds.
+    :param note: the line saying which market several seeds share, where the source would have drawn one each.
+    """
+
+    cfg: TrainConfig
+    seeds: tuple[int, ...]
+    folder: Path
+    note: str | None = None
+
+    @classmethod
+    def of(cls, cfg: TrainConfig, seeds: list[int] | None, layout: WorldLayout) -> RunPlan:
+        """The plan of ``cfg`` with several ``seeds`` (``--seed 1-8``, `split_seed_flag`) or none (a plain run), its
+        folder not yet claimed (`claimed`). UserError when several seeds cannot train with these settings."""
+        from clstm_ppo.training.run_folder import resolve_run_dir
+
+        if seeds is None:
+            return cls(cfg, (cfg.run.seed,), resolve_run_dir(cfg.run, cfg.model.policy))
+        check_seed_run(cfg, layout)
+        cfg, note = shared_market(cfg, seeds)
+        return cls(cfg, tuple(seeds), resolve_run_dir(cfg.run, cfg.model.policy), note)
+
+    @property
+    def batch(self) -> bool:
+        """Several seeds, as one batch."""
+        return len(self.seeds) > 1
+
+    def claimed(self, layout: WorldLayout) -> RunPlan:
+        """The plan in a folder of its own: a generated name is created now (NAME-2, ... when taken), so that runs
+        started in the same second never share one; a named, resumed or torchrun folder stays as it is."""
+        from clstm_ppo.training.run_folder import claim_run_dir
+
+        if self.cfg.run.run_name or self.cfg.run.resume or layout.torchrun:
+            return self
+        return replace(self, folder=claim_run_dir(self.folder))
+
+    def configs(self) -> list[TrainConfig]:
+        """Each seed's settings: a plain run's own, or each seed's in its folder ``folder/seed-<s>``."""
+        return seed_configs(self.cfg, list(self.seeds), self.folder) if self.batch else [self.cfg]
+
+    def run_dirs(self) -> list[Path]:
+        """Each seed's run folder."""
+        return [self.folder / SEED_FOLDER.format(s) for s in self.seeds] if self.batch else [self.folder]
+
+    def again(self) -> str:
+        """The flags that continue this command's folder (``--resume latest`` after them)."""
+        seeds = f" --seed {format_seeds(list(self.seeds))}" if self.batch else ""
+        return f"--run_name {self.folder.name}{seeds}"
+
+    def describe(self, layout: WorldLayout) -> list[str]:
+        """The dry run's lines on where the seeds train and into which folders."""
+        if not self.batch:
+            return [f"world layout: {layout.describe(self.cfg.ppo.num_envs)}", f"run folder: {self.folder}"]
+        return [
+            f"seeds: {format_seeds(list(self.seeds))}, as one batch on every worker "
+            f"({layout.describe(self.cfg.ppo.num_envs)})",
+            f"run folders: {self.folder}/seed-<s>",
+        ]
 
 
 def seed_configs(cfg: TrainConfig, seeds: list[int], folder: Path) -> list[TrainConfig]:
