@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from clstm_ppo.cli.train import split_seed_flag
 from clstm_ppo.evaluation.backtest import open_members
-from clstm_ppo.training.seeds import split_seed_flag
 from envs.errors import UserError
 from tests.conftest import assert_same_run, read_metrics, train
 

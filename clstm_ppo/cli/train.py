@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from clstm_ppo.cli.main import freeze_imports
-from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig, read_settings_file
+from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig, parse_seeds, read_settings_file
 from clstm_ppo.migrate import FOLDED, REMOVED, REMOVED_IN
 from envs.errors import UserError, shown_list
 
@@ -97,6 +97,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def split_seed_flag(argv: list[str]) -> tuple[list[str], list[int] | None]:
+    """``argv`` with a ``--seed`` naming several seeds (``1-8``, ``1,3,5-7``) replaced by its first, and those seeds;
+    ``(argv, None)`` when ``--seed`` names one seed or none."""
+    out, seeds = list(argv), None
+    for i, word in enumerate(out):
+        if word == "--seed" and i + 1 < len(out):
+            where, text = i + 1, out[i + 1]
+        elif word.startswith("--seed="):
+            where, text = i, word.split("=", 1)[1]
+        else:
+            continue
+        if text.strip().lstrip("-").isdigit():
+            continue
+        try:
+            parsed = parse_seeds(text)
+        except UserError:
+            raise UserError(f"--seed {text!r}: expected a number, or numbers and ranges like 1-8 or 1,3,5-7") from None
+        seeds = parsed if len(parsed) > 1 else None
+        out[where] = str(parsed[0]) if where == i + 1 else f"--seed={parsed[0]}"
+    return out, seeds
+
+
 def parse_config(argv: list[str]) -> TrainConfig:
     return config_from_args(vars(build_parser().parse_args(argv)))
 
@@ -125,7 +147,7 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     ``<run>/seed-<s>/``; `clstm_ppo.training.seeds.RunPlan` chooses the layout). ``callbacks`` (picklable
     `clstm_ppo.training.callbacks.Callback`s) run on every worker after the product's: the tests' fault injector
     comes in this way."""
-    from clstm_ppo.training.seeds import RunPlan, split_seed_flag
+    from clstm_ppo.training.seeds import RunPlan
 
     argv, seeds = split_seed_flag(argv)
     cfg = parse_config(argv)

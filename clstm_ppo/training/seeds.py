@@ -15,34 +15,12 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from clstm_ppo.config import TrainConfig, format_seeds, parse_seeds
+from clstm_ppo.config import TrainConfig, format_seeds
 from clstm_ppo.training.distributed import WorldLayout
 from envs.errors import UserError
 
 SEED_FOLDER = "seed-{}"
 MANIFEST = "seeds.json"
-
-
-def split_seed_flag(argv: list[str]) -> tuple[list[str], list[int] | None]:
-    """``argv`` with a ``--seed`` naming several seeds (``1-8``, ``1,3,5-7``) replaced by its first, and those seeds;
-    ``(argv, None)`` when ``--seed`` names one seed or none."""
-    out, seeds = list(argv), None
-    for i, word in enumerate(out):
-        if word == "--seed" and i + 1 < len(out):
-            where, text = i + 1, out[i + 1]
-        elif word.startswith("--seed="):
-            where, text = i, word.split("=", 1)[1]
-        else:
-            continue
-        if text.strip().lstrip("-").isdigit():
-            continue
-        try:
-            parsed = parse_seeds(text)
-        except UserError:
-            raise UserError(f"--seed {text!r}: expected a number, or numbers and ranges like 1-8 or 1,3,5-7") from None
-        seeds = parsed if len(parsed) > 1 else None
-        out[where] = str(parsed[0]) if where == i + 1 else f"--seed={parsed[0]}"
-    return out, seeds
 
 
 def shared_market(cfg: TrainConfig, seeds: list[int]) -> tuple[TrainConfig, str | None]:
@@ -83,7 +61,7 @@ class RunPlan:
 
     @classmethod
     def of(cls, cfg: TrainConfig, seeds: list[int] | None, layout: WorldLayout) -> RunPlan:
-        """The plan of ``cfg`` with several ``seeds`` (``--seed 1-8``, `split_seed_flag`) or none (a plain run), its
+        """The plan of ``cfg`` with several ``seeds`` (``--seed 1-8``, `clstm_ppo.cli.train.split_seed_flag`) or none (a plain run), its
         folder not yet claimed (`claimed`). UserError when several seeds cannot train with these settings."""
         from clstm_ppo.training.run_folder import resolve_run_dir
 
