@@ -79,16 +79,11 @@ FILL_MODES = ("fill", "partial", "reject", "never")
 TIME_IN_FORCE = ("day", "gtc", "opg", "cls", "ioc", "fok")
 
 # NYSE full-day closures and 13:00 early closes, 2024-2025 (2025-01-09: national day of mourning).
-NYSE_HOLIDAYS = frozenset({
-    "2024-01-01", "2024-01-15", "2024-02-19", "2024-03-29", "2024-05-27", "2024-06-19", "2024-07-04",
-    "2024-09-02", "2024-11-28", "2024-12-25",
-    "2025-01-01", "2025-01-09", "2025-01-20", "2025-02-17", "2025-04-18", "2025-05-26", "2025-06-19",
-    "2025-07-04", "2025-09-01", "2025-11-27", "2025-12-25",
-})  # fmt: skip
-NYSE_EARLY_CLOSES = {
-    "2024-07-03": "13:00", "2024-11-29": "13:00", "2024-12-24": "13:00",
-    "2025-07-03": "13:00", "2025-11-28": "13:00", "2025-12-24": "13:00",
-}  # fmt: skip
+NYSE_HOLIDAYS = frozenset(
+    "2024-01-01 2024-01-15 2024-02-19 2024-03-29 2024-05-27 2024-06-19 2024-07-04 2024-09-02 2024-11-28 2024-12-25".split()
+    + "2025-01-01 2025-01-09 2025-01-20 2025-02-17 2025-04-18 2025-05-26 2025-06-19 2025-07-04 2025-09-01 2025-11-27 2025-12-25".split()
+)
+NYSE_EARLY_CLOSES = dict.fromkeys("2024-07-03 2024-11-29 2024-12-24 2025-07-03 2025-11-28 2025-12-24".split(), "13:00")
 EPS = 1e-9
 
 
@@ -125,12 +120,22 @@ class AssetSpec:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "class": "us_equity", "exchange": self.exchange, "symbol": self.symbol,
-            "name": self.name or f"{self.symbol} Inc. Common Stock", "status": self.status,
-            "tradable": self.tradable, "marginable": self.marginable, "maintenance_margin_requirement": 30,
-            "margin_requirement_long": "30", "margin_requirement_short": "100", "shortable": self.shortable,
-            "easy_to_borrow": self.easy_to_borrow, "fractionable": self.fractionable, "attributes": [],
-        }  # fmt: skip
+            "id": self.id,
+            "class": "us_equity",
+            "exchange": self.exchange,
+            "symbol": self.symbol,
+            "name": self.name or f"{self.symbol} Inc. Common Stock",
+            "status": self.status,
+            "tradable": self.tradable,
+            "marginable": self.marginable,
+            "maintenance_margin_requirement": 30,
+            "margin_requirement_long": "30",
+            "margin_requirement_short": "100",
+            "shortable": self.shortable,
+            "easy_to_borrow": self.easy_to_borrow,
+            "fractionable": self.fractionable,
+            "attributes": [],
+        }
 
 
 @dataclass
@@ -185,20 +190,41 @@ class SimOrder:
             return utc_stamp(when) if when else None
 
         return {
-            "id": self.id, "client_order_id": self.client_order_id,
-            "created_at": stamp(self.submitted_at), "updated_at": stamp(self.updated_at or self.submitted_at),
-            "submitted_at": stamp(self.submitted_at), "filled_at": stamp(self.filled_at),
-            "expired_at": stamp(self.expired_at), "canceled_at": stamp(self.canceled_at),
-            "failed_at": stamp(self.failed_at), "replaced_at": None, "replaced_by": None, "replaces": None,
-            "asset_id": self.asset_id, "symbol": self.symbol, "asset_class": "us_equity", "notional": None,
-            "qty": num(self.qty), "filled_qty": num(self.filled_qty),
+            "id": self.id,
+            "client_order_id": self.client_order_id,
+            "created_at": stamp(self.submitted_at),
+            "updated_at": stamp(self.updated_at or self.submitted_at),
+            "submitted_at": stamp(self.submitted_at),
+            "filled_at": stamp(self.filled_at),
+            "expired_at": stamp(self.expired_at),
+            "canceled_at": stamp(self.canceled_at),
+            "failed_at": stamp(self.failed_at),
+            "replaced_at": None,
+            "replaced_by": None,
+            "replaces": None,
+            "asset_id": self.asset_id,
+            "symbol": self.symbol,
+            "asset_class": "us_equity",
+            "notional": None,
+            "qty": num(self.qty),
+            "filled_qty": num(self.filled_qty),
             "filled_avg_price": None if self.filled_avg_price is None else num(self.filled_avg_price),
-            "order_class": "", "order_type": "market", "type": "market", "side": self.side,
+            "order_class": "",
+            "order_type": "market",
+            "type": "market",
+            "side": self.side,
             "position_intent": "buy_to_open" if self.side == "buy" else "sell_to_close",
-            "time_in_force": self.time_in_force, "limit_price": None, "stop_price": None,
-            "status": self.status, "extended_hours": self.extended_hours, "legs": None,
-            "trail_percent": None, "trail_price": None, "hwm": None, "expires_at": stamp(self.expires_at),
-        }  # fmt: skip
+            "time_in_force": self.time_in_force,
+            "limit_price": None,
+            "stop_price": None,
+            "status": self.status,
+            "extended_hours": self.extended_hours,
+            "legs": None,
+            "trail_percent": None,
+            "trail_price": None,
+            "hwm": None,
+            "expires_at": stamp(self.expires_at),
+        }
 
 
 def _default_now() -> datetime:
@@ -334,21 +360,45 @@ class TradingState:
         equity = self.cash + long_value
         power = num(self.buying_power())
         return {
-            "id": self.account_id, "account_number": self.account_number, "status": "ACTIVE",
-            "crypto_status": "INACTIVE", "currency": "USD", "buying_power": power, "regt_buying_power": power,
-            "daytrading_buying_power": "0", "effective_buying_power": power,
-            "non_marginable_buying_power": power, "options_buying_power": power, "bod_dtbp": "0",
-            "cash": num(self.cash), "accrued_fees": "0", "pending_transfer_in": "0",
-            "pending_transfer_out": "0", "portfolio_value": num(equity), "pattern_day_trader": False,
-            "trading_blocked": self.trading_blocked, "transfers_blocked": False, "account_blocked": False,
-            "created_at": "2023-06-01T14:00:00.000000Z", "trade_suspended_by_user": False, "multiplier": "1",
-            "shorting_enabled": False, "equity": num(equity), "last_equity": num(self.last_equity or 0.0),
-            "long_market_value": num(long_value), "short_market_value": "0",
-            "position_market_value": num(long_value), "initial_margin": num(long_value),
-            "maintenance_margin": num(0.3 * long_value), "last_maintenance_margin": "0", "sma": "0",
-            "daytrade_count": 0, "balance_asof": (self.now.astimezone(NY).date() - timedelta(days=1)).isoformat(),
-            "options_approved_level": 0, "options_trading_level": 0,
-        }  # fmt: skip
+            "id": self.account_id,
+            "account_number": self.account_number,
+            "status": "ACTIVE",
+            "crypto_status": "INACTIVE",
+            "currency": "USD",
+            "buying_power": power,
+            "regt_buying_power": power,
+            "daytrading_buying_power": "0",
+            "effective_buying_power": power,
+            "non_marginable_buying_power": power,
+            "options_buying_power": power,
+            "bod_dtbp": "0",
+            "cash": num(self.cash),
+            "accrued_fees": "0",
+            "pending_transfer_in": "0",
+            "pending_transfer_out": "0",
+            "portfolio_value": num(equity),
+            "pattern_day_trader": False,
+            "trading_blocked": self.trading_blocked,
+            "transfers_blocked": False,
+            "account_blocked": False,
+            "created_at": "2023-06-01T14:00:00.000000Z",
+            "trade_suspended_by_user": False,
+            "multiplier": "1",
+            "shorting_enabled": False,
+            "equity": num(equity),
+            "last_equity": num(self.last_equity or 0.0),
+            "long_market_value": num(long_value),
+            "short_market_value": "0",
+            "position_market_value": num(long_value),
+            "initial_margin": num(long_value),
+            "maintenance_margin": num(0.3 * long_value),
+            "last_maintenance_margin": "0",
+            "sma": "0",
+            "daytrade_count": 0,
+            "balance_asof": (self.now.astimezone(NY).date() - timedelta(days=1)).isoformat(),
+            "options_approved_level": 0,
+            "options_trading_level": 0,
+        }
 
     def position_json(self, symbol: str) -> dict[str, Any]:
         holding = self.positions[symbol]
@@ -359,17 +409,25 @@ class TradingState:
         pl = value - holding.cost_basis
         intraday = holding.qty * (price - lastday)
         return {
-            "asset_id": asset.id, "symbol": symbol, "exchange": asset.exchange, "asset_class": "us_equity",
-            "asset_marginable": asset.marginable, "qty": num(holding.qty),
-            "avg_entry_price": num(holding.cost_basis / holding.qty), "side": "long",
-            "market_value": num(value), "cost_basis": num(holding.cost_basis), "unrealized_pl": num(pl),
+            "asset_id": asset.id,
+            "symbol": symbol,
+            "exchange": asset.exchange,
+            "asset_class": "us_equity",
+            "asset_marginable": asset.marginable,
+            "qty": num(holding.qty),
+            "avg_entry_price": num(holding.cost_basis / holding.qty),
+            "side": "long",
+            "market_value": num(value),
+            "cost_basis": num(holding.cost_basis),
+            "unrealized_pl": num(pl),
             "unrealized_plpc": num(pl / holding.cost_basis if holding.cost_basis else 0.0),
             "unrealized_intraday_pl": num(intraday),
             "unrealized_intraday_plpc": num(intraday / (holding.qty * lastday) if lastday else 0.0),
-            "current_price": num(price), "lastday_price": num(lastday),
+            "current_price": num(price),
+            "lastday_price": num(lastday),
             "change_today": num(price / lastday - 1 if lastday else 0.0),
             "qty_available": num(holding.qty - self.held_for_orders(symbol)),
-        }  # fmt: skip
+        }
 
     # ------------------------------------------------------------------------------------ orders
 
@@ -539,11 +597,14 @@ class TradingState:
         for order in self.orders:
             self.advance_order(order, poll=True)
         chosen = [
-            o for o in self.orders
+            o
+            for o in self.orders
             if (status == "all" or (status == "open") == o.is_open)
-            and (after is None or o.submitted_at > after) and (until is None or o.submitted_at < until)
-            and (symbols is None or o.symbol in symbols) and params.get("side") in (None, o.side)
-        ]  # fmt: skip
+            and (after is None or o.submitted_at > after)
+            and (until is None or o.submitted_at < until)
+            and (symbols is None or o.symbol in symbols)
+            and params.get("side") in (None, o.side)
+        ]
         chosen.sort(key=lambda o: (o.submitted_at, o.seq), reverse=params.get("direction", "desc") != "asc")
         return 200, [o.to_json() for o in chosen[:limit]]
 
@@ -604,10 +665,16 @@ class _Handler(BaseHTTPRequestHandler):
         key = self.headers.get("APCA-API-KEY-ID")
         secret = self.headers.get("APCA-API-SECRET-KEY")
         record = {
-            "method": method, "path": path, "query": query, "query_string": parts.query, "json": body,
+            "method": method,
+            "path": path,
+            "query": query,
+            "query_string": parts.query,
+            "json": body,
             "headers": {k: v for k, v in self.headers.items() if k.lower() != "apca-api-secret-key"},
-            "secret_sent": secret is not None, "time": time.monotonic(), "status": None,
-        }  # fmt: skip
+            "secret_sent": secret is not None,
+            "time": time.monotonic(),
+            "status": None,
+        }
         with state.lock:
             state.requests.append(record)
             nth = sum(1 for r in state.requests if (r["method"], r["path"]) == (method, path))

@@ -44,11 +44,15 @@ PRICES = {"AAPL": 190.0, "MSFT": 370.0, "BRKX": 600.0}
 @pytest.fixture
 def state() -> TradingState:
     return TradingState(
-        key=KEY, secret=SECRET, prices=dict(PRICES),
-        assets={"BRKX": AssetSpec("BRKX", fractionable=False, exchange="NYSE"),
-                "OTCX": AssetSpec("OTCX", tradable=False, exchange="OTC"),
-                "DEAD": AssetSpec("DEAD", status="inactive", tradable=False)},
-    )  # fmt: skip
+        key=KEY,
+        secret=SECRET,
+        prices=dict(PRICES),
+        assets={
+            "BRKX": AssetSpec("BRKX", fractionable=False, exchange="NYSE"),
+            "OTCX": AssetSpec("OTCX", tradable=False, exchange="OTC"),
+            "DEAD": AssetSpec("DEAD", status="inactive", tradable=False),
+        },
+    )
 
 
 @pytest.fixture

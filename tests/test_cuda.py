@@ -94,10 +94,22 @@ def test_batched_cells_train_on_the_gpu_as_each_cell_alone(tmp_path, policy):
     from clstm_ppo.training.trainer import Trainer
 
     settings = dict(
-        data="synthetic:tickers=3,days=400", window=5, stage1_hidden=12, feature_dim=10, stage2_hidden=16,
-        num_envs=8, n_steps=16, batch_size=64, epochs=2, episode_length=20, num_episodes=16, progress=False,
-        log_every=1000, policy=policy, checkpoint_dir=str(tmp_path),
-    )  # fmt: skip
+        data="synthetic:tickers=3,days=400",
+        window=5,
+        stage1_hidden=12,
+        feature_dim=10,
+        stage2_hidden=16,
+        num_envs=8,
+        n_steps=16,
+        batch_size=64,
+        epochs=2,
+        episode_length=20,
+        num_episodes=16,
+        progress=False,
+        log_every=1000,
+        policy=policy,
+        checkpoint_dir=str(tmp_path),
+    )
     cfgs = {
         f"{who}{s}": TrainConfig.from_dict({**settings, "seed": s, "run_name": f"{who}{s}"})
         for who in ("a", "b")
@@ -122,15 +134,17 @@ def test_several_seeds_train_as_one_batch_on_the_gpu(tmp_path):
     """``--seed 1-2`` on one GPU: both seeds' folders with bf16, and with fp16 each seed its own GradScaler (its state
     in its checkpoint); with --compile (inductor) too."""
     for precision in ("bf16", "fp16"):
-        result = run(tmp_path, "--num_episodes", "8", "--seed", "1-2", "--mixed_precision", precision,
-                     "--run_name", precision)  # fmt: skip
+        result = run(
+            tmp_path, "--num_episodes", "8", "--seed", "1-2", "--mixed_precision", precision, "--run_name", precision
+        )
         assert result.returncode == 0, result.stderr
         assert "[seeds] held-out test" in result.stdout and "2 seeds'" in result.stdout
         for seed in (1, 2):
             ckpt = load_checkpoint(tmp_path / "ck" / precision / f"seed-{seed}" / "latest.pt")
             assert ckpt.counters["episodes"] >= 8 and ckpt.cfg.run.seed == seed
             assert bool(ckpt.scaler_state) == (precision == "fp16")
-    compiled = run(tmp_path, "--num_episodes", "8", "--seed", "1-2", "--compile", "--mixed_precision", "bf16",
-                   "--run_name", "compiled")  # fmt: skip
+    compiled = run(
+        tmp_path, *"--num_episodes 8 --seed 1-2 --compile --mixed_precision bf16 --run_name compiled".split()
+    )
     assert compiled.returncode == 0, compiled.stderr
     assert (tmp_path / "ck" / "compiled" / "seeds.json").is_file()

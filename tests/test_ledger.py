@@ -330,10 +330,17 @@ def test_a_configurations_key_ignores_what_does_not_change_numbers_and_settings_
 
     def key(**base):
         spec = StudySpec(
-            base=TrainConfig().with_settings(**base).to_dict(), policies=["clstm"], seeds=[1], variants=[],
-            trade_start="2020-01-02", trade_end="", retrain="none", retrain_from="warm", validation_days=63,
+            base=TrainConfig().with_settings(**base).to_dict(),
+            policies=["clstm"],
+            seeds=[1],
+            variants=[],
+            trade_start="2020-01-02",
+            trade_end="",
+            retrain="none",
+            retrain_from="warm",
+            validation_days=63,
             retrain_episodes=0,
-        )  # fmt: skip
+        )
         return config_key(spec, Cell("clstm", 1))
 
     today = key()

@@ -38,8 +38,8 @@ def test_a_seed_range_trains_each_seed_as_its_run_alone_and_the_folder_is_an_ens
     manifest = json.loads((folder / "seeds.json").read_text())
     assert manifest == {"seeds": [{"seed": s, "checkpoint": f"seed-{s}/latest.pt"} for s in (1, 2)]}
     # seed 2 of the batch is seed 2 trained alone on that market (up to the batch's float rounding)
-    alone = train(tmp_path, *SHORT, "--seed", "2", "--data", "synthetic:tickers=4,days=400,seed=1,generator=3",
-                  "--run_name", "alone")  # fmt: skip
+    same_market = ["--data", "synthetic:tickers=4,days=400,seed=1,generator=3"]
+    alone = train(tmp_path, *SHORT, "--seed", "2", *same_market, "--run_name", "alone")
     assert alone.returncode == 0, alone.stderr
     assert_same_run(tmp_path / "ck" / "alone", folder / "seed-2")
     # the last line: the seeds' mean inside their interval, and the ensemble

@@ -1211,8 +1211,12 @@ def test_a_study_on_a_planted_market_reports_the_reference_and_its_cells_backtes
     ck = tmp_path / "p" / "cells" / "mlp-s2" / "periods" / "000" / "latest.pt"
     bt = subprocess.run(
         [sys.executable, "-m", "clstm_ppo.cli", "backtest", "--checkpoint", str(ck), "--out", str(tmp_path / "bt")],
-        cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bt.returncode == 0, bt.stderr
     assert "on this planted market, the reference trader (" in bt.stdout and "of that excess" in bt.stdout
 
