@@ -20,7 +20,8 @@ import pytest
 import torch
 
 from clstm_ppo.agent.build import make_policy
-from clstm_ppo.agent.model import ActorCritic, ModelSpec
+from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.spec import ModelSpec
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.config import PPOConfig, TrainConfig
 from clstm_ppo.threads import torch_threads

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from clstm_ppo.agent.build import make_policy
-from clstm_ppo.agent.model import RecurrentState
+from clstm_ppo.agent.spec import RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.training.distributed import WorldLayout, find_free_port, init_worker, shutdown_worker
 from clstm_ppo.training.ppo import SeedLearner, ppo_update

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from clstm_ppo import __version__, migrate
-from clstm_ppo.agent.model import ModelSpec
+from clstm_ppo.agent.spec import ModelSpec
 from clstm_ppo.cli.main import main as cli_main
 from clstm_ppo.cli.train import parse_config
 from clstm_ppo.config import PAPER_BEHAVIOUR, TrainConfig, preset

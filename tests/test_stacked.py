@@ -10,8 +10,8 @@ import torch
 
 from clstm_ppo.agent.build import make_policy
 from clstm_ppo.agent.evaluate import evaluate_cells, evaluate_policy
-from clstm_ppo.agent.model import RecurrentState
 from clstm_ppo.agent.recurrence import cut_days, run_lstm
+from clstm_ppo.agent.spec import RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.agent.stacked_lstm import StackedLSTM, stacked_lstm
 from clstm_ppo.agent.window_lstm import WindowLSTM, stacked_window_last_output, window_last_output

@@ -5,8 +5,9 @@ from __future__ import annotations
 from clstm_ppo.agent.clstm import CLSTMPolicy
 from clstm_ppo.agent.lstm import LSTMPolicy
 from clstm_ppo.agent.mlp import MLPPolicy
-from clstm_ppo.agent.model import ActorCritic, ModelSpec
+from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.agent.shared import SharedPolicy
+from clstm_ppo.agent.spec import ModelSpec
 from clstm_ppo.config import TrainConfig
 from envs.features import PreparedMarket
 

@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from clstm_ppo.agent.model import ActorCritic, ActOutput, ModelSpec, RecurrentState
+from clstm_ppo.agent.model import ActorCritic, ActOutput
+from clstm_ppo.agent.spec import ModelSpec, RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from envs.kernel import actions_for_weights, target_weights
 

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from clstm_ppo.agent.ensemble import Ensemble, EnsembleState
-from clstm_ppo.agent.model import ActorCritic, RecurrentState
+from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.spec import RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from envs.config import EnvConfig
 from envs.data import DayRange

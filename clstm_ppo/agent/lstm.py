@@ -10,9 +10,10 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
-from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells, to_cells
+from clstm_ppo.agent.model import ActorCritic, from_cells, to_cells
 from clstm_ppo.agent.net import Net
 from clstm_ppo.agent.recurrence import cut_days, run_lstm
+from clstm_ppo.agent.spec import ModelSpec, RecurrentState
 from clstm_ppo.agent.windows import Windows
 
 

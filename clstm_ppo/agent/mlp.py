@@ -9,8 +9,9 @@ from torch import Tensor, nn
 
 from clstm_ppo.agent.layers import orthogonal
 from clstm_ppo.agent.lstm import feature_layers, today
-from clstm_ppo.agent.model import ActorCritic, ModelSpec, RecurrentState, from_cells
+from clstm_ppo.agent.model import ActorCritic, from_cells
 from clstm_ppo.agent.net import Net
+from clstm_ppo.agent.spec import ModelSpec, RecurrentState
 from clstm_ppo.agent.windows import Windows
 
 

@@ -19,7 +19,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from torch import Tensor
 
-from clstm_ppo.agent.model import ModelSpec, RecurrentState
+from clstm_ppo.agent.spec import ModelSpec, RecurrentState
 from clstm_ppo.agent.windows import Windows
 
 LayerName = Literal[

@@ -28,8 +28,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from clstm_ppo.agent.model import ActorCritic, Policy, PolicyOutput, RecurrentState, bounded_std, normalized_rows
+from clstm_ppo.agent.model import ActorCritic, Policy, PolicyOutput, bounded_std, normalized_rows
 from clstm_ppo.agent.recurrence import cut_days
+from clstm_ppo.agent.spec import RecurrentState
 from clstm_ppo.agent.stacked_lstm import stacked_lstm
 from clstm_ppo.agent.window_lstm import resolve_kernel, stacked_window_last_output
 from clstm_ppo.agent.windows import Windows

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from clstm_ppo.agent.evaluate import PolicyRun, evaluate_actions
-from clstm_ppo.agent.model import RecurrentState
+from clstm_ppo.agent.spec import RecurrentState
 from clstm_ppo.evaluation import metrics as M
 from clstm_ppo.evaluation.report import BacktestResult, compute_metrics
 from clstm_ppo.evaluation.statistics import mean_exposure, ratio_t_interval, t_interval

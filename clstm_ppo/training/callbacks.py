@@ -22,9 +22,8 @@ if TYPE_CHECKING:
     from clstm_ppo.agent.evaluate import PolicyRun
     from clstm_ppo.config import TrainConfig
     from clstm_ppo.training.distributed import Comm
+    from clstm_ppo.training.progress import Counters, UpdateResult
     from clstm_ppo.training.rollout import RolloutBuffer
-    from clstm_ppo.training.seed import Counters
-    from clstm_ppo.training.trainer import UpdateResult
     from envs.features import PreparedMarket
 
 

@@ -20,7 +20,8 @@ import torch
 from clstm_ppo import __version__ as VERSION
 from clstm_ppo import migrate
 from clstm_ppo.agent.build import make_policy
-from clstm_ppo.agent.model import ActorCritic, ModelSpec
+from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.spec import ModelSpec
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.market import build_market, rebuild_market
 from envs.atomic import atomic_write

@@ -24,7 +24,8 @@ from typing import NamedTuple, Protocol
 import torch
 from torch import Tensor, nn
 
-from clstm_ppo.agent.model import ActorCritic, RecurrentState
+from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.spec import RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.agent.windows import Windows
 from clstm_ppo.config import PPOConfig

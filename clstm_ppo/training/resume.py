@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from clstm_ppo.agent.build import model_spec
-from clstm_ppo.agent.model import ModelSpec
+from clstm_ppo.agent.spec import ModelSpec
 from clstm_ppo.config import SETTINGS, TrainConfig
 from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
 from clstm_ppo.training.own_market import trained_on

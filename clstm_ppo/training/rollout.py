@@ -17,7 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from clstm_ppo.agent.model import ActorCritic, RecurrentState
+from clstm_ppo.agent.model import ActorCritic
+from clstm_ppo.agent.spec import RecurrentState
 from clstm_ppo.agent.stacked import CellPolicy
 from clstm_ppo.agent.windows import WindowStore
 from clstm_ppo.training.distributed import Comm

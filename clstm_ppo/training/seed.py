@@ -19,9 +19,9 @@ the ranks, the rollout buffer, the stop) it reads from its trainer.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -31,34 +31,42 @@ from clstm_ppo.agent.model import ActorCritic
 from clstm_ppo.config import PPOConfig, TrainConfig
 from clstm_ppo.training.callbacks import Callback, Logger, with_defaults
 from clstm_ppo.training.checkpoint import checkpoint_payload, load_checkpoint
+from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.ppo import SeedLearner, build_optimizer
+from clstm_ppo.training.progress import Counters
 from clstm_ppo.training.reward_norm import RewardNormalizer
-from clstm_ppo.training.rollout import RolloutBuffer, SeedActor
-
-if TYPE_CHECKING:
-    from clstm_ppo.training.trainer import Trainer
+from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, SeedActor
+from envs.features import PreparedMarket
 
 
-@dataclass
-class Counters:
-    """Where training stands, the same on every rank (kept in every checkpoint)."""
+class Shared(Protocol):
+    """What a seed reads of the trainer that holds it: what the seeds share (`clstm_ppo.training.trainer.Trainer`)."""
 
-    update: int = 0  # updates done
-    global_step: int = 0  # env steps over all workers
-    episodes: int = 0  # finished episodes over all workers
-    best_score: float = -math.inf  # best validation Sharpe so far (best.pt)
-    bad_updates: int = 0  # consecutive updates with NaN/inf loss or gradients
-    skipped_steps: int = 0  # optimizer steps skipped for NaN/inf gradients
-    elapsed: float = 0.0  # seconds of training, resumes included
+    market: PreparedMarket  # the market every seed trains on
+    comm: Comm  # the ranks
+    device: torch.device  # where the policy runs
+    steps_per_update: int  # env steps of one update of one seed, over all workers
+    alone: bool  # one seed (a run) rather than a batch
+    stopping: bool  # every rank agreed to stop after the current update
+    buf: RolloutBuffer  # this rank's rollout, every seed's columns
+    rollout: RolloutCollector  # the envs and what acting keeps (each seed's columns: ``envs_of``)
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Counters:
-        """From a checkpoint's counters (keys of other versions ignored)."""
-        return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})
+    def validation_runs(self) -> list[PolicyRun]:
+        """Every seed's deterministic policy on the validation split, at the current weights."""
+        ...
+
+    def episode_days(self) -> float:
+        """Trading days of one training episode."""
+        ...
+
+    def layout_line(self, seed: Seed) -> str:
+        """One line on where and how ``seed`` trains."""
+        ...
 
 
 class Seed:
-    """Seed ``index`` of ``trainer`` (see the module docstring for what it owns), built after its network.
+    """Seed ``index`` of ``trainer`` (see the module docstring for what it owns; `Shared` what it reads of the
+    trainer), built after its network.
 
     :param model: its network, weights drawn with the global RNG seeded by its seed (``torch_rng`` the state after).
     :param callbacks: hooks run after the product's (`with_defaults`).
@@ -66,7 +74,7 @@ class Seed:
 
     def __init__(
         self,
-        trainer: Trainer,
+        trainer: Shared,
         index: int,
         cfg: TrainConfig,
         run_dir: Path,

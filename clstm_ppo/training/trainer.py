@@ -19,10 +19,8 @@ go on; a run of one seed raises.
 from __future__ import annotations
 
 import dataclasses
-import math
 import signal
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,10 +36,11 @@ from clstm_ppo.config import OUTPUT_SETTINGS, PPOConfig, TrainConfig
 from clstm_ppo.training.callbacks import Callback
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.ppo import PhaseTimer, UpdateStats, autocast_factory, no_timer, ppo_update
+from clstm_ppo.training.progress import Counters, UpdateResult
 from clstm_ppo.training.resume import load_weights
 from clstm_ppo.training.rollout import RolloutBuffer, RolloutCollector, compute_gae
 from clstm_ppo.training.run_folder import LATEST, resolve_resume
-from clstm_ppo.training.seed import Counters, Seed
+from clstm_ppo.training.seed import Seed
 from clstm_ppo.training.signals import StoppedBySignal, StopRequest
 from envs.errors import UserError
 from envs.execution import describe_execution
@@ -98,22 +97,6 @@ class Update(NamedTuple):
     stats: UpdateStats  # losses, KL, clip fraction, gradient norm (all workers)
     rollout_seconds: float  # this rank's rollout and GAE (the batch's)
     update_seconds: float  # this rank's PPO epochs (the batch's)
-
-
-@dataclass
-class UpdateResult:
-    """What one update did for one seed over all workers (`Trainer.gather`), the same on every rank."""
-
-    episodes: Tensor  # [k, len(EPISODE_KEYS) + 1] float64: every worker's finished episodes, then each one's rank
-    stats: UpdateStats  # losses, KL, clip fraction, gradient norm (all workers)
-    behaviour: dict[str, Any]  # what the policy did (`RolloutStats.as_dict`, all workers)
-    rollout_seconds: float  # this rank's rollout and GAE
-    update_seconds: float  # this rank's PPO epochs
-
-    @property
-    def bad(self) -> bool:
-        """Some optimizer step was skipped for NaN/inf gradients, or the loss was not finite."""
-        return self.stats.skipped_steps > 0 or not math.isfinite(self.stats.policy_loss)
 
 
 class Trainer:

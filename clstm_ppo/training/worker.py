@@ -11,7 +11,7 @@ import torch
 from clstm_ppo.config import TrainConfig
 from clstm_ppo.training.callbacks import Callback
 from clstm_ppo.training.distributed import Comm, WorldLayout
-from clstm_ppo.training.seed import Counters
+from clstm_ppo.training.progress import Counters
 from clstm_ppo.training.seeds import RunPlan
 from clstm_ppo.training.signals import StoppedBySignal
 from clstm_ppo.training.trainer import Trainer
