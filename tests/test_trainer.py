@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +14,24 @@ import clstm_ppo
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import find_free_port
 from tests.conftest import SCRIPT, TINY, clean_env, files_under, read_metrics, train
+
+
+@pytest.fixture(scope="module")
+def trained_once(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``trained_once(*flags)``: the run folder of the tiny run (`train`) with ``flags``, trained the first time a
+    test of this module asks for these flags and shared, read only, after: the resume test's uninterrupted run is
+    also the first of the same-seed test's two runs (each training process costs seconds of imports)."""
+    folders: dict[tuple[str, ...], Path] = {}
+
+    def run_folder(*flags: str) -> Path:
+        if flags not in folders:
+            root = tmp_path_factory.mktemp("trained_once")
+            result = train(root, *flags, "--run_name", "once")
+            assert result.returncode == 0, result.stderr
+            folders[flags] = root / "ck" / "once"
+        return folders[flags]
+
+    return run_folder
 
 
 @pytest.mark.slow
@@ -72,14 +92,13 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
     ],  # episodes end inside rollouts
     ids=["defaults", "normalisers"],
 )
-def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
-    straight = train(tmp_path, "--num_episodes", "16", "--run_name", "straight", *extra)
-    assert straight.returncode == 0, straight.stderr
+def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra, trained_once):
+    straight = trained_once("--num_episodes", "16", *extra)
     first = train(tmp_path, "--num_episodes", "8", "--run_name", "split", *extra)
     assert first.returncode == 0, first.stderr
     second = train(tmp_path, "--num_episodes", "16", "--run_name", "split", "--resume", "latest", *extra)
     assert second.returncode == 0, second.stderr
-    a = load_checkpoint(tmp_path / "ck" / "straight" / "latest.pt")
+    a = load_checkpoint(straight / "latest.pt")
     b = load_checkpoint(tmp_path / "ck" / "split" / "latest.pt")
     assert a.counters["update"] == b.counters["update"] >= 3
     for wa, wb in zip(a.worker_states, b.worker_states, strict=True):  # the running return statistics too
@@ -87,7 +106,7 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra):
         assert torch.equal(wa["reward_norm"]["discounted"], wb["reward_norm"]["discounted"])
     for key, value in a.model_state.items():
         assert torch.equal(value, b.model_state[key]), key
-    episodes_a, _ = read_metrics(tmp_path / "ck" / "straight")
+    episodes_a, _ = read_metrics(straight)
     episodes_b, _ = read_metrics(tmp_path / "ck" / "split")
     assert [e["final_value"] for e in episodes_a] == [e["final_value"] for e in episodes_b]
 
@@ -191,13 +210,14 @@ def test_help_explains_every_flag_without_escaping_artifacts():
 
 
 @pytest.mark.slow
-def test_same_seed_and_config_give_identical_parameters(tmp_path):
-    runs = [train(tmp_path, "--num_episodes", "8", "--run_name", name) for name in ("a", "b")]
-    assert all(r.returncode == 0 for r in runs), runs[0].stderr + runs[1].stderr
-    a, b = (load_checkpoint(tmp_path / "ck" / name / "latest.pt") for name in ("a", "b"))
-    assert a.counters["update"] == 2
+def test_same_seed_and_config_give_identical_parameters(tmp_path, trained_once):
+    a = load_checkpoint(trained_once("--num_episodes", "16") / "latest.pt")  # one process; b: another
+    again = train(tmp_path, "--num_episodes", "16", "--run_name", "b")
+    assert again.returncode == 0, again.stderr
+    b = load_checkpoint(tmp_path / "ck" / "b" / "latest.pt")
+    assert a.counters["update"] == 4
     assert all(torch.equal(v, b.model_state[k]) for k, v in a.model_state.items())
-    other = train(tmp_path, "--num_episodes", "8", "--run_name", "c", "--seed", "7")
+    other = train(tmp_path, "--num_episodes", "16", "--run_name", "c", "--seed", "7")
     assert other.returncode == 0, other.stderr
     c = load_checkpoint(tmp_path / "ck" / "c" / "latest.pt")
     assert any(not torch.equal(v, c.model_state[k]) for k, v in a.model_state.items())
