@@ -195,8 +195,11 @@ def prepare_run_dir(cfg: TrainConfig, market: Any, run_dir: Path) -> None:
 def report_held_out(plan: RunPlan, market: Any) -> None:
     """The command's last line: the deployed policy (``--deploy``: best.pt or latest.pt) on the held-out test days
     against buy-and-hold (`clstm_ppo.evaluation.backtest.held_out_line`); with several seeds, first their manifest
-    ``seeds.json``, then their mean and their ensemble (`seeds_held_out_line`)."""
+    ``seeds.json``, then their mean and their ensemble (`seeds_held_out_line`). On ``--threads`` torch threads, one
+    by default: the held-out days are one env's, and a parent after several workers would otherwise take torch's
+    default, every core, whose threads spin-wait on a busy box (1.5-4.5 s for a line of 0.2 s)."""
     from clstm_ppo.evaluation.backtest import held_out_line, seeds_held_out_line
+    from clstm_ppo.threads import torch_threads
     from clstm_ppo.training.run_folder import deployed_checkpoint
     from clstm_ppo.training.seeds import write_manifest
 
@@ -204,11 +207,12 @@ def report_held_out(plan: RunPlan, market: Any) -> None:
     deployed = [
         deployed_checkpoint(d, has_validation, c.run.deploy) for c, d in zip(cfgs, plan.run_dirs(), strict=True)
     ]
-    if plan.batch:
-        write_manifest(plan.folder, cfgs, deployed)
-        line, prefix = seeds_held_out_line(deployed, market, plan.folder), "[seeds]"
-    else:
-        line, prefix = held_out_line(deployed[0], market) if deployed[0].is_file() else None, "[Rank 0]"
+    with torch_threads(plan.cfg.system.threads or 1):
+        if plan.batch:
+            write_manifest(plan.folder, cfgs, deployed)
+            line, prefix = seeds_held_out_line(deployed, market, plan.folder), "[seeds]"
+        else:
+            line, prefix = held_out_line(deployed[0], market) if deployed[0].is_file() else None, "[Rank 0]"
     if line is not None:
         print(f"{prefix} {line}", flush=True)
 
