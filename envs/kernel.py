@@ -68,9 +68,12 @@ def actions_for_weights(weights: Tensor) -> Tensor:
     return (torch.log(w[:, :-1]) - torch.log(w[:, -1:])) / WEIGHT_LOGIT_SCALE
 
 
-def orders_from_actions(actions: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, cfg: EnvConfig) -> Tensor:
+def orders_from_actions(
+    actions: Tensor, cash: Tensor, shares: Tensor, prices: Tensor, cfg: EnvConfig, bands: Tensor | None = None
+) -> Tensor:
     """Rule 1 of the module docstring: actions ``[B, N]`` (any float dtype) -> whole-share orders ``[B, N]`` float64
-    (+ buy, - sell) for portfolios of cash [B] and shares [B, N] at prices [B, N] dollars."""
+    (+ buy, - sell) for portfolios of cash [B] and shares [B, N] at prices [B, N] dollars. ``bands`` ``[B]`` float64:
+    each portfolio's own no-trade band instead of ``cfg.rebalance_band`` (a family of traders in one pass)."""
     if cfg.action_mode == "shares":
         return torch.trunc(actions.to(torch.float64).clamp(-1.0, 1.0) * cfg.hmax)
     num_stocks = shares.shape[1]
@@ -79,7 +82,8 @@ def orders_from_actions(actions: Tensor, cash: Tensor, shares: Tensor, prices: T
     weights = target_weights(actions)[:, :-1]
     value = portfolio_value(cash, shares, prices).unsqueeze(1)
     orders = torch.floor(weights * value / (prices * (1.0 + cfg.buy_cost_pct))) - shares
-    return torch.where((orders * prices).abs() > cfg.rebalance_band * value, orders, 0.0)
+    band = cfg.rebalance_band if bands is None else bands.unsqueeze(1)
+    return torch.where((orders * prices).abs() > band * value, orders, 0.0)
 
 
 def trade_step(
@@ -90,6 +94,7 @@ def trade_step(
     turbulent: Tensor,
     cfg: EnvConfig,
     fill: Tensor | None = None,
+    bands: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, StepStats]:
     """Execute one day's actions for B portfolios: orders sized at the close the policy saw
     (`orders_from_actions`), filled at ``fill`` (`execute_orders`; `envs.execution` says which price that is).
@@ -102,12 +107,13 @@ def trade_step(
     :param cfg: costs and hmax
     :param fill: [B, N] float64 dollars, > 0: the price the orders fill at (default ``prices``: the paper's fill at
         the decision's own close)
+    :param bands: [B] float64: each portfolio's no-trade band (default ``cfg.rebalance_band`` for all)
     :return: (new_cash [B] float64, new_shares [B, N] float64, StepStats)
     """
     return execute_orders(
         cash,
         shares,
-        orders_from_actions(actions, cash, shares, prices, cfg),
+        orders_from_actions(actions, cash, shares, prices, cfg, bands),
         prices if fill is None else fill,
         turbulent,
         buy_cost_pct=cfg.buy_cost_pct,

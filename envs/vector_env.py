@@ -105,7 +105,8 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
     day moved to). Cash earns ``EnvConfig.risk_free`` each day and the episode's Sharpe is on returns in excess of it
     (`envs.execution`).
 
-    Arguments: split ("train" | "validation" | "test" or a DayRange), num_envs (B), seed (of the start generator).
+    Arguments: split ("train" | "validation" | "test" or a DayRange), num_envs (B), seed (of the start generator),
+    bands (each env's own no-trade band, ``--rebalance_band``, instead of the config's: a family of traders in one pass).
 
     Training pool: with ``pool=True`` on the "train" split of a market with a ``pool`` (a synthetic source's
     ``train_draws``: K markets of the same length D and spec; the trainer's env), each episode starts on a day drawn
@@ -131,6 +132,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         device: str | torch.device = "cpu",
         seed: int | list[int] = 0,
         pool: bool = False,
+        bands: list[float] | None = None,
         _autoreset: bool = True,
     ) -> None:
         if num_envs < 1:
@@ -140,6 +142,10 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
             raise ValueError(f"{num_envs} envs do not split into {len(seeds)} cells")
         self.market = market
         self.config = config
+        if bands is not None and len(bands) != num_envs:
+            raise ValueError(f"{len(bands)} no-trade bands for {num_envs} envs")
+        # each env's own no-trade band (a family of traders in one pass), else config.rebalance_band for all
+        self._bands = None if bands is None else torch.tensor(bands, dtype=torch.float64, device=device)
         self.split_name = split if isinstance(split, str) else "custom"
         self.split = market.split_range(split)
         self.num_envs = int(num_envs)
@@ -347,7 +353,7 @@ class VectorStockTradingEnv(gymnasium.vector.VectorEnv):
         prices = self._close.index_select(0, day)
         fill = self._fill.index_select(0, day)
         cash, shares, stats = trade_step(
-            s["cash"], s["shares"], actions, prices, self._turbulent.index_select(0, day), cfg, fill
+            s["cash"], s["shares"], actions, prices, self._turbulent.index_select(0, day), cfg, fill, self._bands
         )
         day = day + 1
         cash, paid = self._carry(cash, s["shares"], shares, day)

@@ -85,16 +85,20 @@ def test_the_family_holds_the_equal_weight_book_and_tilts_well_beyond_the_old_on
 
 
 def test_a_pass_of_the_family_trades_each_member_as_its_own_run_would(one_torch_thread):
-    """One env pass with every scale as a column gives each member the run `evaluate_policy` gives it alone."""
+    """One env pass with every member as a column, each with its own no-trade band (band-major, the scales within,
+    as `choose_member` runs them), gives each member the run `evaluate_policy` gives it alone under its band."""
     cfg, market = _market(SMALL, 3)
     predictor = predictor_from_prices(market.data.close, require_planted_rule(SMALL))
     actions = member_actions(predictor, REFERENCE_SCALES)
-    env = member_env(cfg.env, 0.02)
-    runs = evaluate_actions(actions, market, "train", env)
-    for s in (0, 4, 9):
+    scales = len(REFERENCE_SCALES)
+    bands = [band for band in REFERENCE_BANDS for _ in range(scales)]
+    runs = evaluate_actions(np.tile(actions, (1, len(REFERENCE_BANDS), 1)), market, "train", cfg.env, bands)
+    for b, s in [(0, 0), (1, 4), (2, 9), (3, 6)]:
+        env = member_env(cfg.env, REFERENCE_BANDS[b])
         alone = evaluate_policy(ReferencePolicy(actions[:, s], market.splits.train.start), market, "train", env)
-        np.testing.assert_array_equal(runs[s].values, alone.values)
-        np.testing.assert_array_equal(runs[s].holdings, alone.holdings)
+        np.testing.assert_array_equal(runs[b * scales + s].values, alone.values)
+        np.testing.assert_array_equal(runs[b * scales + s].holdings, alone.holdings)
+    assert not np.array_equal(runs[6].holdings, runs[3 * scales + 6].holdings)  # the 5% band trades otherwise
 
 
 def _spliced(planted: MarketData, null: MarketData, first: int) -> MarketData:

@@ -133,13 +133,18 @@ def evaluate_cells(
 
 
 def evaluate_actions(
-    actions: np.ndarray, market: PreparedMarket, split: str | DayRange, config: EnvConfig
+    actions: np.ndarray,
+    market: PreparedMarket,
+    split: str | DayRange,
+    config: EnvConfig,
+    bands: list[float] | None = None,
 ) -> list[PolicyRun]:
     """B fixed rules through the whole ``split`` in one pass, one env column each (a reference trader's family:
     `clstm_ppo.evaluation.oracle`): column b trades ``actions[t, b]`` on day t's close, as `evaluate_policy` trades
     a policy's action for day t, and run b equals that rule's `evaluate_policy` run.
 
     :param actions: ``[D, B, A]`` the env actions of every day of ``market.data`` (D its days; the split's are read).
+    :param bands: ``[B]`` each column's no-trade band (``config.rebalance_band`` for all by default).
     """
     days = market.split_range(split)
     table = torch.as_tensor(np.asarray(actions), dtype=torch.float32)
@@ -148,7 +153,7 @@ def evaluate_actions(
     def decide(obs: torch.Tensor, state: None, start: torch.Tensor) -> tuple[torch.Tensor, None]:
         return table[next(day)], state
 
-    runs, _ = _trade(decide, None, market, days, config, "cpu", [None] * table.shape[1])
+    runs, _ = _trade(decide, None, market, days, config, "cpu", [None] * table.shape[1], bands)
     return runs
 
 
@@ -160,13 +165,21 @@ def _trade(
     config: EnvConfig,
     device: torch.device | str,
     start_portfolios: list[tuple[float, np.ndarray] | None],
+    bands: list[float] | None = None,
 ) -> tuple[list[PolicyRun], Any]:
     """Trade B = ``len(start_portfolios)`` env columns over the whole ``split`` (the env `StockTradingEnv` wraps,
     on the CPU), ``decide(obs [B, T, F], state, starts [B]) -> (env actions [B, A], state)`` choosing each day's
     actions; each column's record (``last_state`` left unset) and the state after the last day acted on."""
     columns = len(start_portfolios)
     env = VectorStockTradingEnv(
-        market, split=split, num_envs=columns, config=config.whole_split(), device="cpu", seed=0, _autoreset=False
+        market,
+        split=split,
+        num_envs=columns,
+        config=config.whole_split(),
+        device="cpu",
+        seed=0,
+        bands=bands,
+        _autoreset=False,
     )
     obs, info = env.reset(seed=0, options=_portfolio_options(start_portfolios))
     dates, close = np.asarray(market.data.dates), np.asarray(market.data.close, dtype=np.float64)

@@ -136,13 +136,16 @@ class ReferenceRun(NamedTuple):
 def choose_member(market: PreparedMarket, env: EnvConfig, predictor: np.ndarray) -> FamilyChoice:
     """Run every member of the family on ``market.splits.train`` (the market's own training days: a training pool's
     other draws are not read, nor any later day) and keep the one with the highest Sharpe after costs, as
-    `run_figures` counts it. One env pass per band, the scales as its columns (`evaluate_actions`).
+    `run_figures` counts it. One env pass: every member a column (band-major, the scales within), each with its
+    band (`evaluate_actions`).
 
     :param predictor: ``[D, N]`` the signal on every day of ``market.data`` (`envs.oracle.signal_predictor`).
     """
-    train = market.splits.train
-    actions = member_actions(predictor, REFERENCE_SCALES)
-    runs = [evaluate_actions(actions, market, train, member_env(env, band)) for band in REFERENCE_BANDS]
+    train, scales = market.splits.train, len(REFERENCE_SCALES)
+    actions = np.tile(member_actions(predictor, REFERENCE_SCALES), (1, len(REFERENCE_BANDS), 1))
+    bands = [band for band in REFERENCE_BANDS for _ in range(scales)]
+    columns = evaluate_actions(actions, market, train, env, bands)
+    runs = [columns[b * scales : (b + 1) * scales] for b in range(len(REFERENCE_BANDS))]
     sharpe = np.array([[M.sharpe_ratio(r.values, env.risk_free) for r in row] for row in runs])
     best = int(np.argmax(np.where(np.isfinite(sharpe), sharpe, -np.inf)))
     b, s = divmod(best, len(REFERENCE_SCALES))
