@@ -1262,12 +1262,18 @@ def test_report_settings_come_from_the_flags_of_study_merge_and_study_report_and
     assert settings.report_settings == ReportSettings(confidence=0.8, bootstrap=200, ledger="l")
 
 
-def test_study_merge_and_study_report_refuse_a_bad_confidence_or_bootstrap_in_one_line(tmp_path):
-    """Before reading any folder: the same rule as a study's own flags."""
+def test_study_merge_and_study_report_refuse_a_bad_confidence_or_bootstrap_in_one_line(tmp_path, capfd, monkeypatch):
+    """Before reading any folder: the same rule as a study's own flags (through the entry point the console script
+    calls, in this process: tests/test_bad_inputs.py runs the same way)."""
+    from clstm_ppo.cli.main import main as cli_main
+
+    monkeypatch.chdir(tmp_path)
     ledger = ["--ledger", str(tmp_path / "ledger.jsonl")]
     for command in (["report", "nowhere"], ["merge", "--out", "merged", "nowhere"]):
         for bad in (["--confidence", "1.5"], ["--bootstrap", "50"]):
-            line = one_error_line(study(tmp_path, *command, *bad, *ledger))
+            code = cli_main(["study", *command, *bad, *ledger])
+            err = capfd.readouterr().err
+            line = one_error_line(subprocess.CompletedProcess([], code, "", err))
             assert "--confidence must be in (0, 1) and --bootstrap at least 100" in line, (command, bad)
     assert not (tmp_path / "merged").exists() and not (tmp_path / "ledger.jsonl").exists()
 
