@@ -175,14 +175,12 @@ class RolloutCollector:
         autocast: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext,
     ) -> None:
         self.env, self.policy, self.seeds, self.gamma, self.device = env, policy, seeds, gamma, device
-        self.generators = [seed.noise for seed in seeds]  # the policy's act() takes them as a list
         self.autocast = autocast
         self.cells = len(seeds)
         if env.num_envs % self.cells:
             raise ValueError(f"{env.num_envs} envs do not split into {self.cells} seeds")
         self.per_cell = env.num_envs // self.cells
         self.stacked = isinstance(policy, CellPolicy)
-        self.normalise_rewards = seeds[0].reward_norm.enabled
         obs, _ = env.reset(seed=[seed.env_seed for seed in seeds])
         self.next_start = torch.ones(env.num_envs, dtype=torch.bool, device=device)  # [E] it starts an episode
         self.next_obs = obs.to(device)  # [E, T, F] what the next step acts on
@@ -194,7 +192,7 @@ class RolloutCollector:
 
     def _normalise(self, reward: Tensor, done: Tensor) -> Tensor:
         """Each seed's rewards through its own normaliser (or as they are, without ``--norm_reward``)."""
-        if not self.normalise_rewards:
+        if not self.seeds[0].reward_norm.enabled:  # --norm_reward is a setting the seeds share
             return reward
         envs = [self.envs_of(k) for k in range(self.cells)]
         return torch.cat([seed.reward_norm(reward[e], done[e]) for seed, e in zip(self.seeds, envs, strict=True)])
@@ -207,6 +205,7 @@ class RolloutCollector:
         """
         device, cells, per = self.device, self.cells, self.per_cell
         buf.initial_state = self.state.map(torch.Tensor.clone)
+        noise = [seed.noise for seed in self.seeds]  # each seed's action noise, as the policy's act() takes it
         ep_masks, ep_fields = [], []  # finished episodes stay on the device until the rollout ends
         reset_before = True  # some env's window is not its previous one moved on a day (host-known)
         # each cell's `RolloutStats` sums of its actions; the env's three come from env_sums after the steps
@@ -219,7 +218,7 @@ class RolloutCollector:
                 buf.obs.record(step, self.next_obs, anchor=reset_before)
                 buf.starts[step] = self.next_start
                 action, log_prob, value, self.state = self.policy.act(
-                    self.next_obs, self.state, self.next_start, generators=self.generators
+                    self.next_obs, self.state, self.next_start, generators=noise
                 )
                 env_action = self.policy.env_action(action)
                 obs, reward, terminated, truncated, info = self.env.step(env_action.to(self.env.device))
