@@ -170,6 +170,26 @@ def files_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
 
 
+TINY_CELL_RUN = dict(
+    data="synthetic:tickers=3,days=400",
+    window=5,
+    stage1_hidden=12,
+    feature_dim=10,
+    stage2_hidden=16,
+    num_envs=8,
+    n_steps=16,
+    batch_size=64,
+    epochs=2,
+    episode_length=20,
+    num_episodes=16,
+    progress=False,
+    log_every=1000,
+)
+"""A batched cell's tiny run, by setting name (tests/test_cells.py, tests/test_cuda.py): 8 envs x 16 days per update,
+20-day episodes, so 3 updates finish 16 episodes (episode ends, truncations and resets inside the rollouts); 2 epochs
+of 2 minibatches."""
+
+
 PAPER_NET = dict(
     stage1_hidden=128,
     feature_dim=128,

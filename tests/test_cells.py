@@ -16,30 +16,14 @@ from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import Comm
 from clstm_ppo.training.trainer import Trainer, check_batchable
 from envs.errors import UserError
-from tests.conftest import assert_same_run, read_metrics, same_number
+from tests.conftest import TINY_CELL_RUN, assert_same_run, read_metrics, same_number
 from tests.faults import FaultHook
 
 pytestmark = pytest.mark.filterwarnings("ignore:grad and param do not obey the gradient layout contract")
 
-# 8 envs x 16 days per update, 20-day episodes: 3 updates finish 16 episodes (episode ends, truncations and resets
-# inside the rollouts); 2 epochs of 2 minibatches; a validation split scored every 2 updates (best.pt).
-TINY_CELL = dict(
-    data="synthetic:tickers=3,days=400",
-    window=5,
-    stage1_hidden=12,
-    feature_dim=10,
-    stage2_hidden=16,
-    num_envs=8,
-    n_steps=16,
-    batch_size=64,
-    epochs=2,
-    episode_length=20,
-    num_episodes=16,
-    progress=False,
-    log_every=1000,
-    eval_every=2,
-    checkpoint_every=1,
-)
+TINY_CELL = {**TINY_CELL_RUN, "eval_every": 2, "checkpoint_every": 1}
+"""`TINY_CELL_RUN` with a validation split scored every 2 updates (best.pt) and a checkpoint after each."""
+
 # Cells differ in their seed and in settings that change no shape: the entropy and value weights, the clip, the
 # gradient clip, a KL target that stops its epochs early, stage 1's learning rate.
 CELL_SETTINGS = [

@@ -10,7 +10,7 @@ import torch
 
 from clstm_ppo.training.checkpoint import load_checkpoint
 from clstm_ppo.training.distributed import find_free_port
-from tests.conftest import SCRIPT, TINY, clean_env, fake_rollout, read_metrics, small_model
+from tests.conftest import SCRIPT, TINY, TINY_CELL_RUN, clean_env, fake_rollout, read_metrics, small_model
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 GPU = [a for a in TINY if a not in ("--num_gpus", "0")] + ["--num_gpus", "1"]
@@ -93,23 +93,7 @@ def test_batched_cells_train_on_the_gpu_as_each_cell_alone(tmp_path, policy):
     from clstm_ppo.training.distributed import Comm
     from clstm_ppo.training.trainer import Trainer
 
-    settings = dict(
-        data="synthetic:tickers=3,days=400",
-        window=5,
-        stage1_hidden=12,
-        feature_dim=10,
-        stage2_hidden=16,
-        num_envs=8,
-        n_steps=16,
-        batch_size=64,
-        epochs=2,
-        episode_length=20,
-        num_episodes=16,
-        progress=False,
-        log_every=1000,
-        policy=policy,
-        checkpoint_dir=str(tmp_path),
-    )
+    settings = {**TINY_CELL_RUN, "policy": policy, "checkpoint_dir": str(tmp_path)}
     cfgs = {
         f"{who}{s}": TrainConfig.from_dict({**settings, "seed": s, "run_name": f"{who}{s}"})
         for who in ("a", "b")
