@@ -42,9 +42,11 @@ setup(
             "empyrical-reloaded>=0.5.10",
             "tensorboard>=2.14",
             "wandb>=0.16",  # tests/test_tracking.py runs --track wandb offline
+            "ray>=2.60",  # tests/test_study_ray.py runs a study on a two-node Ray cluster on 127.0.0.1
         ],
         "tensorboard": ["tensorboard>=2.14"],
         "wandb": ["wandb>=0.16"],
+        "ray": ["ray>=2.60"],  # clstm-ppo study --ray ADDRESS
         "bench": ["stable-baselines3>=2.3", "sb3-contrib>=2.3"],
     },
     entry_points={"console_scripts": ["clstm-ppo=clstm_ppo.cli:main"]},

@@ -140,14 +140,10 @@ def main(argv: list[str]) -> int:
     command = args.pop("command", None)
     if command is not None:
         return args.pop("run")(args)
-    from clstm_ppo.study.runner import plan_layout, run_study
     from clstm_ppo.study.spec import StudySpec
 
     freeze_imports()
     settings = StudyConfig.from_args(args)
-    layout = plan_layout(
-        settings.workers, settings.cells_per_gpu, settings.threads, not settings.cpu, settings.batch_cells
-    )
     base = study_config(args)
     from envs.sources import is_synthetic, pin_synthetic, training_draws
     from envs.synthetic import GENERATOR_VERSION
@@ -162,7 +158,23 @@ def main(argv: list[str]) -> int:
     spec = StudySpec.of(settings, {**base.to_dict(), "progress": False, "data": source})
     for cell in spec.cells():  # every cell's settings must be valid before anything runs
         cell.config(base)
-    return run_study(spec, settings, layout=layout)
+    return _run(spec, settings)
+
+
+def _run(spec: Any, settings: StudyConfig) -> int:
+    """Run the study on this machine's cores and GPUs, or, with ``--ray``, on the Ray cluster it joins first."""
+    from clstm_ppo.study.runner import plan_layout, ray_layout, run_study
+
+    flags = (settings.workers, settings.cells_per_gpu, settings.threads, not settings.cpu, settings.batch_cells)
+    if not settings.ray:
+        return run_study(spec, settings, layout=plan_layout(*flags))
+    from clstm_ppo.study.ray_jobs import join, leave
+
+    cluster = join(settings.ray)
+    try:
+        return run_study(spec, settings, layout=ray_layout(cluster, *flags))
+    finally:
+        leave()
 
 
 def _merge(args: dict[str, Any]) -> int:
@@ -244,7 +256,8 @@ def _cell(args: dict[str, Any]) -> int:
     import torch
 
     from clstm_ppo.study.batch import run_batch_guarded
-    from clstm_ppo.study.runner import DEVICE_ENV, STOP_GRACE_S
+    from clstm_ppo.study.jobs import DEVICE_ENV
+    from clstm_ppo.study.runner import STOP_GRACE_S
     from clstm_ppo.study.spec import StudySpec
     from clstm_ppo.training.signals import stop_when_orphaned
 

@@ -30,7 +30,7 @@ BOOTSTRAP_HELP = (
     "states the count and each difference bound's Monte Carlo standard error)"
 )
 CONFIDENCE_HELP = "confidence level of every interval"
-RUN_ONLY = ("out", "workers", "cells_per_gpu", "threads", "batch_cells", "cpu", "shard", "ledger", "unseal")
+RUN_ONLY = ("out", "workers", "cells_per_gpu", "threads", "batch_cells", "cpu", "shard", "ray", "ledger", "unseal")
 """Settings that say where and how a study runs, never what a cell computes (kept beside the spec's identity)."""
 
 
@@ -112,6 +112,11 @@ class StudyConfig:
         "run only the I-th of N deterministic slices of the grid (I/N, 1-based), e.g. one task of a SLURM job array; "
         "join the folders with `clstm-ppo study merge`",
     )
+    ray: str = setting(
+        "",
+        "run the study's jobs on the Ray cluster at this address (HOST:PORT of its head, or auto: the one this machine "
+        'is part of) instead of this machine\'s cores; needs pip install -e ".[ray]" here and on every node',
+    )
     max_cells: int = setting(1000, "refuse a grid larger than this (a typo guard)")
     confidence: float = setting(0.95, CONFIDENCE_HELP)
     bootstrap: int = setting(BOOTSTRAP_DRAWS, BOOTSTRAP_HELP)
@@ -159,6 +164,10 @@ class StudyConfig:
         self.report_settings.validate()
         if self.cells_per_gpu < 1 or self.threads < 0 or self.workers < 0 or self.batch_cells < 0:
             raise UserError("--workers, --threads and --batch_cells must be >= 0 and --cells_per_gpu >= 1")
+        if self.ray and self.shard:
+            raise UserError(
+                "--ray runs the whole grid on the cluster; --shard splits it for schedulers without one: drop one"
+            )
         if self.index and not Path(self.index).is_file():
             raise UserError(f"--index: file not found: {self.index}")
         return self

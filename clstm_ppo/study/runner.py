@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,7 +32,9 @@ from clstm_ppo.study.batch import batches, cell_cost
 from clstm_ppo.study.cell import read_status, write_status
 from clstm_ppo.study.config import ReportSettings, StudyConfig
 from clstm_ppo.study.grid import Cell, format_seeds, shard
+from clstm_ppo.study.jobs import Running, job_command, job_env
 from clstm_ppo.study.markets import load_markets, market_key, prepare_markets, same_market, save_markets
+from clstm_ppo.study.ray_jobs import Cluster, RayJobs
 from clstm_ppo.study.report import build_report, verdict_lines
 from clstm_ppo.study.schedule import WalkPeriod, walk_forward
 from clstm_ppo.study.spec import SPEC_FILE, StudySpec
@@ -44,7 +45,6 @@ from envs.errors import UserError
 from envs.fingerprint import data_fingerprint
 
 STOP_GRACE_S = 60.0
-DEVICE_ENV = "CLSTM_PPO_STUDY_DEVICE"  # set for each cell process: cpu or cuda
 
 
 @dataclass
@@ -55,6 +55,8 @@ class Layout:
     gpus: int  # visible GPUs used (0: CPU)
     threads: int  # torch threads per CPU job
     batch_cells: int = 1  # the most cells trained as one batch (0: automatic, `clstm_ppo.study.batch.batches`)
+    cells_per_gpu: int = 1  # jobs sharing one GPU
+    ray: str = ""  # the Ray cluster's address the jobs run on (`clstm_ppo.study.ray_jobs`); "": this machine
 
 
 def plan_layout(workers: int, cells_per_gpu: int, threads: int, use_gpus: bool, batch_cells: int = 0) -> Layout:
@@ -65,7 +67,24 @@ def plan_layout(workers: int, cells_per_gpu: int, threads: int, use_gpus: bool, 
     threads = threads or (1 if gpus else max(1, cores // max(1, workers or cores)))
     if not workers:
         workers = gpus * cells_per_gpu if gpus else max(1, cores // threads)
-    return Layout(workers=workers, gpus=gpus, threads=threads, batch_cells=batch_cells)
+    return Layout(workers=workers, gpus=gpus, threads=threads, batch_cells=batch_cells, cells_per_gpu=cells_per_gpu)
+
+
+def ray_layout(
+    cluster: Cluster, workers: int, cells_per_gpu: int, threads: int, use_gpus: bool, batch_cells: int = 0
+) -> Layout:
+    """`plan_layout` on a Ray cluster: its GPUs x cells_per_gpu, or its CPUs / threads (1 thread unless given); a
+    job may ask for no more CPUs than one node has."""
+    gpus = cluster.gpus if use_gpus else 0
+    threads = threads or 1
+    if threads > cluster.largest_node_cpus:
+        raise UserError(
+            f"--threads {threads}: the largest node of the Ray cluster at {cluster.address} has "
+            f"{cluster.largest_node_cpus} CPU(s), and a job runs on one node"
+        )
+    if not workers:
+        workers = gpus * cells_per_gpu if gpus else max(1, cluster.cpus // threads)
+    return Layout(workers, gpus, threads, batch_cells, cells_per_gpu, ray=cluster.address)
 
 
 def plan(spec: StudySpec, cells: list[Cell], data: MarketData) -> list[WalkPeriod]:
@@ -144,7 +163,15 @@ def run_cells(
         log(f"[study] {len(cells) - len(todo)} of {len(cells)} cells already done (kept)")
     jobs = [job for job in ([c for c in group if c in todo] for group in groups) if job]
     pool = _CellPool(
-        study_dir, layout, jobs, total=len(cells), log=log, on_done=on_done, cell_episodes=cell_episodes, costs=costs
+        study_dir,
+        layout,
+        jobs,
+        total=len(cells),
+        log=log,
+        on_done=on_done,
+        cell_episodes=cell_episodes,
+        costs=costs,
+        start=_starter(study_dir, layout, log) if jobs else None,
     )
     previous = {sig: signal.signal(sig, pool.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -157,11 +184,20 @@ def run_cells(
     return pool.counts
 
 
+def _starter(study_dir: Path, layout: Layout, log: Any) -> Callable[[list[Cell], int], Running]:
+    """What starts a job of cells in a worker slot: a process here (`_start_job`), or a Ray task on the cluster
+    (`clstm_ppo.study.ray_jobs.RayJobs`: the study's inputs go to the object store now, once)."""
+    if not layout.ray:
+        return lambda cells, slot: _start_job(study_dir, cells, slot, layout)
+    remote = RayJobs(study_dir, layout.threads, layout.gpus, layout.cells_per_gpu, log)
+    return lambda cells, _slot: remote.start(cells)
+
+
 @dataclass
 class _Job:
-    """A process running one cell, or a batch of cells, while it runs."""
+    """A process running one cell, or a batch of cells, while it runs (here, or a Ray task)."""
 
-    proc: subprocess.Popen
+    proc: Running
     cells: list[Cell]
     slot: int  # the worker slot it holds (which GPU it sees)
     began: float  # time.perf_counter() when it started
@@ -171,26 +207,13 @@ class _Job:
 
 
 def _start_job(study_dir: Path, cells: list[Cell], slot: int, layout: Layout) -> subprocess.Popen:
-    """Start the process of ``cells`` in worker ``slot``, its output appended to the first cell's log.txt (the
-    others' log.txt say where it is)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", DEVICE_ENV: "cuda" if layout.gpus else "cpu"}
+    """Start the process of ``cells`` in worker ``slot`` on this machine (`job_command`)."""
+    env = job_env("cuda" if layout.gpus else "cpu")
     if layout.gpus:  # the job sees one GPU; slots go round the GPUs
         env["CUDA_VISIBLE_DEVICES"] = str(slot % layout.gpus)
-    for cell in cells:
-        (study_dir / "cells" / cell.name).mkdir(parents=True, exist_ok=True)
-    log = study_dir / "cells" / cells[0].name / "log.txt"
-    for cell in cells[1:]:
-        with open(study_dir / "cells" / cell.name / "log.txt", "a", encoding="utf-8") as note:
-            note.write(f"trained in one batch with {', '.join(c.name for c in cells)}: its output is in {log}\n")
+    argv, log = job_command(study_dir, [c.name for c in cells], layout.threads)
     with open(log, "ab") as out:
-        names, threads = ",".join(c.name for c in cells), str(layout.threads)
-        return subprocess.Popen(
-            [sys.executable, "-m", "clstm_ppo.cli", "study", "_cell", str(study_dir), names, "--threads", threads],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 
 def _settled_status(cell_dir: Path, code: int) -> tuple[str, dict[str, Any]]:
@@ -218,8 +241,10 @@ class _CellPool:
         on_done: Callable[[Cell], None] | None,
         cell_episodes: int,
         costs: dict[str, float] | None = None,
+        start: Callable[[list[Cell], int], Running] | None = None,
     ) -> None:
         self.study_dir = study_dir
+        self.start = start
         self.layout = layout
         self.jobs = jobs
         self.todo = [c for job in jobs for c in job]
@@ -252,7 +277,7 @@ class _CellPool:
             while self.queue and self.free_slots and not self.stop:  # the next jobs on the free slots
                 cells, slot = self.queue.pop(0), self.free_slots.pop(0)
                 before = _episodes_done(self.study_dir / "cells" / cells[0].name)  # a resumed cell's, not timed
-                proc = _start_job(self.study_dir, cells, slot, self.layout)
+                proc = self.start(cells, slot)
                 self.running[proc.pid] = _Job(proc, cells, slot, time.perf_counter(), before)
             if not self.running:
                 break
@@ -355,8 +380,9 @@ class _CellPool:
             "failed": f"FAILED: {status.get('error', '')}",
             "interrupted": "interrupted",
         }[state]
+        node = getattr(job.proc, "node", "")  # a Ray task's node
         self.log(
-            f"[study] {cell.name} {what} | {self.total - len(self.todo) + counts['done']}/{self.total} done, "
+            f"[study] {cell.name} {what}{f' on {node}' if node else ''} | {self.total - len(self.todo) + counts['done']}/{self.total} done, "
             f"{counts['failed']} failed, {max(left, 0)} left" + ("" if math.isnan(eta) else f" | ETA {_duration(eta)}")
         )
 
@@ -511,6 +537,8 @@ def _log_plan(
         if layout.gpus
         else f"{layout.workers} CPU process(es) x {layout.threads} thread(s)"
     )
+    if layout.ray:
+        where = f"the Ray cluster at {layout.ray}, {where} at once"
     batch = max(len(g) for g in groups)
     if batch > 1:
         where += f", up to {batch} cells trained as one batch per process"
