@@ -7,6 +7,7 @@ from typing import Any
 
 from clstm_ppo.config import DataConfig
 from envs.data import MarketData, Splits, split_days
+from envs.errors import shown_list
 from envs.features import PreparedMarket
 from envs.sources import load_market_data, training_pool
 
@@ -64,6 +65,24 @@ def data_splits(data: MarketData, cfg: DataConfig) -> Splits:
     )
 
 
+def describe_data(cfg: DataConfig, *, seed: int) -> str:
+    """What a run of ``cfg`` (and ``seed``) will see: the source, its tickers and dates, and each split's first day,
+    last day and length."""
+    data = load_data(cfg, seed=seed)
+    names = shown_list(data.tickers, 10)
+    lines = [
+        f"data: {cfg.source} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
+        f"({data.num_days} trading days; the first {cfg.window - 1} are the window's lookback)"
+    ]
+    for name, days in data_splits(data, cfg).as_dict().items():
+        lines.append(
+            f"  {name:<10} none"
+            if days is None
+            else f"  {name:<10} {data.date_str(days.start)} .. {data.date_str(days.stop - 1)} ({days.num_days} days)"
+        )
+    return "\n".join(lines)
+
+
 def build_market(
     cfg: DataConfig, *, seed: int, data: MarketData | None = None, splits: Splits | None = None
 ) -> PreparedMarket:
@@ -73,9 +92,10 @@ def build_market(
     threshold and splits (``PreparedMarket.pool``)."""
     loaded = data is None
     data = data if data is not None else load_data(cfg, seed=seed)
+    splits = splits if splits is not None else data_splits(data, cfg)
     market = PreparedMarket.prepare(
         data,
-        splits if splits is not None else data_splits(data, cfg),
+        splits,
         window=cfg.window,
         use_turbulence=cfg.use_turbulence,
         price_mode=cfg.price_features,

@@ -164,7 +164,7 @@ def test_the_last_line_scores_the_checkpoint_deploy_names(
 ) -> None:
     """--deploy best ends the run with best.pt, --deploy last with latest.pt; without a validation split (or without
     a best.pt) best means the last weights, as a study trades them."""
-    from clstm_ppo.cli.train import report_held_out
+    from clstm_ppo.evaluation.backtest import report_held_out
     from clstm_ppo.market import build_market
     from clstm_ppo.training.checkpoint import load_checkpoint
     from clstm_ppo.training.run_folder import deployed_checkpoint

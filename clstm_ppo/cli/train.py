@@ -11,16 +11,12 @@ import argparse
 import json
 import os
 import sys
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from clstm_ppo.cli.main import freeze_imports
 from clstm_ppo.config import PRESETS, SECTIONS, SETTINGS, TrainConfig, parse_seeds, read_settings_file
 from clstm_ppo.migrate import FOLDED, REMOVED, REMOVED_IN
-from envs.errors import UserError, shown_list
-
-if TYPE_CHECKING:
-    from clstm_ppo.training.seeds import RunPlan
+from envs.errors import UserError
 
 # torch and the data stack are imported where first needed: a bad flag, --help or --dry_run then
 # answers in a fraction of a second instead of after torch's ~2 s import.
@@ -123,25 +119,6 @@ def parse_config(argv: list[str]) -> TrainConfig:
     return config_from_args(vars(build_parser().parse_args(argv)))
 
 
-def describe_data(cfg: TrainConfig) -> str:
-    """What the run will see: the source, its tickers and dates, and each split's first day, last day and length."""
-    from clstm_ppo.market import data_splits, load_data
-
-    data = load_data(cfg.data, seed=cfg.run.seed)
-    names = shown_list(data.tickers, 10)
-    lines = [
-        f"data: {cfg.data.source} | {data.num_tickers} tickers ({names}) | {data.date_str(0)} .. {data.date_str(-1)} "
-        f"({data.num_days} trading days; the first {cfg.data.window - 1} are the window's lookback)"
-    ]
-    for name, days in data_splits(data, cfg.data).as_dict().items():
-        lines.append(
-            f"  {name:<10} none"
-            if days is None
-            else f"  {name:<10} {data.date_str(days.start)} .. {data.date_str(days.stop - 1)} ({days.num_days} days)"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str], callbacks: tuple = ()) -> int:
     """Train with the settings of ``argv``: one seed (a plain run), or several as one batch (``--seed 1-8``, each in
     ``<run>/seed-<s>/``; `clstm_ppo.training.seeds.RunPlan` chooses the layout). ``callbacks`` (picklable
@@ -154,7 +131,7 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     from clstm_ppo.training.tracking import check_tracking
 
     check_tracking(cfg.run.track)  # a missing wandb is one line now, not a worker's crash after the data loaded
-    from clstm_ppo.market import build_market
+    from clstm_ppo.market import build_market, describe_data
     from clstm_ppo.training.distributed import resolve_layout
     from clstm_ppo.training.launch import launch
     from clstm_ppo.training.worker import train_worker
@@ -165,56 +142,19 @@ def main(argv: list[str], callbacks: tuple = ()) -> int:
     plan = RunPlan.of(cfg, seeds, layout)
     if cfg.run.dry_run:
         print(json.dumps(plan.configs()[0].to_dict(), indent=2))
-        print(describe_data(plan.cfg))  # with several seeds, the first seed's (split_seed_flag)
+        print(describe_data(plan.cfg.data, seed=plan.cfg.run.seed))  # several seeds: the first's (split_seed_flag)
         print("\n".join(plan.describe(layout)))
         return 0
     if plan.note:
         print(f"[seeds] {plan.note}", flush=True)
     market = build_market(plan.cfg.data, seed=plan.cfg.run.seed)
-    plan = plan.claimed(layout)
-    for run_cfg, run_dir in zip(plan.configs(), plan.run_dirs(), strict=True):
-        prepare_run_dir(run_cfg, market, run_dir)
+    plan = plan.prepared(market, layout)
     code = launch(layout, train_worker, (plan, market, layout, list(callbacks)))
     if code == 0 and (not layout.torchrun or os.environ.get("RANK") == "0"):
+        from clstm_ppo.evaluation.backtest import report_held_out  # after training: a dry run never pays for it
+
         report_held_out(plan, market)
     return code
-
-
-def prepare_run_dir(cfg: TrainConfig, market: Any, run_dir: Path) -> None:
-    """Before any worker starts: ``run_dir`` writable, a ``--resume`` checkpoint fit to continue the run, and the
-    temp files left by a process killed while writing a checkpoint removed."""
-    from clstm_ppo.training.resume import check_resume
-    from clstm_ppo.training.run_folder import check_writable, remove_stale_temp_files
-
-    check_writable(run_dir)
-    if cfg.run.resume:
-        check_resume(cfg, market, run_dir)
-    remove_stale_temp_files(run_dir)
-
-
-def report_held_out(plan: RunPlan, market: Any) -> None:
-    """The command's last line: the deployed policy (``--deploy``: best.pt or latest.pt) on the held-out test days
-    against buy-and-hold (`clstm_ppo.evaluation.backtest.held_out_line`); with several seeds, first their manifest
-    ``seeds.json``, then their mean and their ensemble (`seeds_held_out_line`). On ``--threads`` torch threads, one
-    by default: the held-out days are one env's, and a parent after several workers would otherwise take torch's
-    default, every core, whose threads spin-wait on a busy box (1.5-4.5 s for a line of 0.2 s)."""
-    from clstm_ppo.evaluation.backtest import held_out_line, seeds_held_out_line
-    from clstm_ppo.threads import torch_threads
-    from clstm_ppo.training.run_folder import deployed_checkpoint
-    from clstm_ppo.training.seeds import write_manifest
-
-    cfgs, has_validation = plan.configs(), market.splits.validation is not None
-    deployed = [
-        deployed_checkpoint(d, has_validation, c.run.deploy) for c, d in zip(cfgs, plan.run_dirs(), strict=True)
-    ]
-    with torch_threads(plan.cfg.system.threads or 1):
-        if plan.batch:
-            write_manifest(plan.folder, cfgs, deployed)
-            line, prefix = seeds_held_out_line(deployed, market, plan.folder), "[seeds]"
-        else:
-            line, prefix = held_out_line(deployed[0], market) if deployed[0].is_file() else None, "[Rank 0]"
-    if line is not None:
-        print(f"{prefix} {line}", flush=True)
 
 
 if __name__ == "__main__":

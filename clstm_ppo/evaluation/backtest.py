@@ -40,9 +40,10 @@ from clstm_ppo.evaluation.report import (
 )
 from clstm_ppo.evaluation.statistics import BOOTSTRAP_DRAWS, paired_sharpe_difference, sharpe_interval, t_interval
 from clstm_ppo.market import is_alpaca, load_data
+from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import Checkpoint, open_checkpoint, refit_market, restore_market, restore_policy
 from clstm_ppo.training.own_market import check_regenerated, own_source
-from clstm_ppo.training.seeds import expand_members
+from clstm_ppo.training.seeds import RunPlan, expand_members
 from envs.config import TRAINING_ONLY
 from envs.data import DayRange, MarketData
 from envs.errors import UserError, first_line, shown_list
@@ -371,8 +372,12 @@ def restore_acting(
 ) -> Any:
     """The one policy of ``cks``, or their `Ensemble` when there are several (`open_members`); ``resize``: built for
     ``market``'s tickers (`restore_policy`)."""
-    models = [restore_policy(ck, market, device, resize=resize) for ck in cks]
-    return models[0] if len(models) == 1 else Ensemble(models, cks[0].cfg.env.action_mode)
+    return acting([restore_policy(ck, market, device, resize=resize) for ck in cks], cks[0].cfg.env.action_mode)
+
+
+def acting(models: list[ActorCritic], action_mode: str) -> Any:
+    """The one policy of ``models``, or their `Ensemble` (acting under ``action_mode``) when there are several."""
+    return models[0] if len(models) == 1 else Ensemble(models, action_mode)
 
 
 def _sampled_episodes(
@@ -520,6 +525,22 @@ def backtest(
     )
 
 
+def report_held_out(plan: RunPlan, market: PreparedMarket) -> None:
+    """The train command's last line: the deployed policy (``--deploy``: best.pt or latest.pt) on the held-out test
+    days against buy-and-hold (`held_out_line`); with several seeds, their mean and their ensemble
+    (`seeds_held_out_line`), after their manifest ``seeds.json`` (`RunPlan.finish`). On ``--threads`` torch threads,
+    one by default: the held-out days are one env's, and a parent after several workers would otherwise take torch's
+    default, every core, whose threads spin-wait on a busy box (1.5-4.5 s for a line of 0.2 s)."""
+    deployed = plan.finish(market.splits.validation is not None)
+    with torch_threads(plan.cfg.system.threads or 1):
+        if plan.batch:
+            line, prefix = seeds_held_out_line(deployed, market, plan.folder), "[seeds]"
+        else:
+            line, prefix = held_out_line(deployed[0], market) if deployed[0].is_file() else None, "[Rank 0]"
+    if line is not None:
+        print(f"{prefix} {line}", flush=True)
+
+
 def held_out_line(checkpoint: str | Path, market: PreparedMarket, n_boot: int = BOOTSTRAP_DRAWS) -> str | None:
     """One line for the end of a training run: the deterministic policy of ``checkpoint`` on the held-out test split
     of ``market`` (the run's own: nothing is loaded again, no file is written) beside buy-and-hold (and the reference
@@ -583,9 +604,10 @@ class HeldOut:
         return f"buy-and-hold Sharpe {self.baseline['sharpe']:.2f}, return {self.baseline['cumulative_return']:+.2%}"
 
 
-def _alone_sharpe(ck: Checkpoint, market: PreparedMarket, period: Period, device: torch.device, rf: float) -> float:
-    """The Sharpe ratio (over the risk-free rate ``rf``, a year) of one member's policy trading ``period`` alone."""
-    run = run_policy(ck, restore_policy(ck, market), market, period, device)
+def _alone_sharpe(ck: Checkpoint, model: ActorCritic, market: PreparedMarket, period: Period, rf: float) -> float:
+    """The Sharpe ratio (over the risk-free rate ``rf``, a year) of one member's policy ``model`` (on the CPU)
+    trading ``period`` alone."""
+    run = run_policy(ck, model, market, period, torch.device("cpu"))
     return M.summarize(run.values, risk_free=rf)["sharpe"]
 
 
@@ -599,11 +621,13 @@ def seeds_held_out_line(
     if test is None:
         return None
     cks = open_members(checkpoints)
+    models = [restore_policy(c, market) for c in cks]  # each seed's once: alone, then in their ensemble
     ck, cpu, rf = cks[0], torch.device("cpu"), cks[0].cfg.env.risk_free
     period = Period(days=test, label="test", source="test split")
-    each = np.array([_alone_sharpe(c, market, period, cpu, rf) for c in cks])
+    each = np.array([_alone_sharpe(c, m, market, period, rf) for c, m in zip(cks, models, strict=True)])
     lo, hi, _ = t_interval(each)
-    held = HeldOut.of(ck, run_policy(ck, restore_acting(cks, market, cpu), market, period, cpu), market, period, n_boot)
+    ensemble_run = run_policy(ck, acting(models, ck.cfg.env.action_mode), market, period, cpu)
+    held = HeldOut.of(ck, ensemble_run, market, period, n_boot)
     ensemble, reference = held.policy, checkpoint_reference(ck, market, test)
     names = "/".join(sorted({c.path.name for c in cks}))
     return (
@@ -620,7 +644,8 @@ def checkpoint_reference(ck: Checkpoint, market: PreparedMarket, days: DayRange)
     """The reference trader of ``ck``'s own synthetic market over ``days`` with its env settings (`reference_run`:
     chosen on the market's training days), or None where the market plants no signal (or the env trades shares,
     which the members do not speak)."""
-    rule = planted_rule(own_source(ck))
+    source = own_source(ck)  # with the generator it was trained on
+    rule = planted_rule(source)
     if rule is None or ck.cfg.env.action_mode != "weights":
         return None
     return reference_run(market, days, ck.cfg.env, rule)

@@ -12,7 +12,7 @@ from clstm_ppo.agent.spec import ModelSpec
 from clstm_ppo.config import SETTINGS, TrainConfig
 from clstm_ppo.training.checkpoint import Checkpoint, load_checkpoint
 from clstm_ppo.training.own_market import trained_on
-from clstm_ppo.training.run_folder import resolve_resume
+from clstm_ppo.training.run_folder import check_writable, remove_stale_temp_files, resolve_resume
 from envs.errors import UserError, shown_list
 from envs.features import PreparedMarket
 from envs.fingerprint import data_fingerprint
@@ -76,6 +76,15 @@ def differences(
             out.append(f"{'--' if key in SETTINGS else ''}{key} {_shown(stored.get(key))} (now {_shown(value)})")
     out += [_then_and_now(flag, then, cfg) for flag in settings]
     return list(dict.fromkeys(d for d in out if d is not None))  # a flag that is both is named once
+
+
+def prepare_run_dir(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> None:
+    """Before any worker starts: ``run_dir`` writable, a ``--resume`` checkpoint fit to continue the run
+    (`check_resume`), and the temp files left by a process killed while writing a checkpoint removed."""
+    check_writable(run_dir)
+    if cfg.run.resume:
+        check_resume(cfg, market, run_dir)
+    remove_stale_temp_files(run_dir)
 
 
 def check_resume(cfg: TrainConfig, market: PreparedMarket, run_dir: Path) -> Path:

@@ -14,10 +14,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clstm_ppo.config import TrainConfig, format_seeds
 from clstm_ppo.training.distributed import WorldLayout
 from envs.errors import UserError
+
+if TYPE_CHECKING:
+    from envs.features import PreparedMarket
 
 SEED_FOLDER = "seed-{}"
 MANIFEST = "seeds.json"
@@ -85,6 +89,16 @@ class RunPlan:
             return self
         return replace(self, folder=claim_run_dir(self.folder))
 
+    def prepared(self, market: PreparedMarket, layout: WorldLayout) -> RunPlan:
+        """The plan `claimed`, each seed's folder ready before any worker starts (writable, its ``--resume``
+        checked against ``market``, stale temp files gone: `clstm_ppo.training.resume.prepare_run_dir`)."""
+        from clstm_ppo.training.resume import prepare_run_dir
+
+        plan = self.claimed(layout)
+        for cfg, run_dir in zip(plan.configs(), plan.run_dirs(), strict=True):
+            prepare_run_dir(cfg, market, run_dir)
+        return plan
+
     def configs(self) -> list[TrainConfig]:
         """Each seed's settings: a plain run's own, or each seed's in its folder ``folder/seed-<s>``."""
         return seed_configs(self.cfg, list(self.seeds), self.folder) if self.batch else [self.cfg]
@@ -92,6 +106,19 @@ class RunPlan:
     def run_dirs(self) -> list[Path]:
         """Each seed's run folder."""
         return [self.folder / SEED_FOLDER.format(s) for s in self.seeds] if self.batch else [self.folder]
+
+    def finish(self, has_validation: bool) -> list[Path]:
+        """The checkpoint each seed deploys now that it is trained (``--deploy``: `deployed_checkpoint`, best.pt
+        only where the market has a validation split); a batch's manifest ``seeds.json`` lists them, written now."""
+        from clstm_ppo.training.run_folder import deployed_checkpoint
+
+        cfgs = self.configs()
+        deployed = [
+            deployed_checkpoint(d, has_validation, c.run.deploy) for c, d in zip(cfgs, self.run_dirs(), strict=True)
+        ]
+        if self.batch:
+            write_manifest(self.folder, cfgs, deployed)
+        return deployed
 
     def again(self) -> str:
         """The flags that continue this command's folder (``--resume latest`` after them)."""
