@@ -7,10 +7,11 @@ What travels, and when:
   archive that the driver puts in Ray's object store once (`RayJobs`); each node fetches it once and unpacks it into
   a scratch folder of its own (``$TMPDIR/clstm-ppo-ray/<node>/<inputs hash>/``), which every job on that node shares.
 * **A job.** A Ray task asking for ``--threads`` CPUs (and a GPU share under ``--cells_per_gpu``) starts the same cell
-  process as the local pool (``clstm-ppo study _cell DIR CELLS``) in that scratch study folder. A cell the driver
-  holds unfinished (a local run's partial cell) goes with its job, so it resumes where it stopped.
+  process as the local pool (``clstm-ppo study _cell DIR CELLS``) in a study folder of its own beside the inputs
+  (links to them, and its cells). A cell the driver holds unfinished (a local run's partial cell) goes with its job,
+  so it resumes where it stopped.
 * **Results, as each job ends.** The task packs its cells' folders (a one-window clstm cell's is about 24 MB), returns
-  the archive, and deletes them from the node; the driver fetches it as soon as the job ends, writes the cells into
+  the archive, and deletes its folder from the node; the driver fetches it as soon as the job ends, writes the cells into
   the study's folder, and releases it. The folder ends as the local pool writes it; nothing needs shared storage.
 
 Faults: a job whose node or worker is lost (a node dying, Ray's out-of-memory killer) is resubmitted by the driver,
@@ -29,8 +30,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +51,8 @@ ATTEMPTS = 3
 included)."""
 CONNECT_TIMEOUT_S = 10.0
 """Seconds to reach the cluster's address before saying there is none."""
+JOIN_TIMEOUT_S = 25.0
+"""Seconds for Ray to join the cluster (it retries for minutes where a node it is told of cannot be reached)."""
 INSTALL_HINT = 'pip install -e ".[ray]"'
 
 
@@ -80,6 +85,9 @@ def join(address: str) -> Cluster:
     ray = _ray()
     if address != "auto":
         _check_reachable(address)
+    watchdog = threading.Timer(JOIN_TIMEOUT_S, _give_up, args=(address,))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         ray.init(address=address, logging_level="ERROR", log_to_driver=False, configure_logging=False)
     except RuntimeError as err:
@@ -88,7 +96,14 @@ def join(address: str) -> Cluster:
             raise UserError(f"--ray {address}: {_version_words(text)}") from None
         raise UserError(f"--ray {address}: no Ray cluster found there ({text.splitlines()[0]})") from None
     except ConnectionError as err:
+        if address == "auto":
+            raise UserError(
+                "--ray auto: this machine is part of no running Ray cluster; start one (ray start --head) or give "
+                "the head's HOST:PORT"
+            ) from None
         raise UserError(f"--ray {address}: no Ray cluster found there ({str(err).splitlines()[0]})") from None
+    finally:
+        watchdog.cancel()
     alive = [n for n in ray.nodes() if n.get("Alive")]
     per_node = [int(n.get("Resources", {}).get("CPU", 0)) for n in alive]
     return Cluster(
@@ -98,6 +113,17 @@ def join(address: str) -> Cluster:
         gpus=sum(int(n.get("Resources", {}).get("GPU", 0)) for n in alive),
         largest_node_cpus=max(per_node, default=0),
     )
+
+
+def _give_up(address: str) -> None:
+    """Say that the cluster did not answer, and exit (2): nothing of the study has been written yet."""
+    print(
+        f"error: --ray {address}: the Ray cluster did not answer within {JOIN_TIMEOUT_S:.0f} s (can this machine "
+        f"reach its head and its nodes?)",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(2)
 
 
 def leave() -> None:
@@ -250,31 +276,31 @@ class RayJob:
 def run_job(
     inputs: bytes, inputs_key: str, names: list[str], threads: int, device: str, partial: bytes
 ) -> dict[str, Any]:
-    """A Ray task: run the cells ``names`` as one cell process in this node's scratch copy of the study, and return
-    their folders packed (``cells``), the process's exit status (``code``), this node's address (``node``) and the
-    clstm-ppo version it runs (``version``). The cells' folders are removed from the node afterwards."""
+    """A Ray task: run the cells ``names`` as one cell process in a folder of this run's own beside this node's
+    unpacked inputs (`_scratch_study`), and return their folders packed (``cells``), the process's exit status
+    (``code``), this node's address (``node``) and the clstm-ppo version it runs (``version``). The run's folder is
+    removed from the node afterwards."""
     import ray
 
-    context = ray.get_runtime_context()
-    study_dir = _scratch_study(inputs, inputs_key, context.get_node_id()[:12])
-    cells_dir = study_dir / "cells"
-    for name in names:
-        shutil.rmtree(cells_dir / name, ignore_errors=True)  # an earlier, lost run's
-    unpack(partial, cells_dir)
-    argv, log = job_command(study_dir, names, threads)
-    env = job_env(device)
-    with open(log, "ab") as out:
-        code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, check=False).returncode
-    archive = pack(cells_dir, names)
-    for name in names:
-        shutil.rmtree(cells_dir / name, ignore_errors=True)
+    inputs_dir = _scratch_study(inputs, inputs_key, ray.get_runtime_context().get_node_id()[:12])
+    study_dir = Path(tempfile.mkdtemp(prefix="job-", dir=inputs_dir.parent))  # this run's own: a lost run's leftovers
+    for name in (SPEC_FILE, "prepared"):  # never meet it
+        (study_dir / name).symlink_to(inputs_dir / name)
+    try:
+        unpack(partial, study_dir / "cells")
+        argv, log = job_command(study_dir, names, threads)
+        with open(log, "ab") as out:
+            code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=job_env(device), check=False)
+        archive = pack(study_dir / "cells", names)
+    finally:
+        shutil.rmtree(study_dir, ignore_errors=True)
     node = ray.util.get_node_ip_address()
-    return {"cells": archive, "code": code, "node": node, "version": clstm_ppo.__version__}
+    return {"cells": archive, "code": code.returncode, "node": node, "version": clstm_ppo.__version__}
 
 
 def _scratch_study(inputs: bytes, key: str, node: str) -> Path:
-    """This node's study folder for the inputs ``key``: unpacked once (a temporary folder renamed into place, so
-    jobs starting together on a node never see half of it)."""
+    """This node's copy of the study's inputs ``key`` (spec.json, prepared/): unpacked once (a temporary folder
+    renamed into place, so jobs starting together on a node never see half of it)."""
     root = Path(tempfile.gettempdir()) / "clstm-ppo-ray" / node
     folder = root / key
     if (folder / SPEC_FILE).is_file():
