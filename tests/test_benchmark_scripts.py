@@ -27,6 +27,7 @@ def test_the_gpu_check_script_parses_and_its_six_steps_fit_in_8_minutes():
     "script, named",
     [
         ("study_batched.py", ["--batch_cells 1"]),  # the batched-study benchmark's ways
+        ("study_ray.py", ["--cells", "--repeats", "--ray"]),  # the local pool against a two-node Ray cluster
         ("same_numbers.py", ["--before", "--presets", "--seeds"]),  # the same-numbers check's yardstick, presets, batch
     ],
 )

@@ -51,7 +51,9 @@ from clstm_ppo.evaluation.statistics import t_interval
 from clstm_ppo.market import build_market
 from tests.conftest import SCRIPT, clean_env
 
-LEARN = ["--preset", "demo", "--num_gpus", "0", "--no-progress", "--log_every", "100000"]
+LEARN = ["--preset", "demo", "--num_gpus", "0", "--no-progress", "--log_every", "100000", "--eval_every", "100000"]
+"""The first command, logging and validating only at the end: the weights are the same bits as with its every-10-updates
+validation (which draws nothing: tests/test_trainer.py), a quarter less work, and the test reads latest.pt only."""
 SEEDS = (5590, 3781, 6110, 8918, 9571, 3187, 4844, 1145, 2240, 2336)
 """Market and weight seeds drawn once, never picked (the module docstring says how)."""
 SHARE = 0.25

@@ -76,9 +76,10 @@ def test_a_study_on_a_two_node_ray_cluster_ends_as_the_local_pools_after_ctrl_c_
 
 
 @needs_namespace
-def test_a_cluster_on_another_ray_version_is_refused_in_one_line(tmp_path):
+def test_a_cluster_on_another_ray_version_or_too_small_for_a_job_is_refused_in_one_line(tmp_path):
     """A head whose recorded Ray version is another (a real ``ray start --head`` run by an interpreter that calls
-    itself Ray 2.0.0): the study says which versions differ, in one line, before writing anything."""
+    itself Ray 2.0.0): the study says which versions differ, in one line, before writing anything. A job asking for
+    more CPUs than any node has (``--threads 2`` on one-CPU nodes) would wait forever: refused in one line too."""
     head = (
         "import sys, ray; ray.__version__ = '2.0.0'; from ray.scripts.scripts import main; "
         "sys.argv = ['ray', 'start', *sys.argv[1:]]; main()"
@@ -90,10 +91,28 @@ def test_a_cluster_on_another_ray_version_is_refused_in_one_line(tmp_path):
                 "argv": ["{python}", "-c", _start_other_head_and_study(head, tmp_path / "out")],
                 "env": {"PYTHONPATH": str(ROOT)},  # tests.ray_cluster
                 "timeout": 120,
-            }
+            },
+            {
+                "argv": [
+                    "{python}",
+                    "-m",
+                    "clstm_ppo.cli",
+                    *STUDY,
+                    "--threads",
+                    "2",
+                    "--out",
+                    "big",
+                    "--ray",
+                    "{address}",
+                ],
+                "timeout": 60,
+            },
         ],
     }
-    step = run_scenario(scenario, tmp_path, timeout=240, env=clean_env())["steps"][0]
+    step, big = run_scenario(scenario, tmp_path, timeout=240, env=clean_env())["steps"]
+    assert big["returncode"] == 2 and not (tmp_path / "big").exists(), big
+    said = [line for line in big["stderr_tail"].strip().splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and "--threads 2: the largest node" in said[0] and "1 CPU(s)" in said[0], said
     lines = step["stderr_tail"].strip().splitlines()
     assert step["returncode"] == 0, step["stderr_tail"]
     assert lines[-1].startswith("study exit 2 in "), lines

@@ -210,9 +210,12 @@ def test_help_explains_every_flag_without_escaping_artifacts():
 
 
 @pytest.mark.slow
-def test_same_seed_and_config_give_identical_parameters(tmp_path, trained_once):
+def test_same_seed_and_config_give_identical_parameters_however_often_validation_runs(tmp_path, trained_once):
+    """Two processes of the same seed train to the same bits, the second scoring the validation split after every
+    update (the first once, at the end): validation reads the weights and draws nothing, so a test may leave it out
+    (tests/test_learning.py does: ``--eval_every``)."""
     a = load_checkpoint(trained_once("--num_episodes", "16") / "latest.pt")  # one process; b: another
-    again = train(tmp_path, "--num_episodes", "16", "--run_name", "b")
+    again = train(tmp_path, "--num_episodes", "16", "--run_name", "b", "--eval_every", "1")
     assert again.returncode == 0, again.stderr
     b = load_checkpoint(tmp_path / "ck" / "b" / "latest.pt")
     assert a.counters["update"] == 4

@@ -14,11 +14,12 @@ What travels, and when:
   the archive, and deletes its folder from the node; the driver fetches it as soon as the job ends, writes the cells into
   the study's folder, and releases it. The folder ends as the local pool writes it; nothing needs shared storage.
 
-Faults: a job whose node or worker is lost (a node dying, Ray's out-of-memory killer) is resubmitted by the driver,
-up to `ATTEMPTS` runs in all; Ray itself retries nothing (``max_retries=0``). A cell that fails for its own reasons
-(a NaN, a bad setting) ends its process with a failed status, as it does locally, and is not retried. A stop
-(Ctrl-C) cancels the running jobs: the finished cells are kept, and an interrupted remote cell restarts from its
-beginning on the next run (its partial work was on the node).
+Faults: a job whose node or worker is lost (a node dying, Ray's out-of-memory killer) is resubmitted by the driver, up
+to `ATTEMPTS` runs in all; Ray itself retries nothing (``max_retries=0``, which also turns off its separate
+out-of-memory retries: Ray's task manager grants ``task_oom_retries`` only to a task with ``max_retries != 0``). A
+cell that fails for its own reasons (a NaN, a bad setting) ends its process with a failed status, as it does locally,
+and is not retried. A stop (Ctrl-C) cancels the running jobs: the finished cells are kept, and an interrupted remote
+cell restarts from its beginning on the next run (its partial work was on the node).
 """
 
 from __future__ import annotations
