@@ -25,9 +25,10 @@ needs_namespace = pytest.mark.skipif(
 STUDY = ["study", *FULL_GRID, "--workers", "2", "--threads", "1"]
 
 
-def ray_study(out: str, ledger: str, **step: object) -> dict:
-    """A scenario step: the study through ``--ray`` on the scenario's cluster, into ``out``."""
-    argv = ["{python}", "-m", "clstm_ppo.cli", *STUDY, "--out", out, "--ledger", ledger, "--ray", "{address}"]
+def ray_study(out: str, ledger: str, *flags: str, **step: object) -> dict:
+    """A scenario step: the study (with ``flags`` after its own) through ``--ray`` on the scenario's cluster, into
+    ``out``."""
+    argv = ["{python}", "-m", "clstm_ppo.cli", *STUDY, *flags, "--out", out, "--ledger", ledger, "--ray", "{address}"]
     return {"argv": argv, "timeout": 240, **step}
 
 
@@ -47,14 +48,19 @@ def test_a_study_on_a_two_node_ray_cluster_ends_as_the_local_pools_after_ctrl_c_
         "steps": [
             ray_study("ray", "ray.jsonl", interrupt_when_done={"folder": "ray", "cells": 1}),
             ray_study("ray", "ray.jsonl"),  # the same command again: it resumes
-            ray_study("lost", "lost.jsonl", kill_node_when_cell_starts=1),
+            # mlp-s2 fails for its own reason, alone (each cell its own job) and not retried
+            ray_study("failing", "failing.jsonl", "--policies", "mlp", "--batch_cells", "1"),
+            ray_study("lost", "lost.jsonl", kill_node_when_cell_starts=1),  # last: the node stays down
         ]
     }
+    # a file stands where mlp-s2's run folders go: it travels with the cell's job and fails it on its node
+    (tmp_path / "failing" / "cells" / "mlp-s2").mkdir(parents=True)
+    (tmp_path / "failing" / "cells" / "mlp-s2" / "periods").write_text("not a folder\n")
     result = run_scenario(scenario, tmp_path, timeout=600, env=clean_env())
     took = time.monotonic() - began
     out, err = local.communicate(timeout=300)
     assert local.returncode == 0, err[-3000:]
-    stopped, resumed, lost = result["steps"]
+    stopped, resumed, failing, lost = result["steps"]
 
     assert result["node_ips"] == ["127.0.0.1", "127.0.0.1"], result["nodes"]
     assert stopped["returncode"] == 130 and stopped["interrupt"]["at_seconds"], stopped
@@ -64,6 +70,11 @@ def test_a_study_on_a_two_node_ray_cluster_ends_as_the_local_pools_after_ctrl_c_
     assert lost["kill"]["hit"], lost
     assert lost["returncode"] == 0, lost["stderr_tail"]
     assert "was lost" in lost["stdout_tail"] and "run 2 of 3" in lost["stdout_tail"], lost["stdout_tail"]
+
+    assert failing["returncode"] == 1, failing["stderr_tail"]
+    assert "mlp-s2 FAILED" in failing["stdout_tail"] and "was lost" not in failing["stdout_tail"], failing
+    cells = pd.read_csv(tmp_path / "failing" / "cells.csv", index_col=0)
+    assert cells.loc["mlp-s1", "status"] == "done" and cells.loc["mlp-s2", "status"] == "failed", cells
 
     expected = outcomes(pd.read_csv(tmp_path / "local" / "cells.csv", index_col=0))
     for folder in ("ray", "lost"):

@@ -16,13 +16,16 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from clstm_ppo.cli.main import freeze_imports
 from clstm_ppo.cli.train import Parser, add_config_flags, config_from_args
 from clstm_ppo.config import OUTPUT_SETTINGS, PRESETS, TrainConfig, read_settings_file
 from clstm_ppo.study.config import LEDGER_HELP, ReportSettings, StudyConfig, add_report_flags, add_study_flags
 from envs.errors import UserError
+
+if TYPE_CHECKING:
+    from clstm_ppo.study.spec import StudySpec
 
 # Settings the study decides for each cell and training run (the rest pass through to every cell).
 STUDY_OWNED = frozenset(
@@ -161,7 +164,7 @@ def main(argv: list[str]) -> int:
     return _run(spec, settings)
 
 
-def _run(spec: Any, settings: StudyConfig) -> int:
+def _run(spec: StudySpec, settings: StudyConfig) -> int:
     """Run the study on this machine's cores and GPUs, or, with ``--ray``, on the Ray cluster it joins first."""
     from clstm_ppo.study.runner import plan_layout, ray_layout, run_study
 

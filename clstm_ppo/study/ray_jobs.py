@@ -266,11 +266,14 @@ class RayJob:
         return int(result["code"])
 
     def send_signal(self, _signum: int) -> None:
-        """Cancel the job (its cell process, orphaned, saves and stops on its node)."""
+        """Cancel the job: Ray kills its worker, and the cell process, orphaned, saves and stops on its node
+        (`clstm_ppo.training.signals.stop_when_orphaned`)."""
         if self.ref is not None:
             _ray().cancel(self.ref, force=True)
 
-    kill = send_signal
+    def kill(self) -> None:
+        """The same as `send_signal`: a cancelled task leaves nothing to kill harder."""
+        self.send_signal(signal.SIGKILL)
 
 
 # ---------------------------------------------------------------------------------------------------- on a node
