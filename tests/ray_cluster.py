@@ -55,6 +55,8 @@ The result (JSON)::
           "kill": null or {"node": 1, "hit": true, "at_seconds": 5.2, "dir": "...", "cells": ["mlp-s1"],
                            "cell": "mlp-s1", "killed": 14, "at_epoch": 1.7e9}
                                         # at_seconds: since the step started; killed: processes
+          "interrupt": null or {"folder": "...", "cells": 1, "at_seconds": 4.1}
+                                        # when the step's process group got SIGINT (interrupt_when_done)
         }
       ]
     }
