@@ -174,6 +174,11 @@ def _run(spec: StudySpec, settings: StudyConfig) -> int:
     from clstm_ppo.study.ray_jobs import join, leave
 
     cluster = join(settings.ray)
+    print(
+        f"[study] joined the Ray cluster at {cluster.address}: {cluster.nodes} node(s), {cluster.cpus} CPU(s), "
+        f"{cluster.gpus} GPU(s)",
+        flush=True,
+    )
     try:
         return run_study(spec, settings, layout=ray_layout(cluster, *flags))
     finally:

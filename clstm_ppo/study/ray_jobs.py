@@ -95,14 +95,14 @@ def join(address: str) -> Cluster:
         text = str(err)
         if "Version mismatch" in text:
             raise UserError(f"--ray {address}: {_version_words(text)}") from None
-        raise UserError(f"--ray {address}: no Ray cluster found there ({text.splitlines()[0]})") from None
+        raise UserError(f"--ray {address}: no Ray cluster found there ({_first_line(err)})") from None
     except ConnectionError as err:
         if address == "auto":
             raise UserError(
                 "--ray auto: this machine is part of no running Ray cluster; start one (ray start --head) or give "
                 "the head's HOST:PORT"
             ) from None
-        raise UserError(f"--ray {address}: no Ray cluster found there ({str(err).splitlines()[0]})") from None
+        raise UserError(f"--ray {address}: no Ray cluster found there ({_first_line(err)})") from None
     finally:
         watchdog.cancel()
     alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -114,6 +114,12 @@ def join(address: str) -> Cluster:
         gpus=sum(int(n.get("Resources", {}).get("GPU", 0)) for n in alive),
         largest_node_cpus=max(per_node, default=0),
     )
+
+
+def _first_line(err: Exception) -> str:
+    """An error's first line (its type's name when it says nothing)."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 def _give_up(address: str) -> None:
@@ -237,7 +243,7 @@ class RayJob:
     def _lost(self, err: Exception) -> int | None:
         """A run lost with its node or worker: submit it again (None: running) until `ATTEMPTS` runs; then mark its
         cells failed (status 1)."""
-        what = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        what = f"{type(err).__name__}: {_first_line(err)}"
         names = ", ".join(c.name for c in self.cells)
         if self.attempt < ATTEMPTS:
             self.attempt += 1
