@@ -85,7 +85,7 @@ def held_out_and_untrained(seed: int, last_line: str) -> dict:
 def last_lines(tmp_path, seeds: tuple[int, ...], at_once: int) -> dict[int, str]:
     """Each seed's run through the real train script (one thread each), ``at_once`` at a time: the last line it
     printed. More runs than cores would only take turns, and each would take longer (ten at once on two cores: about
-    42 CPU-s a run instead of 27, their caches evicting one another)."""
+    32 CPU-s a run instead of 27, their caches evicting one another)."""
     waiting, running, lines = list(seeds), {}, {}
     while waiting or running:
         while waiting and len(running) < at_once:
