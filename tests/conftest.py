@@ -33,6 +33,7 @@ from envs.factor_market import MarketModel
 from envs.features import PreparedMarket
 from envs.synthetic import generate_market
 from envs.vector_env import VectorStockTradingEnv
+from tests.procs import live_tree, proc_table
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
@@ -293,32 +294,13 @@ def record_env_rollout(market: PreparedMarket, steps: int, envs: int = 4) -> tup
     return store, torch.stack(dense)
 
 
-def _ppid_map() -> dict[int, int]:
-    out = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        fields = text.rsplit(")", 1)[1].split()
-        if fields[0] != "Z":  # zombies are dead, just not reaped
-            out[int(stat.parent.name)] = int(fields[1])
-    return out
-
-
 def descendants(pid: int) -> set[int]:
     """Live descendants of ``pid`` (from /proc)."""
-    parents = _ppid_map()
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
+    return live_tree([pid]) - {pid}
 
 
 def alive(pids: set[int]) -> set[int]:
-    live = set(_ppid_map())
-    return pids & live
+    return pids & proc_table().keys()
 
 
 CHECKSUM_RTOL = 1e-10

@@ -83,6 +83,7 @@ from pathlib import Path
 from typing import Any
 
 from envs.errors import UserError
+from tests.procs import live_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,32 +157,6 @@ def port_open(port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
         return True
     return False
-
-
-def _proc_table() -> dict[int, tuple[int, int]]:
-    """Every live (not zombie) process: pid -> (parent pid, session id), from /proc."""
-    table = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z":  # zombies are dead, just not reaped
-            table[int(stat.parent.name)] = (int(fields[1]), int(fields[3]))
-    return table
-
-
-def live_tree(roots: Iterable[int], sessions: Iterable[int] = ()) -> set[int]:
-    """Live pids among ``roots``, the processes in any of ``sessions`` (orphans whose parent died keep their
-    session) and all their descendants, recursively, in any session."""
-    table = _proc_table()
-    wanted = set(sessions)
-    found = (set(roots) & table.keys()) | {pid for pid, (_, sid) in table.items() if sid in wanted}
-    frontier = set(found)
-    while frontier:
-        frontier = {pid for pid, (parent, _) in table.items() if parent in frontier} - found
-        found |= frontier
-    return found
 
 
 def cmdline(pid: int) -> list[str]:

@@ -35,7 +35,6 @@ import sys
 import tarfile
 import tempfile
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -250,26 +249,24 @@ class RayJob:
             self.jobs.log(f"[study] the job of {names} was lost ({what}); run {self.attempt} of {ATTEMPTS}")
             self.ref = self.jobs.submit(self.cells)
             return None
-        for cell in self.cells:
-            folder = self.jobs.study_dir / "cells" / cell.name
-            write_status(folder, "failed", error=f"lost {ATTEMPTS} times on the Ray cluster; last: {what}")
-        return 1
+        return self._fail(f"lost {ATTEMPTS} times on the Ray cluster; last: {what}")
 
     def _settle(self, result: dict[str, Any]) -> int:
         """Write a finished run's cells into the study's folder; its cell process's exit status."""
         self.node = result["node"]
         if result["version"] != clstm_ppo.__version__:
-            for cell in self.cells:
-                folder = self.jobs.study_dir / "cells" / cell.name
-                write_status(
-                    folder,
-                    "failed",
-                    error=f"node {self.node} runs clstm-ppo {result['version']}, this machine "
-                    f"{clstm_ppo.__version__}: install the same on every node",
-                )
-            return 1
+            return self._fail(
+                f"node {self.node} runs clstm-ppo {result['version']}, this machine {clstm_ppo.__version__}: install "
+                f"the same on every node"
+            )
         unpack(result["cells"], self.jobs.study_dir / "cells")
         return int(result["code"])
+
+    def _fail(self, error: str) -> int:
+        """Record every cell of the job failed with ``error``; the status of a job that failed (1)."""
+        for cell in self.cells:
+            write_status(self.jobs.study_dir / "cells" / cell.name, "failed", error=error)
+        return 1
 
     def send_signal(self, _signum: int) -> None:
         """Cancel the job: Ray kills its worker, and the cell process, orphaned, saves and stops on its node
@@ -320,9 +317,6 @@ def _scratch_study(inputs: bytes, key: str, node: str) -> Path:
     unpack(inputs, staging)
     try:
         os.rename(staging, folder)
-    except OSError:  # another job of this node unpacked it first
+    except OSError:  # another job of this node renamed its whole copy into place first
         shutil.rmtree(staging, ignore_errors=True)
-    deadline = time.monotonic() + 30
-    while not (folder / SPEC_FILE).is_file() and time.monotonic() < deadline:
-        time.sleep(0.1)
     return folder

@@ -381,8 +381,9 @@ class _CellPool:
             "interrupted": "interrupted",
         }[state]
         node = getattr(job.proc, "node", "")  # a Ray task's node
+        where = f" on {node}" if node else ""
         self.log(
-            f"[study] {cell.name} {what}{f' on {node}' if node else ''} | {self.total - len(self.todo) + counts['done']}/{self.total} done, "
+            f"[study] {cell.name} {what}{where} | {self.total - len(self.todo) + counts['done']}/{self.total} done, "
             f"{counts['failed']} failed, {max(left, 0)} left" + ("" if math.isnan(eta) else f" | ETA {_duration(eta)}")
         )
 
