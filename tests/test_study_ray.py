@@ -33,9 +33,24 @@ def ray_study(out: str, ledger: str, *flags: str, **step: object) -> dict:
     return {"argv": argv, "timeout": 240, **step}
 
 
-@needs_namespace
-@pytest.mark.slow
-def test_a_study_on_a_two_node_ray_cluster_ends_as_the_local_pools_after_ctrl_c_and_a_lost_node(tmp_path):
+OTHER_VERSION_HEAD = (
+    "import sys, ray; ray.__version__ = '2.0.0'; from ray.scripts.scripts import main; "
+    "sys.argv = ['ray', 'start', *sys.argv[1:]]; main()"
+)
+"""A real ``ray start`` run by an interpreter that calls itself Ray 2.0.0: a head whose recorded Ray version is
+another."""
+
+
+@pytest.fixture(scope="module")
+def cluster_study(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, subprocess.CompletedProcess]:
+    """One scenario on one two-node cluster for the module's tests (a cluster takes seconds to start), beside the
+    local pool's study of the same grid: the folder, the scenario's result and the local study.
+
+    Its steps, in order: a study against a head on another Ray version (started by the step, beside the cluster);
+    ``--threads 2`` on one-CPU nodes; the study stopped by Ctrl-C once one cell is done, then the same command again;
+    a study whose cell mlp-s2 fails for its own reason; and last (the node stays down) a study whose second node's
+    whole process tree, cells included, is killed once a cell there has logged an update."""
+    tmp_path = tmp_path_factory.mktemp("ray")
     local = subprocess.Popen(  # the local pool's study, beside the cluster's
         [sys.executable, "-m", "clstm_ppo.cli", *STUDY, "--out", "local", "--ledger", str(tmp_path / "local.jsonl")],
         cwd=tmp_path,
@@ -44,9 +59,15 @@ def test_a_study_on_a_two_node_ray_cluster_ends_as_the_local_pools_after_ctrl_c_
         stderr=subprocess.PIPE,
         text=True,
     )
-    began = time.monotonic()
+    too_big = ["{python}", "-m", "clstm_ppo.cli", *STUDY, "--threads", "2", "--out", "big", "--ray", "{address}"]
     scenario = {
         "steps": [
+            {
+                "argv": ["{python}", "-c", _start_other_head_and_study(OTHER_VERSION_HEAD, tmp_path / "out")],
+                "env": {"PYTHONPATH": str(ROOT)},  # tests.ray_cluster
+                "timeout": 120,
+            },
+            {"argv": too_big, "timeout": 60},
             ray_study("ray", "ray.jsonl", interrupt_when_done={"folder": "ray", "cells": 1}),
             ray_study("ray", "ray.jsonl"),  # the same command again: it resumes
             # mlp-s2 fails for its own reason, alone (each cell its own job) and not retried
@@ -57,11 +78,19 @@ def test_a_study_on_a_two_node_ray_cluster_ends_as_the_local_pools_after_ctrl_c_
     # a file stands where mlp-s2's run folders go: it travels with the cell's job and fails it on its node
     (tmp_path / "failing" / "cells" / "mlp-s2").mkdir(parents=True)
     (tmp_path / "failing" / "cells" / "mlp-s2" / "periods").write_text("not a folder\n")
-    result = run_scenario(scenario, tmp_path, timeout=600, env=clean_env())
-    took = time.monotonic() - began
-    out, err = local.communicate(timeout=300)
-    assert local.returncode == 0, err[-3000:]
-    stopped, resumed, failing, lost = result["steps"]
+    try:
+        result = run_scenario(scenario, tmp_path, timeout=600, env=clean_env())
+    finally:
+        out, err = local.communicate(timeout=300)
+    return tmp_path, result, subprocess.CompletedProcess(local.args, local.returncode, out, err)
+
+
+@needs_namespace
+@pytest.mark.slow
+def test_a_study_on_a_two_node_ray_cluster_ends_as_the_local_pools_after_ctrl_c_and_a_lost_node(cluster_study):
+    tmp_path, result, local = cluster_study
+    assert local.returncode == 0, local.stderr[-3000:]
+    stopped, resumed, failing, lost = result["steps"][2:]
 
     assert result["node_ips"] == ["127.0.0.1", "127.0.0.1"], result["nodes"]
     assert stopped["returncode"] == 130 and stopped["interrupt"]["at_seconds"], stopped
@@ -84,44 +113,17 @@ def test_a_study_on_a_two_node_ray_cluster_ends_as_the_local_pools_after_ctrl_c_
         files = {p.relative_to(tmp_path / folder) for p in (tmp_path / folder).rglob("*") if p.is_file()}
         local_files = {p.relative_to(tmp_path / "local") for p in (tmp_path / "local").rglob("*") if p.is_file()}
         assert files == local_files, sorted(files ^ local_files)  # the folder reads like a local study's
-    print(f"Ray scenario {result['seconds']} and steps {[s['seconds'] for s in result['steps']]} s; all {took:.0f} s")
+    print(f"Ray scenario {result['seconds']} and steps {[s['seconds'] for s in result['steps']]} s")
 
 
 @needs_namespace
-def test_a_cluster_on_another_ray_version_or_too_small_for_a_job_is_refused_in_one_line(tmp_path):
-    """A head whose recorded Ray version is another (a real ``ray start --head`` run by an interpreter that calls
-    itself Ray 2.0.0): the study says which versions differ, in one line, before writing anything. A job asking for
-    more CPUs than any node has (``--threads 2`` on one-CPU nodes) would wait forever: refused in one line too."""
-    head = (
-        "import sys, ray; ray.__version__ = '2.0.0'; from ray.scripts.scripts import main; "
-        "sys.argv = ['ray', 'start', *sys.argv[1:]]; main()"
-    )
-    scenario = {
-        "nodes": 1,
-        "steps": [
-            {
-                "argv": ["{python}", "-c", _start_other_head_and_study(head, tmp_path / "out")],
-                "env": {"PYTHONPATH": str(ROOT)},  # tests.ray_cluster
-                "timeout": 120,
-            },
-            {
-                "argv": [
-                    "{python}",
-                    "-m",
-                    "clstm_ppo.cli",
-                    *STUDY,
-                    "--threads",
-                    "2",
-                    "--out",
-                    "big",
-                    "--ray",
-                    "{address}",
-                ],
-                "timeout": 60,
-            },
-        ],
-    }
-    step, big = run_scenario(scenario, tmp_path, timeout=240, env=clean_env())["steps"]
+@pytest.mark.slow
+def test_a_cluster_on_another_ray_version_or_too_small_for_a_job_is_refused_in_one_line(cluster_study):
+    """A head whose recorded Ray version is another (`OTHER_VERSION_HEAD`): the study says which versions differ, in
+    one line, before writing anything. A job asking for more CPUs than any node has (``--threads 2`` on one-CPU
+    nodes) would wait forever: refused in one line too."""
+    tmp_path, result, _ = cluster_study
+    step, big = result["steps"][:2]
     assert big["returncode"] == 2 and not (tmp_path / "big").exists(), big
     said = [line for line in big["stderr_tail"].strip().splitlines() if line.startswith("error:")]
     assert len(said) == 1 and "--threads 2: the largest node" in said[0] and "1 CPU(s)" in said[0], said

@@ -22,8 +22,9 @@ STEP_METRICS = {"episode": "episode/*", "global_step": "train/*"}  # x-axis -> t
 
 
 def check_tracking(track: str) -> None:
-    """Refuse an unknown ``--track`` or a tracker whose package is missing, in one line (before workers start)."""
-    if tracking_target(track)[0] == "wandb":
+    """Refuse a tracker whose package is missing, in one line (before workers start). ``track`` is a validated
+    ``--track`` (`clstm_ppo.config.parse_track` refused any other): every tracker but ``none`` is W&B."""
+    if track != "none":
         try:
             import wandb  # noqa: F401  (0.7 s, paid only by runs that track)
         except ImportError:
@@ -77,4 +78,4 @@ class WandbTracker:
 def open_tracker(cfg: TrainConfig, run_dir: Path) -> WandbTracker | None:
     """The tracker ``--track`` asks for (None for ``none``); call on rank 0 only, after the run folder exists."""
     check_tracking(cfg.run.track)
-    return WandbTracker(cfg, run_dir) if tracking_target(cfg.run.track)[0] == "wandb" else None
+    return WandbTracker(cfg, run_dir) if cfg.run.track != "none" else None
