@@ -6,9 +6,12 @@ Fast loop: ``python -m pytest -m "not slow"`` (about 2 minutes on 2 cores); the 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -130,10 +133,49 @@ def settings_file(folder: Path, **settings: object) -> list[str]:
 
 
 def train(
-    tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240
+    tmp_path: Path, *args: str, launcher: list[str] | None = None, timeout: int = 240, here: bool = False
 ) -> subprocess.CompletedProcess:
-    cmd = [*(launcher or [sys.executable]), SCRIPT, *TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
+    """The tiny run (`TINY`) with ``args``, its folders under ``tmp_path``: the training script as a process (through
+    ``launcher``, e.g. torchrun), or with ``here`` the same command in this interpreter (`run_here`)."""
+    argv = [*TINY, "--checkpoint_dir", str(tmp_path / "ck"), *args]
+    if here:
+        assert launcher is None, "a launcher starts processes"
+        return run_here(["train", *argv], tmp_path)
+    cmd = [*(launcher or [sys.executable]), SCRIPT, *argv]
     return subprocess.run(cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def run_here(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``clstm-ppo ARGV`` run by `clstm_ppo.cli.main` (what ``python -m clstm_ppo.cli`` and the training script run)
+    in this interpreter, in ``cwd`` with ``env`` (default: this one's) as its environment, its output captured: the
+    command's result without a process's 2-3 CPU-s of imports (torch, and torch._dynamo with the first optimizer).
+
+    For a command of one process; a test of processes, signals, several ranks or what a process prints beside the
+    command (warnings) starts a real one. After it, this interpreter's working folder, environment, signal handlers,
+    torch thread count and the torch and NumPy global generators are as they were."""
+    from clstm_ppo import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    generators, threads = (torch.get_rng_state(), np.random.get_state()), torch.get_num_threads()
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli.main(argv)
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        torch.set_rng_state(generators[0])
+        np.random.set_state(generators[1])
+        torch.set_num_threads(threads)
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
 
 
 QUICK_DATA = ["--data", "synthetic:tickers=3,days=200"]

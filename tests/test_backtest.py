@@ -28,10 +28,9 @@ from clstm_ppo.threads import torch_threads
 from clstm_ppo.training.checkpoint import load_checkpoint, open_checkpoint, restore_market, restore_policy
 from envs.errors import UserError
 from envs.synthetic import generate_market
-from tests.conftest import TINY_RUN
+from tests.conftest import TINY_RUN, run_here
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 TINY = [*TINY_RUN, "--num_episodes", "8", "--hmax", "5000"]
 
 
@@ -50,22 +49,11 @@ def ckpts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """{"a": run a (4 tickers), "b": run b (3 tickers)} run folders with latest.pt and best.pt."""
     root = tmp_path_factory.mktemp("bt")
     runs = {"a": "synthetic:tickers=4,days=400", "b": "synthetic:tickers=3,days=400"}
-    procs = {
-        name: subprocess.Popen(
-            [sys.executable, SCRIPT, "--data", data, *TINY, "--checkpoint_dir", str(root / "ck"), "--run_name", name],
-            cwd=root,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for name, data in runs.items()
-    }
-    for name, proc in procs.items():
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0, out
-        assert (root / "ck" / name / "latest.pt").is_file(), out
-        (root / f"{name}.log").write_text(out)  # what the run printed
+    for name, data in runs.items():  # in this interpreter (`tests.conftest.run_here`)
+        run = run_here(["train", "--data", data, *TINY, "--checkpoint_dir", str(root / "ck"), "--run_name", name], root)
+        assert run.returncode == 0, run.stderr
+        assert (root / "ck" / name / "latest.pt").is_file(), run.stdout
+        (root / f"{name}.log").write_text(run.stdout + run.stderr)  # what the run printed
     return {name: root / "ck" / name for name in runs}
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from envs.errors import UserError
 from envs.features import PreparedMarket, compute_indicators, feature_column
 from envs.fingerprint import data_fingerprint, market_witness
 from envs.synthetic import generate_market
-from tests.conftest import QUICK, SCRIPT, TINY_MODEL, clean_env
+from tests.conftest import QUICK, TINY_MODEL, run_here
 
 pytestmark = pytest.mark.filterwarnings("ignore:market data has closes only")
 
@@ -37,15 +36,13 @@ def with_alpha(tmp_path: Path, name: str = "alpha.csv", seed: int = 0, days: int
 
 
 def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "clstm_ppo.cli", *args], cwd=cwd, env=clean_env(), capture_output=True, text=True
-    )
+    """``clstm-ppo ARGS`` in ``cwd``, in this interpreter (`tests.conftest.run_here`)."""
+    return run_here(list(args), cwd)
 
 
 def train_quick(cwd: Path, path: Path, indicators: str, *flags: str) -> subprocess.CompletedProcess:
-    """The QUICK run of the real training script on the file ``path`` with ``--indicators indicators``."""
-    command = [sys.executable, SCRIPT, "--data", f"csv:{path}", "--indicators", indicators, *QUICK, *flags]
-    return subprocess.run(command, cwd=cwd, env=clean_env(), capture_output=True, text=True)
+    """The QUICK run of the train command on the file ``path`` with ``--indicators indicators``."""
+    return cli(cwd, "train", "--data", f"csv:{path}", "--indicators", indicators, *QUICK, *flags)
 
 
 def one_line_error(proc: subprocess.CompletedProcess, *words: str) -> None:

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,18 +18,12 @@ from envs.errors import UserError
 from envs.fingerprint import agreeing_tickers, data_fingerprint, market_witness
 from envs.sources import load_market_data
 from envs.synthetic import generate_market
-from tests.conftest import clean_env
+from tests.conftest import run_here
 
 
 def cli(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "clstm_ppo.cli", *args],
-        cwd=cwd,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """``clstm-ppo ARGS`` in ``cwd``, in this interpreter (`tests.conftest.run_here`)."""
+    return run_here(list(args), cwd)
 
 
 def one_error_line(proc: subprocess.CompletedProcess) -> str:

@@ -25,7 +25,7 @@ SEEDS_LINE = re.compile(
 
 @pytest.mark.slow
 def test_a_seed_range_trains_each_seed_as_its_run_alone_and_the_folder_is_an_ensemble(tmp_path):
-    pair = train(tmp_path, *SHORT, "--seed", "1-2", "--run_name", "pair")
+    pair = train(tmp_path, *SHORT, "--seed", "1-2", "--run_name", "pair", here=True)
     assert pair.returncode == 0, pair.stderr
     out = pair.stdout
     # the source names no seed=: both seeds train on seed 1's market, and the command says so in one line
@@ -39,7 +39,7 @@ def test_a_seed_range_trains_each_seed_as_its_run_alone_and_the_folder_is_an_ens
     assert manifest == {"seeds": [{"seed": s, "checkpoint": f"seed-{s}/latest.pt"} for s in (1, 2)]}
     # seed 2 of the batch is seed 2 trained alone on that market (up to the batch's float rounding)
     same_market = ["--data", "synthetic:tickers=4,days=400,seed=1,generator=3"]
-    alone = train(tmp_path, *SHORT, "--seed", "2", *same_market, "--run_name", "alone")
+    alone = train(tmp_path, *SHORT, "--seed", "2", *same_market, "--run_name", "alone", here=True)
     assert alone.returncode == 0, alone.stderr
     assert_same_run(tmp_path / "ck" / "alone", folder / "seed-2")
     # the last line: the seeds' mean inside their interval, and the ensemble
@@ -115,7 +115,7 @@ def test_the_seed_flag_takes_the_studys_syntax():
     ids=["resume-name", "resume-path", "syntax"],
 )
 def test_what_several_seeds_cannot_do_is_one_line(tmp_path, args, message):
-    result = train(tmp_path, *SHORT, *args)
+    result = train(tmp_path, *SHORT, *args, here=True)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

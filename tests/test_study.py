@@ -44,7 +44,7 @@ from envs.data import MarketData
 from envs.errors import UserError
 from envs.execution import Terms
 from envs.synthetic import generate_market
-from tests.conftest import TINY_MODEL, alive, clean_env, descendants
+from tests.conftest import TINY_MODEL, alive, clean_env, descendants, run_here
 
 # 3 tickers, 5-day windows, tiny networks, 8 episodes of 16 days per window: a few seconds per cell.
 TINY_STUDY = [*TINY_MODEL, "--num_episodes", "8", "--bootstrap", "500"]
@@ -61,15 +61,10 @@ WINDOW_FLAGS = [
 ]
 
 
-def study(cwd: Path, *args: str, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "clstm_ppo.cli", "study", *args],
-        cwd=cwd,
-        env=env or clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def study(cwd: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``clstm-ppo study ARGS`` run to its end in ``cwd``: the study in this interpreter (`tests.conftest.run_here`),
+    its cells in their processes as always. Tests that stop or kill a study start it as a process."""
+    return run_here(["study", *args], cwd, env)
 
 
 def study_in_background(cwd: Path, *args: str) -> subprocess.Popen:

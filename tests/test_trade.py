@@ -45,14 +45,13 @@ from envs.kernel import target_weights
 try:  # tests/ is a package in this repo; plain rootdir-relative import if it ever is not
     from tests.alpaca_server import AlpacaTestServer, ServerState, daily_bars
     from tests.alpaca_trading_server import NY, AlpacaTradingServer, AssetSpec, Holding, TradingState
-    from tests.conftest import ALPACA_VARS, TINY_RUN, settings_file, use_alpaca_keys
+    from tests.conftest import ALPACA_VARS, TINY_RUN, run_here, settings_file, use_alpaca_keys
 except ImportError:
     from alpaca_server import AlpacaTestServer, ServerState, daily_bars
     from alpaca_trading_server import NY, AlpacaTradingServer, AssetSpec, Holding, TradingState
-    from conftest import ALPACA_VARS, TINY_RUN, settings_file, use_alpaca_keys
+    from conftest import ALPACA_VARS, TINY_RUN, run_here, settings_file, use_alpaca_keys
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = str(ROOT / "train_distributed_clstm_ppo.py")
 KEY = "PKTRADECMDKEY0MUSTNOTLEAK"
 SECRET = "tradeCmdSecret-must-not-leak-7f6e5d4c"
 TICKERS = ["AAPL", "MSFT", "NVDA"]
@@ -142,22 +141,10 @@ def train_and_backtest(root: Path, flags: list[str], seeds: tuple[int, ...] = (1
 
 
 def _train(root: Path, flags: list[str]) -> None:
-    """One tiny training run on the served bars (``flags`` name the server, the seed and the run)."""
-    train = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            *TINY,
-            *["--data", "alpaca", "--tickers", ",".join(TICKERS), "--start", START, "--end", END],
-            *flags,
-            *["--checkpoint_dir", str(root / "ck")],
-        ],
-        cwd=root,
-        env=_subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    """One tiny training run on the served bars (``flags`` name the server, the seed and the run), in this
+    interpreter (`tests.conftest.run_here`) with the keys in its environment."""
+    data = ["--data", "alpaca", "--tickers", ",".join(TICKERS), "--start", START, "--end", END]
+    train = run_here(["train", *TINY, *data, *flags, "--checkpoint_dir", str(root / "ck")], root, _subprocess_env())
     assert train.returncode == 0, train.stderr
 
 
@@ -1036,9 +1023,9 @@ def test_a_policy_reading_a_column_trades_it_from_a_features_file_as_its_backtes
     frame["alpha"] = np.random.default_rng(5).normal(size=len(frame))
     prices = root / "prices.csv"
     frame.to_csv(prices, index=False)
-    command = [sys.executable, SCRIPT, *TINY, "--data", f"csv:{prices}", "--start", START, "--end", END]
+    command = ["train", *TINY, "--data", f"csv:{prices}", "--start", START, "--end", END]
     command += ["--indicators", "rsi,col:alpha", "--checkpoint_dir", str(root / "ck"), "--run_name", "col"]
-    done = subprocess.run(command, cwd=root, env=_subprocess_env(), capture_output=True, text=True, timeout=180)
+    done = run_here(command, root, _subprocess_env())
     assert done.returncode == 0, done.stderr
     ckpt = root / "ck" / "col" / "latest.pt"
     backtest = ["backtest", "--checkpoint", str(ckpt), "--out", str(root / "bt"), "--threads", "1"]

@@ -94,9 +94,9 @@ def test_two_cpu_workers_train_together_and_only_rank0_writes(tmp_path):
 )
 def test_resume_continues_exactly_like_an_uninterrupted_run(tmp_path, extra, trained_once):
     straight = trained_once("--num_episodes", "16", *extra)
-    first = train(tmp_path, "--num_episodes", "8", "--run_name", "split", *extra)
+    first = train(tmp_path, "--num_episodes", "8", "--run_name", "split", *extra, here=True)
     assert first.returncode == 0, first.stderr
-    second = train(tmp_path, "--num_episodes", "16", "--run_name", "split", "--resume", "latest", *extra)
+    second = train(tmp_path, "--num_episodes", "16", "--run_name", "split", "--resume", "latest", *extra, here=True)
     assert second.returncode == 0, second.stderr
     a = load_checkpoint(straight / "latest.pt")
     b = load_checkpoint(tmp_path / "ck" / "split" / "latest.pt")
@@ -211,16 +211,16 @@ def test_help_explains_every_flag_without_escaping_artifacts():
 
 @pytest.mark.slow
 def test_same_seed_and_config_give_identical_parameters_however_often_validation_runs(tmp_path, trained_once):
-    """Two processes of the same seed train to the same bits, the second scoring the validation split after every
-    update (the first once, at the end): validation reads the weights and draws nothing, so a test may leave it out
-    (tests/test_learning.py does: ``--eval_every``)."""
-    a = load_checkpoint(trained_once("--num_episodes", "16") / "latest.pt")  # one process; b: another
-    again = train(tmp_path, "--num_episodes", "16", "--run_name", "b", "--eval_every", "1")
+    """Two runs of the same seed train to the same bits, one a process and the other in this interpreter, the second
+    scoring the validation split after every update (the first once, at the end): validation reads the weights and
+    draws nothing, so a test may leave it out (tests/test_learning.py does: ``--eval_every``)."""
+    a = load_checkpoint(trained_once("--num_episodes", "16") / "latest.pt")  # a process; b: this interpreter
+    again = train(tmp_path, "--num_episodes", "16", "--run_name", "b", "--eval_every", "1", here=True)
     assert again.returncode == 0, again.stderr
     b = load_checkpoint(tmp_path / "ck" / "b" / "latest.pt")
     assert a.counters["update"] == 4
     assert all(torch.equal(v, b.model_state[k]) for k, v in a.model_state.items())
-    other = train(tmp_path, "--num_episodes", "16", "--run_name", "c", "--seed", "7")
+    other = train(tmp_path, "--num_episodes", "16", "--run_name", "c", "--seed", "7", here=True)
     assert other.returncode == 0, other.stderr
     c = load_checkpoint(tmp_path / "ck" / "c" / "latest.pt")
     assert any(not torch.equal(v, c.model_state[k]) for k, v in a.model_state.items())
@@ -228,6 +228,6 @@ def test_same_seed_and_config_give_identical_parameters_however_often_validation
 
 @pytest.mark.slow
 def test_tensorboard_writes_event_files(tmp_path):
-    result = train(tmp_path, "--num_episodes", "4", "--run_name", "tb", "--tensorboard", "--policy", "mlp")
+    result = train(tmp_path, "--num_episodes", "4", "--run_name", "tb", "--tensorboard", "--policy", "mlp", here=True)
     assert result.returncode == 0, result.stderr
     assert list((tmp_path / "ck" / "tb" / "tensorboard").glob("events.out.tfevents.*"))
