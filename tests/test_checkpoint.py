@@ -27,7 +27,7 @@ from envs.errors import UserError
 from envs.fingerprint import data_fingerprint, market_witness
 from envs.sources import load_market_data
 from envs.synthetic import GENERATOR_VERSION
-from tests.conftest import QUICK_DATA, ROOT, SCRIPT, TINY, VALUE_RTOL, clean_env, read_metrics
+from tests.conftest import QUICK_DATA, ROOT, TINY, VALUE_RTOL, clean_env, read_metrics, run_here
 
 FIXTURE = ROOT / "tests" / "fixtures" / "checkpoint_format1_pre_layout.pt"
 # The flags it was trained with (tests/fixtures/README.md): TINY with 32 episodes.
@@ -108,55 +108,15 @@ def test_training_resumes_from_an_old_checkpoint(tmp_path):
     cfg = parse_config([*args, *then[-2:], "--resume", "latest"])
     market = build_market(cfg.data, seed=cfg.run.seed)
     assert check_resume(cfg, market, resolve_run_dir(cfg.run, cfg.model.policy)) == run / "latest.pt"
-    changed = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            *TINY,
-            *then[-2:],
-            "--num_episodes",
-            "48",
-            "--checkpoint_dir",
-            str(tmp_path / "ck"),
-            "--run_name",
-            "pre",
-            "--resume",
-            "latest",
-            "--norm_obs",
-        ],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    pre = ["--num_episodes", "48", "--checkpoint_dir", str(tmp_path / "ck"), "--run_name", "pre", "--resume", "latest"]
+    changed = run_here(["train", *TINY, *then[-2:], *pre, "--norm_obs"], tmp_path)
     assert changed.returncode != 0 and "Traceback" not in changed.stderr  # today's defaults: refused in one line
     assert (
         "--action_mode shares (now weights)" in changed.stderr and "--action_dist gaussian (now tanh)" in changed.stderr
     )
     assert "--execution close (now auto)" in changed.stderr
     assert "--norm_obs False (now True)" in changed.stderr  # a model field a flag decides: named by its flag
-    proc = subprocess.run(
-        [
-            sys.executable,
-            SCRIPT,
-            *TINY,
-            *then,
-            "--num_episodes",
-            "48",
-            "--checkpoint_dir",
-            str(tmp_path / "ck"),
-            "--run_name",
-            "pre",
-            "--resume",
-            "latest",
-        ],
-        cwd=tmp_path,
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    proc = run_here(["train", *TINY, *then, *pre], tmp_path)
     assert proc.returncode == 0, proc.stderr
     episodes, _ = read_metrics(run)
     assert [e["episode"] for e in episodes][:1] == [33] and episodes[-1]["episode"] == 48
