@@ -150,9 +150,10 @@ def run_here(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> s
     in this interpreter, in ``cwd`` with ``env`` (default: this one's) as its environment, its output captured: the
     command's result without a process's 2-3 CPU-s of imports (torch, and torch._dynamo with the first optimizer).
 
-    For a command of one process; a test of processes, signals, several ranks or what a process prints beside the
-    command (warnings) starts a real one. After it, this interpreter's working folder, environment, signal handlers,
-    torch thread count and the torch and NumPy global generators are as they were."""
+    For a command whose test claims nothing about the command's own process (the processes it starts, such as a
+    study's cells, are processes as always); a test of signals, kills, ranks, launchers or what a process prints
+    beside the command (Python's warnings) starts a real one. After it, this interpreter's working folder,
+    environment, signal handlers, torch thread count and the torch and NumPy global generators are as they were."""
     from clstm_ppo import cli
 
     out, err = io.StringIO(), io.StringIO()
