@@ -644,8 +644,7 @@ def checkpoint_reference(ck: Checkpoint, market: PreparedMarket, days: DayRange)
     """The reference trader of ``ck``'s own synthetic market over ``days`` with its env settings (`reference_run`:
     chosen on the market's training days), or None where the market plants no signal (or the env trades shares,
     which the members do not speak)."""
-    source = own_source(ck)  # with the generator it was trained on
-    rule = planted_rule(source)
+    rule = planted_rule(own_source(ck))  # with the generator it was trained on
     if rule is None or ck.cfg.env.action_mode != "weights":
         return None
     return reference_run(market, days, ck.cfg.env, rule)

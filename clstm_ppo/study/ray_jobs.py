@@ -44,7 +44,7 @@ from clstm_ppo.study.cell import write_status
 from clstm_ppo.study.grid import Cell
 from clstm_ppo.study.jobs import job_command, job_env
 from clstm_ppo.study.spec import SPEC_FILE
-from envs.errors import UserError
+from envs.errors import UserError, describe_exception, first_line
 
 ATTEMPTS = 3
 """Runs of one job at most: the first and two more after losing its node or worker (out-of-memory kills
@@ -94,14 +94,14 @@ def join(address: str) -> Cluster:
         text = str(err)
         if "Version mismatch" in text:
             raise UserError(f"--ray {address}: {_version_words(text)}") from None
-        raise UserError(f"--ray {address}: no Ray cluster found there ({_first_line(err)})") from None
+        raise _no_cluster(address, err) from None
     except ConnectionError as err:
         if address == "auto":
             raise UserError(
                 "--ray auto: this machine is part of no running Ray cluster; start one (ray start --head) or give "
                 "the head's HOST:PORT"
             ) from None
-        raise UserError(f"--ray {address}: no Ray cluster found there ({_first_line(err)})") from None
+        raise _no_cluster(address, err) from None
     finally:
         watchdog.cancel()
     alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -115,10 +115,9 @@ def join(address: str) -> Cluster:
     )
 
 
-def _first_line(err: Exception) -> str:
-    """An error's first line (its type's name when it says nothing)."""
-    lines = str(err).strip().splitlines()
-    return lines[0] if lines else type(err).__name__
+def _no_cluster(address: str, err: Exception) -> UserError:
+    """The one line for an address where Ray found no cluster, with the head of Ray's own error."""
+    return UserError(f"--ray {address}: no Ray cluster found there ({first_line(err) or type(err).__name__})")
 
 
 def _give_up(address: str) -> None:
@@ -242,7 +241,7 @@ class RayJob:
     def _lost(self, err: Exception) -> int | None:
         """A run lost with its node or worker: submit it again (None: running) until `ATTEMPTS` runs; then mark its
         cells failed (status 1)."""
-        what = f"{type(err).__name__}: {_first_line(err)}"
+        what = describe_exception(err)
         names = ", ".join(c.name for c in self.cells)
         if self.attempt < ATTEMPTS:
             self.attempt += 1
@@ -297,12 +296,12 @@ def run_job(
         unpack(partial, study_dir / "cells")
         argv, log = job_command(study_dir, names, threads)
         with open(log, "ab") as out:
-            code = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=job_env(device), check=False)
+            done = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=job_env(device), check=False)
         archive = pack(study_dir / "cells", names)
     finally:
         shutil.rmtree(study_dir, ignore_errors=True)
     node = ray.util.get_node_ip_address()
-    return {"cells": archive, "code": code.returncode, "node": node, "version": clstm_ppo.__version__}
+    return {"cells": archive, "code": done.returncode, "node": node, "version": clstm_ppo.__version__}
 
 
 def _scratch_study(inputs: bytes, key: str, node: str) -> Path:
