@@ -39,6 +39,7 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -86,25 +87,16 @@ def last_lines(tmp_path, seeds: tuple[int, ...], at_once: int) -> dict[int, str]
     """Each seed's run through the real train script (one thread each), ``at_once`` at a time: the last line it
     printed. More runs than cores would only take turns, and each would take longer (ten at once on two cores: about
     32 CPU-s a run instead of 27, their caches evicting one another)."""
-    waiting, running, lines = list(seeds), {}, {}
-    while waiting or running:
-        while waiting and len(running) < at_once:
-            seed = waiting.pop(0)
-            running[seed] = subprocess.Popen(
-                [*[sys.executable, SCRIPT], *LEARN, "--seed", str(seed), "--run_name", f"s{seed}", "--threads", "1"]
-                + ["--checkpoint_dir", str(tmp_path / "ck")],
-                cwd=tmp_path,
-                env=clean_env(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        seed = next(iter(running))  # the earliest started (the runs take about as long)
-        proc = running.pop(seed)
-        out, err = proc.communicate(timeout=1500)
-        assert proc.returncode == 0, f"seed {seed}: {err[-2000:]}"
-        lines[seed] = out.strip().splitlines()[-1]
-    return lines
+
+    def run(seed: int) -> str:
+        argv = [sys.executable, SCRIPT, *LEARN, "--seed", str(seed), "--run_name", f"s{seed}", "--threads", "1"]
+        argv += ["--checkpoint_dir", str(tmp_path / "ck")]
+        done = subprocess.run(argv, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=1500)
+        assert done.returncode == 0, f"seed {seed}: {done.stderr[-2000:]}"
+        return done.stdout.strip().splitlines()[-1]
+
+    with ThreadPoolExecutor(max_workers=at_once) as pool:  # a run starts as soon as one ends
+        return dict(zip(seeds, pool.map(run, seeds), strict=True))
 
 
 @pytest.mark.slow
